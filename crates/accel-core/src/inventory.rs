@@ -1,0 +1,346 @@
+//! The inventory: what accelerators a node has, per manufacturer, in one canonical, hashable form.
+//!
+//! This module owns the shape every detector produces and every consumer (labels, token pools,
+//! the `Devices` spec) reads. It holds facts that change only with the hardware or the driver;
+//! usage samples live apart (they never enter [`Inventory::hash`]). It must not read the machine.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use crate::busid::BusId;
+use crate::manufacturer::Manufacturer;
+
+/// What one manufacturer's detector answered.
+///
+/// `Ok` with an empty list means the detector measured and found nothing (no driver, a library
+/// that will not initialise, a bus holding no card). `Err` means the pass could not measure and
+/// carries no claim about the hardware: the daemon keeps the last detection (seed 000, "A pass
+/// that failed is not a manufacturer with no accelerators").
+pub type Detection = Result<ManufacturerInventory, DetectError>;
+
+/// Why a detector could not measure.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DetectError {
+    /// The host shows a driver but neither layer could enumerate its accelerators.
+    #[error("{manufacturer}: driver present but no accelerator could be enumerated: {reason}")]
+    NotMeasured {
+        manufacturer: Manufacturer,
+        reason: String,
+    },
+    /// The host root itself could not be read.
+    #[error("cannot read the host at {root}: {reason}")]
+    HostUnreadable { root: String, reason: String },
+}
+
+/// The whole node: every manufacturer that answered, in [`Manufacturer::ALL`] order.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Inventory {
+    pub manufacturers: Vec<ManufacturerInventory>,
+}
+
+/// One manufacturer's accelerators and the single driver stack they share ("One driver stack
+/// per node").
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ManufacturerInventory {
+    pub name: Manufacturer,
+    /// The kernel driver's version (`590.48.01`).
+    pub driver_version: Option<String>,
+    /// The runtime version: for NVIDIA the CUDA driver version (`13.0`).
+    pub runtime_version: Option<String>,
+    /// The management library's version, where the vendor tool reports it (NVML `13.590.48`).
+    pub management_version: Option<String>,
+    pub accelerators: Vec<Accelerator>,
+    /// Facts the pass could not refresh and why (a layer that failed, a repeated UUID). They
+    /// describe the measurement, not the hardware, and do not enter the hash.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
+}
+
+impl ManufacturerInventory {
+    /// An answer with no accelerators: what a detector says when there is nothing to manage.
+    pub fn empty(name: Manufacturer) -> Self {
+        ManufacturerInventory {
+            name,
+            driver_version: None,
+            runtime_version: None,
+            management_version: None,
+            accelerators: Vec::new(),
+            notes: Vec::new(),
+        }
+    }
+}
+
+/// How an accelerator is currently in MIG (hardware partitioning) mode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum MigMode {
+    Enabled,
+    Disabled,
+}
+
+/// Which families an accelerator may feed (DESIGN.md, "What can be granted").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Grantable {
+    /// Exclusive, shared and sliced (an unpartitioned accelerator).
+    Whole,
+    /// Only the partition family (an accelerator in MIG mode).
+    PartitionsOnly,
+    /// Nothing: bound to vfio-pci and passed through to a VM.
+    Nothing,
+}
+
+/// Where an accelerator's facts came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Source {
+    /// Bound to the vendor driver and listed by it.
+    Driver,
+    /// A paravirtual GPU (WSL 2 `/dev/dxg`), known only to the vendor tool.
+    Paravirtual,
+    /// Bound to vfio-pci: the facts are the last ones seen while the driver held it.
+    Passthrough,
+}
+
+/// One physical accelerator. Absent facts are `None`, never a made-up value.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Accelerator {
+    /// The position in the node's enumeration (bus order, as nvidia-smi numbers them).
+    pub index: u32,
+    pub uuid: Option<String>,
+    pub product: Option<String>,
+    pub bus_id: Option<BusId>,
+    /// Framebuffer total in MiB.
+    #[serde(rename = "memoryMiB")]
+    pub memory_mib: Option<u64>,
+    pub numa_node: Option<u32>,
+    pub architecture: Option<String>,
+    pub compute_capability: Option<String>,
+    pub mig_mode: Option<MigMode>,
+    /// Whether the accelerator passes the health rule; see `health_reasons` when it does not.
+    pub healthy: bool,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub health_reasons: Vec<String>,
+    pub grantable: Grantable,
+    pub source: Source,
+    /// Compute cores (CUDA cores, AI cores …) where the vendor reports them.
+    pub cores: Option<u32>,
+    /// Product brand or family as the vendor reports it (`Tesla`, `GeForce`, `NVIDIA RTX`).
+    pub brand: Option<String>,
+    pub serial: Option<String>,
+    pub vbios_version: Option<String>,
+    pub board_part_number: Option<String>,
+    pub minor_number: Option<u32>,
+    pub persistence_mode: Option<bool>,
+    /// Windows driver model (`WDDM`, `TCC`, `MCDM`); absent on Linux.
+    pub driver_model: Option<String>,
+    /// GSP firmware version; present when the GPU runs GSP firmware.
+    pub gsp_firmware_version: Option<String>,
+    /// Excluded by the driver (`GPU Excluded: Yes`, formerly `Blacklisted`).
+    pub excluded: Option<bool>,
+    pub ecc: Option<Ecc>,
+    pub remapped_rows: Option<RemappedRows>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub mig_devices: Vec<MigDevice>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub nvlinks: Vec<NvLink>,
+    /// Connection to each peer accelerator, keyed by the peer's index (`NV18`, `SYS`, `PIX`, …),
+    /// from the vendor's topology matrix.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub peers: BTreeMap<u32, String>,
+}
+
+impl Accelerator {
+    /// An accelerator with nothing known but its position and origin.
+    pub fn new(index: u32, source: Source) -> Self {
+        Accelerator {
+            index,
+            uuid: None,
+            product: None,
+            bus_id: None,
+            memory_mib: None,
+            numa_node: None,
+            architecture: None,
+            compute_capability: None,
+            mig_mode: None,
+            healthy: true,
+            health_reasons: Vec::new(),
+            grantable: if source == Source::Passthrough {
+                Grantable::Nothing
+            } else {
+                Grantable::Whole
+            },
+            source,
+            cores: None,
+            brand: None,
+            serial: None,
+            vbios_version: None,
+            board_part_number: None,
+            minor_number: None,
+            persistence_mode: None,
+            driver_model: None,
+            gsp_firmware_version: None,
+            excluded: None,
+            ecc: None,
+            remapped_rows: None,
+            mig_devices: Vec::new(),
+            nvlinks: Vec::new(),
+            peers: BTreeMap::new(),
+        }
+    }
+
+    /// Recomputes what the accelerator may feed from its source and MIG mode.
+    pub fn classify_grantable(&mut self) {
+        self.grantable = match (self.source, self.mig_mode) {
+            (Source::Passthrough, _) => Grantable::Nothing,
+            (_, Some(MigMode::Enabled)) => Grantable::PartitionsOnly,
+            _ => Grantable::Whole,
+        };
+    }
+
+    /// Whether this accelerator counts as schedulable capacity (`.count` label, node capacity).
+    pub fn can_be_granted(&self) -> bool {
+        self.grantable != Grantable::Nothing
+    }
+}
+
+/// ECC state and error counters (`-q -x` `<ecc_mode>` and `<ecc_errors>`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Ecc {
+    /// ECC currently enabled.
+    pub enabled: Option<bool>,
+    /// ECC enabled after the next reset.
+    pub pending_enabled: Option<bool>,
+    pub volatile_corrected: Option<u64>,
+    pub volatile_uncorrected: Option<u64>,
+    pub aggregate_corrected: Option<u64>,
+    pub aggregate_uncorrected: Option<u64>,
+}
+
+/// Row-remapping state (`-q -x` `<remapped_rows>`, v11+).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RemappedRows {
+    pub correctable: Option<u64>,
+    pub uncorrectable: Option<u64>,
+    /// A remap is pending (takes effect at the next reset).
+    pub pending: Option<bool>,
+    /// A remap failed.
+    pub failure: Option<bool>,
+}
+
+/// One MIG instance on a GPU in MIG mode.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MigDevice {
+    pub index: u32,
+    pub gpu_instance_id: Option<u32>,
+    pub compute_instance_id: Option<u32>,
+    /// `MIG-…` UUID (from `nvidia-smi -L`; the XML does not carry it).
+    pub uuid: Option<String>,
+    /// Profile name (`1g.10gb`, `1c.3g.71gb`; from `-L`).
+    pub profile: Option<String>,
+    #[serde(rename = "memoryMiB")]
+    pub memory_mib: Option<u64>,
+    pub multiprocessors: Option<u32>,
+}
+
+/// One NVLink of a GPU.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NvLink {
+    pub link: u32,
+    pub active: Option<bool>,
+    /// Per-link bandwidth as the driver states it (`26.562 GB/s`).
+    pub bandwidth: Option<String>,
+    pub remote_bus_id: Option<BusId>,
+}
+
+impl Inventory {
+    /// The section of one manufacturer, if it answered.
+    pub fn manufacturer(&self, name: Manufacturer) -> Option<&ManufacturerInventory> {
+        self.manufacturers.iter().find(|m| m.name == name)
+    }
+
+    /// Puts the inventory in canonical form: manufacturers in table order, accelerators by index.
+    pub fn canonicalize(&mut self) {
+        self.manufacturers
+            .sort_by_key(|m| Manufacturer::ALL.iter().position(|x| *x == m.name));
+        for section in &mut self.manufacturers {
+            section.accelerators.sort_by_key(|a| a.index);
+            for accelerator in &mut section.accelerators {
+                accelerator.mig_devices.sort_by_key(|d| d.index);
+                accelerator.nvlinks.sort_by_key(|l| l.link);
+            }
+        }
+    }
+
+    /// The canonical hash (hex SHA-256 of the canonical JSON, notes left out). Equal hardware and
+    /// driver facts give equal hashes whatever order the readers produced them in.
+    pub fn hash(&self) -> String {
+        let mut canonical = self.clone();
+        canonical.canonicalize();
+        for section in &mut canonical.manufacturers {
+            section.notes.clear();
+        }
+        // Serialising plain structs, vectors and BTreeMaps cannot fail; an empty hash input
+        // would still hash deterministically.
+        let bytes = serde_json::to_vec(&canonical).unwrap_or_default();
+        let digest = Sha256::digest(&bytes);
+        digest.iter().map(|b| format!("{b:02x}")).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn gpu(index: u32, uuid: &str) -> Accelerator {
+        let mut a = Accelerator::new(index, Source::Driver);
+        a.uuid = Some(uuid.to_string());
+        a
+    }
+
+    fn node(order: &[(u32, &str)]) -> Inventory {
+        let mut section = ManufacturerInventory::empty(Manufacturer::Nvidia);
+        section.accelerators = order.iter().map(|(i, u)| gpu(*i, u)).collect();
+        Inventory {
+            manufacturers: vec![section],
+        }
+    }
+
+    #[test]
+    fn hash_ignores_reader_order_and_notes() {
+        let a = node(&[(0, "GPU-a"), (1, "GPU-b")]);
+        let mut b = node(&[(1, "GPU-b"), (0, "GPU-a")]);
+        b.manufacturers[0].notes.push("topo failed".into());
+        assert_eq!(a.hash(), b.hash());
+        assert_ne!(a.hash(), node(&[(0, "GPU-a")]).hash());
+    }
+
+    #[test]
+    fn mig_and_passthrough_limit_what_can_be_granted() {
+        let mut a = gpu(0, "GPU-a");
+        a.mig_mode = Some(MigMode::Enabled);
+        a.classify_grantable();
+        assert_eq!(a.grantable, Grantable::PartitionsOnly);
+        assert!(a.can_be_granted());
+        let mut p = Accelerator::new(1, Source::Passthrough);
+        p.classify_grantable();
+        assert_eq!(p.grantable, Grantable::Nothing);
+        assert!(!p.can_be_granted());
+    }
+
+    #[test]
+    fn absent_facts_serialise_as_null() {
+        let json = serde_json::to_value(gpu(0, "GPU-a")).unwrap();
+        assert_eq!(json["memoryMiB"], serde_json::Value::Null);
+        assert_eq!(json["busId"], serde_json::Value::Null);
+        assert_eq!(json["migMode"], serde_json::Value::Null);
+    }
+}

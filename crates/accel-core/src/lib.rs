@@ -1,0 +1,13 @@
+//! The pure domain of device-manager: what an accelerator is, what a node has, how it is named
+//! and labelled. No I/O, no async, no filesystem: a function that needs the machine takes the data
+//! the machine gave, and the caller (accel-host, a vendor crate, the binary) reads the machine.
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
+
+pub mod busid;
+pub mod inventory;
+pub mod labels;
+pub mod manufacturer;
+
+pub use busid::BusId;
+pub use inventory::{Accelerator, DetectError, Detection, Inventory, ManufacturerInventory};
+pub use manufacturer::Manufacturer;

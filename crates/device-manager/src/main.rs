@@ -1,0 +1,2 @@
+//! The device-manager binary.
+fn main() {}
