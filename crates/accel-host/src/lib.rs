@@ -1,2 +1,10 @@
 //! The edge to the machine: files under a root, programs with deadlines, the PCI bus.
+//!
+//! Everything that touches the node goes through this crate, behind small traits, so that every
+//! reader runs against a recorded host in tests. No literal `/sys` or `/proc` appears outside
+//! [`DEFAULT_ROOT`]-relative paths.
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
+
+pub mod host;
+
+pub use host::{DEFAULT_ROOT, FsHost, Host, HostError};

@@ -1,0 +1,161 @@
+//! `Host`: read-only access to the node's files under a root directory.
+//!
+//! The root is a parameter (default [`DEFAULT_ROOT`]); a recorded host points it at
+//! `DIR/root`. Paths given to a [`Host`] are relative to the root (`proc/driver/nvidia/version`);
+//! a leading `/` is ignored, so `"/proc/x"` and `"proc/x"` name the same file. This module must
+//! not interpret what it reads.
+
+use std::io;
+use std::path::{Component, Path, PathBuf};
+
+/// The node's root when the daemon runs on the host itself.
+pub const DEFAULT_ROOT: &str = "/";
+
+/// A file or directory under the host root that could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum HostError {
+    /// The path does not exist.
+    #[error("{path}: not found")]
+    NotFound { path: PathBuf },
+    /// The path exists but could not be read.
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    /// A path tried to leave the root with `..`.
+    #[error("{path}: path escapes the host root")]
+    Escapes { path: PathBuf },
+}
+
+impl HostError {
+    /// Whether the error only says the path is absent.
+    pub fn is_not_found(&self) -> bool {
+        matches!(self, HostError::NotFound { .. })
+    }
+}
+
+/// Read access to a node's files.
+pub trait Host: Send + Sync {
+    /// The directory this host is rooted at, for messages.
+    fn root(&self) -> &Path;
+    /// A file's bytes.
+    fn read(&self, path: &str) -> Result<Vec<u8>, HostError>;
+    /// A file as text (invalid UTF-8 replaced, never an error).
+    fn read_to_string(&self, path: &str) -> Result<String, HostError> {
+        self.read(path)
+            .map(|bytes| String::from_utf8_lossy(&bytes).into_owned())
+    }
+    /// The names in a directory, sorted.
+    fn list(&self, path: &str) -> Result<Vec<String>, HostError>;
+    /// A symbolic link's target, as written in the link.
+    fn read_link(&self, path: &str) -> Result<PathBuf, HostError>;
+    /// Whether the path exists (a dangling link does not).
+    fn exists(&self, path: &str) -> bool;
+}
+
+/// A [`Host`] over the real filesystem under a root directory.
+#[derive(Debug, Clone)]
+pub struct FsHost {
+    root: PathBuf,
+}
+
+impl FsHost {
+    /// A host rooted at `root` (the node itself when `root` is `/`).
+    pub fn new(root: impl Into<PathBuf>) -> Self {
+        FsHost { root: root.into() }
+    }
+
+    /// The real path of a host path, refusing `..` so nothing outside the root is read.
+    pub fn resolve(&self, path: &str) -> Result<PathBuf, HostError> {
+        let relative = Path::new(path.trim_start_matches('/'));
+        let mut full = self.root.clone();
+        for component in relative.components() {
+            match component {
+                Component::Normal(part) => full.push(part),
+                Component::CurDir => {}
+                _ => {
+                    return Err(HostError::Escapes {
+                        path: relative.to_path_buf(),
+                    });
+                }
+            }
+        }
+        Ok(full)
+    }
+
+    fn error(full: PathBuf, source: io::Error) -> HostError {
+        if source.kind() == io::ErrorKind::NotFound {
+            HostError::NotFound { path: full }
+        } else {
+            HostError::Io { path: full, source }
+        }
+    }
+}
+
+impl Host for FsHost {
+    fn root(&self) -> &Path {
+        &self.root
+    }
+
+    fn read(&self, path: &str) -> Result<Vec<u8>, HostError> {
+        let full = self.resolve(path)?;
+        std::fs::read(&full).map_err(|e| Self::error(full, e))
+    }
+
+    fn list(&self, path: &str) -> Result<Vec<String>, HostError> {
+        let full = self.resolve(path)?;
+        let entries = std::fs::read_dir(&full).map_err(|e| Self::error(full.clone(), e))?;
+        let mut names = Vec::new();
+        for entry in entries {
+            let entry = entry.map_err(|e| Self::error(full.clone(), e))?;
+            names.push(entry.file_name().to_string_lossy().into_owned());
+        }
+        names.sort();
+        Ok(names)
+    }
+
+    fn read_link(&self, path: &str) -> Result<PathBuf, HostError> {
+        let full = self.resolve(path)?;
+        std::fs::read_link(&full).map_err(|e| Self::error(full, e))
+    }
+
+    fn exists(&self, path: &str) -> bool {
+        self.resolve(path).map(|p| p.exists()).unwrap_or(false)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_under_the_root_only() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("proc/driver/nvidia")).unwrap();
+        std::fs::write(dir.path().join("proc/driver/nvidia/version"), "v").unwrap();
+        std::os::unix::fs::symlink("../../x", dir.path().join("proc/link")).unwrap();
+        let host = FsHost::new(dir.path());
+        assert_eq!(
+            host.read_to_string("/proc/driver/nvidia/version").unwrap(),
+            "v"
+        );
+        assert_eq!(
+            host.read_to_string("proc/driver/nvidia/version").unwrap(),
+            "v"
+        );
+        assert_eq!(host.list("proc").unwrap(), vec!["driver", "link"]);
+        assert_eq!(
+            host.read_link("proc/link").unwrap(),
+            PathBuf::from("../../x")
+        );
+        assert!(host.exists("proc/driver"));
+        assert!(!host.exists("proc/link"), "a dangling link does not exist");
+        assert!(host.read("proc/nothing").unwrap_err().is_not_found());
+        assert!(matches!(
+            host.read("../etc/passwd"),
+            Err(HostError::Escapes { .. })
+        ));
+    }
+}
