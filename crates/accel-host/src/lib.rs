@@ -5,6 +5,8 @@
 //! [`DEFAULT_ROOT`]-relative paths.
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
+pub mod commands;
 pub mod host;
 
+pub use commands::{CommandError, CommandOutput, Commands};
 pub use host::{DEFAULT_ROOT, FsHost, Host, HostError};

@@ -1,0 +1,69 @@
+//! `Commands`: running a program with a deadline, the one seam through which vendor tools run.
+//!
+//! Every call carries a deadline (a wedged GPU can hang nvidia-smi). The system runner kills what
+//! overruns and returns what it captured; the recorded runner replays a recorded host's
+//! `commands/NAME/{argv,stdout,stderr,status,delay-ms}` folders (DESIGN.md, "A recorded host").
+//! This module runs programs; it must not interpret their output.
+
+use std::time::Duration;
+
+/// What a program printed and how it ended.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CommandOutput {
+    /// Exit status; `None` when the program was ended by a signal.
+    pub status: Option<i32>,
+    pub stdout: Vec<u8>,
+    pub stderr: Vec<u8>,
+}
+
+impl CommandOutput {
+    /// Whether the program exited with status 0.
+    pub fn success(&self) -> bool {
+        self.status == Some(0)
+    }
+
+    /// Standard output as text (invalid UTF-8 replaced).
+    pub fn stdout_text(&self) -> String {
+        String::from_utf8_lossy(&self.stdout).into_owned()
+    }
+
+    /// Standard error as text (invalid UTF-8 replaced).
+    pub fn stderr_text(&self) -> String {
+        String::from_utf8_lossy(&self.stderr).into_owned()
+    }
+}
+
+/// A program that could not be run to its end.
+#[derive(Debug, thiserror::Error)]
+pub enum CommandError {
+    /// The program is not installed (not on the PATH, or not recorded).
+    #[error("{program}: not found")]
+    NotInstalled { program: String },
+    /// The program ran past its deadline and was killed; what it printed until then is kept.
+    #[error("{argv}: no answer within {deadline:?}, killed")]
+    TimedOut {
+        argv: String,
+        deadline: Duration,
+        partial: CommandOutput,
+    },
+    /// The program could not be started or waited for.
+    #[error("{argv}: {source}")]
+    Io {
+        argv: String,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The argv was empty.
+    #[error("empty command line")]
+    Empty,
+}
+
+/// Runs programs for the readers.
+pub trait Commands: Send + Sync {
+    /// Runs `argv` (program first) and waits at most `deadline`. A non-zero exit is an `Ok`
+    /// output with that status, not an error.
+    fn run(&self, argv: &[&str], deadline: Duration) -> Result<CommandOutput, CommandError>;
+
+    /// Whether `program` is installed at all.
+    fn is_installed(&self, program: &str) -> bool;
+}
