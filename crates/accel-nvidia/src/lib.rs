@@ -1,2 +1,8 @@
-//! NVIDIA: procfs collector, nvidia-smi readers, enrich-by-UUID, samples, passthrough memory.
+//! NVIDIA: the procfs collector, nvidia-smi readers, enrich-by-UUID, samples, passthrough memory.
+//!
+//! The detector follows seed 002: layer 1 is procfs/sysfs ([`procfs`]), layer 2 is nvidia-smi,
+//! merged by UUID into one inventory section.
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
+
+pub mod arch;
+pub mod procfs;
