@@ -5,4 +5,5 @@
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 pub mod arch;
+pub mod enrich;
 pub mod procfs;
