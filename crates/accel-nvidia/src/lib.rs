@@ -6,4 +6,5 @@
 
 pub mod arch;
 pub mod enrich;
+pub mod passthrough;
 pub mod procfs;
