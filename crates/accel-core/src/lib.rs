@@ -4,6 +4,7 @@
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 pub mod busid;
+pub mod health;
 pub mod inventory;
 pub mod labels;
 pub mod manufacturer;
