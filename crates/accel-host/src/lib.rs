@@ -8,5 +8,8 @@
 pub mod commands;
 pub mod host;
 
-pub use commands::{CommandError, CommandOutput, Commands};
+pub use commands::{
+    CommandError, CommandOutput, Commands, RecordedCommands, ReplayLoadError, SystemCommands,
+    TIMED_OUT_MARKER,
+};
 pub use host::{DEFAULT_ROOT, FsHost, Host, HostError};
