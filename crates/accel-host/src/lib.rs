@@ -5,9 +5,11 @@
 //! [`DEFAULT_ROOT`]-relative paths.
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
+pub mod atomic;
 pub mod commands;
 pub mod host;
 
+pub use atomic::{AtomicWriteError, STATE_FILE_MODE, write_atomic};
 pub use commands::{
     CommandError, CommandOutput, Commands, RecordedCommands, ReplayLoadError, SystemCommands,
     TIMED_OUT_MARKER,
