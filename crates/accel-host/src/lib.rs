@@ -8,6 +8,7 @@
 pub mod atomic;
 pub mod commands;
 pub mod host;
+pub mod pci;
 
 pub use atomic::{AtomicWriteError, STATE_FILE_MODE, write_atomic};
 pub use commands::{
@@ -15,3 +16,7 @@ pub use commands::{
     TIMED_OUT_MARKER,
 };
 pub use host::{DEFAULT_ROOT, FsHost, Host, HostError};
+pub use pci::{
+    DEFAULT_PCI_CLASS_PREFIXES, PCI_CLASS_PREFIXES_ENV, PCI_DEVICES_DIR, PciClassPrefixes,
+    PciError, PciFunction, PciScan, PciSetFingerprint, pci_set_fingerprint, scan_pci,
+};
