@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-mod recorded;
+pub(crate) mod recorded;
 mod system;
 
 pub use recorded::{RecordedCommands, ReplayLoadError};

@@ -9,14 +9,16 @@ pub mod atomic;
 pub mod commands;
 pub mod host;
 pub mod pci;
+pub mod record;
 
 pub use atomic::{AtomicWriteError, STATE_FILE_MODE, write_atomic};
 pub use commands::{
     CommandError, CommandOutput, Commands, RecordedCommands, ReplayLoadError, SystemCommands,
     TIMED_OUT_MARKER,
 };
-pub use host::{DEFAULT_ROOT, FsHost, Host, HostError};
+pub use host::{DEFAULT_ROOT, EntryKind, FsHost, Host, HostError};
 pub use pci::{
     DEFAULT_PCI_CLASS_PREFIXES, PCI_CLASS_PREFIXES_ENV, PCI_DEVICES_DIR, PciClassPrefixes,
     PciError, PciFunction, PciScan, PciSetFingerprint, pci_set_fingerprint, scan_pci,
 };
+pub use record::{CommandRecord, RecordError, Recorder};
