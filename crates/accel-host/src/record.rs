@@ -70,7 +70,9 @@ pub enum RecordError {
     #[error("command name {name:?}: {reason}")]
     BadName { name: String, reason: &'static str },
     /// An argv the `argv` file cannot hold (empty, or an argument with a newline).
-    #[error("{argv:?}: cannot be recorded (one argument a line, none empty of program)")]
+    #[error(
+        "{argv:?}: cannot be recorded (an argv needs a program, and no argument may hold a newline)"
+    )]
     Unrepresentable { argv: Vec<String> },
 }
 

@@ -478,4 +478,23 @@ mod tests {
         assert_eq!(parse_status("-1"), Some(Some(-1)));
         assert_eq!(parse_status("x"), None);
     }
+
+    proptest::proptest! {
+        #[test]
+        fn recorded_files_never_panic_and_argv_lines_round_trip(
+            program in "[^\n]{1,12}",
+            rest in proptest::collection::vec("[^\n]{0,12}", 0..5),
+            status in ".{0,12}",
+        ) {
+            // A program is never empty (an empty argv file is refused at load).
+            let args: Vec<String> = std::iter::once(program).chain(rest).collect();
+            let mut text = String::new();
+            for arg in &args {
+                text.push_str(arg);
+                text.push('\n');
+            }
+            proptest::prop_assert_eq!(parse_argv(&text), args);
+            let _ = parse_status(&status);
+        }
+    }
 }
