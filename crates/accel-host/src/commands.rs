@@ -10,7 +10,7 @@ use std::time::Duration;
 pub(crate) mod recorded;
 mod system;
 
-pub use recorded::{RecordedCommands, ReplayLoadError};
+pub use recorded::{COMMANDS_DIR, RecordedCommands, ReplayLoadError, SIGNAL_STATUS};
 pub use system::SystemCommands;
 
 /// The name of the file, in a recorded command's folder, that marks a command which gave no

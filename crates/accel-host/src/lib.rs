@@ -13,12 +13,12 @@ pub mod record;
 
 pub use atomic::{AtomicWriteError, STATE_FILE_MODE, write_atomic};
 pub use commands::{
-    CommandError, CommandOutput, Commands, RecordedCommands, ReplayLoadError, SystemCommands,
-    TIMED_OUT_MARKER,
+    COMMANDS_DIR, CommandError, CommandOutput, Commands, RecordedCommands, ReplayLoadError,
+    SystemCommands, TIMED_OUT_MARKER,
 };
 pub use host::{DEFAULT_ROOT, EntryKind, FsHost, Host, HostError};
 pub use pci::{
     DEFAULT_PCI_CLASS_PREFIXES, PCI_CLASS_PREFIXES_ENV, PCI_DEVICES_DIR, PciClassPrefixes,
     PciError, PciFunction, PciScan, PciSetFingerprint, pci_set_fingerprint, scan_pci,
 };
-pub use record::{CommandRecord, RecordError, Recorder};
+pub use record::{CommandRecord, ROOT_DIR, RecordError, Recorder};
