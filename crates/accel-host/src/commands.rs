@@ -7,6 +7,17 @@
 
 use std::time::Duration;
 
+pub(crate) mod recorded;
+mod system;
+
+pub use recorded::{COMMANDS_DIR, RecordedCommands, ReplayLoadError, SIGNAL_STATUS};
+pub use system::SystemCommands;
+
+/// The name of the file, in a recorded command's folder, that marks a command which gave no
+/// answer within its deadline when it was recorded: replay then hangs until the caller's
+/// deadline and returns the recorded partial output.
+pub const TIMED_OUT_MARKER: &str = "timed-out";
+
 /// What a program printed and how it ended.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct CommandOutput {

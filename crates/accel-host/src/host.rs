@@ -36,6 +36,20 @@ impl HostError {
     }
 }
 
+/// What a path is, the final symlink not followed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EntryKind {
+    /// A regular file; `len` as the filesystem states it (sysfs says 4096 and procfs 0 whatever
+    /// the content, so it is only an upper bound worth checking on ordinary filesystems).
+    File {
+        len: u64,
+    },
+    Dir,
+    Link,
+    /// A device node, FIFO or socket: never read (a FIFO would block the reader).
+    Other,
+}
+
 /// Read access to a node's files.
 pub trait Host: Send + Sync {
     /// The directory this host is rooted at, for messages.
@@ -53,6 +67,20 @@ pub trait Host: Send + Sync {
     fn read_link(&self, path: &str) -> Result<PathBuf, HostError>;
     /// Whether the path exists (a dangling link does not).
     fn exists(&self, path: &str) -> bool;
+    /// What the path is, without following a final symlink. The default guesses from
+    /// `read_link`, `list` and `read`, and so cannot tell device nodes apart: hosts over a real
+    /// filesystem should override it.
+    fn entry_kind(&self, path: &str) -> Result<EntryKind, HostError> {
+        if self.read_link(path).is_ok() {
+            return Ok(EntryKind::Link);
+        }
+        if self.list(path).is_ok() {
+            return Ok(EntryKind::Dir);
+        }
+        self.read(path).map(|bytes| EntryKind::File {
+            len: bytes.len() as u64,
+        })
+    }
 }
 
 /// A [`Host`] over the real filesystem under a root directory.
@@ -124,6 +152,23 @@ impl Host for FsHost {
     fn exists(&self, path: &str) -> bool {
         self.resolve(path).map(|p| p.exists()).unwrap_or(false)
     }
+
+    fn entry_kind(&self, path: &str) -> Result<EntryKind, HostError> {
+        let full = self.resolve(path)?;
+        let metadata = std::fs::symlink_metadata(&full).map_err(|e| Self::error(full, e))?;
+        let kind = metadata.file_type();
+        Ok(if kind.is_symlink() {
+            EntryKind::Link
+        } else if kind.is_dir() {
+            EntryKind::Dir
+        } else if kind.is_file() {
+            EntryKind::File {
+                len: metadata.len(),
+            }
+        } else {
+            EntryKind::Other
+        })
+    }
 }
 
 #[cfg(test)]
@@ -157,5 +202,51 @@ mod tests {
             host.read("../etc/passwd"),
             Err(HostError::Escapes { .. })
         ));
+    }
+
+    #[test]
+    fn tells_what_a_path_is_without_following_links() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("sys/devices/gpu")).unwrap();
+        std::fs::write(dir.path().join("sys/devices/gpu/class"), "0x030200\n").unwrap();
+        std::os::unix::fs::symlink("devices/gpu", dir.path().join("sys/link")).unwrap();
+        let host = FsHost::new(dir.path());
+        assert_eq!(host.entry_kind("sys/link").unwrap(), EntryKind::Link);
+        assert_eq!(host.entry_kind("sys/devices").unwrap(), EntryKind::Dir);
+        assert_eq!(
+            host.entry_kind("sys/devices/gpu/class").unwrap(),
+            EntryKind::File { len: 9 }
+        );
+        assert!(host.entry_kind("sys/none").unwrap_err().is_not_found());
+        let null = FsHost::new("/");
+        assert_eq!(null.entry_kind("dev/null").unwrap(), EntryKind::Other);
+
+        /// A host that only has the required methods, to check the default guess.
+        struct Minimal(FsHost);
+        impl Host for Minimal {
+            fn root(&self) -> &Path {
+                self.0.root()
+            }
+            fn read(&self, path: &str) -> Result<Vec<u8>, HostError> {
+                self.0.read(path)
+            }
+            fn list(&self, path: &str) -> Result<Vec<String>, HostError> {
+                self.0.list(path)
+            }
+            fn read_link(&self, path: &str) -> Result<PathBuf, HostError> {
+                self.0.read_link(path)
+            }
+            fn exists(&self, path: &str) -> bool {
+                self.0.exists(path)
+            }
+        }
+        let minimal = Minimal(host);
+        assert_eq!(minimal.entry_kind("sys/link").unwrap(), EntryKind::Link);
+        assert_eq!(minimal.entry_kind("sys/devices").unwrap(), EntryKind::Dir);
+        assert_eq!(
+            minimal.entry_kind("sys/devices/gpu/class").unwrap(),
+            EntryKind::File { len: 9 }
+        );
+        assert!(minimal.entry_kind("sys/none").unwrap_err().is_not_found());
     }
 }

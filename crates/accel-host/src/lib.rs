@@ -5,8 +5,20 @@
 //! [`DEFAULT_ROOT`]-relative paths.
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
+pub mod atomic;
 pub mod commands;
 pub mod host;
+pub mod pci;
+pub mod record;
 
-pub use commands::{CommandError, CommandOutput, Commands};
-pub use host::{DEFAULT_ROOT, FsHost, Host, HostError};
+pub use atomic::{AtomicWriteError, STATE_FILE_MODE, write_atomic};
+pub use commands::{
+    COMMANDS_DIR, CommandError, CommandOutput, Commands, RecordedCommands, ReplayLoadError,
+    SystemCommands, TIMED_OUT_MARKER,
+};
+pub use host::{DEFAULT_ROOT, EntryKind, FsHost, Host, HostError};
+pub use pci::{
+    DEFAULT_PCI_CLASS_PREFIXES, PCI_CLASS_PREFIXES_ENV, PCI_DEVICES_DIR, PciClassPrefixes,
+    PciError, PciFunction, PciScan, PciSetFingerprint, pci_set_fingerprint, scan_pci,
+};
+pub use record::{CommandRecord, ROOT_DIR, RecordError, Recorder};
