@@ -38,6 +38,7 @@ pub enum XmlError {
 
 /// The whole report. Report-level fields absent from trimmed documents stay `None`.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct Report {
     pub driver_version: Option<String>,
     /// The CUDA driver version (`12.2`); `None` before v10 and when the driver says `Not Found`.
@@ -50,6 +51,7 @@ pub struct Report {
 
 /// One `<gpu>` element.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct Gpu {
     /// From `<pci><pci_bus_id>`, else from `<gpu id="…">`.
     pub bus_id: Option<BusId>,
@@ -83,6 +85,7 @@ pub struct Gpu {
 
 /// `<fb_memory_usage>` in MiB.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct FbMemory {
     pub total_mib: Option<u64>,
     pub reserved_mib: Option<u64>,
@@ -92,6 +95,7 @@ pub struct FbMemory {
 
 /// One `<process_info>`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct Process {
     pub pid: Option<u32>,
     /// `C`, `G`, `C+G`, `M`, `M+C` as the driver prints it.
@@ -119,6 +123,7 @@ pub fn is_compute_type(kind: &str) -> bool {
 
 /// What changes from second to second: a sample, never part of the inventory hash.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct Usage {
     pub utilization_gpu_percent: Option<f64>,
     pub utilization_memory_percent: Option<f64>,

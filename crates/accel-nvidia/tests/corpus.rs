@@ -1,0 +1,523 @@
+//! The captured corpus: every file in `../shared/fixtures/nvidia/{smi-xml,smi-csv,list,topo,mig}`
+//! is read by its reader and checked against the facts written below by reading the files. A
+//! folder that is missing, or a file with no expectation here, fails the test: a new capture must
+//! be looked at before it counts as read.
+
+use std::collections::BTreeSet;
+use std::fs;
+use std::path::PathBuf;
+
+use accel_core::inventory::MigMode;
+use accel_nvidia::smi::xml;
+
+fn fixtures(folder: &str) -> PathBuf {
+    let dir = PathBuf::from(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../../shared/fixtures/nvidia"
+    ))
+    .join(folder);
+    assert!(
+        dir.is_dir(),
+        "fixture folder {} is missing: the corpus tests need ../shared beside the checkout",
+        dir.display()
+    );
+    dir
+}
+
+/// Every file name in a fixture folder, sorted.
+fn files(folder: &str) -> Vec<String> {
+    let mut names: Vec<String> = fs::read_dir(fixtures(folder))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    names.sort();
+    assert!(!names.is_empty(), "fixture folder {folder} is empty");
+    names
+}
+
+fn read(folder: &str, name: &str) -> Vec<u8> {
+    fs::read(fixtures(folder).join(name)).unwrap()
+}
+
+/// Fails when the folder and the table of expectations disagree on which files exist.
+fn assert_same_files(folder: &str, expected: impl IntoIterator<Item = &'static str>) {
+    let on_disk: BTreeSet<String> = files(folder).into_iter().collect();
+    let expected: BTreeSet<String> = expected.into_iter().map(str::to_string).collect();
+    let unexpected: Vec<_> = on_disk.difference(&expected).collect();
+    let missing: Vec<_> = expected.difference(&on_disk).collect();
+    assert!(
+        unexpected.is_empty() && missing.is_empty(),
+        "{folder}: files without expectations {unexpected:?}, expectations without files {missing:?}"
+    );
+}
+
+struct XmlFile {
+    name: &'static str,
+    driver: Option<&'static str>,
+    cuda: Option<&'static str>,
+    gpus: &'static [XmlGpu],
+}
+
+struct XmlGpu {
+    uuid: &'static str,
+    product: &'static str,
+    bus: &'static str,
+    memory_mib: Option<u64>,
+    mig: Option<MigMode>,
+    /// Processes whose type contains C.
+    compute: usize,
+}
+
+/// In document order, which is not index order (the K80 file's minors run 1,2,3,0) and where
+/// masked captures repeat UUIDs.
+const XML: &[XmlFile] = &[
+    XmlFile {
+        name: "netdata__a100-sxm4-40gb-mig-510.47.03-v11.xml",
+        driver: Some("510.47.03"),
+        cuda: Some("11.6"),
+        gpus: &[XmlGpu {
+            uuid: "GPU-27b94a00-ed54-5c24-b1fd-1054085de32a",
+            product: "NVIDIA A100-SXM4-40GB",
+            bus: "00000000:00:04.0",
+            memory_mib: Some(40960),
+            mig: Some(MigMode::Enabled),
+            compute: 0,
+        }],
+    },
+    XmlFile {
+        name: "netdata__rtx-3060-laptop-515.65.01-v11.xml",
+        driver: Some("515.65.01"),
+        cuda: Some("11.7"),
+        gpus: &[XmlGpu {
+            uuid: "GPU-473d8d0f-d462-185c-6b36-6fc23e23e571",
+            product: "NVIDIA GeForce RTX 3060 Laptop GPU",
+            bus: "00000000:01:00.0",
+            memory_mib: Some(6144),
+            mig: None,
+            compute: 0,
+        }],
+    },
+    XmlFile {
+        name: "netdata__tesla-p100-pcie-16gb-510.47.03-v11.xml",
+        driver: Some("510.47.03"),
+        cuda: Some("11.6"),
+        gpus: &[XmlGpu {
+            uuid: "GPU-d3da8716-eaab-75db-efc1-60e88e1cd55e",
+            product: "Tesla P100-PCIE-16GB",
+            bus: "00000000:00:04.0",
+            memory_mib: Some(16384),
+            mig: None,
+            compute: 0,
+        }],
+    },
+    XmlFile {
+        name: "pai__2x-gtx-1070-384.66-v9.xml",
+        driver: Some("384.66"),
+        cuda: None,
+        gpus: &[
+            XmlGpu {
+                uuid: "GPU-e511a7b2-f9d5-ba47-9b98-853732ca6c1b",
+                product: "GeForce GTX 1070",
+                bus: "00000000:01:00.0",
+                memory_mib: Some(8112),
+                mig: None,
+                compute: 1,
+            },
+            XmlGpu {
+                uuid: "GPU-28daffaf-8abe-aaf8-c298-4bd13aecb5e6",
+                product: "GeForce GTX 1070",
+                bus: "00000000:03:00.0",
+                memory_mib: Some(8114),
+                mig: None,
+                compute: 1,
+            },
+        ],
+    },
+    XmlFile {
+        name: "pai__2x-rtx-2080-ti-410.73-v10.xml",
+        driver: Some("410.73"),
+        cuda: Some("10.0"),
+        gpus: &[
+            XmlGpu {
+                uuid: "GPU-57567e11-0be2-381b-5132-2ad95c262e58",
+                product: "GeForce RTX 2080 Ti",
+                bus: "00000000:02:00.0",
+                memory_mib: Some(10989),
+                mig: None,
+                compute: 0,
+            },
+            XmlGpu {
+                uuid: "GPU-ef1d0068-5bfd-f1e4-7e79-ff35d71d44b8",
+                product: "GeForce RTX 2080 Ti",
+                bus: "00000000:03:00.0",
+                memory_mib: Some(10989),
+                mig: None,
+                compute: 0,
+            },
+        ],
+    },
+    XmlFile {
+        name: "pai__4x-tesla-k80-430.26-v10.xml",
+        driver: Some("430.26"),
+        cuda: None,
+        gpus: &[
+            XmlGpu {
+                uuid: "GPU-c3b26f7a-8dcb-619c-fa1b-8029265a4db0",
+                product: "Tesla K80",
+                bus: "00001580:00:00.0",
+                memory_mib: Some(11441),
+                mig: None,
+                compute: 1,
+            },
+            XmlGpu {
+                uuid: "GPU-b01b80eb-0f18-1df0-cf88-0725bd90f1e1",
+                product: "Tesla K80",
+                bus: "00002DF7:00:00.0",
+                memory_mib: Some(11441),
+                mig: None,
+                compute: 1,
+            },
+            XmlGpu {
+                uuid: "GPU-30bc2701-3bc2-5f35-0ebd-9867a077e138",
+                product: "Tesla K80",
+                bus: "00004968:00:00.0",
+                memory_mib: Some(11441),
+                mig: None,
+                compute: 0,
+            },
+            XmlGpu {
+                uuid: "GPU-3341aba2-f01d-2c1f-7dd4-e389779faec2",
+                product: "Tesla K80",
+                bus: "0000F8D6:00:00.0",
+                memory_mib: Some(11441),
+                mig: None,
+                compute: 0,
+            },
+        ],
+    },
+    XmlFile {
+        name: "pai__gt-730-384.111-v9.xml",
+        driver: Some("384.111"),
+        cuda: None,
+        gpus: &[XmlGpu {
+            uuid: "GPU-09cb2925-9d01-5ca4-810b-6cdebe86b71a",
+            product: "GeForce GT 730",
+            bus: "00000000:01:00.0",
+            memory_mib: None,
+            mig: None,
+            compute: 0,
+        }],
+    },
+    XmlFile {
+        name: "telegraf__dual-rtx-2070-590.44.01-v13.xml",
+        driver: Some("590.44.01"),
+        cuda: Some("13.1"),
+        gpus: &[
+            XmlGpu {
+                uuid: "GPU-12345678-aaaa-bbbb-cccc-0123456789ab",
+                product: "NVIDIA GeForce RTX 2070",
+                bus: "00000000:01:00.0",
+                memory_mib: Some(8192),
+                mig: None,
+                compute: 0,
+            },
+            XmlGpu {
+                uuid: "GPU-12345678-aaaa-bbbb-cccc-0123456789cd",
+                product: "NVIDIA GeForce RTX 2070",
+                bus: "00000000:02:00.0",
+                memory_mib: Some(8192),
+                mig: None,
+                compute: 0,
+            },
+        ],
+    },
+    XmlFile {
+        name: "telegraf__dual-rtx-a5000-590.44.01-v13.xml",
+        driver: Some("590.44.01"),
+        cuda: Some("13.1"),
+        gpus: &[
+            XmlGpu {
+                uuid: "GPU-12345678-aaaa-bbbb-cccc-0123456789ab",
+                product: "NVIDIA RTX A5000",
+                bus: "00000000:81:00.0",
+                memory_mib: Some(24564),
+                mig: None,
+                compute: 1,
+            },
+            XmlGpu {
+                uuid: "GPU-12345678-aaaa-bbbb-cccc-0123456789cd",
+                product: "NVIDIA RTX A5000",
+                bus: "00000000:C1:00.0",
+                memory_mib: Some(24564),
+                mig: None,
+                compute: 1,
+            },
+        ],
+    },
+    XmlFile {
+        name: "telegraf__gt-1030-470.74-v11.xml",
+        driver: Some("470.74"),
+        cuda: Some("11.4"),
+        gpus: &[XmlGpu {
+            uuid: "GPU-857c6374-f681-cf3a-f99f-9063a87b8ac0",
+            product: "NVIDIA GeForce GT 1030",
+            bus: "00000000:2D:00.0",
+            memory_mib: Some(1998),
+            mig: None,
+            compute: 0,
+        }],
+    },
+    XmlFile {
+        name: "telegraf__gtx-1070-ti-v10-excerpt.xml",
+        driver: None,
+        cuda: None,
+        gpus: &[XmlGpu {
+            uuid: "GPU-f9ba66fc-a7f5-94c5-da19-019ef2f9c665",
+            product: "GeForce GTX 1070 Ti",
+            bus: "00000000:01:00.0",
+            memory_mib: Some(4096),
+            mig: None,
+            compute: 0,
+        }],
+    },
+    XmlFile {
+        name: "telegraf__quadro-p2000-525.125.06-v12.xml",
+        driver: Some("525.125.06"),
+        cuda: Some("12.0"),
+        gpus: &[XmlGpu {
+            uuid: "GPU-396caaed-39ca-3199-2e68-717cdb786ec6",
+            product: "Quadro P2000",
+            bus: "00000000:17:00.0",
+            memory_mib: Some(5120),
+            mig: None,
+            compute: 0,
+        }],
+    },
+    XmlFile {
+        name: "telegraf__quadro-p400-418.43-nodoctype.xml",
+        driver: Some("418.43"),
+        cuda: Some("10.1"),
+        gpus: &[XmlGpu {
+            uuid: "GPU-8f750be4-dfbc-23b9-b33f-da729a536494",
+            product: "Quadro P400",
+            bus: "00000000:43:00.0",
+            memory_mib: Some(1998),
+            mig: None,
+            compute: 0,
+        }],
+    },
+    XmlFile {
+        name: "telegraf__rtx-3060-570.124.04-v12.xml",
+        driver: Some("570.124.04"),
+        cuda: Some("12.8"),
+        gpus: &[XmlGpu {
+            uuid: "GPU-d6889ff6-2523-9142-ca3c-1ca3f396a625",
+            product: "NVIDIA GeForce RTX 3060",
+            bus: "00000000:2D:00.0",
+            memory_mib: Some(12288),
+            mig: None,
+            compute: 0,
+        }],
+    },
+    XmlFile {
+        name: "telegraf__rtx-3080-536.40-win-v12.xml",
+        driver: Some("536.40"),
+        cuda: Some("12.2"),
+        gpus: &[XmlGpu {
+            uuid: "GPU-19d6d965-2acc-f646-00f8-4c76979aabb4",
+            product: "NVIDIA GeForce RTX 3080",
+            bus: "00000000:04:00.0",
+            memory_mib: Some(10240),
+            mig: None,
+            compute: 0,
+        }],
+    },
+    XmlFile {
+        name: "telegraf__rtx-3090-525.147.05-v12.xml",
+        driver: Some("525.147.05"),
+        cuda: Some("12.0"),
+        gpus: &[XmlGpu {
+            uuid: "GPU-12345678-aaaa-bbbb-cccc-0123456789ab",
+            product: "NVIDIA GeForce RTX 3090",
+            bus: "00000000:00:10.0",
+            memory_mib: Some(24576),
+            mig: None,
+            compute: 0,
+        }],
+    },
+    XmlFile {
+        name: "telegraf__rtx-3090-590.44.01-v13.xml",
+        driver: Some("590.44.01"),
+        cuda: Some("13.1"),
+        gpus: &[XmlGpu {
+            uuid: "GPU-12345678-aaaa-bbbb-cccc-0123456789ab",
+            product: "NVIDIA GeForce RTX 3090",
+            bus: "00000000:09:00.0",
+            memory_mib: Some(24576),
+            mig: None,
+            compute: 0,
+        }],
+    },
+    XmlFile {
+        name: "telegraf__rtx-4000-sff-ada-595.84-v13.xml",
+        driver: Some("595.84"),
+        cuda: Some("13.2"),
+        gpus: &[XmlGpu {
+            uuid: "GPU-37037c3f-65c8-ec4d-24a9-420204ad8026",
+            product: "NVIDIA RTX 4000 SFF Ada Generation",
+            bus: "00000000:06:00.0",
+            memory_mib: Some(20475),
+            mig: None,
+            compute: 2,
+        }],
+    },
+    XmlFile {
+        name: "telegraf__rtx-pro-6000-blackwell-maxq-590.44.01-v13.xml",
+        driver: Some("590.44.01"),
+        cuda: Some("13.1"),
+        gpus: &[XmlGpu {
+            uuid: "GPU-12345678-aaaa-bbbb-cccc-0123456789ab",
+            product: "NVIDIA RTX PRO 6000 Blackwell Max-Q Workstation Edition",
+            bus: "00000000:61:00.0",
+            memory_mib: Some(97887),
+            mig: None,
+            compute: 1,
+        }],
+    },
+    XmlFile {
+        name: "telegraf__tesla-t4-512.78-win.xml",
+        driver: Some("512.78"),
+        cuda: Some("11.6"),
+        gpus: &[XmlGpu {
+            uuid: "GPU-f6e826dc-c9d7-ac58-6d5d-9048c9e1c124",
+            product: "Tesla T4",
+            bus: "00000000:01:00.0",
+            memory_mib: Some(15360),
+            mig: None,
+            compute: 15,
+        }],
+    },
+    XmlFile {
+        name: "telegraf__tesla-t4-515.105.01-v11.xml",
+        driver: Some("515.105.01"),
+        cuda: Some("11.7"),
+        gpus: &[XmlGpu {
+            uuid: "GPU-d37e67a5-91dd-3774-a5cb-99096249601a",
+            product: "Tesla T4",
+            bus: "00000000:00:1E.0",
+            memory_mib: Some(15360),
+            mig: None,
+            compute: 1,
+        }],
+    },
+];
+
+#[test]
+fn smi_xml_every_file() {
+    assert_same_files("smi-xml", XML.iter().map(|f| f.name));
+    for file in XML {
+        let report = xml::parse(&read("smi-xml", file.name))
+            .unwrap_or_else(|e| panic!("{}: {e}", file.name));
+        assert_eq!(
+            report.driver_version.as_deref(),
+            file.driver,
+            "{}",
+            file.name
+        );
+        assert_eq!(report.cuda_version.as_deref(), file.cuda, "{}", file.name);
+        assert_eq!(report.gpus.len(), file.gpus.len(), "{}", file.name);
+        for (gpu, want) in report.gpus.iter().zip(file.gpus) {
+            let at = format!("{} {}", file.name, want.uuid);
+            assert_eq!(gpu.uuid.as_deref(), Some(want.uuid), "{at}");
+            assert_eq!(gpu.product_name.as_deref(), Some(want.product), "{at}");
+            assert_eq!(
+                gpu.bus_id.map(|b| b.to_string()).as_deref(),
+                Some(want.bus),
+                "{at}"
+            );
+            assert_eq!(gpu.memory.total_mib, want.memory_mib, "{at}");
+            assert_eq!(gpu.mig_mode, want.mig, "{at}");
+            assert_eq!(gpu.compute_process_count(), want.compute, "{at}");
+        }
+        insta::with_settings!({ snapshot_suffix => file.name, prepend_module_to_snapshot => false }, {
+            insta::assert_yaml_snapshot!("smi_xml", report);
+        });
+    }
+}
+
+#[test]
+fn smi_xml_specific_facts() {
+    let parse = |name: &str| xml::parse(&read("smi-xml", name)).unwrap();
+
+    // MIG: two instances of 42 SMs and 19968 MiB, no UUIDs or profiles in the XML.
+    let a100 = parse("netdata__a100-sxm4-40gb-mig-510.47.03-v11.xml");
+    let gpu = &a100.gpus[0];
+    assert_eq!(gpu.mig_devices.len(), 2);
+    assert!(
+        gpu.mig_devices.iter().all(|d| d.memory_mib == Some(19968)
+            && d.multiprocessors == Some(42)
+            && d.uuid.is_none())
+    );
+    assert_eq!(gpu.mig_devices[1].gpu_instance_id, Some(2));
+    assert_eq!(gpu.memory.reserved_mib, Some(605));
+    assert_eq!(gpu.gsp_firmware_version.as_deref(), Some("510.47.03"));
+    assert_eq!(gpu.product_architecture.as_deref(), Some("Ampere"));
+    let ecc = gpu.ecc.as_ref().unwrap();
+    assert_eq!(ecc.enabled, Some(true));
+    assert_eq!(
+        ecc.volatile_uncorrected, None,
+        "all N/A in the volatile block"
+    );
+    assert_eq!(ecc.aggregate_uncorrected, Some(0));
+    assert_eq!(gpu.usage.power_draw_w, Some(66.92));
+    assert_eq!(gpu.usage.clock_sm_mhz, Some(1410));
+
+    // K80 in a Hyper-V guest: minors 1,2,3,0 in document order, 32-bit domains.
+    let k80 = parse("pai__4x-tesla-k80-430.26-v10.xml");
+    let minors: Vec<_> = k80.gpus.iter().map(|g| g.minor_number).collect();
+    assert_eq!(minors, [Some(1), Some(2), Some(3), Some(0)]);
+    assert_eq!(k80.attached_gpus, Some(4));
+    assert_eq!(k80.gpus[3].bus_id.unwrap().domain, 0xF8D6);
+    assert_eq!(
+        k80.gpus[0].ecc.as_ref().unwrap().volatile_corrected,
+        Some(0)
+    );
+
+    // Windows: WDDM, no minor, no persistence; C+G processes with empty names count.
+    let t4 = parse("telegraf__tesla-t4-512.78-win.xml");
+    let gpu = &t4.gpus[0];
+    assert_eq!(gpu.driver_model.as_deref(), Some("WDDM"));
+    assert_eq!(gpu.minor_number, None);
+    assert_eq!(gpu.persistence_mode, None);
+    assert!(
+        gpu.processes
+            .iter()
+            .any(|p| p.name.as_deref() == Some("C:\\Windows\\explorer.exe"))
+    );
+
+    // v13: instant power when average is N/A, current_power_limit, remapped rows present.
+    let a5000 = parse("telegraf__dual-rtx-a5000-590.44.01-v13.xml");
+    let gpu = &a5000.gpus[0];
+    assert_eq!(gpu.usage.power_draw_w, Some(6.41));
+    assert_eq!(gpu.usage.power_limit_w, Some(230.0));
+    let rows = gpu.remapped_rows.as_ref().unwrap();
+    assert_eq!(
+        (
+            rows.correctable,
+            rows.uncorrectable,
+            rows.pending,
+            rows.failure
+        ),
+        (Some(0), Some(0), Some(false), Some(false))
+    );
+    let rtx2070 = parse("telegraf__dual-rtx-2070-590.44.01-v13.xml");
+    assert_eq!(rtx2070.gpus[0].usage.power_draw_w, Some(9.23));
+
+    // Trimmed documents: no driver version, attached_gpus disagreeing with the GPUs present.
+    assert_eq!(
+        parse("telegraf__gtx-1070-ti-v10-excerpt.xml").attached_gpus,
+        None
+    );
+    let gtx1070 = parse("pai__2x-gtx-1070-384.66-v9.xml");
+    assert_eq!((gtx1070.attached_gpus, gtx1070.gpus.len()), (Some(6), 2));
+}
