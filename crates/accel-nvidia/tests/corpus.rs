@@ -8,7 +8,7 @@ use std::fs;
 use std::path::PathBuf;
 
 use accel_core::inventory::MigMode;
-use accel_nvidia::smi::xml;
+use accel_nvidia::smi::{list, xml};
 
 fn fixtures(folder: &str) -> PathBuf {
     let dir = PathBuf::from(concat!(
@@ -520,4 +520,387 @@ fn smi_xml_specific_facts() {
     );
     let gtx1070 = parse("pai__2x-gtx-1070-384.66-v9.xml");
     assert_eq!((gtx1070.attached_gpus, gtx1070.gpus.len()), (Some(6), 2));
+}
+
+struct ListFile {
+    name: &'static str,
+    gpus: &'static [ListGpu],
+}
+
+struct ListGpu {
+    index: u32,
+    product: &'static str,
+    uuid: &'static str,
+    /// The MIG children's profiles in order, comma-separated.
+    mig_profiles: &'static str,
+}
+
+const LIST: &[ListFile] = &[
+    ListFile {
+        name: "exporter-testdata__8x-h100-mig-list.txt",
+        gpus: &[
+            ListGpu {
+                index: 0,
+                product: "NVIDIA H100 80GB HBM3",
+                uuid: "GPU-63d1e50a-b952-d15c-0740-12bc14859142",
+                mig_profiles: "1g.10gb,1g.10gb,1g.10gb,1g.10gb,1g.10gb,1g.10gb,1g.10gb",
+            },
+            ListGpu {
+                index: 1,
+                product: "NVIDIA H100 80GB HBM3",
+                uuid: "GPU-7e7d2a20-56b8-3220-e75c-1f3185864bda",
+                mig_profiles: "1g.10gb,1g.10gb,1g.10gb,1g.10gb,1g.10gb,1g.10gb,1g.10gb",
+            },
+            ListGpu {
+                index: 2,
+                product: "NVIDIA H100 80GB HBM3",
+                uuid: "GPU-20e54ffb-782f-47b6-2d6f-2641b20a4ec1",
+                mig_profiles: "1g.10gb,1g.10gb,1g.10gb,1g.10gb,1g.10gb,1g.10gb,1g.10gb",
+            },
+            ListGpu {
+                index: 3,
+                product: "NVIDIA H100 80GB HBM3",
+                uuid: "GPU-8e70d727-bd2d-0723-0bf5-015d93cb90e6",
+                mig_profiles: "1g.10gb,1g.10gb,1g.10gb,1g.10gb,1g.10gb,1g.10gb,1g.10gb",
+            },
+            ListGpu {
+                index: 4,
+                product: "NVIDIA H100 80GB HBM3",
+                uuid: "GPU-3d761336-f338-7808-b8d6-dc4c2d11537f",
+                mig_profiles: "1g.10gb,1g.10gb,1g.10gb,1g.10gb,1g.10gb,1g.10gb,1g.10gb",
+            },
+            ListGpu {
+                index: 5,
+                product: "NVIDIA H100 80GB HBM3",
+                uuid: "GPU-7d6267d7-7109-1970-9adf-852cdf00b314",
+                mig_profiles: "1g.10gb,1g.10gb,1g.10gb,1g.10gb,1g.10gb,1g.10gb,1g.10gb",
+            },
+            ListGpu {
+                index: 6,
+                product: "NVIDIA H100 80GB HBM3",
+                uuid: "GPU-f10582d0-a657-b746-3bed-366c6a014f07",
+                mig_profiles: "1g.10gb,1g.10gb,1g.10gb,1g.10gb,1g.10gb,1g.10gb,1g.10gb",
+            },
+            ListGpu {
+                index: 7,
+                product: "NVIDIA H100 80GB HBM3",
+                uuid: "GPU-882ebfab-da98-c41e-357c-47272c0d560d",
+                mig_profiles: "1g.10gb,1g.10gb,1g.10gb,1g.10gb,1g.10gb,1g.10gb,1g.10gb",
+            },
+        ],
+    },
+    ListFile {
+        name: "h100-80gb-hbm3-590.48.01-linux.txt",
+        gpus: &[ListGpu {
+            index: 0,
+            product: "NVIDIA H100 80GB HBM3",
+            uuid: "GPU-00000000-0000-0000-0000-000000000000",
+            mig_profiles: "",
+        }],
+    },
+    ListFile {
+        name: "h100-mig-590.48.01-linux.txt",
+        gpus: &[ListGpu {
+            index: 0,
+            product: "NVIDIA H100 80GB HBM3",
+            uuid: "GPU-00000000-0000-0000-0000-000000000000",
+            mig_profiles: "3g.40gb,2g.20gb,1g.10gb,1g.10gb",
+        }],
+    },
+    ListFile {
+        name: "h200-590.48.01-linux.txt",
+        gpus: &[ListGpu {
+            index: 0,
+            product: "NVIDIA H200",
+            uuid: "GPU-00000000-0000-0000-0000-000000000000",
+            mig_profiles: "",
+        }],
+    },
+    ListFile {
+        name: "h200-mig-590.48.01-linux.txt",
+        gpus: &[ListGpu {
+            index: 0,
+            product: "NVIDIA H200",
+            uuid: "GPU-00000000-0000-0000-0000-000000000000",
+            mig_profiles: "1c.3g.71gb,2c.3g.71gb,2g.35gb,1g.18gb,1g.18gb",
+        }],
+    },
+    ListFile {
+        name: "l40s-595.80-linux.txt",
+        gpus: &[ListGpu {
+            index: 0,
+            product: "NVIDIA L40S",
+            uuid: "GPU-00000000-0000-0000-0000-000000000000",
+            mig_profiles: "",
+        }],
+    },
+    ListFile {
+        name: "rtx2080super-591.86-windows.txt",
+        gpus: &[ListGpu {
+            index: 0,
+            product: "NVIDIA GeForce RTX 2080 SUPER",
+            uuid: "GPU-00000000-0000-0000-0000-000000000000",
+            mig_profiles: "",
+        }],
+    },
+    ListFile {
+        name: "rtx2080super-595.71.05-linux.txt",
+        gpus: &[ListGpu {
+            index: 0,
+            product: "NVIDIA GeForce RTX 2080 SUPER",
+            uuid: "GPU-00000000-0000-0000-0000-000000000000",
+            mig_profiles: "",
+        }],
+    },
+    ListFile {
+        name: "rtx2080super-610.57.04-linux.txt",
+        gpus: &[ListGpu {
+            index: 0,
+            product: "NVIDIA GeForce RTX 2080 SUPER",
+            uuid: "GPU-00000000-0000-0000-0000-000000000000",
+            mig_profiles: "",
+        }],
+    },
+    ListFile {
+        name: "rtx2080super-610.62-windows.txt",
+        gpus: &[ListGpu {
+            index: 0,
+            product: "NVIDIA GeForce RTX 2080 SUPER",
+            uuid: "GPU-00000000-0000-0000-0000-000000000000",
+            mig_profiles: "",
+        }],
+    },
+    ListFile {
+        name: "rtx4080super-595.71.05-linux.txt",
+        gpus: &[ListGpu {
+            index: 0,
+            product: "NVIDIA GeForce RTX 4080 SUPER",
+            uuid: "GPU-00000000-0000-0000-0000-000000000000",
+            mig_profiles: "",
+        }],
+    },
+];
+
+/// The `-L` captures that sit in the mig folder.
+const MIG_LIST: &[ListFile] = &[
+    ListFile {
+        name: "a100-40gb-r450-L-old-mig-uuid-7x1g__nvidia-cloud-native-docs.txt",
+        gpus: &[ListGpu {
+            index: 0,
+            product: "A100-SXM4-40GB",
+            uuid: "GPU-4200ccc0-2667-d4cb-9137-f932c716232a",
+            mig_profiles: "1g.5gb,1g.5gb,1g.5gb,1g.5gb,1g.5gb,1g.5gb,1g.5gb",
+        }],
+    },
+    ListFile {
+        name: "a100-40gb-r450-L-old-mig-uuid-mixed__nvidia-cloud-native-docs.txt",
+        gpus: &[ListGpu {
+            index: 0,
+            product: "A100-SXM4-40GB",
+            uuid: "GPU-4200ccc0-2667-d4cb-9137-f932c716232a",
+            mig_profiles: "3g.20gb,2g.10gb,1g.5gb",
+        }],
+    },
+    ListFile {
+        name: "a100-40gb-r470-L-8gpu-mixed__nvidia-mig-user-guide.txt",
+        gpus: &[
+            ListGpu {
+                index: 0,
+                product: "A100-SXM4-40GB",
+                uuid: "GPU-5d5ba0d6-d33d-2b2c-524d-9e3d8d2b8a77",
+                mig_profiles: "1g.5gb,1g.5gb,1g.5gb,1g.5gb,1g.5gb,1g.5gb,1g.5gb",
+            },
+            ListGpu {
+                index: 1,
+                product: "A100-SXM4-40GB",
+                uuid: "GPU-0aa11ebd-627f-af3f-1a0d-4e1fd92fd7b0",
+                mig_profiles: "2g.10gb,2g.10gb,2g.10gb",
+            },
+            ListGpu {
+                index: 2,
+                product: "A100-SXM4-40GB",
+                uuid: "GPU-08279800-1cbe-a71d-f3e6-8f67e15ae54a",
+                mig_profiles: "3g.20gb,3g.20gb",
+            },
+            ListGpu {
+                index: 3,
+                product: "A100-SXM4-40GB",
+                uuid: "GPU-71086aca-c858-d1e0-aae1-275bed1008b9",
+                mig_profiles: "7g.40gb",
+            },
+            ListGpu {
+                index: 4,
+                product: "A100-SXM4-40GB",
+                uuid: "GPU-74fa9fb7-ccf6-8234-e597-7af8ace9a8f5",
+                mig_profiles: "1c.3g.20gb,1c.3g.20gb,1c.3g.20gb,1c.3g.20gb,1c.3g.20gb,1c.3g.20gb",
+            },
+            ListGpu {
+                index: 5,
+                product: "A100-SXM4-40GB",
+                uuid: "GPU-3301e6dd-d38f-0eb5-4665-6c9659f320ff",
+                mig_profiles: "4g.20gb",
+            },
+            ListGpu {
+                index: 6,
+                product: "A100-SXM4-40GB",
+                uuid: "GPU-bb40ed7d-cbbb-d92c-50ac-24803cda52c5",
+                mig_profiles: "1c.7g.40gb,2c.7g.40gb,3c.7g.40gb",
+            },
+            ListGpu {
+                index: 7,
+                product: "A100-SXM4-40GB",
+                uuid: "GPU-95fac899-e21a-0e44-b0fc-e4e3bf106feb",
+                mig_profiles: "4g.20gb,2g.10gb",
+            },
+        ],
+    },
+    ListFile {
+        name: "gh200-480gb-550.54.15-L-mig__kf-cuanschutz-gh-logs.txt",
+        gpus: &[ListGpu {
+            index: 0,
+            product: "NVIDIA GH200 480GB",
+            uuid: "GPU-42cb9eed-bcd8-7856-e232-d14e35c16632",
+            mig_profiles: "1g.24gb,1g.24gb,1g.24gb,1g.12gb",
+        }],
+    },
+    ListFile {
+        name: "h100-80gb-hbm3-L-7x1g.10gb-crlf__nvidia-cloud-native-docs.txt",
+        gpus: &[ListGpu {
+            index: 0,
+            product: "NVIDIA H100 80GB HBM3",
+            uuid: "GPU-b4895dbf-9350-2524-a89b-98161ddd9fe4",
+            mig_profiles: "1g.10gb,1g.10gb,1g.10gb,1g.10gb,1g.10gb,1g.10gb,1g.10gb",
+        }],
+    },
+    ListFile {
+        name: "h100-80gb-hbm3-L-mixed-crlf__nvidia-cloud-native-docs.txt",
+        gpus: &[ListGpu {
+            index: 0,
+            product: "NVIDIA H100 80GB HBM3",
+            uuid: "GPU-b4895dbf-9350-2524-a89b-98161ddd9fe4",
+            mig_profiles: "3g.40gb,2g.20gb,1g.10gb,1g.10gb",
+        }],
+    },
+    ListFile {
+        name: "h100-80gb-hbm3-r570-L-mig-1c.3g__nvidia-mig-user-guide.txt",
+        gpus: &[ListGpu {
+            index: 0,
+            product: "NVIDIA H100 80GB HBM3",
+            uuid: "GPU-c08d91cb-e324-655c-71ba-7570956445bc",
+            mig_profiles: "1c.3g.40gb,1c.3g.40gb,1c.3g.40gb,1g.10gb,1g.10gb",
+        }],
+    },
+    ListFile {
+        name: "rtx-pro-6000-blackwell-server-610.43.02-L-8gpu-32mig__kubesimplify-blog.txt",
+        gpus: &[
+            ListGpu {
+                index: 0,
+                product: "NVIDIA RTX PRO 6000 Blackwell Server Edition",
+                uuid: "GPU-8b89b58e-b427-108d-ac50-06138d78fe78",
+                mig_profiles: "1g.24gb,1g.24gb,1g.24gb,1g.24gb",
+            },
+            ListGpu {
+                index: 1,
+                product: "NVIDIA RTX PRO 6000 Blackwell Server Edition",
+                uuid: "GPU-03a041b7-8abf-360a-d1a2-dfd70188cd5f",
+                mig_profiles: "1g.24gb,1g.24gb,1g.24gb,1g.24gb",
+            },
+            ListGpu {
+                index: 2,
+                product: "NVIDIA RTX PRO 6000 Blackwell Server Edition",
+                uuid: "GPU-ba09367f-dd50-32ca-e988-7ff66bece885",
+                mig_profiles: "1g.24gb,1g.24gb,1g.24gb,1g.24gb",
+            },
+            ListGpu {
+                index: 3,
+                product: "NVIDIA RTX PRO 6000 Blackwell Server Edition",
+                uuid: "GPU-30512c46-708b-f374-5698-ee24be6cd626",
+                mig_profiles: "1g.24gb,1g.24gb,1g.24gb,1g.24gb",
+            },
+            ListGpu {
+                index: 4,
+                product: "NVIDIA RTX PRO 6000 Blackwell Server Edition",
+                uuid: "GPU-4c395b7a-a7e6-d90f-1ced-d96e8dd68288",
+                mig_profiles: "1g.24gb,1g.24gb,1g.24gb,1g.24gb",
+            },
+            ListGpu {
+                index: 5,
+                product: "NVIDIA RTX PRO 6000 Blackwell Server Edition",
+                uuid: "GPU-04dc48d7-7048-aef5-ad36-f5db716e7668",
+                mig_profiles: "1g.24gb,1g.24gb,1g.24gb,1g.24gb",
+            },
+            ListGpu {
+                index: 6,
+                product: "NVIDIA RTX PRO 6000 Blackwell Server Edition",
+                uuid: "GPU-f4f5db98-143f-0a8d-47ce-956fab39a736",
+                mig_profiles: "1g.24gb,1g.24gb,1g.24gb,1g.24gb",
+            },
+            ListGpu {
+                index: 7,
+                product: "NVIDIA RTX PRO 6000 Blackwell Server Edition",
+                uuid: "GPU-f4c61521-240a-da09-2787-e576034e197e",
+                mig_profiles: "1g.24gb,1g.24gb,1g.24gb,1g.24gb",
+            },
+        ],
+    },
+];
+
+fn check_list(folder: &str, file: &ListFile) {
+    let text = String::from_utf8(read(folder, file.name)).unwrap();
+    let gpus = list::parse(&text).unwrap_or_else(|e| panic!("{}: {e}", file.name));
+    assert_eq!(gpus.len(), file.gpus.len(), "{}", file.name);
+    for (gpu, want) in gpus.iter().zip(file.gpus) {
+        let at = format!("{} GPU {}", file.name, want.index);
+        assert_eq!(gpu.index, want.index, "{at}");
+        assert_eq!(gpu.product, want.product, "{at}");
+        assert_eq!(gpu.uuid.as_deref(), Some(want.uuid), "{at}");
+        let profiles: Vec<&str> = gpu.mig_devices.iter().map(|m| m.profile.as_str()).collect();
+        assert_eq!(profiles.join(","), want.mig_profiles, "{at}");
+        for (i, mig) in gpu.mig_devices.iter().enumerate() {
+            assert_eq!(
+                mig.device_index as usize, i,
+                "{at}: MIG devices restart at 0 per GPU"
+            );
+            assert!(
+                mig.uuid.as_deref().is_some_and(|u| u.starts_with("MIG-")),
+                "{at}"
+            );
+        }
+    }
+    insta::with_settings!({ snapshot_suffix => file.name, prepend_module_to_snapshot => false }, {
+        insta::assert_yaml_snapshot!("list", gpus);
+    });
+}
+
+#[test]
+fn list_every_file() {
+    assert_same_files("list", LIST.iter().map(|f| f.name));
+    for file in LIST {
+        check_list("list", file);
+    }
+    let mig_folder: Vec<String> = files("mig");
+    for file in MIG_LIST {
+        assert!(
+            mig_folder.iter().any(|n| n == file.name),
+            "{} is gone",
+            file.name
+        );
+        check_list("mig", file);
+    }
+}
+
+#[test]
+fn list_r450_uuid_names_its_instances() {
+    let text = String::from_utf8(read(
+        "mig",
+        "a100-40gb-r450-L-old-mig-uuid-mixed__nvidia-cloud-native-docs.txt",
+    ))
+    .unwrap();
+    let gpus = list::parse(&text).unwrap();
+    let ids: Vec<_> = gpus[0]
+        .mig_devices
+        .iter()
+        .map(|m| m.legacy_instance)
+        .collect();
+    assert_eq!(ids, [Some((2, 0)), Some((3, 0)), Some((9, 0))]);
 }
