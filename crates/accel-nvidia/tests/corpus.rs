@@ -8,7 +8,7 @@ use std::fs;
 use std::path::PathBuf;
 
 use accel_core::inventory::MigMode;
-use accel_nvidia::smi::{list, xml};
+use accel_nvidia::smi::{csv, list, value, xml};
 
 fn fixtures(folder: &str) -> PathBuf {
     let dir = PathBuf::from(concat!(
@@ -903,4 +903,272 @@ fn list_r450_uuid_names_its_instances() {
         .map(|m| m.legacy_instance)
         .collect();
     assert_eq!(ids, [Some((2, 0)), Some((3, 0)), Some((9, 0))]);
+}
+
+struct CsvFile {
+    name: &'static str,
+    fields: usize,
+    rows: usize,
+    /// From `uuid` or `gpu_uuid`, in the first row.
+    uuid: Option<&'static str>,
+    /// From `name` or `gpu_name`.
+    product: Option<&'static str>,
+    /// From `pci.bus_id` or `gpu_bus_id`.
+    bus: Option<&'static str>,
+    memory_total: Option<&'static str>,
+}
+
+const CSV: &[CsvFile] = &[
+    CsvFile {
+        name: "h100-80gb-hbm3-590.48.01-linux__compute-apps-load.csv",
+        fields: 8,
+        rows: 3,
+        uuid: Some("GPU-00000000-0000-0000-0000-000000000000"),
+        product: Some("NVIDIA H100 80GB HBM3"),
+        bus: Some("00000000:00:09.0"),
+        memory_total: None,
+    },
+    CsvFile {
+        name: "h100-80gb-hbm3-590.48.01-linux__query-gpu-idle.csv",
+        fields: 212,
+        rows: 1,
+        uuid: Some("GPU-00000000-0000-0000-0000-000000000000"),
+        product: Some("NVIDIA H100 80GB HBM3"),
+        bus: Some("00000000:00:09.0"),
+        memory_total: Some("81559 MiB"),
+    },
+    CsvFile {
+        name: "h100-mig-590.48.01-linux__compute-apps-load.csv",
+        fields: 8,
+        rows: 3,
+        uuid: Some("GPU-00000000-0000-0000-0000-000000000000"),
+        product: Some("NVIDIA H100 80GB HBM3"),
+        bus: Some("00000000:00:09.0"),
+        memory_total: None,
+    },
+    CsvFile {
+        name: "h100-mig-590.48.01-linux__query-gpu-idle.csv",
+        fields: 212,
+        rows: 1,
+        uuid: Some("GPU-00000000-0000-0000-0000-000000000000"),
+        product: Some("NVIDIA H100 80GB HBM3"),
+        bus: Some("00000000:00:09.0"),
+        memory_total: Some("81559 MiB"),
+    },
+    CsvFile {
+        name: "h200-590.48.01-linux__compute-apps-load.csv",
+        fields: 8,
+        rows: 3,
+        uuid: Some("GPU-00000000-0000-0000-0000-000000000000"),
+        product: Some("NVIDIA H200"),
+        bus: Some("00000000:83:00.0"),
+        memory_total: None,
+    },
+    CsvFile {
+        name: "h200-590.48.01-linux__query-gpu-idle.csv",
+        fields: 212,
+        rows: 1,
+        uuid: Some("GPU-00000000-0000-0000-0000-000000000000"),
+        product: Some("NVIDIA H200"),
+        bus: Some("00000000:83:00.0"),
+        memory_total: Some("143771 MiB"),
+    },
+    CsvFile {
+        name: "h200-mig-590.48.01-linux__compute-apps-load.csv",
+        fields: 8,
+        rows: 3,
+        uuid: Some("GPU-00000000-0000-0000-0000-000000000000"),
+        product: Some("NVIDIA H200"),
+        bus: Some("00000000:83:00.0"),
+        memory_total: None,
+    },
+    CsvFile {
+        name: "h200-mig-590.48.01-linux__query-gpu-idle.csv",
+        fields: 212,
+        rows: 1,
+        uuid: Some("GPU-00000000-0000-0000-0000-000000000000"),
+        product: Some("NVIDIA H200"),
+        bus: Some("00000000:83:00.0"),
+        memory_total: Some("143771 MiB"),
+    },
+    CsvFile {
+        name: "l40s-595.80-linux__compute-apps-load.csv",
+        fields: 8,
+        rows: 2,
+        uuid: Some("GPU-00000000-0000-0000-0000-000000000000"),
+        product: Some("NVIDIA L40S"),
+        bus: Some("00000000:01:00.0"),
+        memory_total: None,
+    },
+    CsvFile {
+        name: "l40s-595.80-linux__query-gpu-idle.csv",
+        fields: 202,
+        rows: 1,
+        uuid: Some("GPU-00000000-0000-0000-0000-000000000000"),
+        product: Some("NVIDIA L40S"),
+        bus: Some("00000000:01:00.0"),
+        memory_total: Some("46068 MiB"),
+    },
+    CsvFile {
+        name: "netdata__tesla-p100-query-gpu.csv",
+        fields: 15,
+        rows: 1,
+        uuid: Some("GPU-ef1b2c9b-38d8-2090-2bd1-f567a3eb42a6"),
+        product: Some("Tesla P100-PCIE-16GB"),
+        bus: None,
+        memory_total: None,
+    },
+    CsvFile {
+        name: "rtx2080super-591.86-windows__compute-apps-load.csv",
+        fields: 8,
+        rows: 12,
+        uuid: Some("GPU-00000000-0000-0000-0000-000000000000"),
+        product: Some("NVIDIA GeForce RTX 2080 SUPER"),
+        bus: Some("00000000:0C:00.0"),
+        memory_total: None,
+    },
+    CsvFile {
+        name: "rtx2080super-591.86-windows__query-gpu-idle.csv",
+        fields: 210,
+        rows: 1,
+        uuid: Some("GPU-00000000-0000-0000-0000-000000000000"),
+        product: Some("NVIDIA GeForce RTX 2080 SUPER"),
+        bus: Some("00000000:0C:00.0"),
+        memory_total: Some("8192 MiB"),
+    },
+    CsvFile {
+        name: "rtx2080super-595.71.05-linux__compute-apps-load.csv",
+        fields: 8,
+        rows: 2,
+        uuid: Some("GPU-00000000-0000-0000-0000-000000000000"),
+        product: Some("NVIDIA GeForce RTX 2080 SUPER"),
+        bus: Some("00000000:0C:00.0"),
+        memory_total: None,
+    },
+    CsvFile {
+        name: "rtx2080super-595.71.05-linux__query-gpu-idle.csv",
+        fields: 202,
+        rows: 1,
+        uuid: Some("GPU-00000000-0000-0000-0000-000000000000"),
+        product: Some("NVIDIA GeForce RTX 2080 SUPER"),
+        bus: Some("00000000:0C:00.0"),
+        memory_total: Some("8192 MiB"),
+    },
+    CsvFile {
+        name: "rtx2080super-610.57.04-linux__compute-apps-load.csv",
+        fields: 8,
+        rows: 2,
+        uuid: Some("GPU-00000000-0000-0000-0000-000000000000"),
+        product: Some("NVIDIA GeForce RTX 2080 SUPER"),
+        bus: Some("00000000:0C:00.0"),
+        memory_total: None,
+    },
+    CsvFile {
+        name: "rtx2080super-610.57.04-linux__query-gpu-idle.csv",
+        fields: 241,
+        rows: 1,
+        uuid: Some("GPU-00000000-0000-0000-0000-000000000000"),
+        product: Some("NVIDIA GeForce RTX 2080 SUPER"),
+        bus: Some("00000000:0C:00.0"),
+        memory_total: Some("8192 MiB"),
+    },
+    CsvFile {
+        name: "rtx2080super-610.62-windows__compute-apps-load.csv",
+        fields: 8,
+        rows: 21,
+        uuid: Some("GPU-00000000-0000-0000-0000-000000000000"),
+        product: Some("NVIDIA GeForce RTX 2080 SUPER"),
+        bus: Some("00000000:0C:00.0"),
+        memory_total: None,
+    },
+    CsvFile {
+        name: "rtx2080super-610.62-windows__query-gpu-idle.csv",
+        fields: 239,
+        rows: 1,
+        uuid: Some("GPU-00000000-0000-0000-0000-000000000000"),
+        product: Some("NVIDIA GeForce RTX 2080 SUPER"),
+        bus: Some("00000000:0C:00.0"),
+        memory_total: Some("8192 MiB"),
+    },
+    CsvFile {
+        name: "rtx4080super-595.71.05-linux__compute-apps-load.csv",
+        fields: 8,
+        rows: 3,
+        uuid: Some("GPU-00000000-0000-0000-0000-000000000000"),
+        product: Some("NVIDIA GeForce RTX 4080 SUPER"),
+        bus: Some("00000000:01:00.0"),
+        memory_total: None,
+    },
+    CsvFile {
+        name: "rtx4080super-595.71.05-linux__query-gpu-idle.csv",
+        fields: 202,
+        rows: 1,
+        uuid: Some("GPU-00000000-0000-0000-0000-000000000000"),
+        product: Some("NVIDIA GeForce RTX 4080 SUPER"),
+        bus: Some("00000000:01:00.0"),
+        memory_total: Some("16376 MiB"),
+    },
+];
+
+#[test]
+fn smi_csv_every_file() {
+    assert_same_files("smi-csv", CSV.iter().map(|f| f.name));
+    for file in CSV {
+        let text = String::from_utf8(read("smi-csv", file.name)).unwrap();
+        let table = csv::parse_table(&text).unwrap_or_else(|e| panic!("{}: {e}", file.name));
+        assert_eq!(table.fields.len(), file.fields, "{}", file.name);
+        assert_eq!(table.rows.len(), file.rows, "{}", file.name);
+        let first = &table.rows[0];
+        let get = |a: &str, b: &str| first.get(a).or_else(|| first.get(b)).map(String::as_str);
+        assert_eq!(get("uuid", "gpu_uuid"), file.uuid, "{}", file.name);
+        assert_eq!(get("name", "gpu_name"), file.product, "{}", file.name);
+        assert_eq!(get("pci.bus_id", "gpu_bus_id"), file.bus, "{}", file.name);
+        assert_eq!(
+            get("memory.total", "memory.total"),
+            file.memory_total,
+            "{}",
+            file.name
+        );
+        if let Some(total) = file.memory_total {
+            assert!(value::mebibytes(total).is_some(), "{}", file.name);
+        }
+        if file.name.contains("compute-apps") {
+            // Every line is a process of the one GPU; none has a `type` column to filter on.
+            let counts = csv::compute_app_counts_from_table(&table);
+            assert_eq!(
+                counts.values().sum::<u32>() as usize,
+                file.rows,
+                "{}",
+                file.name
+            );
+        }
+    }
+}
+
+#[test]
+fn smi_csv_windows_paths_with_spaces_stay_whole() {
+    let text = String::from_utf8(read(
+        "smi-csv",
+        "rtx2080super-591.86-windows__compute-apps-load.csv",
+    ))
+    .unwrap();
+    let table = csv::parse_table(&text).unwrap();
+    assert!(
+        table
+            .rows
+            .iter()
+            .any(|r| r.get("process_name").map(String::as_str)
+                == Some("C:\\Program Files\\NZXT CAM\\NZXT CAM.exe"))
+    );
+    assert!(
+        table
+            .rows
+            .iter()
+            .all(|r| !r.contains_key("used_gpu_memory")),
+        "[N/A] is absent"
+    );
+    assert_eq!(
+        table.units.get("used_gpu_memory").map(String::as_str),
+        Some("MiB")
+    );
 }
