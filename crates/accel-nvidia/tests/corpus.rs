@@ -8,7 +8,7 @@ use std::fs;
 use std::path::PathBuf;
 
 use accel_core::inventory::MigMode;
-use accel_nvidia::smi::{csv, list, value, xml};
+use accel_nvidia::smi::{csv, list, topo, value, xml};
 
 fn fixtures(folder: &str) -> PathBuf {
     let dir = PathBuf::from(concat!(
@@ -1170,5 +1170,105 @@ fn smi_csv_windows_paths_with_spaces_stay_whole() {
     assert_eq!(
         table.units.get("used_gpu_memory").map(String::as_str),
         Some("MiB")
+    );
+}
+
+/// (file, GPU rows, GPU0's CPU affinity, GPU0's NUMA affinity); `None` rows: not a matrix.
+type TopoExpectation = (
+    &'static str,
+    Option<usize>,
+    Option<&'static str>,
+    Option<&'static str>,
+);
+
+const TOPO: &[TopoExpectation] = &[
+    (
+        "go-gpuallocator-17__8x-rtx4090-2nic.txt",
+        Some(8),
+        Some("0-55,112-167"),
+        Some("0"),
+    ),
+    (
+        "h100-80gb-hbm3-590.48.01-linux.txt",
+        Some(1),
+        Some("0-19"),
+        Some("0"),
+    ),
+    (
+        "h100-mig-590.48.01-linux.txt",
+        Some(1),
+        Some("0-19"),
+        Some("0"),
+    ),
+    ("h200-590.48.01-linux.txt", Some(1), Some("0-23"), Some("0")),
+    (
+        "h200-mig-590.48.01-linux.txt",
+        Some(1),
+        Some("0-23"),
+        Some("0"),
+    ),
+    ("l40s-595.80-linux.txt", Some(1), Some("0-7"), Some("0")),
+    ("rtx2080super-591.86-windows.txt", None, None, None),
+    (
+        "rtx2080super-595.71.05-linux.txt",
+        Some(1),
+        Some("0-23"),
+        Some("0"),
+    ),
+    (
+        "rtx2080super-610.57.04-linux.txt",
+        Some(1),
+        Some("0-23"),
+        Some("0"),
+    ),
+    ("rtx2080super-610.62-windows.txt", Some(1), None, None),
+    (
+        "rtx4080super-595.71.05-linux.txt",
+        Some(1),
+        Some("0-15"),
+        Some("0"),
+    ),
+];
+
+#[test]
+fn topo_every_file() {
+    assert_same_files("topo", TOPO.iter().map(|f| f.0));
+    for (name, rows, cpu, numa) in TOPO {
+        let text = String::from_utf8(read("topo", name)).unwrap();
+        let parsed = topo::parse(&text);
+        let Some(rows) = rows else {
+            assert!(parsed.is_err(), "{name}: a failure text is not a matrix");
+            continue;
+        };
+        let topology = parsed.unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!(topology.gpus.len(), *rows, "{name}");
+        let gpu0 = &topology.gpus[0];
+        assert_eq!(gpu0.index, 0, "{name}");
+        assert_eq!(gpu0.peers.get(&0).map(String::as_str), Some("X"), "{name}");
+        assert_eq!(gpu0.cpu_affinity.as_deref(), *cpu, "{name}");
+        assert_eq!(gpu0.numa_affinity.as_deref(), *numa, "{name}");
+        assert_eq!(
+            gpu0.gpu_numa_id, None,
+            "{name}: N/A everywhere in the corpus"
+        );
+        insta::with_settings!({ snapshot_suffix => *name, prepend_module_to_snapshot => false }, {
+            insta::assert_yaml_snapshot!("topo", topology);
+        });
+    }
+}
+
+#[test]
+fn topo_eight_gpus_two_nics() {
+    let text = String::from_utf8(read("topo", "go-gpuallocator-17__8x-rtx4090-2nic.txt")).unwrap();
+    let topology = topo::parse(&text).unwrap();
+    let gpu6 = &topology.gpus[6];
+    assert_eq!(gpu6.peers.len(), 8);
+    assert_eq!(gpu6.peers.get(&0).map(String::as_str), Some("SYS"));
+    assert_eq!(gpu6.nics.get("NIC0").map(String::as_str), Some("PHB"));
+    assert_eq!(gpu6.nics.get("NIC1").map(String::as_str), Some("PHB"));
+    assert_eq!(gpu6.numa_node(), Some(1));
+    assert_eq!(
+        topology.gpus[4].cpu_affinity.as_deref(),
+        Some("56-111,168-223")
     );
 }
