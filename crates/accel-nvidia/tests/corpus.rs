@@ -8,7 +8,7 @@ use std::fs;
 use std::path::PathBuf;
 
 use accel_core::inventory::MigMode;
-use accel_nvidia::smi::{csv, list, topo, value, xml};
+use accel_nvidia::smi::{csv, list, mig, topo, value, xml};
 
 fn fixtures(folder: &str) -> PathBuf {
     let dir = PathBuf::from(concat!(
@@ -1271,4 +1271,301 @@ fn topo_eight_gpus_two_nics() {
         topology.gpus[4].cpu_affinity.as_deref(),
         Some("56-111,168-223")
     );
+}
+
+/// What a file in the mig folder holds, with its row count.
+#[derive(Debug, Clone, Copy)]
+enum MigKind {
+    /// `nvidia-smi -L` (checked against `MIG_LIST`).
+    List,
+    Profiles(usize),
+    Placements(usize),
+    GpuInstances(usize),
+    ComputeInstances(usize),
+    /// Other commands' output and errors: no listing.
+    Other,
+}
+
+use MigKind::{ComputeInstances, GpuInstances, List, Other, Placements, Profiles};
+
+const MIG: &[(&str, MigKind)] = &[
+    ("a100-40gb-mig-cgi-C__nvidia-mig-user-guide.txt", Other),
+    ("a100-40gb-mig-cgi-no-C__nvidia-mig-user-guide.txt", Other),
+    (
+        "a100-40gb-mig-cgi-partial-failure__nvidia-mig-user-guide.txt",
+        Other,
+    ),
+    ("a100-40gb-mig-dci__nvidia-mig-user-guide.txt", Other),
+    ("a100-40gb-mig-dgi__nvidia-mig-user-guide.txt", Other),
+    (
+        "a100-40gb-mig-lgipp__nvidia-mig-user-guide.txt",
+        Placements(7),
+    ),
+    (
+        "a100-40gb-old-mig-cci-no-ci-id__nvidia-mig-user-guide.txt",
+        Other,
+    ),
+    (
+        "a100-40gb-old-mig-lci-no-placement__nvidia-mig-user-guide.txt",
+        ComputeInstances(3),
+    ),
+    (
+        "a100-40gb-old-mig-lgi-2x3g__nvidia-mig-user-guide.txt",
+        GpuInstances(2),
+    ),
+    (
+        "a100-40gb-old-mig-lgi-3-2-1-1__nvidia-mig-user-guide.txt",
+        GpuInstances(4),
+    ),
+    (
+        "a100-40gb-old-mig-lgi-7x1g.5gb__nvidia-cloud-native-docs.txt",
+        GpuInstances(7),
+    ),
+    (
+        "a100-40gb-r450-L-old-mig-uuid-7x1g__nvidia-cloud-native-docs.txt",
+        List,
+    ),
+    (
+        "a100-40gb-r450-L-old-mig-uuid-mixed__nvidia-cloud-native-docs.txt",
+        List,
+    ),
+    (
+        "a100-40gb-r470-L-8gpu-mixed__nvidia-mig-user-guide.txt",
+        List,
+    ),
+    (
+        "a30-pre-r525-mig-lgi-4x1g.6gb__summer-lo-docker-configuration.txt",
+        GpuInstances(4),
+    ),
+    (
+        "a30-pre-r525-mig-lgip-all-used__summer-lo-docker-configuration.txt",
+        Profiles(4),
+    ),
+    (
+        "a30-pre-r525-mig-lgipp__summer-lo-docker-configuration.txt",
+        Placements(4),
+    ),
+    (
+        "gh200-480gb-550.54.15-L-mig__kf-cuanschutz-gh-logs.txt",
+        List,
+    ),
+    (
+        "gh200-480gb-550.54.15-mig-cgi-C__kf-cuanschutz-gh-logs.txt",
+        Other,
+    ),
+    (
+        "gh200-480gb-550.54.15-mig-cgi-error-insufficient-resources__kf-cuanschutz-gh-logs.txt",
+        Other,
+    ),
+    (
+        "gh200-480gb-550.54.15-mig-lgip__kf-cuanschutz-gh-logs.txt",
+        Profiles(7),
+    ),
+    (
+        "h100-80gb-hbm3-L-7x1g.10gb-crlf__nvidia-cloud-native-docs.txt",
+        List,
+    ),
+    (
+        "h100-80gb-hbm3-L-mixed-crlf__nvidia-cloud-native-docs.txt",
+        List,
+    ),
+    (
+        "h100-80gb-hbm3-r570-L-mig-1c.3g__nvidia-mig-user-guide.txt",
+        List,
+    ),
+    (
+        "h100-mig-590.48.01__nvidia-smi-default-table-with-mig-devices.txt",
+        Other,
+    ),
+    (
+        "h100-nvl-560.35.03-mig-lgip__alizeechen11-mig-and-mps.txt",
+        Profiles(7),
+    ),
+    (
+        "h100-nvl-560.35.03-mig-lgipp__alizeechen11-mig-and-mps.txt",
+        Placements(7),
+    ),
+    (
+        "h200-mig-590.48.01__nvidia-smi-default-table-with-mig-devices.txt",
+        Other,
+    ),
+    (
+        "rtx-pro-6000-blackwell-server-610.43.02-L-8gpu-32mig__kubesimplify-blog.txt",
+        List,
+    ),
+    (
+        "rtx-pro-6000-blackwell-server-610.43.02-mig-cgi-C-4x1g__kubesimplify-blog.txt",
+        Other,
+    ),
+    (
+        "rtx-pro-6000-blackwell-server-610.43.02-mig-cgi-C-mixed__kubesimplify-blog.txt",
+        Other,
+    ),
+    (
+        "rtx-pro-6000-blackwell-server-610.43.02-mig-dci__kubesimplify-blog.txt",
+        Other,
+    ),
+    (
+        "rtx-pro-6000-blackwell-server-610.43.02-mig-dgi-error-in-use__kubesimplify-blog.txt",
+        Other,
+    ),
+    (
+        "rtx-pro-6000-blackwell-server-610.43.02-mig-dgi__kubesimplify-blog.txt",
+        Other,
+    ),
+    (
+        "rtx-pro-6000-blackwell-server-610.43.02-mig-lci__kubesimplify-blog.txt",
+        ComputeInstances(4),
+    ),
+    (
+        "rtx-pro-6000-blackwell-server-610.43.02-mig-lgi-4x1g__kubesimplify-blog.txt",
+        GpuInstances(4),
+    ),
+    (
+        "rtx-pro-6000-blackwell-server-610.43.02-mig-lgi-mixed__kubesimplify-blog.txt",
+        GpuInstances(3),
+    ),
+    (
+        "rtx-pro-6000-blackwell-server-610.43.02-mig-lgip__kubesimplify-blog.txt",
+        Profiles(11),
+    ),
+    (
+        "rtx-pro-6000-blackwell-server-610.43.02-mig-lgipp__kubesimplify-blog.txt",
+        Placements(11),
+    ),
+];
+
+#[test]
+fn mig_every_file() {
+    assert_same_files("mig", MIG.iter().map(|f| f.0));
+    for (name, kind) in MIG {
+        let text = String::from_utf8(read("mig", name)).unwrap();
+        // Every reader reads every file without panicking.
+        let profiles = mig::parse_profiles(&text);
+        let placements = mig::parse_placements(&text);
+        let gis = mig::parse_gpu_instances(&text);
+        let cis = mig::parse_compute_instances(&text);
+        let listed = list::parse(&text);
+        let count = |r: Result<usize, mig::MigError>| r.unwrap_or_else(|e| panic!("{name}: {e}"));
+        let snapshot = |value: serde_json::Value| {
+            insta::with_settings!({ snapshot_suffix => *name, prepend_module_to_snapshot => false }, {
+                insta::assert_yaml_snapshot!("mig", value);
+            });
+        };
+        match kind {
+            List => assert!(
+                MIG_LIST.iter().any(|f| f.name == *name),
+                "{name}: add it to MIG_LIST"
+            ),
+            Profiles(n) => {
+                assert_eq!(
+                    count(profiles.as_ref().map(Vec::len).map_err(Clone::clone)),
+                    *n,
+                    "{name}"
+                );
+                snapshot(serde_json::to_value(profiles.unwrap()).unwrap());
+            }
+            Placements(n) => {
+                assert_eq!(
+                    count(placements.as_ref().map(Vec::len).map_err(Clone::clone)),
+                    *n,
+                    "{name}"
+                );
+                snapshot(serde_json::to_value(placements.unwrap()).unwrap());
+            }
+            GpuInstances(n) => {
+                assert_eq!(
+                    count(gis.as_ref().map(Vec::len).map_err(Clone::clone)),
+                    *n,
+                    "{name}"
+                );
+                snapshot(serde_json::to_value(gis.unwrap()).unwrap());
+            }
+            ComputeInstances(n) => {
+                assert_eq!(
+                    count(cis.as_ref().map(Vec::len).map_err(Clone::clone)),
+                    *n,
+                    "{name}"
+                );
+                snapshot(serde_json::to_value(cis.unwrap()).unwrap());
+            }
+            Other => {
+                assert!(profiles.map_or(true, |v| v.is_empty()), "{name}");
+                assert!(placements.map_or(true, |v| v.is_empty()), "{name}");
+                assert!(gis.map_or(true, |v| v.is_empty()), "{name}");
+                assert!(cis.map_or(true, |v| v.is_empty()), "{name}");
+                assert!(listed.map_or(true, |v| v.is_empty()), "{name}");
+            }
+        }
+    }
+}
+
+#[test]
+fn mig_specific_facts() {
+    let text = |name: &str| String::from_utf8(read("mig", name)).unwrap();
+
+    let gh200 = mig::parse_profiles(&text(
+        "gh200-480gb-550.54.15-mig-lgip__kf-cuanschutz-gh-logs.txt",
+    ))
+    .unwrap();
+    let p = gh200.iter().find(|p| p.name == "3g.48gb").unwrap();
+    assert_eq!(
+        (p.id, p.memory.as_deref(), p.memory_unit.as_deref()),
+        (9, Some("46.50"), Some("GiB"))
+    );
+    assert_eq!((p.multiprocessors, p.copy_engines), (Some(60), Some(3)));
+    let full = gh200.iter().find(|p| p.name == "7g.96gb").unwrap();
+    assert_eq!(
+        (full.multiprocessors, full.copy_engines, full.optical_flow),
+        (Some(132), Some(8), Some(1))
+    );
+
+    let a30 = mig::parse_profiles(&text(
+        "a30-pre-r525-mig-lgip-all-used__summer-lo-docker-configuration.txt",
+    ))
+    .unwrap();
+    assert!(a30.iter().all(|p| p.instances_free == Some(0)));
+    assert_eq!(
+        a30.iter().find(|p| p.id == 0).unwrap().memory_mib(),
+        Some(24064)
+    );
+
+    let pro = mig::parse_profiles(&text(
+        "rtx-pro-6000-blackwell-server-610.43.02-mig-lgip__kubesimplify-blog.txt",
+    ))
+    .unwrap();
+    assert!(pro.iter().any(|p| p.name == "1g.24gb+me.all" && p.id == 65));
+
+    let grid = mig::parse_placements(&text(
+        "rtx-pro-6000-blackwell-server-610.43.02-mig-lgipp__kubesimplify-blog.txt",
+    ))
+    .unwrap();
+    assert_eq!(grid[0].starts, [0, 3, 6, 9]);
+    assert_eq!((grid[10].profile_id, grid[10].size), (32, 12));
+
+    let mixed = mig::parse_gpu_instances(&text(
+        "rtx-pro-6000-blackwell-server-610.43.02-mig-lgi-mixed__kubesimplify-blog.txt",
+    ))
+    .unwrap();
+    let ids: Vec<u32> = mixed.iter().map(|g| g.instance_id).collect();
+    assert_eq!(ids, [5, 6, 1], "table order, not id order");
+    assert_eq!(
+        mixed[2].placement,
+        Some(mig::Placement { start: 0, size: 6 })
+    );
+
+    let old = mig::parse_compute_instances(&text(
+        "a100-40gb-old-mig-lci-no-placement__nvidia-mig-user-guide.txt",
+    ))
+    .unwrap();
+    assert!(
+        old.iter()
+            .all(|c| c.placement.is_none() && c.name == "1c.3g.20gb" && c.gpu_instance_id == 1)
+    );
+    let new = mig::parse_compute_instances(&text(
+        "rtx-pro-6000-blackwell-server-610.43.02-mig-lci__kubesimplify-blog.txt",
+    ))
+    .unwrap();
+    let gis: Vec<u32> = new.iter().map(|c| c.gpu_instance_id).collect();
+    assert_eq!(gis, [3, 4, 5, 6]);
 }
