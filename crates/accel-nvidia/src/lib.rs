@@ -1,10 +1,11 @@
 //! NVIDIA: the procfs collector, nvidia-smi readers, enrich-by-UUID, samples, passthrough memory.
 //!
-//! The detector follows seed 002: layer 1 is procfs/sysfs ([`procfs`]), layer 2 is nvidia-smi,
-//! merged by UUID into one inventory section.
+//! The detector follows seed 002: layer 1 is procfs/sysfs ([`procfs`]), layer 2 is nvidia-smi
+//! ([`smi`]), merged by UUID into one inventory section ([`enrich`]).
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 pub mod arch;
 pub mod enrich;
 pub mod passthrough;
 pub mod procfs;
+pub mod smi;

@@ -1,0 +1,391 @@
+//! Readers of the `nvidia-smi mig` listings: GPU instance profiles (`-lgip`), their placements
+//! (`-lgipp`), GPU instances (`-lgi`) and compute instances (`-lci`).
+//!
+//! The listings are box-drawn tables whose column widths change between driver branches (54 to
+//! 81 columns, with or without a Placement column), so rows are read by their whitespace-separated
+//! words, never by position. A `-lgip` profile takes two lines. Outputs of other `mig` commands or
+//! errors hold no table and read as an error naming the first line, or as an empty list when
+//! nvidia-smi says there is nothing ("No GPU instances found"). It must not run nvidia-smi.
+
+use serde::Serialize;
+
+use super::value::{flag, present};
+
+/// `nvidia-smi mig -lgip`.
+pub const PROFILES_ARGV: &[&str] = &["nvidia-smi", "mig", "-lgip"];
+/// `nvidia-smi mig -lgipp`.
+pub const PLACEMENTS_ARGV: &[&str] = &["nvidia-smi", "mig", "-lgipp"];
+/// `nvidia-smi mig -lgi`.
+pub const GPU_INSTANCES_ARGV: &[&str] = &["nvidia-smi", "mig", "-lgi"];
+/// `nvidia-smi mig -lci`.
+pub const COMPUTE_INSTANCES_ARGV: &[&str] = &["nvidia-smi", "mig", "-lci"];
+
+/// Why a text is not the listing asked for.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum MigError {
+    /// The text holds no such listing (another command's output, or an error).
+    #[error("nvidia-smi mig output holds no {what} listing: first line {first_line:?}")]
+    NoListing {
+        what: &'static str,
+        first_line: String,
+    },
+}
+
+/// One GPU instance profile (`-lgip`, two table lines).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GpuInstanceProfile {
+    pub gpu: u32,
+    /// The profile name without the `MIG ` prefix (`1g.12gb+me`).
+    pub name: String,
+    pub id: u32,
+    pub instances_free: Option<u32>,
+    pub instances_total: Option<u32>,
+    /// The memory column as printed (`46.50`), in [`Self::memory_unit`].
+    pub memory: Option<String>,
+    /// The memory column's unit from the header (`GiB`; `MiB` on some drivers).
+    pub memory_unit: Option<String>,
+    pub p2p: Option<bool>,
+    pub multiprocessors: Option<u32>,
+    pub decoders: Option<u32>,
+    pub encoders: Option<u32>,
+    pub copy_engines: Option<u32>,
+    pub jpeg_decoders: Option<u32>,
+    pub optical_flow: Option<u32>,
+}
+
+impl GpuInstanceProfile {
+    /// The memory in MiB, converted from the printed figure and unit (`23.50 GiB` → 24064).
+    pub fn memory_mib(&self) -> Option<u64> {
+        let value: f64 = self.memory.as_deref()?.parse().ok()?;
+        let mib = match self.memory_unit.as_deref()? {
+            "GiB" => value * 1024.0,
+            "MiB" => value,
+            _ => return None,
+        };
+        (mib.is_finite() && mib >= 0.0).then(|| mib.round() as u64)
+    }
+}
+
+/// Where instances of one profile may start (`-lgipp`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ProfilePlacements {
+    pub gpu: u32,
+    pub profile_id: u32,
+    /// Allowed start slots.
+    pub starts: Vec<u32>,
+    /// Slots one instance takes.
+    pub size: u32,
+}
+
+/// A placement `start:size` in memory slices.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Placement {
+    pub start: u32,
+    pub size: u32,
+}
+
+/// One GPU instance (`-lgi`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GpuInstance {
+    pub gpu: u32,
+    pub name: String,
+    pub profile_id: u32,
+    pub instance_id: u32,
+    pub placement: Option<Placement>,
+}
+
+/// One compute instance (`-lci`); old drivers print no placement.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ComputeInstance {
+    pub gpu: u32,
+    pub gpu_instance_id: u32,
+    pub name: String,
+    pub profile_id: u32,
+    pub instance_id: u32,
+    pub placement: Option<Placement>,
+}
+
+/// Reads `nvidia-smi mig -lgip`.
+pub fn parse_profiles(text: &str) -> Result<Vec<GpuInstanceProfile>, MigError> {
+    let what = "GPU instance profiles";
+    let Some(table) = table(text, "GPU instance profiles:") else {
+        return nothing_or_error(text, what);
+    };
+    let unit = ["GiB", "MiB"]
+        .into_iter()
+        .find(|u| table.header.split_whitespace().any(|w| w == *u))
+        .map(str::to_string);
+    let mut profiles: Vec<GpuInstanceProfile> = Vec::new();
+    for words in &table.rows {
+        if words.get(1).map(String::as_str) == Some("MIG") {
+            let Some(profile) = profile_row(words, unit.clone()) else {
+                continue;
+            };
+            profiles.push(profile);
+        } else if let Some(last) = profiles.last_mut() {
+            // The second line of a profile: CE, JPEG, OFA.
+            last.copy_engines = number(words.first());
+            last.jpeg_decoders = number(words.get(1));
+            last.optical_flow = number(words.get(2));
+        }
+    }
+    Ok(profiles)
+}
+
+fn profile_row(words: &[String], memory_unit: Option<String>) -> Option<GpuInstanceProfile> {
+    let (free, total) = match words.get(4).and_then(|w| w.split_once('/')) {
+        Some((f, t)) => (f.parse().ok(), t.parse().ok()),
+        None => (None, None),
+    };
+    Some(GpuInstanceProfile {
+        gpu: number(words.first())?,
+        name: words.get(2)?.clone(),
+        id: number(words.get(3))?,
+        instances_free: free,
+        instances_total: total,
+        memory: words.get(5).filter(|m| m.parse::<f64>().is_ok()).cloned(),
+        memory_unit,
+        p2p: words.get(6).and_then(|w| flag(w)),
+        multiprocessors: number(words.get(7)),
+        decoders: number(words.get(8)),
+        encoders: number(words.get(9)),
+        copy_engines: None,
+        jpeg_decoders: None,
+        optical_flow: None,
+    })
+}
+
+/// Reads `nvidia-smi mig -lgipp`: `GPU  0 Profile ID 19 Placements: {0,1,2,3,4,5,6}:1`.
+pub fn parse_placements(text: &str) -> Result<Vec<ProfilePlacements>, MigError> {
+    let placements: Vec<ProfilePlacements> = text.lines().filter_map(placement_line).collect();
+    if placements.is_empty() {
+        return nothing_or_error(text, "GPU instance profile placements");
+    }
+    Ok(placements)
+}
+
+fn placement_line(line: &str) -> Option<ProfilePlacements> {
+    let rest = line.trim().strip_prefix("GPU")?;
+    let (gpu, rest) = rest.split_once("Profile ID")?;
+    let (profile_id, rest) = rest.split_once("Placement")?;
+    let (_, rest) = rest.split_once(':')?;
+    let rest = rest.trim();
+    let (set, size) = rest.strip_prefix('{')?.split_once("}:")?;
+    let starts = set
+        .split(',')
+        .map(|s| s.trim().parse().ok())
+        .collect::<Option<Vec<u32>>>()?;
+    Some(ProfilePlacements {
+        gpu: gpu.trim().parse().ok()?,
+        profile_id: profile_id.trim().parse().ok()?,
+        starts,
+        size: size.trim().parse().ok()?,
+    })
+}
+
+/// Reads `nvidia-smi mig -lgi`. Rows keep the table's order, which is not instance-id order.
+pub fn parse_gpu_instances(text: &str) -> Result<Vec<GpuInstance>, MigError> {
+    let what = "GPU instances";
+    let Some(table) = table(text, "GPU instances:") else {
+        return nothing_or_error(text, what);
+    };
+    Ok(table
+        .rows
+        .iter()
+        .filter_map(|w| {
+            if w.get(1).map(String::as_str) != Some("MIG") {
+                return None;
+            }
+            Some(GpuInstance {
+                gpu: number(w.first())?,
+                name: w.get(2)?.clone(),
+                profile_id: number(w.get(3))?,
+                instance_id: number(w.get(4))?,
+                placement: w.get(5).and_then(|p| placement(p)),
+            })
+        })
+        .collect())
+}
+
+/// Reads `nvidia-smi mig -lci`.
+pub fn parse_compute_instances(text: &str) -> Result<Vec<ComputeInstance>, MigError> {
+    let what = "compute instances";
+    let Some(table) = table(text, "Compute instances:") else {
+        return nothing_or_error(text, what);
+    };
+    Ok(table
+        .rows
+        .iter()
+        .filter_map(|w| {
+            if w.get(2).map(String::as_str) != Some("MIG") {
+                return None;
+            }
+            Some(ComputeInstance {
+                gpu: number(w.first())?,
+                gpu_instance_id: number(w.get(1))?,
+                name: w.get(3)?.clone(),
+                profile_id: number(w.get(4))?,
+                instance_id: number(w.get(5))?,
+                placement: w.get(6).and_then(|p| placement(p)),
+            })
+        })
+        .collect())
+}
+
+/// A box table: the header lines between the title and the `===` rule, then the words of each
+/// row line (border lines left out).
+struct Table {
+    header: String,
+    rows: Vec<Vec<String>>,
+}
+
+fn table(text: &str, title: &str) -> Option<Table> {
+    let mut lines = text.lines().map(str::trim);
+    lines
+        .by_ref()
+        .find(|l| inner(l).is_some_and(|i| i.starts_with(title)))?;
+    let mut header = String::new();
+    for line in lines.by_ref() {
+        if line.starts_with("|=") {
+            break;
+        }
+        header.push_str(inner(line).unwrap_or(""));
+        header.push(' ');
+    }
+    let rows = lines
+        .filter_map(inner)
+        .map(|i| i.split_whitespace().map(str::to_string).collect::<Vec<_>>())
+        .filter(|w| !w.is_empty())
+        .collect();
+    Some(Table { header, rows })
+}
+
+/// The text between a table line's `|` borders; `None` for rules and other lines.
+fn inner(line: &str) -> Option<&str> {
+    let inner = line.strip_prefix('|')?;
+    Some(inner.strip_suffix('|').unwrap_or(inner).trim())
+}
+
+fn number(word: Option<&String>) -> Option<u32> {
+    word.and_then(|w| present(w)).and_then(|w| w.parse().ok())
+}
+
+fn placement(word: &str) -> Option<Placement> {
+    let (start, size) = word.split_once(':')?;
+    Some(Placement {
+        start: start.parse().ok()?,
+        size: size.parse().ok()?,
+    })
+}
+
+/// No listing: an empty list when nvidia-smi said there is nothing, else an error.
+fn nothing_or_error<T>(text: &str, what: &'static str) -> Result<Vec<T>, MigError> {
+    let first_line = text.lines().map(str::trim).find(|l| !l.is_empty());
+    match first_line {
+        None => Ok(Vec::new()),
+        Some(line) if line.starts_with("No ") && line.contains("found") => Ok(Vec::new()),
+        Some(line) => Err(MigError::NoListing {
+            what,
+            first_line: line.chars().take(120).collect(),
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LGIP: &str = "\
++-----------------------------------------------------------------------------+
+| GPU instance profiles:                                                      |
+| GPU   Name             ID    Instances   Memory     P2P    SM    DEC   ENC  |
+|                              Free/Total   GiB              CE    JPEG  OFA  |
+|=============================================================================|
+|   0  MIG 1g.12gb+me    20     1/1        11.00      No     16     1     0   |
+|                                                             1     1     1   |
++-----------------------------------------------------------------------------+
+|   0  MIG 4g.24gb        0     0/1        23.50      No     56     4     0   |
+|                                                             4     1     1   |
++-----------------------------------------------------------------------------+
+";
+
+    #[test]
+    fn profiles_two_lines_each() {
+        let profiles = parse_profiles(LGIP).unwrap();
+        assert_eq!(profiles.len(), 2);
+        let p = &profiles[0];
+        assert_eq!((p.gpu, p.name.as_str(), p.id), (0, "1g.12gb+me", 20));
+        assert_eq!((p.instances_free, p.instances_total), (Some(1), Some(1)));
+        assert_eq!(p.memory.as_deref(), Some("11.00"));
+        assert_eq!(p.memory_unit.as_deref(), Some("GiB"));
+        assert_eq!(p.p2p, Some(false));
+        assert_eq!(
+            (p.multiprocessors, p.decoders, p.encoders),
+            (Some(16), Some(1), Some(0))
+        );
+        assert_eq!(
+            (p.copy_engines, p.jpeg_decoders, p.optical_flow),
+            (Some(1), Some(1), Some(1))
+        );
+        assert_eq!(profiles[1].instances_free, Some(0));
+        assert_eq!(profiles[1].memory_mib(), Some(24064));
+    }
+
+    #[test]
+    fn placements() {
+        let text = "GPU  0 Profile ID 19 Placements: {0,1,2,3,4,5,6}:1\nGPU  0 Profile ID  0 Placement : {0}:12\n";
+        let p = parse_placements(text).unwrap();
+        assert_eq!(p[0].starts, [0, 1, 2, 3, 4, 5, 6]);
+        assert_eq!(
+            (p[1].profile_id, p[1].starts.as_slice(), p[1].size),
+            (0, &[0][..], 12)
+        );
+    }
+
+    #[test]
+    fn gpu_and_compute_instances() {
+        let lgi = "+----+\n| GPU instances:  |\n| GPU   Name   Profile  Instance   Placement  |\n|   ID  ID  Start:Size |\n|=====|\n|   0  MIG 1g.24gb   14   5   6:3  |\n+---+\n|   0  MIG 2g.48gb    5   1   0:6  |\n+---+\n";
+        let gis = parse_gpu_instances(lgi).unwrap();
+        assert_eq!(gis.len(), 2);
+        assert_eq!(
+            (gis[0].instance_id, gis[0].placement),
+            (5, Some(Placement { start: 6, size: 3 }))
+        );
+        assert_eq!(gis[1].name, "2g.48gb");
+        let lci = "| Compute instances: |\n| GPU  GPU  Name  Profile  Instance |\n|  Instance  ID  ID |\n|  ID |\n|=====|\n|   0      1       MIG 1c.3g.20gb       0         2     |\n+--+\n";
+        let cis = parse_compute_instances(lci).unwrap();
+        assert_eq!(
+            cis,
+            vec![ComputeInstance {
+                gpu: 0,
+                gpu_instance_id: 1,
+                name: "1c.3g.20gb".into(),
+                profile_id: 0,
+                instance_id: 2,
+                placement: None,
+            }]
+        );
+    }
+
+    #[test]
+    fn nothing_found_and_other_outputs() {
+        assert_eq!(
+            parse_gpu_instances("No GPU instances found: Not Found\n"),
+            Ok(vec![])
+        );
+        assert_eq!(parse_profiles(""), Ok(vec![]));
+        let err = parse_gpu_instances(
+            "Unable to destroy GPU instance ID  3 from GPU  0: In use by another client\n",
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("Unable to destroy"));
+        assert!(
+            parse_placements("Successfully destroyed GPU instance ID  1 from GPU  0\n").is_err()
+        );
+        assert!(parse_compute_instances(LGIP).is_err());
+    }
+}

@@ -1,0 +1,14 @@
+//! Readers of nvidia-smi's outputs: pure functions from the text a command printed to typed data.
+//!
+//! This module tree owns the formats (`-q -x` XML, `--format=csv`, `-L`, `topo -m`, the `mig`
+//! listings) and the exact argv of the queries whose output it reads. It must not run
+//! nvidia-smi, read the machine or merge facts into the inventory: the snapshot runner and
+//! enrich do that. Every reader tolerates what it does not recognise (absent, not an error) and
+//! errs only when the input is not that format at all; none panics on any input.
+
+pub mod csv;
+pub mod list;
+pub mod mig;
+pub mod topo;
+pub mod value;
+pub mod xml;
