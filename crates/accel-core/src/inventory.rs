@@ -146,6 +146,10 @@ pub struct Accelerator {
     pub remapped_rows: Option<RemappedRows>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub mig_devices: Vec<MigDevice>,
+    /// The hardware partition profiles the accelerator offers, with their placements (MIG
+    /// `-lgip`/`-lgipp`); empty when it offers none or the driver did not say.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub partition_profiles: Vec<PartitionProfile>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub nvlinks: Vec<NvLink>,
     /// Connection to each peer accelerator, keyed by the peer's index (`NV18`, `SYS`, `PIX`, …),
@@ -188,6 +192,7 @@ impl Accelerator {
             ecc: None,
             remapped_rows: None,
             mig_devices: Vec::new(),
+            partition_profiles: Vec::new(),
             nvlinks: Vec::new(),
             peers: BTreeMap::new(),
         }
@@ -250,6 +255,32 @@ pub struct MigDevice {
     pub multiprocessors: Option<u32>,
 }
 
+/// A hardware partition profile an accelerator offers (a MIG GPU-instance profile).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PartitionProfile {
+    /// The profile name (`1g.10gb`, `1g.12gb+me`).
+    pub name: String,
+    /// The driver's profile id.
+    pub id: u32,
+    /// The profile's VRAM as the driver reports it.
+    #[serde(rename = "memoryMiB")]
+    pub memory_mib: Option<u64>,
+    pub instances_total: Option<u32>,
+    pub instances_free: Option<u32>,
+    pub multiprocessors: Option<u32>,
+    /// Where an instance may be placed: start slot and size, in memory slices.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub placements: Vec<PartitionPlacement>,
+}
+
+/// One allowed placement of a partition profile.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PartitionPlacement {
+    pub start: u32,
+    pub size: u32,
+}
+
 /// One NVLink of a GPU.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -275,6 +306,7 @@ impl Inventory {
             section.accelerators.sort_by_key(|a| a.index);
             for accelerator in &mut section.accelerators {
                 accelerator.mig_devices.sort_by_key(|d| d.index);
+                accelerator.partition_profiles.sort_by_key(|p| p.id);
                 accelerator.nvlinks.sort_by_key(|l| l.link);
             }
         }

@@ -62,15 +62,14 @@ pub fn enrich(
             None => appended.push(from_smi),
         }
     }
-    let mut next = out
+    let next = out
         .accelerators
         .iter()
         .map(|a| a.index + 1)
         .max()
         .unwrap_or(0);
-    for mut only_smi in appended {
-        only_smi.index = next;
-        next += 1;
+    for (offset, mut only_smi) in appended.into_iter().enumerate() {
+        only_smi.index = next + offset as u32;
         if only_smi.source == Source::Driver && only_smi.bus_id.is_none() {
             only_smi.source = Source::Paravirtual;
         }

@@ -5,7 +5,9 @@
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 pub mod arch;
+pub mod detector;
 pub mod enrich;
+pub mod layer2;
 pub mod passthrough;
 pub mod procfs;
 pub mod smi;

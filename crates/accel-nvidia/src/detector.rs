@@ -1,0 +1,395 @@
+//! The NVIDIA detector: both layers of seed 002 collected, merged and judged, answering the
+//! detector contract (`Ok(empty)` when there is nothing to manage, `Err` when the pass could not
+//! measure; DESIGN.md, "Detector answers").
+//!
+//! Layer 2, the nvidia-smi snapshot, runs `-q -x` (required) and the optional queries, each
+//! bounded to 30 s and the whole snapshot to 60 s. An optional query that fails or exits non-zero
+//! leaves its fields empty (topo exits 3 on WSL, `mig -lgip` exits 6 without MIG).
+
+use std::time::{Duration, Instant};
+
+use accel_core::inventory::{Accelerator, DetectError, Detection, ManufacturerInventory, Source};
+use accel_core::{Manufacturer, health};
+use accel_host::{CommandError, CommandOutput, Commands, Host};
+
+use crate::arch::architecture_from_model;
+use crate::enrich::{self, SnapshotSection};
+use crate::layer2;
+use crate::passthrough::{self, GpuMemory, PciCandidate};
+use crate::procfs;
+use crate::smi;
+
+/// The program every layer-2 query runs.
+pub const NVIDIA_SMI: &str = "nvidia-smi";
+/// The full report, the one required query.
+pub const QUERY_XML: &[&str] = &["nvidia-smi", "-q", "-x"];
+/// GPU and MIG device names and UUIDs (MIG UUIDs and profile names are only here).
+pub const QUERY_LIST: &[&str] = smi::list::LIST_ARGV;
+/// The topology matrix.
+pub const QUERY_TOPO: &[&str] = smi::topo::TOPO_ARGV;
+/// MIG GPU-instance profiles.
+pub const QUERY_MIG_PROFILES: &[&str] = smi::mig::PROFILES_ARGV;
+/// MIG GPU-instance profile placements.
+pub const QUERY_MIG_PLACEMENTS: &[&str] = smi::mig::PLACEMENTS_ARGV;
+/// MIG GPU instances.
+pub const QUERY_MIG_INSTANCES: &[&str] = smi::mig::GPU_INSTANCES_ARGV;
+/// MIG compute instances.
+pub const QUERY_MIG_COMPUTE: &[&str] = smi::mig::COMPUTE_INSTANCES_ARGV;
+/// The compute capability, which the XML does not carry.
+pub const QUERY_COMPUTE_CAP: &[&str] = smi::csv::COMPUTE_CAP_ARGV;
+/// Every query a snapshot may run, the required one first (`record` captures these).
+pub const SNAPSHOT_QUERIES: &[&[&str]] = &[
+    QUERY_XML,
+    QUERY_LIST,
+    QUERY_TOPO,
+    QUERY_MIG_PROFILES,
+    QUERY_MIG_PLACEMENTS,
+    QUERY_MIG_INSTANCES,
+    QUERY_MIG_COMPUTE,
+    QUERY_COMPUTE_CAP,
+];
+
+/// Every query `record` captures: the snapshot's and the samples'.
+pub const RECORDED_QUERIES: &[&[&str]] = &[
+    QUERY_XML,
+    QUERY_LIST,
+    QUERY_TOPO,
+    QUERY_MIG_PROFILES,
+    QUERY_MIG_PLACEMENTS,
+    QUERY_MIG_INSTANCES,
+    QUERY_MIG_COMPUTE,
+    QUERY_COMPUTE_CAP,
+    smi::csv::SAMPLE_ARGV,
+    smi::csv::COMPUTE_APPS_ARGV,
+];
+
+/// The message of a host with no nvidia-smi, word for word from seed 002.
+pub const NO_NVIDIA_SMI: &str = "nvml: nvidia-smi not found (no NVIDIA driver on this host)";
+
+/// The WSL 2 paravirtual device node and the native control node.
+pub const DXG_NODE: &str = "dev/dxg";
+pub const NVIDIACTL_NODE: &str = "dev/nvidiactl";
+
+/// Deadlines of the snapshot (seed 002: 30 s a query, one minute for the whole read).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Deadlines {
+    pub per_query: Duration,
+    pub snapshot: Duration,
+}
+
+impl Default for Deadlines {
+    fn default() -> Self {
+        Deadlines {
+            per_query: Duration::from_secs(30),
+            snapshot: Duration::from_secs(60),
+        }
+    }
+}
+
+/// Why the snapshot produced nothing.
+#[derive(Debug, thiserror::Error)]
+pub enum SnapshotError {
+    /// No nvidia-smi on the host.
+    #[error("{NO_NVIDIA_SMI}")]
+    NotInstalled,
+    /// The required query could not run to its end.
+    #[error("nvidia-smi -q -x: {0}")]
+    Run(#[source] CommandError),
+    /// The required query exited non-zero.
+    #[error("nvidia-smi -q -x exited with status {status}: {message}")]
+    Failed { status: String, message: String },
+    /// The required query printed something that is not a report.
+    #[error(transparent)]
+    Parse(#[from] smi::xml::XmlError),
+    /// The snapshot's minute ran out before the required query could start.
+    #[error("nvidia-smi snapshot ran out of its {0:?}")]
+    OutOfTime(Duration),
+}
+
+/// What a snapshot read: the merged section plus notes on optional queries that failed.
+#[derive(Debug, Clone, Default)]
+pub struct Snapshot {
+    pub section: SnapshotSection,
+    pub notes: Vec<String>,
+}
+
+/// Whether the host is a WSL 2 machine with a paravirtual GPU: `/dev/dxg` without
+/// `/dev/nvidiactl`.
+pub fn is_paravirtual(host: &dyn Host) -> bool {
+    host.exists(DXG_NODE) && !host.exists(NVIDIACTL_NODE)
+}
+
+/// Runs the nvidia-smi snapshot.
+pub fn snapshot(commands: &dyn Commands, deadlines: Deadlines) -> Result<Snapshot, SnapshotError> {
+    if !commands.is_installed(NVIDIA_SMI) {
+        return Err(SnapshotError::NotInstalled);
+    }
+    let started = Instant::now();
+    let budget = |started: Instant| {
+        deadlines
+            .snapshot
+            .saturating_sub(started.elapsed())
+            .min(deadlines.per_query)
+    };
+    let deadline = budget(started);
+    if deadline.is_zero() {
+        return Err(SnapshotError::OutOfTime(deadlines.snapshot));
+    }
+    let output = match commands.run(QUERY_XML, deadline) {
+        Ok(output) => output,
+        Err(CommandError::NotInstalled { .. }) => return Err(SnapshotError::NotInstalled),
+        Err(e) => return Err(SnapshotError::Run(e)),
+    };
+    if !output.success() {
+        return Err(SnapshotError::Failed {
+            status: output
+                .status
+                .map_or_else(|| "signal".to_string(), |s| s.to_string()),
+            message: first_line(&output),
+        });
+    }
+    let report = smi::xml::parse(&output.stdout)?;
+    let mut snapshot = Snapshot {
+        section: SnapshotSection {
+            driver_version: report.driver_version.clone(),
+            cuda_version: report.cuda_version.clone(),
+            nvml_version: None,
+            accelerators: report
+                .gpus
+                .iter()
+                .enumerate()
+                .map(|(i, gpu)| accelerator_from_xml(i as u32, gpu))
+                .collect(),
+        },
+        notes: Vec::new(),
+    };
+
+    let any_mig = snapshot
+        .section
+        .accelerators
+        .iter()
+        .any(|a| a.mig_mode == Some(accel_core::inventory::MigMode::Enabled));
+    let mut optional = |argv: &[&str]| -> Option<String> {
+        let deadline = budget(started);
+        let name = argv[1..].join(" ");
+        if deadline.is_zero() {
+            snapshot.notes.push(format!(
+                "nvidia-smi {name}: skipped, the snapshot's minute ran out"
+            ));
+            return None;
+        }
+        match commands.run(argv, deadline) {
+            Ok(out) if out.success() => Some(out.stdout_text()),
+            // Without a GPU in MIG mode the driver refuses every `mig` query (exit 6): that
+            // is the expected answer, not a degraded fact.
+            Ok(_) if !any_mig && argv.get(1) == Some(&"mig") => None,
+            Ok(out) => {
+                snapshot.notes.push(format!(
+                    "nvidia-smi {name}: exited with status {}: {}",
+                    out.status
+                        .map_or_else(|| "signal".into(), |s| s.to_string()),
+                    first_line(&out)
+                ));
+                None
+            }
+            Err(e) => {
+                snapshot.notes.push(format!("nvidia-smi {name}: {e}"));
+                None
+            }
+        }
+    };
+    let list = optional(QUERY_LIST);
+    let topo = optional(QUERY_TOPO);
+    let profiles = optional(QUERY_MIG_PROFILES);
+    let placements = optional(QUERY_MIG_PLACEMENTS);
+    let _instances = optional(QUERY_MIG_INSTANCES);
+    let _compute = optional(QUERY_MIG_COMPUTE);
+    let compute_cap = optional(QUERY_COMPUTE_CAP);
+
+    let gpus = &mut snapshot.section.accelerators;
+    let notes = &mut snapshot.notes;
+    if let Some(text) = compute_cap {
+        layer2::apply_compute_capability(gpus, &text);
+    }
+    if let Some(text) = list {
+        layer2::apply_list(gpus, &text, notes);
+    }
+    if let Some(text) = topo {
+        layer2::apply_topology(gpus, &text, notes);
+    }
+    layer2::apply_mig_profiles(gpus, profiles.as_deref(), placements.as_deref(), notes);
+    Ok(snapshot)
+}
+
+fn first_line(output: &CommandOutput) -> String {
+    let stderr = output.stderr_text();
+    let stdout = output.stdout_text();
+    let text = if stderr.trim().is_empty() {
+        stdout
+    } else {
+        stderr
+    };
+    text.lines()
+        .map(str::trim)
+        .find(|l| !l.is_empty())
+        .unwrap_or("no output")
+        .to_string()
+}
+
+/// One `<gpu>` of the report as an inventory accelerator (index by document position until the
+/// merge gives it the collector's).
+pub fn accelerator_from_xml(index: u32, gpu: &smi::xml::Gpu) -> Accelerator {
+    let mut a = Accelerator::new(index, Source::Driver);
+    a.uuid = gpu.uuid.clone();
+    a.product = gpu.product_name.clone();
+    a.brand = gpu.product_brand.clone();
+    a.bus_id = gpu.bus_id;
+    a.memory_mib = gpu.memory.total_mib;
+    // Reports before the v11 DTD carry no architecture; guess it from the name as layer 1 does,
+    // which matters for a GPU only nvidia-smi knows (WSL 2).
+    a.architecture = gpu.product_architecture.clone().or_else(|| {
+        gpu.product_name
+            .as_deref()
+            .and_then(architecture_from_model)
+    });
+    a.mig_mode = gpu.mig_mode;
+    a.minor_number = gpu.minor_number;
+    a.serial = gpu.serial.clone();
+    a.vbios_version = gpu.vbios_version.clone();
+    a.board_part_number = gpu.board_part_number.clone();
+    a.persistence_mode = gpu.persistence_mode;
+    a.driver_model = gpu.driver_model.clone();
+    a.gsp_firmware_version = gpu.gsp_firmware_version.clone();
+    a.ecc = gpu
+        .ecc
+        .clone()
+        .filter(|e| *e != accel_core::inventory::Ecc::default());
+    a.remapped_rows = gpu
+        .remapped_rows
+        .clone()
+        .filter(|r| *r != accel_core::inventory::RemappedRows::default());
+    a.mig_devices = gpu.mig_devices.clone();
+    a.nvlinks = gpu.nvlinks.clone();
+    a.classify_grantable();
+    a
+}
+
+/// What the detector may use besides the host and its programs.
+#[derive(Debug, Clone, Default)]
+pub struct DetectOptions {
+    pub deadlines: Deadlines,
+    /// The passthrough memory, when the caller keeps one (the daemon, or `detect --data-dir`).
+    pub memory: Option<GpuMemory>,
+    /// The host's PCI functions (for the vfio-pci scan); only read when `memory` is given.
+    pub pci: Vec<PciCandidate>,
+}
+
+/// The detector's answer and the memory it updated (to be written back by the caller).
+#[derive(Debug, Clone)]
+pub struct DetectOutcome {
+    pub detection: Detection,
+    pub memory: Option<GpuMemory>,
+}
+
+/// Detects the host's NVIDIA GPUs.
+pub fn detect(host: &dyn Host, commands: &dyn Commands, options: DetectOptions) -> DetectOutcome {
+    let not_measured = |reason: String| DetectError::NotMeasured {
+        manufacturer: Manufacturer::Nvidia,
+        reason,
+    };
+    let paravirtual = is_paravirtual(host);
+    let layer1 = procfs::collect(host);
+    let layer2 = snapshot(commands, options.deadlines);
+    let mut section = ManufacturerInventory::empty(Manufacturer::Nvidia);
+
+    let (driver_loaded, base_version, base, layer1_error) = match layer1 {
+        Ok(layer) => {
+            section.notes.extend(layer.notes);
+            (
+                layer.driver_loaded,
+                layer.driver_version,
+                Some(layer.accelerators),
+                None,
+            )
+        }
+        Err(e) => (true, None, None, Some(e.to_string())),
+    };
+    let enriched = match layer2 {
+        Ok(snapshot) => {
+            section.notes.extend(snapshot.notes);
+            enrich::enrich(base_version, base.unwrap_or_default(), snapshot.section)
+        }
+        Err(e) => {
+            let reason = e.to_string();
+            match base {
+                // Layer 1 enumerated (possibly zero GPUs): a measured answer, the failure kept
+                // as a note, facts nvidia-smi would have refreshed left as procfs shows them.
+                Some(accelerators) if driver_loaded => {
+                    section.notes.push(reason);
+                    enrich::Enriched {
+                        driver_version: base_version,
+                        accelerators,
+                        ..Default::default()
+                    }
+                }
+                // No driver in procfs and no paravirtual GPU: nothing to manage.
+                Some(_) if !paravirtual => {
+                    section.notes.push(reason);
+                    return DetectOutcome {
+                        detection: Ok(section),
+                        memory: options.memory,
+                    };
+                }
+                // A driver is evidently there but nothing enumerated.
+                _ => {
+                    let reason = match layer1_error {
+                        Some(l1) => format!("{l1}; {reason}"),
+                        None => reason,
+                    };
+                    return DetectOutcome {
+                        detection: Err(not_measured(reason)),
+                        memory: options.memory,
+                    };
+                }
+            }
+        }
+    };
+    section.driver_version = enriched.driver_version;
+    section.runtime_version = enriched.cuda_version;
+    section.management_version = enriched.nvml_version;
+    section.notes.extend(enriched.notes);
+    section.accelerators = enriched.accelerators;
+    if paravirtual {
+        for a in &mut section.accelerators {
+            if a.source == Source::Driver
+                && !a.bus_id.is_some_and(|b| {
+                    host.exists(&format!("{}/{}", procfs::PCI_DEVICES_DIR, b.sysfs()))
+                })
+            {
+                a.source = Source::Paravirtual;
+            }
+        }
+    }
+
+    let mut memory = options.memory;
+    if let Some(memory) = memory.as_mut() {
+        memory.remember(&section.accelerators);
+        let next = section.accelerators.len() as u32;
+        let (found, unknown) =
+            passthrough::passed_through(memory, &options.pci, &section.accelerators, next);
+        for bus in unknown {
+            section.notes.push(format!(
+                "{bus}: NVIDIA GPU bound to vfio-pci was never seen on the driver; left out"
+            ));
+        }
+        section.accelerators.extend(found);
+    }
+    for a in &mut section.accelerators {
+        a.classify_grantable();
+        health::assess(a, &[]);
+    }
+    DetectOutcome {
+        detection: Ok(section),
+        memory,
+    }
+}

@@ -1,0 +1,149 @@
+//! Opening the node the commands read: the live host, or a recorded host folder, and running
+//! every manufacturer's detector over it into one inventory.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use accel_core::inventory::{Detection, Inventory};
+use accel_host::pci::{self, PciClassPrefixes};
+use accel_host::{Commands, FsHost, Host, RecordedCommands, SystemCommands};
+use accel_nvidia::detector::{self, Deadlines, DetectOptions};
+use accel_nvidia::passthrough::{self, GpuMemory, PciCandidate};
+use anyhow::{Context, bail};
+
+pub use accel_host::pci::PCI_CLASS_PREFIXES_ENV;
+
+/// The flags every command that reads the node shares.
+#[derive(Debug, Clone, clap::Args)]
+pub struct NodeArgs {
+    /// The node's root, or a recorded host folder (DIR/root + DIR/commands).
+    #[arg(long, env = "HOST_ROOT", default_value = "/")]
+    pub host_root: PathBuf,
+    /// The daemon's data directory: with it, GPUs passed through to VMs are listed (and
+    /// remembered) too.
+    #[arg(long, env = "DATA_DIR")]
+    pub data_dir: Option<PathBuf>,
+    /// PCI class prefixes the bus scan reads (comma-separated hex, default 02,03,0b,12).
+    #[arg(long, env = PCI_CLASS_PREFIXES_ENV)]
+    pub pci_class_prefixes: Option<String>,
+    /// Seconds each nvidia-smi query may take (the whole snapshot gets twice this).
+    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=600))]
+    pub nvidia_smi_timeout: u64,
+}
+
+impl NodeArgs {
+    /// Opens the node and runs every detector over it.
+    pub fn detect(&self) -> anyhow::Result<(Inventory, Vec<Detection>)> {
+        let prefixes = class_prefixes(self.pci_class_prefixes.as_deref())?;
+        let node = Node::open(&self.host_root)?;
+        let deadlines = Deadlines {
+            per_query: Duration::from_secs(self.nvidia_smi_timeout),
+            snapshot: Duration::from_secs(self.nvidia_smi_timeout * 2),
+        };
+        node.detect(self.data_dir.as_deref(), &prefixes, deadlines)
+    }
+}
+
+/// The host a command reads: its files and its programs.
+pub struct Node {
+    pub host: Box<dyn Host>,
+    pub commands: Box<dyn Commands>,
+}
+
+impl Node {
+    /// Opens `--host-root DIR`: a recorded host when `DIR/root` or `DIR/commands` exists, else a
+    /// plain root directory read with the real programs (`/` on the node itself, or `/host` in a
+    /// container that mounts it).
+    pub fn open(host_root: &Path) -> anyhow::Result<Node> {
+        if !host_root.is_dir() {
+            bail!(
+                "cannot read the host at {}: not a directory",
+                host_root.display()
+            );
+        }
+        let files = host_root.join("root");
+        let recorded = host_root.join("commands");
+        if files.is_dir() || recorded.is_dir() {
+            let commands = RecordedCommands::load(host_root)
+                .with_context(|| format!("recorded host {}", host_root.display()))?;
+            return Ok(Node {
+                host: Box::new(FsHost::new(&files)),
+                commands: Box::new(commands),
+            });
+        }
+        Ok(Node {
+            host: Box::new(FsHost::new(host_root)),
+            commands: Box::new(SystemCommands::new()),
+        })
+    }
+
+    /// Runs every detector; today NVIDIA's. `data_dir` holds the passthrough memory: when given,
+    /// GPUs passed through to VMs are listed and the memory is updated.
+    pub fn detect(
+        &self,
+        data_dir: Option<&Path>,
+        prefixes: &PciClassPrefixes,
+        deadlines: Deadlines,
+    ) -> anyhow::Result<(Inventory, Vec<Detection>)> {
+        let mut options = DetectOptions {
+            deadlines,
+            ..DetectOptions::default()
+        };
+        let memory_path = data_dir.map(|d| d.join(passthrough::FILE_NAME));
+        if let Some(path) = &memory_path {
+            options.memory = Some(load_memory(path)?);
+            options.pci = pci_candidates(self.host.as_ref(), prefixes)?;
+        }
+        let outcome = detector::detect(self.host.as_ref(), self.commands.as_ref(), options);
+        if let (Some(path), Some(memory)) = (&memory_path, &outcome.memory) {
+            accel_host::atomic::write_atomic(path, memory.to_json().as_bytes())
+                .with_context(|| format!("writing {}", path.display()))?;
+        }
+        let mut inventory = Inventory::default();
+        if let Ok(section) = &outcome.detection {
+            if !section.accelerators.is_empty() {
+                inventory.manufacturers.push(section.clone());
+            }
+        }
+        inventory.canonicalize();
+        Ok((inventory, vec![outcome.detection]))
+    }
+}
+
+fn load_memory(path: &Path) -> anyhow::Result<GpuMemory> {
+    match std::fs::read_to_string(path) {
+        Ok(text) => Ok(GpuMemory::from_json(&path.display().to_string(), &text)?),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(GpuMemory::default()),
+        Err(e) => Err(e).with_context(|| format!("reading {}", path.display())),
+    }
+}
+
+fn pci_candidates(
+    host: &dyn Host,
+    prefixes: &PciClassPrefixes,
+) -> anyhow::Result<Vec<PciCandidate>> {
+    let scan = pci::scan_pci(host, prefixes)?;
+    for note in &scan.notes {
+        tracing::warn!("pci scan: {note}");
+    }
+    Ok(scan
+        .functions
+        .into_iter()
+        .map(|f| PciCandidate {
+            bus_id: f.bus_id,
+            vendor: f.vendor_id,
+            class: f.class,
+            driver: f.driver,
+            numa_node: f.numa_node,
+        })
+        .collect())
+}
+
+/// Reads `GPUSTACK_PCI_CLASS_PREFIXES` (or its flag); absent means the default classes.
+pub fn class_prefixes(value: Option<&str>) -> anyhow::Result<PciClassPrefixes> {
+    match value {
+        None => Ok(PciClassPrefixes::default()),
+        Some(text) => PciClassPrefixes::from_env_value(text)
+            .with_context(|| format!("{PCI_CLASS_PREFIXES_ENV}={text:?}")),
+    }
+}

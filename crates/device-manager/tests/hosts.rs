@@ -1,0 +1,230 @@
+//! `detect -o json` and `labels` on every recorded host in `testdata/hosts/`, through the real
+//! binary, snapshotted with insta; plus the hosts' special cases (a hanging nvidia-smi, a host
+//! root that does not exist, passthrough with and without the daemon's memory).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+fn hosts_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata/hosts")
+}
+
+fn host(name: &str) -> PathBuf {
+    let dir = hosts_dir().join(name);
+    assert!(dir.is_dir(), "recorded host {} is missing", dir.display());
+    dir
+}
+
+struct Run {
+    status: i32,
+    stdout: String,
+    stderr: String,
+}
+
+fn device_manager(args: &[&str]) -> Run {
+    let output = Command::new(env!("CARGO_BIN_EXE_device-manager"))
+        .args(args)
+        .env_remove("GPUSTACK_PCI_CLASS_PREFIXES")
+        .env_remove("HOST_ROOT")
+        .env_remove("DATA_DIR")
+        .output()
+        .expect("device-manager runs");
+    Run {
+        status: output.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+    }
+}
+
+fn all_hosts() -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(hosts_dir())
+        .expect("testdata/hosts exists")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .filter(|n| !n.starts_with('.'))
+        .collect();
+    names.sort();
+    assert!(
+        names.len() >= 6,
+        "expected at least six recorded hosts, found {names:?}"
+    );
+    names
+}
+
+/// Hosts whose nvidia-smi hangs are snapshotted with a short deadline so the test stays fast.
+fn detect_args(name: &str, dir: &str) -> Vec<String> {
+    let mut args = vec![
+        "detect".into(),
+        "--host-root".into(),
+        dir.into(),
+        "-o".into(),
+        "json".into(),
+    ];
+    if name.contains("hang") {
+        args.extend(["--nvidia-smi-timeout".into(), "1".into()]);
+    }
+    args
+}
+
+#[test]
+fn detect_json_of_every_recorded_host() {
+    for name in all_hosts() {
+        let dir = host(&name);
+        let dir = dir.to_string_lossy().into_owned();
+        let args = detect_args(&name, &dir);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let run = device_manager(&args);
+        assert_eq!(run.status, 0, "{name}: detect failed: {}", run.stderr);
+        let json: serde_json::Value = serde_json::from_str(&run.stdout)
+            .unwrap_or_else(|e| panic!("{name}: detect -o json is not JSON: {e}\n{}", run.stdout));
+        insta::assert_json_snapshot!(format!("detect-{name}"), json);
+    }
+}
+
+#[test]
+fn labels_of_every_recorded_host() {
+    for name in all_hosts() {
+        let dir = host(&name);
+        let dir = dir.to_string_lossy().into_owned();
+        let mut args = vec!["labels", "--host-root", dir.as_str()];
+        if name.contains("hang") {
+            args.extend(["--nvidia-smi-timeout", "1"]);
+        }
+        let run = device_manager(&args);
+        assert_eq!(run.status, 0, "{name}: labels failed: {}", run.stderr);
+        let json: serde_json::Value = serde_json::from_str(&run.stdout)
+            .unwrap_or_else(|e| panic!("{name}: labels is not JSON: {e}\n{}", run.stdout));
+        insta::assert_json_snapshot!(format!("labels-{name}"), json);
+    }
+}
+
+#[test]
+fn a_hanging_nvidia_smi_is_cut_and_procfs_still_answers() {
+    let dir = host("smi-hangs");
+    let started = Instant::now();
+    let run = device_manager(&[
+        "detect",
+        "--host-root",
+        dir.to_str().unwrap(),
+        "-o",
+        "json",
+        "--nvidia-smi-timeout",
+        "1",
+    ]);
+    let took = started.elapsed();
+    assert_eq!(run.status, 0, "{}", run.stderr);
+    assert!(
+        took < Duration::from_secs(20),
+        "the hang was not cut: {took:?}"
+    );
+    assert!(
+        run.stderr.contains("no answer within"),
+        "stderr: {}",
+        run.stderr
+    );
+    let json: serde_json::Value = serde_json::from_str(&run.stdout).unwrap();
+    let gpus = json["manufacturers"][0]["accelerators"].as_array().unwrap();
+    assert!(!gpus.is_empty(), "procfs GPUs must still be listed");
+    assert!(gpus[0]["uuid"].as_str().unwrap().starts_with("GPU-"));
+}
+
+#[test]
+fn a_host_with_no_driver_has_no_accelerators_and_exits_zero() {
+    let dir = host("no-driver");
+    let run = device_manager(&["detect", "--host-root", dir.to_str().unwrap(), "-o", "json"]);
+    assert_eq!(run.status, 0, "{}", run.stderr);
+    let json: serde_json::Value = serde_json::from_str(&run.stdout).unwrap();
+    assert_eq!(json["manufacturers"], serde_json::json!([]));
+    assert!(
+        run.stderr.contains("nvidia-smi not found"),
+        "{}",
+        run.stderr
+    );
+}
+
+#[test]
+fn passthrough_gpus_are_listed_only_with_the_data_dir() {
+    let dir = host("passthrough-l4");
+    let data = tempfile::tempdir().unwrap();
+    std::fs::copy(
+        dir.join("data/gpus-seen.json"),
+        data.path().join("gpus-seen.json"),
+    )
+    .unwrap();
+    let without = device_manager(&["detect", "--host-root", dir.to_str().unwrap(), "-o", "json"]);
+    let with = device_manager(&[
+        "detect",
+        "--host-root",
+        dir.to_str().unwrap(),
+        "--data-dir",
+        data.path().to_str().unwrap(),
+        "-o",
+        "json",
+    ]);
+    assert_eq!(with.status, 0, "{}", with.stderr);
+    let count = |run: &Run| {
+        let json: serde_json::Value = serde_json::from_str(&run.stdout).unwrap();
+        json["manufacturers"][0]["accelerators"]
+            .as_array()
+            .map_or(0, Vec::len)
+    };
+    assert_eq!(count(&with), count(&without) + 1);
+    let json: serde_json::Value = serde_json::from_str(&with.stdout).unwrap();
+    let last = json["manufacturers"][0]["accelerators"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap()
+        .clone();
+    assert_eq!(last["source"], "passthrough");
+    assert_eq!(last["grantable"], "nothing");
+    // The memory file is rewritten 0600.
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(data.path().join("gpus-seen.json"))
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o600);
+}
+
+#[test]
+fn bad_input_is_one_clear_line() {
+    let run = device_manager(&["detect", "--host-root", "/nonexistent/host"]);
+    assert_eq!(run.status, 2);
+    assert_eq!(run.stderr.trim().lines().count(), 1, "{}", run.stderr);
+    assert!(run.stderr.contains("/nonexistent/host"), "{}", run.stderr);
+
+    let run = device_manager(&["detect", "--pci-class-prefixes", "zz", "--host-root", "/"]);
+    assert_eq!(run.status, 2);
+    assert!(
+        run.stderr.contains("GPUSTACK_PCI_CLASS_PREFIXES"),
+        "{}",
+        run.stderr
+    );
+}
+
+#[test]
+fn xml_that_is_not_xml_never_makes_up_an_accelerator() {
+    let dir = tempfile::tempdir().unwrap();
+    let cmd = dir.path().join("commands/q-x");
+    std::fs::create_dir_all(&cmd).unwrap();
+    std::fs::create_dir_all(dir.path().join("root")).unwrap();
+    std::fs::write(cmd.join("argv"), "nvidia-smi\n-q\n-x\n").unwrap();
+    std::fs::write(cmd.join("stdout"), "this is not xml <<<").unwrap();
+    let run = device_manager(&[
+        "detect",
+        "--host-root",
+        dir.path().to_str().unwrap(),
+        "-o",
+        "json",
+    ]);
+    assert_eq!(run.status, 0, "{}", run.stderr);
+    let json: serde_json::Value = serde_json::from_str(&run.stdout).unwrap();
+    assert_eq!(
+        json["manufacturers"],
+        serde_json::json!([]),
+        "{}",
+        run.stdout
+    );
+    assert!(run.stderr.contains("not XML"), "{}", run.stderr);
+}
