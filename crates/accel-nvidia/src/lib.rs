@@ -10,4 +10,5 @@ pub mod enrich;
 pub mod layer2;
 pub mod passthrough;
 pub mod procfs;
+pub mod samples;
 pub mod smi;
