@@ -76,8 +76,8 @@ pub struct Gpu {
     pub mig_mode: Option<MigMode>,
     /// MIG instances; UUIDs and profile names are not in the XML (they come from `-L`).
     pub mig_devices: Vec<MigDevice>,
-    /// NVLinks; the reports in the corpus carry none, so this is empty unless a `<nvlink>` block
-    /// with `<link>` children is present.
+    /// NVLinks: always empty from this reader, since `-q -x` does not list links (none of the
+    /// captured reports, v9 to v13, has them); kept so the shape matches the inventory's.
     pub nvlinks: Vec<NvLink>,
     pub processes: Vec<Process>,
     pub usage: Usage,
@@ -197,9 +197,9 @@ fn read_gpu(gpu: Node) -> Gpu {
                     .collect()
             })
             .unwrap_or_default(),
-        nvlinks: child(gpu, "nvlink")
-            .map(|list| children(list, "link").filter_map(read_nvlink).collect())
-            .unwrap_or_default(),
+        // `-q -x` carries no per-link NVLink state in any report we have seen (that is
+        // `nvidia-smi nvlink -s`); the list stays empty rather than guessing at a layout.
+        nvlinks: Vec::new(),
         processes: child(gpu, "processes")
             .map(|list| children(list, "process_info").map(read_process).collect())
             .unwrap_or_default(),
@@ -314,20 +314,6 @@ fn read_mig_device(node: Node) -> Option<MigDevice> {
             &["device_attributes", "shared", "multiprocessor_count"],
         )
         .and_then(|n| whole_u32(raw(n))),
-    })
-}
-
-fn read_nvlink(node: Node) -> Option<NvLink> {
-    let link = child(node, "link_id")
-        .or_else(|| child(node, "id"))
-        .and_then(|n| whole_u32(raw(n)))?;
-    Some(NvLink {
-        link,
-        active: child(node, "state").and_then(|n| flag(raw(n))),
-        bandwidth: child_text(node, "bandwidth"),
-        remote_bus_id: child(node, "remote_pci_bus_id")
-            .and_then(|n| present(raw(n)))
-            .and_then(|s| s.parse().ok()),
     })
 }
 
