@@ -1,0 +1,208 @@
+//! The detector contract over small recorded hosts built in temp dirs: `Ok(empty)` when there is
+//! nothing to manage, `Ok(list)` when either layer enumerated, `Err` only when a driver is
+//! evidently there and nothing could be enumerated (DESIGN.md, "Detector answers").
+
+use std::path::Path;
+use std::time::Duration;
+
+use accel_core::inventory::{DetectError, Source};
+use accel_host::{FsHost, RecordedCommands};
+use accel_nvidia::detector::{self, Deadlines, DetectOptions};
+
+/// A real `information` file (an NVIDIA L4), from the shared corpus.
+const L4_INFORMATION: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../../../shared/fixtures/nvidia/procfs/snapd-pr14893__l4__information.txt"
+);
+
+fn l4_information() -> String {
+    std::fs::read_to_string(L4_INFORMATION)
+        .unwrap_or_else(|e| panic!("fixture {L4_INFORMATION}: {e}"))
+}
+
+fn write(dir: &Path, rel: &str, text: &str) {
+    let path = dir.join(rel);
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(path, text).unwrap();
+}
+
+fn command(
+    dir: &Path,
+    name: &str,
+    argv: &[&str],
+    stdout: &str,
+    status: i32,
+    delay_ms: Option<u64>,
+) {
+    let cmd = dir.join("commands").join(name);
+    std::fs::create_dir_all(&cmd).unwrap();
+    std::fs::write(cmd.join("argv"), argv.join("\n") + "\n").unwrap();
+    std::fs::write(cmd.join("stdout"), stdout).unwrap();
+    std::fs::write(cmd.join("status"), status.to_string()).unwrap();
+    if let Some(ms) = delay_ms {
+        std::fs::write(cmd.join("delay-ms"), ms.to_string()).unwrap();
+    }
+}
+
+fn fast() -> DetectOptions {
+    DetectOptions {
+        deadlines: Deadlines {
+            per_query: Duration::from_millis(200),
+            snapshot: Duration::from_millis(400),
+        },
+        ..DetectOptions::default()
+    }
+}
+
+fn detect(dir: &Path) -> accel_core::inventory::Detection {
+    std::fs::create_dir_all(dir.join("root")).unwrap();
+    let host = FsHost::new(dir.join("root"));
+    let commands = RecordedCommands::load(dir).unwrap();
+    detector::detect(&host, &commands, fast()).detection
+}
+
+#[test]
+fn no_driver_no_tool_is_an_empty_answer() {
+    let dir = tempfile::tempdir().unwrap();
+    let section = detect(dir.path()).expect("absent driver is a measured empty list");
+    assert!(section.accelerators.is_empty());
+    assert!(
+        section.notes.iter().any(|n| n == detector::NO_NVIDIA_SMI),
+        "{:?}",
+        section.notes
+    );
+}
+
+#[test]
+fn tool_without_driver_is_an_empty_answer() {
+    let dir = tempfile::tempdir().unwrap();
+    command(
+        dir.path(),
+        "q-x",
+        detector::QUERY_XML,
+        "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver.\n",
+        9,
+        None,
+    );
+    let section = detect(dir.path()).expect("no driver loaded: nothing to manage");
+    assert!(section.accelerators.is_empty());
+}
+
+#[test]
+fn procfs_answers_when_nvidia_smi_is_absent() {
+    let dir = tempfile::tempdir().unwrap();
+    write(
+        dir.path(),
+        "root/proc/driver/nvidia/gpus/0000:70:00.0/information",
+        &l4_information(),
+    );
+    let section = detect(dir.path()).expect("procfs enumerated");
+    assert_eq!(section.accelerators.len(), 1);
+    let gpu = &section.accelerators[0];
+    assert_eq!(
+        gpu.uuid.as_deref(),
+        Some("GPU-3291dfa4-fcc4-0110-615b-c894a0d7c689")
+    );
+    assert_eq!(gpu.product.as_deref(), Some("NVIDIA L4"));
+    assert_eq!(gpu.architecture.as_deref(), Some("Ada Lovelace"));
+    assert!(section.notes.iter().any(|n| n == detector::NO_NVIDIA_SMI));
+    assert_eq!(
+        section.runtime_version, None,
+        "only nvidia-smi fills the CUDA version"
+    );
+}
+
+#[test]
+fn driver_present_but_nothing_enumerated_is_an_error() {
+    let dir = tempfile::tempdir().unwrap();
+    // The driver's folder exists but its GPU list is a file, so it cannot be listed, and
+    // nvidia-smi hangs past its deadline.
+    write(
+        dir.path(),
+        "root/proc/driver/nvidia/gpus",
+        "not a directory",
+    );
+    command(dir.path(), "q-x", detector::QUERY_XML, "", 0, Some(60_000));
+    match detect(dir.path()) {
+        Err(DetectError::NotMeasured { reason, .. }) => {
+            assert!(reason.contains("gpus"), "{reason}");
+            assert!(reason.contains("no answer within"), "{reason}");
+        }
+        other => panic!("expected NotMeasured, got {other:?}"),
+    }
+}
+
+#[test]
+fn paravirtual_gpu_with_a_hung_tool_is_an_error() {
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "root/dev/dxg", "");
+    command(dir.path(), "q-x", detector::QUERY_XML, "", 0, Some(60_000));
+    assert!(matches!(
+        detect(dir.path()),
+        Err(DetectError::NotMeasured { .. })
+    ));
+}
+
+#[test]
+fn an_unreadable_information_file_is_a_note_not_a_crash() {
+    let dir = tempfile::tempdir().unwrap();
+    write(
+        dir.path(),
+        "root/proc/driver/nvidia/gpus/0000:70:00.0/information",
+        &l4_information(),
+    );
+    // A directory where a file should be: reading it fails.
+    std::fs::create_dir_all(
+        dir.path()
+            .join("root/proc/driver/nvidia/gpus/0000:71:00.0/information"),
+    )
+    .unwrap();
+    let section = detect(dir.path()).expect("one GPU still enumerated");
+    assert_eq!(section.accelerators.len(), 1);
+    assert!(
+        section
+            .notes
+            .iter()
+            .any(|n| n.contains("0000:71:00.0/information")),
+        "{:?}",
+        section.notes
+    );
+}
+
+#[test]
+fn wsl_gpu_only_nvidia_smi_knows_is_paravirtual() {
+    let hosts = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata/hosts");
+    let dir = hosts.join("wsl2-rtx2080super");
+    let host = FsHost::new(dir.join("root"));
+    let commands = RecordedCommands::load(&dir).unwrap();
+    assert!(detector::is_paravirtual(&host));
+    let section = detector::detect(&host, &commands, fast())
+        .detection
+        .unwrap();
+    assert_eq!(section.accelerators.len(), 1);
+    assert_eq!(section.accelerators[0].source, Source::Paravirtual);
+    assert_eq!(section.accelerators[0].index, 0);
+}
+
+#[test]
+fn hash_is_stable_across_runs_and_ignores_usage() {
+    let hosts = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata/hosts");
+    let dir = hosts.join("hgx-h100-8gpu");
+    let host = FsHost::new(dir.join("root"));
+    let commands = RecordedCommands::load(&dir).unwrap();
+    let inventory = |section| accel_core::Inventory {
+        manufacturers: vec![section],
+    };
+    let a = inventory(
+        detector::detect(&host, &commands, fast())
+            .detection
+            .unwrap(),
+    );
+    let b = inventory(
+        detector::detect(&host, &commands, fast())
+            .detection
+            .unwrap(),
+    );
+    assert_eq!(a.hash(), b.hash());
+    assert_eq!(a.manufacturers[0].accelerators.len(), 8);
+}
