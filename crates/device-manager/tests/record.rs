@@ -1,0 +1,114 @@
+//! `device-manager record` round trip: a node whose nvidia-smi is a stand-in program answering
+//! from a recorded host is recorded, and `detect` on the recording says exactly what `detect`
+//! on the original says.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn hosts() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata/hosts")
+}
+
+/// Writes an `nvidia-smi` script that prints, for each argv recorded under `host/commands`, what
+/// the recording says (stdout, stderr, status).
+fn stand_in_nvidia_smi(host: &Path, bin: &Path) {
+    let mut script = String::from("#!/bin/sh\ncase \"$*\" in\n");
+    for entry in std::fs::read_dir(host.join("commands")).unwrap() {
+        let dir = entry.unwrap().path();
+        let argv = std::fs::read_to_string(dir.join("argv")).unwrap();
+        let args: Vec<&str> = argv.lines().skip(1).collect();
+        let status = std::fs::read_to_string(dir.join("status")).unwrap_or_else(|_| "0".into());
+        script.push_str(&format!(
+            "  '{}') cat '{}' 2>/dev/null; cat '{}' >&2 2>/dev/null; exit {} ;;\n",
+            args.join(" "),
+            dir.join("stdout").display(),
+            dir.join("stderr").display(),
+            status.trim()
+        ));
+    }
+    script.push_str("  *) echo \"unknown query: $*\" >&2; exit 2 ;;\nesac\n");
+    let path = bin.join("nvidia-smi");
+    std::fs::write(&path, script).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+}
+
+fn run(args: &[&str], path: &str) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_device-manager"))
+        .args(args)
+        .env("PATH", path)
+        .env_remove("HOST_ROOT")
+        .env_remove("DATA_DIR")
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn a_recorded_node_detects_like_the_original() {
+    let original = hosts().join("hgx-h100-8gpu");
+    let bin = tempfile::tempdir().unwrap();
+    stand_in_nvidia_smi(&original, bin.path());
+    let path = format!(
+        "{}:{}",
+        bin.path().display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let out = tempfile::tempdir().unwrap();
+    let recording = out.path().join("node");
+
+    let root = original.join("root");
+    let (status, _, stderr) = run(
+        &[
+            "record",
+            recording.to_str().unwrap(),
+            "--host-root",
+            root.to_str().unwrap(),
+        ],
+        &path,
+    );
+    assert_eq!(status, 0, "record failed: {stderr}");
+    assert!(recording.join("commands").is_dir());
+    assert!(recording.join("root/proc/driver/nvidia/version").is_file());
+
+    let detect = |dir: &Path| {
+        let (status, stdout, stderr) = run(
+            &["detect", "--host-root", dir.to_str().unwrap(), "-o", "json"],
+            "/nonexistent",
+        );
+        assert_eq!(status, 0, "{}: {stderr}", dir.display());
+        serde_json::from_str::<serde_json::Value>(&stdout).unwrap()
+    };
+    let want = detect(&original);
+    let got = detect(&recording);
+    assert_eq!(got, want);
+    assert_eq!(
+        got["manufacturers"][0]["accelerators"]
+            .as_array()
+            .unwrap()
+            .len(),
+        8
+    );
+}
+
+#[test]
+fn record_refuses_a_folder_that_is_not_empty() {
+    let out = tempfile::tempdir().unwrap();
+    std::fs::write(out.path().join("x"), "").unwrap();
+    let root = hosts().join("no-driver/root");
+    let (status, _, stderr) = run(
+        &[
+            "record",
+            out.path().to_str().unwrap(),
+            "--host-root",
+            root.to_str().unwrap(),
+        ],
+        "/nonexistent",
+    );
+    assert_eq!(status, 2);
+    assert!(stderr.contains(out.path().to_str().unwrap()), "{stderr}");
+}
