@@ -49,19 +49,8 @@ pub const SNAPSHOT_QUERIES: &[&[&str]] = &[
     QUERY_COMPUTE_CAP,
 ];
 
-/// Every query `record` captures: the snapshot's and the samples'.
-pub const RECORDED_QUERIES: &[&[&str]] = &[
-    QUERY_XML,
-    QUERY_LIST,
-    QUERY_TOPO,
-    QUERY_MIG_PROFILES,
-    QUERY_MIG_PLACEMENTS,
-    QUERY_MIG_INSTANCES,
-    QUERY_MIG_COMPUTE,
-    QUERY_COMPUTE_CAP,
-    smi::csv::SAMPLE_ARGV,
-    smi::csv::COMPUTE_APPS_ARGV,
-];
+/// The queries a live sample runs (`record` captures these after [`SNAPSHOT_QUERIES`]).
+pub const SAMPLE_QUERIES: &[&[&str]] = &[smi::csv::SAMPLE_ARGV, smi::csv::COMPUTE_APPS_ARGV];
 
 /// The message of a host with no nvidia-smi, word for word from seed 002.
 pub const NO_NVIDIA_SMI: &str = "nvml: nvidia-smi not found (no NVIDIA driver on this host)";

@@ -14,7 +14,7 @@ use serde::Serialize;
 
 use crate::detector::{NO_NVIDIA_SMI, NVIDIA_SMI, QUERY_XML};
 use crate::smi;
-use crate::smi::csv::{COMPUTE_APPS_ARGV, FallbackReason, SAMPLE_ARGV};
+use crate::smi::csv::{COMPUTE_APPS_ARGV, FallbackReason, GpuSample, SAMPLE_ARGV};
 
 /// Which path produced a sample.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -30,19 +30,8 @@ pub enum SampleSource {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct GpuUsage {
-    pub uuid: String,
-    pub memory_total_mib: Option<u64>,
-    pub memory_used_mib: Option<u64>,
-    pub memory_reserved_mib: Option<u64>,
-    pub memory_free_mib: Option<u64>,
-    pub utilization_gpu_percent: Option<f64>,
-    pub utilization_memory_percent: Option<f64>,
-    pub temperature_c: Option<f64>,
-    pub power_draw_w: Option<f64>,
-    pub power_limit_w: Option<f64>,
-    pub clock_sm_mhz: Option<u32>,
-    pub clock_mem_mhz: Option<u32>,
-    pub pstate: Option<String>,
+    #[serde(flatten)]
+    pub reading: GpuSample,
     /// Compute processes only: graphics processes (a compositor, WSL's Xwayland) are no workload.
     pub compute_processes: u32,
 }
@@ -98,21 +87,9 @@ pub fn sample(commands: &dyn Commands, deadline: Duration) -> Result<Samples, Sa
     let counts = smi::csv::parse_compute_app_counts(&apps.stdout_text());
     let gpus = rows
         .into_iter()
-        .map(|row| GpuUsage {
-            compute_processes: counts.get(&row.uuid).copied().unwrap_or(0),
-            uuid: row.uuid,
-            memory_total_mib: row.memory_total_mib,
-            memory_used_mib: row.memory_used_mib,
-            memory_reserved_mib: row.memory_reserved_mib,
-            memory_free_mib: row.memory_free_mib,
-            utilization_gpu_percent: row.utilization_gpu_percent,
-            utilization_memory_percent: row.utilization_memory_percent,
-            temperature_c: row.temperature_c,
-            power_draw_w: row.power_draw_w,
-            power_limit_w: row.power_limit_w,
-            clock_sm_mhz: row.clock_sm_mhz,
-            clock_mem_mhz: row.clock_mem_mhz,
-            pstate: row.pstate,
+        .map(|reading| GpuUsage {
+            compute_processes: counts.get(&reading.uuid).copied().unwrap_or(0),
+            reading,
         })
         .collect();
     Ok(Samples {
@@ -139,19 +116,21 @@ fn from_snapshot(
         .iter()
         .filter_map(|gpu| {
             Some(GpuUsage {
-                uuid: gpu.uuid.clone()?,
-                memory_total_mib: gpu.memory.total_mib,
-                memory_used_mib: gpu.memory.used_mib,
-                memory_reserved_mib: gpu.memory.reserved_mib,
-                memory_free_mib: gpu.memory.free_mib,
-                utilization_gpu_percent: gpu.usage.utilization_gpu_percent,
-                utilization_memory_percent: gpu.usage.utilization_memory_percent,
-                temperature_c: gpu.usage.temperature_c,
-                power_draw_w: gpu.usage.power_draw_w,
-                power_limit_w: gpu.usage.power_limit_w,
-                clock_sm_mhz: gpu.usage.clock_sm_mhz,
-                clock_mem_mhz: gpu.usage.clock_mem_mhz,
-                pstate: gpu.usage.pstate.clone(),
+                reading: GpuSample {
+                    uuid: gpu.uuid.clone()?,
+                    memory_total_mib: gpu.memory.total_mib,
+                    memory_used_mib: gpu.memory.used_mib,
+                    memory_reserved_mib: gpu.memory.reserved_mib,
+                    memory_free_mib: gpu.memory.free_mib,
+                    utilization_gpu_percent: gpu.usage.utilization_gpu_percent,
+                    utilization_memory_percent: gpu.usage.utilization_memory_percent,
+                    temperature_c: gpu.usage.temperature_c,
+                    power_draw_w: gpu.usage.power_draw_w,
+                    power_limit_w: gpu.usage.power_limit_w,
+                    clock_sm_mhz: gpu.usage.clock_sm_mhz,
+                    clock_mem_mhz: gpu.usage.clock_mem_mhz,
+                    pstate: gpu.usage.pstate.clone(),
+                },
                 compute_processes: gpu.compute_process_count() as u32,
             })
         })
@@ -210,7 +189,7 @@ mod tests {
         let samples = sample(&recorded(&hosts().join("hgx-h100-8gpu")), SECOND).unwrap();
         assert_eq!(samples.source, SampleSource::Csv);
         assert_eq!(samples.gpus.len(), 8);
-        assert_eq!(samples.gpus[0].memory_total_mib, Some(81559));
+        assert_eq!(samples.gpus[0].reading.memory_total_mib, Some(81559));
     }
 
     #[test]
@@ -271,7 +250,7 @@ mod tests {
         );
         let samples = sample(&recorded(dir.path()), SECOND).unwrap();
         assert_eq!(samples.gpus[0].compute_processes, 2);
-        assert_eq!(samples.gpus[0].power_draw_w, Some(70.5));
+        assert_eq!(samples.gpus[0].reading.power_draw_w, Some(70.5));
     }
 
     #[test]

@@ -81,7 +81,10 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
 
     let commands = SystemCommands::new();
     let deadline = Duration::from_secs(args.command_timeout);
-    for argv in detector::RECORDED_QUERIES {
+    for argv in detector::SNAPSHOT_QUERIES
+        .iter()
+        .chain(detector::SAMPLE_QUERIES)
+    {
         let name = command_name(argv);
         match recorder.record_command(&commands, &name, argv, deadline)? {
             CommandRecord::Answered { status: Some(0) } => {}
