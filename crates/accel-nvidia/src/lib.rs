@@ -11,3 +11,4 @@ pub mod layer2;
 pub mod passthrough;
 pub mod procfs;
 pub mod smi;
+pub mod xid;
