@@ -7,6 +7,7 @@
 
 pub mod arch;
 pub mod detector;
+pub mod doctor;
 pub mod enrich;
 pub mod faults;
 pub mod layer2;

@@ -25,6 +25,8 @@ enum Command {
     Labels(cmd::labels::Args),
     /// Capture this node into a recorded-host folder, so a misbehaving host becomes a test.
     Record(cmd::record::Args),
+    /// Check what this node needs (driver, bus, kernel log, kubelet, CDI, preload library).
+    Doctor(cmd::doctor::Args),
     /// Print the XID events found in kernel log text (dmesg, journalctl, a file, stdin).
     Xids(cmd::xids::Args),
 }
@@ -43,6 +45,7 @@ fn main() -> ExitCode {
         Command::Labels(args) => cmd::labels::run(args),
         Command::Record(args) => cmd::record::run(args),
         Command::Xids(args) => cmd::xids::run(args),
+        Command::Doctor(args) => cmd::doctor::run(args),
     };
     match result {
         Ok(code) => code,
