@@ -8,8 +8,9 @@
 //! [`accel_core::health::assess`]; application-class ones are conditions only. A reset that
 //! leaves the GPU's counters clean, or a new boot, clears them. A burst of XIDs asks for one
 //! inventory collection about two seconds later ([`CollectionDebounce`]), since ECC and
-//! row-remap counters move with it. This module owns the record and its file; it does not watch
-//! the kernel log or serve tokens.
+//! row-remap counters move with it. [`FaultWatch`] ties these together for the daemon: kernel-log
+//! entries in, saved faults, GPUs to re-assess and collections out. This module owns the record
+//! and its file; it does not read the kernel log itself or serve tokens.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -39,6 +40,9 @@ pub enum FaultError {
     /// The boot id file was empty.
     #[error("{0}: empty boot id")]
     EmptyBootId(String),
+    /// `faults.json` could not be read or parsed.
+    #[error("{path}: {reason}")]
+    Read { path: PathBuf, reason: String },
     /// `faults.json` could not be written.
     #[error("cannot write the fault record: {0}")]
     Write(#[from] AtomicWriteError),
@@ -190,6 +194,31 @@ impl FaultRecord {
             record,
             notes: Vec::new(),
         }
+    }
+
+    /// Reads `path` without changing anything on disk (what `detect --data-dir` does beside a
+    /// running daemon): `Ok(None)` when the file is absent or from another boot.
+    pub fn read(path: &Path, boot_id: &str) -> Result<Option<FaultRecord>, FaultError> {
+        let fail = |reason: String| FaultError::Read {
+            path: path.to_path_buf(),
+            reason,
+        };
+        let bytes = match std::fs::read(path) {
+            Ok(bytes) => bytes,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(fail(e.to_string())),
+        };
+        let file: FaultsFile = serde_json::from_slice(&bytes).map_err(|e| fail(e.to_string()))?;
+        if file.boot_id.trim() != boot_id {
+            return Ok(None);
+        }
+        let mut record = FaultRecord::new(boot_id);
+        for fault in file.faults {
+            record
+                .faults
+                .insert((fault.device_id.clone(), fault.condition.clone()), fault);
+        }
+        Ok(Some(record))
     }
 
     /// The file's JSON text.
@@ -381,6 +410,139 @@ impl CollectionDebounce {
                 true
             }
             _ => false,
+        }
+    }
+}
+
+/// What one kernel-log entry did to the watch.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct WatchOutcome {
+    /// The XID (or fallen-off-the-bus) event the entry held.
+    pub event: Option<XidEvent>,
+    /// What recording it did.
+    pub recorded: Option<Recorded>,
+    /// The GPU whose health may have changed: apply the record to the inventory and tell the
+    /// kubelet now (ListAndWatch), without waiting for the collection.
+    pub changed: Option<String>,
+    /// The entry was an overrun: records were lost (how many, when known). A collection is
+    /// scheduled, since the counters may show what the lost lines said.
+    pub overrun: Option<Option<u64>>,
+    /// `faults.json` could not be written (logged; the record in memory still holds).
+    pub save_error: Option<String>,
+}
+
+/// The kernel-log half of the health rule as the node daemon runs it: kernel-log entries in;
+/// faults recorded and saved, GPUs to re-assess, and inventory collections out. Synchronous
+/// and clock-free (the caller passes `now`), so the daemon drives it from any runtime and
+/// tests drive it with a paused clock.
+#[derive(Debug)]
+pub struct FaultWatch {
+    scanner: crate::xid::XidScanner,
+    record: FaultRecord,
+    classes: XidClasses,
+    debounce: CollectionDebounce,
+    path: Option<PathBuf>,
+}
+
+impl FaultWatch {
+    /// Starts the watch for boot `boot_id`, reloading `<data_dir>/faults.json` (same boot:
+    /// kept; another boot or a torn file: empty, see the notes). `data_dir` `None` keeps the
+    /// record in memory only.
+    pub fn start(
+        data_dir: Option<&Path>,
+        boot_id: &str,
+        classes: XidClasses,
+    ) -> (Self, Vec<String>) {
+        let path = data_dir.map(|d| d.join(FILE_NAME));
+        let (mut record, notes) = match &path {
+            Some(path) => {
+                let loaded = FaultRecord::load(path, boot_id);
+                (loaded.record, loaded.notes)
+            }
+            None => (FaultRecord::new(boot_id), Vec::new()),
+        };
+        record.reclassify(&classes);
+        let watch = FaultWatch {
+            scanner: crate::xid::XidScanner::default(),
+            record,
+            classes,
+            debounce: CollectionDebounce::default(),
+            path,
+        };
+        (watch, notes)
+    }
+
+    /// The faults recorded this boot.
+    pub fn record(&self) -> &FaultRecord {
+        &self.record
+    }
+
+    /// Applies the health rule (counters plus hardware-class faults) to the inventory.
+    pub fn apply(&self, inventory: &mut Inventory) {
+        self.record.apply(inventory);
+    }
+
+    /// Takes one kernel-log entry at `now`.
+    pub fn on_entry(
+        &mut self,
+        entry: &accel_host::KernelLogEntry,
+        inventory: &Inventory,
+        now: Instant,
+    ) -> WatchOutcome {
+        let mut outcome = WatchOutcome::default();
+        let record = match entry {
+            accel_host::KernelLogEntry::Overrun { lost } => {
+                self.debounce.event(now);
+                outcome.overrun = Some(*lost);
+                return outcome;
+            }
+            accel_host::KernelLogEntry::Record(record) => record,
+        };
+        let Some(event) = self.scanner.push(&record.message) else {
+            return outcome;
+        };
+        self.debounce.event(now);
+        let recorded = self.record.record(&event, inventory, &self.classes);
+        if let Recorded::New { uuid, .. } = &recorded {
+            tracing::warn!(gpu = %uuid, "{}: {}", event.condition(), event.message);
+            outcome.save_error = self.save();
+            outcome.changed = Some(uuid.clone());
+        }
+        outcome.recorded = Some(recorded);
+        outcome.event = Some(event);
+        outcome
+    }
+
+    /// Whether the inventory collection a burst asked for is due at `now` (true once a burst).
+    pub fn collection_due(&mut self, now: Instant) -> bool {
+        self.debounce.poll(now)
+    }
+
+    /// When the pending collection is due, for the caller's timer.
+    pub fn next_collection(&self) -> Option<Instant> {
+        self.debounce.due()
+    }
+
+    /// After a reset and a fresh collection: clears the GPU's faults when its counters pass,
+    /// and saves. Returns whether it cleared them.
+    pub fn after_reset(&mut self, accelerator: &Accelerator) -> Result<bool, FaultError> {
+        if !self.record.clear_after_reset(accelerator) {
+            return Ok(false);
+        }
+        if let Some(path) = &self.path {
+            self.record.save(path)?;
+        }
+        Ok(true)
+    }
+
+    fn save(&self) -> Option<String> {
+        let path = self.path.as_ref()?;
+        match self.record.save(path) {
+            Ok(()) => None,
+            Err(e) => {
+                tracing::error!("{e}");
+                Some(e.to_string())
+            }
         }
     }
 }
@@ -594,6 +756,29 @@ mod tests {
     }
 
     #[test]
+    fn read_only_reading_changes_nothing_on_disk() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(FILE_NAME);
+        assert_eq!(FaultRecord::read(&path, BOOT).unwrap(), None);
+        let mut record = FaultRecord::new(BOOT);
+        record.record(
+            &event("NVRM: Xid (PCI:0000:18:00): 79, GPU has fallen off the bus"),
+            &inventory(),
+            &XidClasses::default(),
+        );
+        record.save(&path).unwrap();
+        assert_eq!(FaultRecord::read(&path, BOOT).unwrap(), Some(record));
+        assert_eq!(FaultRecord::read(&path, "other").unwrap(), None);
+        std::fs::write(&path, "{torn").unwrap();
+        let e = FaultRecord::read(&path, BOOT).unwrap_err();
+        assert!(e.to_string().contains("faults.json"), "{e}");
+        assert!(
+            path.exists(),
+            "a read-only reader keeps the torn file where it is"
+        );
+    }
+
+    #[test]
     fn reads_the_boot_id_from_the_host() {
         let dir = tempfile::tempdir().unwrap();
         let host = accel_host::FsHost::new(dir.path());
@@ -625,5 +810,107 @@ mod tests {
         assert!(!debounce.poll(at(2500)), "once per burst");
         debounce.event(at(2600));
         assert_eq!(debounce.due(), Some(at(4600)));
+    }
+
+    fn kmsg(sequence: u64, message: &str) -> accel_host::KernelLogEntry {
+        accel_host::KernelLogEntry::Record(accel_host::KmsgRecord {
+            priority: 4,
+            sequence,
+            timestamp_us: sequence,
+            flag: '-',
+            message: message.to_string(),
+        })
+    }
+
+    #[test]
+    fn the_watch_over_a_fed_kernel_log() {
+        use accel_host::{ChannelKernelLog, KernelLog, KernelLogEntry};
+        let dir = tempfile::tempdir().unwrap();
+        let mut inventory = inventory();
+        let start = Instant::now();
+        let (mut watch, notes) = FaultWatch::start(Some(dir.path()), BOOT, XidClasses::default());
+        assert!(notes.is_empty());
+
+        let (sender, mut log) = ChannelKernelLog::new();
+        sender
+            .send(kmsg(
+                1,
+                "NVRM: Xid (PCI:0000:2a:00): 13, pid=9, name=python, Graphics Exception",
+            ))
+            .unwrap();
+        sender
+            .send(KernelLogEntry::Overrun { lost: Some(12) })
+            .unwrap();
+        sender.send(kmsg(14, "NVRM: Xid (PCI:0000:18:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus.")).unwrap();
+        sender
+            .send(kmsg(
+                15,
+                "NVRM: Xid (PCI:0000:18:00): 79, GPU has fallen off the bus.",
+            ))
+            .unwrap();
+        sender.send(kmsg(16, "usb 1-1: new device")).unwrap();
+        drop(sender);
+        let mut outcomes = Vec::new();
+        let mut ms = 0;
+        while let Some(entry) = log.next_entry().unwrap() {
+            outcomes.push(watch.on_entry(&entry, &inventory, start + Duration::from_millis(ms)));
+            ms += 100;
+        }
+        assert_eq!(outcomes[0].changed.as_deref(), Some("GPU-1"));
+        assert_eq!(outcomes[1].overrun, Some(Some(12)));
+        assert_eq!(outcomes[2].changed.as_deref(), Some("GPU-0"));
+        assert!(matches!(
+            outcomes[3].recorded,
+            Some(Recorded::Repeated { .. })
+        ));
+        assert_eq!(outcomes[3].changed, None);
+        assert_eq!(outcomes[4], WatchOutcome::default());
+        assert!(outcomes.iter().all(|o| o.save_error.is_none()));
+
+        watch.apply(&mut inventory);
+        assert!(gpu(&inventory, 1).healthy, "Xid 13 is the workload's");
+        assert!(!gpu(&inventory, 0).healthy);
+        // One collection for the burst, two seconds after its first line.
+        assert_eq!(watch.next_collection(), Some(start + COLLECTION_DELAY));
+        assert!(!watch.collection_due(start + Duration::from_millis(1999)));
+        assert!(watch.collection_due(start + COLLECTION_DELAY));
+        assert!(!watch.collection_due(start + Duration::from_secs(5)));
+
+        // A restart in the same boot keeps both faults; a new boot drops them.
+        let (again, _) = FaultWatch::start(Some(dir.path()), BOOT, XidClasses::default());
+        assert_eq!(again.record().faults().count(), 2);
+        let (mut restarted, _) = FaultWatch::start(Some(dir.path()), BOOT, XidClasses::default());
+        let mut fresh = self::inventory();
+        restarted.apply(&mut fresh);
+        assert!(!gpu(&fresh, 0).healthy);
+        // A reset that leaves GPU 0 clean recovers it, and the file forgets it.
+        assert!(restarted.after_reset(gpu(&fresh, 0)).unwrap());
+        restarted.apply(&mut fresh);
+        assert!(gpu(&fresh, 0).healthy);
+        let (reloaded, _) = FaultWatch::start(Some(dir.path()), BOOT, XidClasses::default());
+        assert_eq!(reloaded.record().faults_of("GPU-0").count(), 0);
+        let (rebooted, notes) =
+            FaultWatch::start(Some(dir.path()), "next-boot", XidClasses::default());
+        assert_eq!(rebooted.record().faults().count(), 0);
+        assert_eq!(notes.len(), 1);
+    }
+
+    #[test]
+    fn a_failed_save_is_reported_and_the_fault_still_counts() {
+        let dir = tempfile::tempdir().unwrap();
+        let missing = dir.path().join("absent");
+        let (mut watch, _) = FaultWatch::start(Some(&missing), BOOT, XidClasses::default());
+        let mut inventory = inventory();
+        let outcome = watch.on_entry(
+            &kmsg(
+                1,
+                "NVRM: Xid (PCI:0000:18:00): 48, pid='<unknown>', name=<unknown>, DBE",
+            ),
+            &inventory,
+            Instant::now(),
+        );
+        assert!(outcome.save_error.unwrap().contains("faults.json"));
+        watch.apply(&mut inventory);
+        assert!(!gpu(&inventory, 0).healthy);
     }
 }
