@@ -1,4 +1,5 @@
-//! The edge to the machine: files under a root, programs with deadlines, the PCI bus.
+//! The edge to the machine: files under a root, programs with deadlines, the PCI bus, the kernel
+//! log.
 //!
 //! Everything that touches the node goes through this crate, behind small traits, so that every
 //! reader runs against a recorded host in tests. No literal `/sys` or `/proc` appears outside
@@ -8,6 +9,7 @@
 pub mod atomic;
 pub mod commands;
 pub mod host;
+pub mod kmsg;
 pub mod pci;
 pub mod record;
 
@@ -17,6 +19,10 @@ pub use commands::{
     SystemCommands, TIMED_OUT_MARKER,
 };
 pub use host::{DEFAULT_ROOT, EntryKind, FsHost, Host, HostError};
+pub use kmsg::{
+    ChannelKernelLog, KMSG_PATH, KernelLog, KernelLogEntry, KmsgError, KmsgReader, KmsgRecord,
+    RecordSource,
+};
 pub use pci::{
     DEFAULT_PCI_CLASS_PREFIXES, PCI_CLASS_PREFIXES_ENV, PCI_DEVICES_DIR, PciClassPrefixes,
     PciError, PciFunction, PciScan, PciSetFingerprint, pci_set_fingerprint, scan_pci,

@@ -1,4 +1,5 @@
-//! NVIDIA: the procfs collector, nvidia-smi readers, enrich-by-UUID, samples, passthrough memory.
+//! NVIDIA: the procfs collector, nvidia-smi readers, enrich-by-UUID, samples, passthrough memory,
+//! the XID parser ([`xid`]) and the fault record behind the health rule ([`faults`]).
 //!
 //! The detector follows seed 002: layer 1 is procfs/sysfs ([`procfs`]), layer 2 is nvidia-smi
 //! ([`smi`]), merged by UUID into one inventory section ([`enrich`]).
@@ -6,9 +7,12 @@
 
 pub mod arch;
 pub mod detector;
+pub mod doctor;
 pub mod enrich;
+pub mod faults;
 pub mod layer2;
 pub mod passthrough;
 pub mod procfs;
 pub mod samples;
 pub mod smi;
+pub mod xid;

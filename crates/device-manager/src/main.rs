@@ -25,6 +25,10 @@ enum Command {
     Labels(cmd::labels::Args),
     /// Capture this node into a recorded-host folder, so a misbehaving host becomes a test.
     Record(cmd::record::Args),
+    /// Check what this node needs (driver, bus, kernel log, kubelet, CDI, preload library).
+    Doctor(cmd::doctor::Args),
+    /// Print the XID events found in kernel log text (dmesg, journalctl, a file, stdin).
+    Xids(cmd::xids::Args),
 }
 
 fn main() -> ExitCode {
@@ -40,6 +44,8 @@ fn main() -> ExitCode {
         Command::Detect(args) => cmd::detect::run(args),
         Command::Labels(args) => cmd::labels::run(args),
         Command::Record(args) => cmd::record::run(args),
+        Command::Xids(args) => cmd::xids::run(args),
+        Command::Doctor(args) => cmd::doctor::run(args),
     };
     match result {
         Ok(code) => code,

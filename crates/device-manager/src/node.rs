@@ -8,7 +8,9 @@ use accel_core::inventory::{Detection, Inventory};
 use accel_host::pci::{self, PciClassPrefixes};
 use accel_host::{Commands, FsHost, Host, RecordedCommands, SystemCommands};
 use accel_nvidia::detector::{self, Deadlines, DetectOptions};
+use accel_nvidia::faults::{self, FaultRecord};
 use accel_nvidia::passthrough::{self, GpuMemory, PciCandidate};
+use accel_nvidia::xid::XidClasses;
 use anyhow::{Context, bail};
 
 pub use accel_host::pci::PCI_CLASS_PREFIXES_ENV;
@@ -20,7 +22,7 @@ pub struct NodeArgs {
     #[arg(long, env = "HOST_ROOT", default_value = "/")]
     pub host_root: PathBuf,
     /// The daemon's data directory: with it, GPUs passed through to VMs are listed (and
-    /// remembered) too.
+    /// remembered) too, and the faults recorded this boot show in each GPU's health.
     #[arg(long, env = "DATA_DIR")]
     pub data_dir: Option<PathBuf>,
     /// PCI class prefixes the bus scan reads (comma-separated hex, default 02,03,0b,12).
@@ -106,8 +108,38 @@ impl Node {
             }
         }
         inventory.canonicalize();
+        if let Some(dir) = data_dir {
+            apply_recorded_faults(self.host.as_ref(), dir, &mut inventory)?;
+        }
         Ok((inventory, vec![outcome.detection]))
     }
+}
+
+/// Shows the faults the daemon recorded this boot (`<data-dir>/faults.json`) in the inventory's
+/// health, reading the file without changing it. A host without a boot id (a recorded host)
+/// or a file from another boot shows none; an unreadable file is a warning, not a failure.
+fn apply_recorded_faults(
+    host: &dyn Host,
+    data_dir: &Path,
+    inventory: &mut Inventory,
+) -> anyhow::Result<()> {
+    let boot_id = match faults::read_boot_id(host) {
+        Ok(id) => id,
+        Err(e) => {
+            tracing::debug!("faults not shown: {e}");
+            return Ok(());
+        }
+    };
+    let path = data_dir.join(faults::FILE_NAME);
+    match FaultRecord::read(&path, &boot_id) {
+        Ok(Some(mut record)) => {
+            record.reclassify(&XidClasses::from_env()?);
+            record.apply(inventory);
+        }
+        Ok(None) => {}
+        Err(e) => eprintln!("device-manager: faults not shown: {e}"),
+    }
+    Ok(())
 }
 
 fn load_memory(path: &Path) -> anyhow::Result<GpuMemory> {

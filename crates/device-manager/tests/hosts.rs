@@ -228,3 +228,84 @@ fn xml_that_is_not_xml_never_makes_up_an_accelerator() {
     );
     assert!(run.stderr.contains("not XML"), "{}", run.stderr);
 }
+
+#[test]
+fn detect_with_the_data_dir_shows_the_faults_of_this_boot() {
+    use std::os::unix::fs::symlink;
+    // A copy of a recorded host with a boot id, and a data dir holding the daemon's faults.
+    fn copy_tree(from: &Path, to: &Path) {
+        std::fs::create_dir_all(to).unwrap();
+        for entry in std::fs::read_dir(from).unwrap() {
+            let entry = entry.unwrap();
+            let target = to.join(entry.file_name());
+            let kind = entry.file_type().unwrap();
+            if kind.is_symlink() {
+                symlink(std::fs::read_link(entry.path()).unwrap(), &target).unwrap();
+            } else if kind.is_dir() {
+                copy_tree(&entry.path(), &target);
+            } else {
+                std::fs::copy(entry.path(), &target).unwrap();
+            }
+        }
+    }
+    let work = tempfile::tempdir().unwrap();
+    let node = work.path().join("node");
+    copy_tree(&host("dual-rtx-a5000"), &node);
+    let boot = node.join("root/proc/sys/kernel/random");
+    std::fs::create_dir_all(&boot).unwrap();
+    std::fs::write(
+        boot.join("boot_id"),
+        "b0070000-0000-4000-8000-000000000001\n",
+    )
+    .unwrap();
+    let data = work.path().join("data");
+    std::fs::create_dir_all(&data).unwrap();
+    let faults = |boot: &str| {
+        serde_json::json!({
+            "bootId": boot,
+            "faults": [
+                {"type": "Xid79", "status": true, "deviceId": "GPU-12345678-aaaa-bbbb-cccc-0123456789ab",
+                 "message": "GPU has fallen off the bus.", "xid": 79, "busId": "00000000:81:00.0",
+                 "class": "hardware", "count": 1},
+                {"type": "Xid13", "status": true, "deviceId": "GPU-12345678-aaaa-bbbb-cccc-0123456789cd",
+                 "message": "Graphics Exception", "xid": 13, "busId": "00000000:C1:00.0",
+                 "class": "application", "count": 3}
+            ]
+        })
+        .to_string()
+    };
+    let detect = || {
+        let run = device_manager(&[
+            "detect",
+            "--host-root",
+            node.to_str().unwrap(),
+            "--data-dir",
+            data.to_str().unwrap(),
+            "-o",
+            "json",
+        ]);
+        assert_eq!(run.status, 0, "{}", run.stderr);
+        let json: serde_json::Value = serde_json::from_str(&run.stdout).unwrap();
+        let gpus = json["manufacturers"][0]["accelerators"].clone();
+        (
+            gpus[0]["healthy"].clone(),
+            gpus[0]["healthReasons"].clone(),
+            gpus[1]["healthy"].clone(),
+        )
+    };
+    std::fs::write(
+        data.join("faults.json"),
+        faults("b0070000-0000-4000-8000-000000000001"),
+    )
+    .unwrap();
+    let (healthy0, reasons0, healthy1) = detect();
+    assert_eq!(healthy0, false);
+    assert_eq!(
+        reasons0,
+        serde_json::json!(["Xid 79: GPU has fallen off the bus."])
+    );
+    assert_eq!(healthy1, true, "an application XID is a condition only");
+
+    std::fs::write(data.join("faults.json"), faults("an-earlier-boot")).unwrap();
+    assert_eq!(detect().0, true, "faults of another boot are dropped");
+}

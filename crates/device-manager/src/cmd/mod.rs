@@ -1,5 +1,7 @@
 //! One module per subcommand: its arguments and its `run`.
 
 pub mod detect;
+pub mod doctor;
 pub mod labels;
 pub mod record;
+pub mod xids;

@@ -1,0 +1,726 @@
+//! `doctor`: one pass over what an NVIDIA node needs, each check `ok`, `warn` or `fail` with a
+//! one-line reason and what to do (seed 002, "bcd doctor's GPU checks" and "diag.nvml").
+//!
+//! Host checks: nvidia-smi present and answering within its deadline (with a hint for the
+//! failures seen on real hosts), driver and CUDA versions, persistence mode, `gpu-bus` (NVIDIA
+//! display functions in sysfs against the GPUs nvidia-smi lists), `gpu-host` (a WSL 2
+//! paravirtual GPU), `/dev/kmsg`, the kubelet's sockets, the CDI specs, the preload library
+//! for the CUDA major. Per-GPU diagnosis (`--gpus`): every check of every listed GPU; a GPU
+//! passes only when all its checks pass. This module reads the host through [`Host`] and
+//! [`Commands`]; it changes nothing.
+
+use std::collections::BTreeSet;
+use std::fmt;
+use std::time::Instant;
+
+use accel_core::BusId;
+use accel_core::health;
+use accel_core::inventory::Accelerator;
+use accel_host::pci::{PciClassPrefixes, scan_pci};
+use accel_host::{CommandError, Commands, Host, KMSG_PATH};
+use serde::Serialize;
+
+use crate::detector::{self, DXG_NODE, Deadlines, NVIDIACTL_NODE, Snapshot, SnapshotError};
+use crate::procfs;
+
+/// NVIDIA's PCI vendor id.
+const NVIDIA_VENDOR: u16 = 0x10de;
+/// Where the host's preload libraries live, one folder per runtime major (DESIGN.md).
+pub const LIBRARY_DIR: &str = "var/lib/gpustack/operator/lib";
+/// The kubelet's directory by default.
+pub const KUBELET_DIR: &str = "var/lib/kubelet";
+/// Where CDI specs are read from, in order (DESIGN.md, "CDI").
+pub const CDI_DIRS: [&str; 2] = ["etc/cdi", "var/run/cdi"];
+/// The CDI kind of NVIDIA's GPU devices.
+pub const CDI_KIND: &str = "nvidia.com/gpu";
+
+/// A check's verdict.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Status {
+    Ok,
+    Warn,
+    Fail,
+}
+
+impl fmt::Display for Status {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Status::Ok => "ok",
+            Status::Warn => "warn",
+            Status::Fail => "fail",
+        })
+    }
+}
+
+/// One check: its name, verdict, a one-line reason, and what to do when it is not ok.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Check {
+    pub name: String,
+    pub status: Status,
+    pub reason: String,
+    pub action: Option<String>,
+}
+
+impl Check {
+    fn ok(name: &str, reason: impl Into<String>) -> Self {
+        Check {
+            name: name.to_string(),
+            status: Status::Ok,
+            reason: reason.into(),
+            action: None,
+        }
+    }
+
+    fn warn(name: &str, reason: impl Into<String>, action: impl Into<String>) -> Self {
+        Check {
+            name: name.to_string(),
+            status: Status::Warn,
+            reason: reason.into(),
+            action: Some(action.into()),
+        }
+    }
+
+    fn fail(name: &str, reason: impl Into<String>, action: impl Into<String>) -> Self {
+        Check {
+            name: name.to_string(),
+            status: Status::Fail,
+            reason: reason.into(),
+            action: Some(action.into()),
+        }
+    }
+}
+
+/// One GPU's diagnosis.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GpuDiagnosis {
+    pub uuid: String,
+    pub index: Option<u32>,
+    /// True only when no check of this GPU failed.
+    pub passed: bool,
+    pub checks: Vec<Check>,
+}
+
+/// Everything doctor found.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Report {
+    pub checks: Vec<Check>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub gpus: Vec<GpuDiagnosis>,
+    /// False when any check failed.
+    pub passed: bool,
+}
+
+/// What to check and how long nvidia-smi may take.
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub deadlines: Deadlines,
+    /// The kubelet's directory, relative to the host root.
+    pub kubelet_dir: String,
+    /// The preload library directory, relative to the host root.
+    pub library_dir: String,
+    /// `Some`: diagnose these GPUs (empty: every GPU nvidia-smi lists).
+    pub gpus: Option<Vec<String>>,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            deadlines: Deadlines::default(),
+            kubelet_dir: KUBELET_DIR.to_string(),
+            library_dir: LIBRARY_DIR.to_string(),
+            gpus: None,
+        }
+    }
+}
+
+/// Runs every check on the host.
+pub fn run(host: &dyn Host, commands: &dyn Commands, options: &Options) -> Report {
+    let started = Instant::now();
+    let snapshot = detector::snapshot(commands, options.deadlines);
+    let took = started.elapsed();
+    let bus = nvidia_display_functions(host);
+    let paravirtual = detector::is_paravirtual(host);
+    let driver_present = host.exists(procfs::DRIVER_DIR) || paravirtual;
+
+    let mut checks = Vec::new();
+    checks.push(smi_check(
+        &snapshot,
+        took,
+        driver_present || !bus.is_empty(),
+    ));
+    let gpus: &[Accelerator] = match &snapshot {
+        Ok(s) => &s.section.accelerators,
+        Err(_) => &[],
+    };
+    checks.push(versions_check(host, &snapshot));
+    checks.push(persistence_check(&snapshot));
+    checks.push(bus_check(&bus, &snapshot, paravirtual));
+    checks.push(host_check(
+        host,
+        paravirtual,
+        driver_present || !bus.is_empty(),
+    ));
+    checks.push(kmsg_check(host));
+    checks.extend(kubelet_checks(host, &options.kubelet_dir));
+    checks.push(cdi_check(host, gpus));
+    checks.push(preload_check(host, &snapshot, &options.library_dir));
+
+    let diagnoses = match &options.gpus {
+        None => Vec::new(),
+        Some(wanted) => diagnose(wanted, &snapshot, &bus, paravirtual),
+    };
+    let passed =
+        checks.iter().all(|c| c.status != Status::Fail) && diagnoses.iter().all(|g| g.passed);
+    Report {
+        checks,
+        gpus: diagnoses,
+        passed,
+    }
+}
+
+/// A hint for the nvidia-smi failures seen on real hosts.
+pub fn error_hint(text: &str) -> &'static str {
+    let lower = text.to_lowercase();
+    if lower.contains("couldn't communicate with the nvidia driver") {
+        "the NVIDIA kernel module is not loaded: load it (modprobe nvidia) or reboot after the driver install"
+    } else if lower.contains("driver/library version mismatch") {
+        "the loaded kernel module is older than the user-space driver: reboot (or reload the nvidia modules) after the upgrade"
+    } else if lower.contains("no devices were found") {
+        "the driver sees no GPU: check that the GPU is on the bus (lspci) and not bound to vfio-pci"
+    } else if lower.contains("insufficient permissions") {
+        "run doctor as root (nvidia-smi needs access to /dev/nvidia*)"
+    } else if lower.contains("gpu is lost") || lower.contains("unknown error") {
+        "a GPU has fallen off the bus: check the kernel log (dmesg | device-manager xids), then reset the GPU or reboot"
+    } else if lower.contains("no answer within") {
+        "nvidia-smi hangs: a GPU or the driver is wedged; check the kernel log (dmesg | device-manager xids), then reset the GPU or reboot"
+    } else {
+        "run nvidia-smi -q by hand and check the kernel log (dmesg | device-manager xids)"
+    }
+}
+
+fn smi_check(
+    snapshot: &Result<Snapshot, SnapshotError>,
+    took: std::time::Duration,
+    gpu_expected: bool,
+) -> Check {
+    const NAME: &str = "nvidia-smi";
+    match snapshot {
+        Ok(s) => Check::ok(
+            NAME,
+            format!(
+                "answered in {} ms, {} GPU(s)",
+                took.as_millis(),
+                s.section.accelerators.len()
+            ),
+        ),
+        Err(SnapshotError::NotInstalled) if !gpu_expected => Check::warn(
+            NAME,
+            format!(
+                "{}; no NVIDIA GPU on the bus either",
+                detector::NO_NVIDIA_SMI
+            ),
+            "nothing to do on a node without NVIDIA GPUs",
+        ),
+        Err(SnapshotError::NotInstalled) => Check::fail(
+            NAME,
+            detector::NO_NVIDIA_SMI,
+            "install the NVIDIA driver, or put nvidia-smi on the PATH (WSL 2: /usr/lib/wsl/lib)",
+        ),
+        Err(e) => {
+            let text = match e {
+                SnapshotError::Run(CommandError::TimedOut { deadline, .. }) => {
+                    format!("nvidia-smi -q -x: no answer within {deadline:?}")
+                }
+                other => other.to_string(),
+            };
+            let hint = error_hint(&text);
+            Check::fail(NAME, text, hint)
+        }
+    }
+}
+
+fn versions_check(host: &dyn Host, snapshot: &Result<Snapshot, SnapshotError>) -> Check {
+    const NAME: &str = "driver";
+    let procfs_version = host
+        .read_to_string(procfs::VERSION_FILE)
+        .ok()
+        .and_then(|t| procfs::parse_driver_version(&t));
+    let (driver, cuda) = match snapshot {
+        Ok(s) => (
+            s.section.driver_version.clone().or(procfs_version),
+            s.section.cuda_version.clone(),
+        ),
+        Err(_) => (procfs_version, None),
+    };
+    match (driver, cuda) {
+        (Some(d), Some(c)) => Check::ok(NAME, format!("driver {d}, CUDA {c}")),
+        (Some(d), None) => Check::warn(
+            NAME,
+            format!("driver {d}, CUDA version unknown (nvidia-smi did not report it)"),
+            "make nvidia-smi answer: the CUDA version decides the preload library and slicing",
+        ),
+        (None, _) if snapshot.is_err() => Check::warn(
+            NAME,
+            "no driver version: neither procfs nor nvidia-smi reported one",
+            "install or repair the NVIDIA driver if this node has NVIDIA GPUs",
+        ),
+        (None, c) => Check::warn(
+            NAME,
+            format!(
+                "driver version unknown, CUDA {}",
+                c.as_deref().unwrap_or("unknown")
+            ),
+            "check /proc/driver/nvidia/version",
+        ),
+    }
+}
+
+fn persistence_check(snapshot: &Result<Snapshot, SnapshotError>) -> Check {
+    const NAME: &str = "persistence";
+    let Ok(s) = snapshot else {
+        return Check::warn(
+            NAME,
+            "not checked: nvidia-smi gave no report",
+            "fix the nvidia-smi check first",
+        );
+    };
+    let off: Vec<String> = s
+        .section
+        .accelerators
+        .iter()
+        .filter(|a| a.persistence_mode == Some(false))
+        .map(|a| a.index.to_string())
+        .collect();
+    if off.is_empty() {
+        let known = s
+            .section
+            .accelerators
+            .iter()
+            .any(|a| a.persistence_mode.is_some());
+        return Check::ok(
+            NAME,
+            if known {
+                "on for every GPU"
+            } else {
+                "not applicable (the driver reports no persistence mode)"
+            },
+        );
+    }
+    Check::warn(
+        NAME,
+        format!("persistence mode off on GPU {}", off.join(", ")),
+        "run nvidia-persistenced (or nvidia-smi -pm 1), so the driver stays initialised between jobs",
+    )
+}
+
+/// NVIDIA display functions (class 0x03xxxx) on the PCI bus, with their drivers.
+fn nvidia_display_functions(host: &dyn Host) -> Vec<(BusId, Option<String>)> {
+    let Ok(prefixes) = PciClassPrefixes::from_env_value("03") else {
+        return Vec::new();
+    };
+    scan_pci(host, &prefixes)
+        .map(|scan| {
+            scan.functions
+                .into_iter()
+                .filter(|f| f.vendor_id == NVIDIA_VENDOR && f.class >> 16 == 0x03)
+                .map(|f| (f.bus_id, f.driver))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn bus_check(
+    bus: &[(BusId, Option<String>)],
+    snapshot: &Result<Snapshot, SnapshotError>,
+    paravirtual: bool,
+) -> Check {
+    const NAME: &str = "gpu-bus";
+    let Ok(s) = snapshot else {
+        return Check::warn(
+            NAME,
+            format!(
+                "{} NVIDIA display function(s) on the bus; nvidia-smi gave no list to compare",
+                bus.len()
+            ),
+            "fix the nvidia-smi check first",
+        );
+    };
+    let listed: BTreeSet<BusId> = s
+        .section
+        .accelerators
+        .iter()
+        .filter_map(|a| a.bus_id)
+        .collect();
+    if bus.is_empty() && paravirtual {
+        return Check::ok(
+            NAME,
+            format!(
+                "paravirtual GPU: no PCI function to compare, nvidia-smi lists {}",
+                listed.len()
+            ),
+        );
+    }
+    let passed_through: Vec<String> = bus
+        .iter()
+        .filter(|(_, d)| d.as_deref() == Some("vfio-pci"))
+        .map(|(b, _)| b.sysfs())
+        .collect();
+    let missing: Vec<String> = bus
+        .iter()
+        .filter(|(b, d)| d.as_deref() != Some("vfio-pci") && !listed.contains(b))
+        .map(|(b, _)| b.sysfs())
+        .collect();
+    let through = if passed_through.is_empty() {
+        String::new()
+    } else {
+        format!(
+            ", {} passed through to VMs ({})",
+            passed_through.len(),
+            passed_through.join(", ")
+        )
+    };
+    if !missing.is_empty() {
+        return Check::fail(
+            NAME,
+            format!(
+                "{} on the bus but not listed by nvidia-smi{through}",
+                missing.join(", ")
+            ),
+            "the driver did not initialise these GPUs: check the kernel log (dmesg | device-manager xids) and reset or reseat them",
+        );
+    }
+    Check::ok(
+        NAME,
+        format!(
+            "{} NVIDIA display function(s) on the bus, {} listed by nvidia-smi{through}",
+            bus.len(),
+            listed.len()
+        ),
+    )
+}
+
+fn host_check(host: &dyn Host, paravirtual: bool, gpu_expected: bool) -> Check {
+    const NAME: &str = "gpu-host";
+    if paravirtual {
+        return Check::warn(
+            NAME,
+            "WSL 2 paravirtual GPU (/dev/dxg without /dev/nvidiactl)",
+            "containers reach the GPU through /dev/dxg and /usr/lib/wsl/lib: every GPU is shared, none can be isolated",
+        );
+    }
+    if host.exists(NVIDIACTL_NODE) {
+        return Check::ok(NAME, "native driver (/dev/nvidiactl)");
+    }
+    if host.exists(DXG_NODE) {
+        return Check::ok(NAME, "/dev/dxg and /dev/nvidiactl both present");
+    }
+    if gpu_expected {
+        return Check::fail(
+            NAME,
+            "no /dev/nvidiactl: the NVIDIA device nodes are missing",
+            "load the NVIDIA kernel module (nvidia-modprobe) or mount /dev into the container",
+        );
+    }
+    Check::ok(NAME, "no NVIDIA device nodes (no NVIDIA GPU on this node)")
+}
+
+fn kmsg_check(host: &dyn Host) -> Check {
+    const NAME: &str = "kmsg";
+    let path = host.root().join(KMSG_PATH);
+    match std::fs::File::open(&path) {
+        Ok(_) => Check::ok(NAME, "/dev/kmsg is readable: XIDs are watched"),
+        Err(e) => Check::warn(
+            NAME,
+            format!("/dev/kmsg: {e}: XIDs cannot be watched"),
+            "mount /dev/kmsg into the DaemonSet's container and give it CAP_SYSLOG (or run it privileged)",
+        ),
+    }
+}
+
+fn kubelet_checks(host: &dyn Host, kubelet_dir: &str) -> Vec<Check> {
+    let dir = kubelet_dir.trim_start_matches('/').trim_end_matches('/');
+    [
+        ("kubelet-device-plugins", "device-plugins/kubelet.sock", "register the device plugin"),
+        ("kubelet-pod-resources", "pod-resources/kubelet.sock", "identify containers at Allocate"),
+    ]
+    .into_iter()
+    .map(|(name, socket, purpose)| {
+        let path = format!("{dir}/{socket}");
+        if host.exists(&path) {
+            Check::ok(name, format!("/{path} present"))
+        } else {
+            Check::warn(
+                name,
+                format!("/{path} missing: cannot {purpose}"),
+                "run on a Kubernetes node with the kubelet up, and mount its directory (--kubelet-dir) into the container",
+            )
+        }
+    })
+    .collect()
+}
+
+/// The device names of one CDI spec of kind `nvidia.com/gpu`.
+#[derive(Debug, serde::Deserialize)]
+struct CdiSpec {
+    kind: Option<String>,
+    #[serde(default)]
+    devices: Vec<CdiDevice>,
+}
+
+#[derive(Debug, serde::Deserialize)]
+struct CdiDevice {
+    name: Option<serde_yaml::Value>,
+}
+
+/// Every NVIDIA vendor spec's device names, and the specs that could not be read. Our own
+/// `gpustack-*` specs are not vendor specs and are skipped.
+fn cdi_device_names(host: &dyn Host) -> (Vec<String>, BTreeSet<String>, Vec<String>) {
+    let mut specs = Vec::new();
+    let mut names = BTreeSet::new();
+    let mut unreadable = Vec::new();
+    for dir in CDI_DIRS {
+        let Ok(files) = host.list(dir) else { continue };
+        for file in files {
+            let yaml = file.ends_with(".yaml") || file.ends_with(".yml");
+            if !(yaml || file.ends_with(".json")) || file.starts_with("gpustack-") {
+                continue;
+            }
+            let path = format!("{dir}/{file}");
+            let Ok(bytes) = host.read(&path) else {
+                unreadable.push(format!("/{path}"));
+                continue;
+            };
+            // YAML is a superset of JSON: one reader for both.
+            match serde_yaml::from_slice::<CdiSpec>(&bytes) {
+                Ok(spec) if spec.kind.as_deref() == Some(CDI_KIND) => {
+                    specs.push(format!("/{path}"));
+                    for device in spec.devices {
+                        match device.name {
+                            Some(serde_yaml::Value::String(s)) => {
+                                names.insert(s);
+                            }
+                            Some(serde_yaml::Value::Number(n)) => {
+                                names.insert(n.to_string());
+                            }
+                            _ => {}
+                        }
+                    }
+                }
+                Ok(_) => {}
+                Err(_) => unreadable.push(format!("/{path}")),
+            }
+        }
+    }
+    (specs, names, unreadable)
+}
+
+fn cdi_check(host: &dyn Host, gpus: &[Accelerator]) -> Check {
+    const NAME: &str = "cdi";
+    const GENERATE: &str = "generate it: nvidia-ctk cdi generate --output=/var/run/cdi/nvidia.yaml";
+    let (specs, names, unreadable) = cdi_device_names(host);
+    let bad = if unreadable.is_empty() {
+        String::new()
+    } else {
+        format!("; unreadable: {}", unreadable.join(", "))
+    };
+    if specs.is_empty() {
+        return Check::warn(
+            NAME,
+            format!("no NVIDIA CDI spec in /etc/cdi or /var/run/cdi{bad}"),
+            format!("needed when the toolkit runs in CDI mode; {GENERATE}"),
+        );
+    }
+    let unnamed: Vec<String> = gpus
+        .iter()
+        .filter_map(|g| g.uuid.clone())
+        .filter(|uuid| !names.contains(uuid))
+        .collect();
+    if !unnamed.is_empty() {
+        return Check::warn(
+            NAME,
+            format!(
+                "{} does not name {}{bad}",
+                specs.join(", "),
+                unnamed.join(", ")
+            ),
+            format!("the spec is stale; {GENERATE}"),
+        );
+    }
+    let status = if unreadable.is_empty() {
+        Status::Ok
+    } else {
+        Status::Warn
+    };
+    Check {
+        name: NAME.to_string(),
+        status,
+        reason: format!(
+            "{} names every GPU nvidia-smi lists ({}){bad}",
+            specs.join(", "),
+            gpus.len()
+        ),
+        action: (status == Status::Warn).then(|| "fix or remove the unreadable specs".to_string()),
+    }
+}
+
+fn preload_check(
+    host: &dyn Host,
+    snapshot: &Result<Snapshot, SnapshotError>,
+    library_dir: &str,
+) -> Check {
+    const NAME: &str = "preload";
+    let major = snapshot
+        .as_ref()
+        .ok()
+        .and_then(|s| s.section.cuda_version.as_deref())
+        .and_then(|v| v.split('.').next())
+        .and_then(|m| m.trim().parse::<u32>().ok());
+    let Some(major) = major else {
+        return Check::warn(
+            NAME,
+            "CUDA major unknown: cannot tell which preload library slicing needs",
+            "fix the nvidia-smi check first",
+        );
+    };
+    let dir = format!("{}/cuda-{major}", library_dir.trim_matches('/'));
+    match host.list(&dir) {
+        Ok(files) if !files.is_empty() => {
+            Check::ok(NAME, format!("/{dir} holds {}", files.join(", ")))
+        }
+        _ => Check::warn(
+            NAME,
+            format!("no preload library in /{dir}: logical slices are not offered"),
+            format!(
+                "stage the CUDA {major} preload library in /{dir} (the operator's install does)"
+            ),
+        ),
+    }
+}
+
+/// seed 002's per-GPU diagnosis: listed by nvidia-smi, on the bus, counters clean,
+/// persistence on.
+fn diagnose(
+    wanted: &[String],
+    snapshot: &Result<Snapshot, SnapshotError>,
+    bus: &[(BusId, Option<String>)],
+    paravirtual: bool,
+) -> Vec<GpuDiagnosis> {
+    let gpus: &[Accelerator] = match snapshot {
+        Ok(s) => &s.section.accelerators,
+        Err(_) => &[],
+    };
+    let uuids: Vec<String> = if wanted.is_empty() {
+        gpus.iter().filter_map(|g| g.uuid.clone()).collect()
+    } else {
+        wanted.to_vec()
+    };
+    uuids
+        .into_iter()
+        .map(|uuid| {
+            let Some(gpu) = gpus
+                .iter()
+                .find(|g| g.uuid.as_deref() == Some(uuid.as_str()))
+            else {
+                let check = match snapshot {
+                    Ok(_) => Check::fail(
+                        "listed",
+                        "unknown GPU: nvidia-smi does not list it",
+                        "check the UUID against nvidia-smi -L",
+                    ),
+                    Err(e) => Check::fail(
+                        "listed",
+                        format!("not checked: {e}"),
+                        "fix the nvidia-smi check first",
+                    ),
+                };
+                return GpuDiagnosis {
+                    uuid,
+                    index: None,
+                    passed: false,
+                    checks: vec![check],
+                };
+            };
+            let mut checks = vec![Check::ok("listed", format!("GPU {}", gpu.index))];
+            checks.push(match gpu.bus_id {
+                Some(b) if bus.iter().any(|(f, _)| *f == b) => Check::ok("on-bus", b.sysfs()),
+                _ if paravirtual => Check::ok("on-bus", "paravirtual GPU: no PCI function"),
+                Some(b) => Check::fail(
+                    "on-bus",
+                    format!("{} not found among the PCI functions", b.sysfs()),
+                    "check the PCI bus (lspci) and the kernel log",
+                ),
+                None => Check::fail(
+                    "on-bus",
+                    "nvidia-smi reports no bus id",
+                    "check nvidia-smi -q",
+                ),
+            });
+            let reasons = health::counter_reasons(gpu);
+            checks.push(if reasons.is_empty() {
+                Check::ok(
+                    "health",
+                    "no uncorrectable volatile ECC errors, no failed or pending row remap",
+                )
+            } else {
+                Check::fail(
+                    "health",
+                    reasons.join("; "),
+                    "drain the GPU and reset it (device-manager reset); replace it if it recurs",
+                )
+            });
+            checks.push(match gpu.persistence_mode {
+                Some(false) => Check::warn("persistence", "off", "nvidia-smi -i <uuid> -pm 1"),
+                Some(true) => Check::ok("persistence", "on"),
+                None => Check::ok("persistence", "not applicable"),
+            });
+            // seed 002: passed only if every check passed (a warning is not a failure).
+            let passed = checks.iter().all(|c| c.status != Status::Fail);
+            GpuDiagnosis {
+                uuid,
+                index: Some(gpu.index),
+                passed,
+                checks,
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hints_for_the_failures_seen_on_real_hosts() {
+        for (text, hint) in [
+            (
+                "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. Make sure that the latest NVIDIA driver is installed and running.",
+                "modprobe nvidia",
+            ),
+            (
+                "Failed to initialize NVML: Driver/library version mismatch",
+                "reboot",
+            ),
+            ("No devices were found", "lspci"),
+            (
+                "Unable to determine the device handle for GPU0000:18:00.0: Unknown Error",
+                "fallen off the bus",
+            ),
+            ("nvidia-smi -q -x: no answer within 1s", "wedged"),
+            (
+                "Failed to initialize NVML: Insufficient Permissions",
+                "root",
+            ),
+            ("something new", "nvidia-smi -q by hand"),
+        ] {
+            assert!(
+                error_hint(text).contains(hint),
+                "{text:?} -> {}",
+                error_hint(text)
+            );
+        }
+    }
+}

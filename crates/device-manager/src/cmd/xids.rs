@@ -1,0 +1,102 @@
+//! `device-manager xids`: the XID events in kernel log text (dmesg in any of its time formats,
+//! journalctl, syslog, a saved file, stdin), so an operator can ask "what happened to this GPU"
+//! without the daemon. JSON is DESIGN.md's contract: a list of
+//! `{"xid","busId","pid","process","message","line"}`.
+
+use std::fmt::Write as _;
+use std::io::Read as _;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use accel_nvidia::xid::{self, XID_APPLICATION_ENV, XID_HARDWARE_ENV, XidClasses, XidEvent};
+use anyhow::Context;
+
+/// Output formats.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    Table,
+    Json,
+}
+
+/// Arguments of `xids`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Output format.
+    #[arg(short = 'o', long = "output", value_enum, default_value = "table")]
+    pub output: Format,
+    /// The kernel log text to read (`-` or absent: standard input).
+    #[arg(value_name = "FILE|-")]
+    pub file: Option<PathBuf>,
+    /// XIDs that are the workload's fault, not the GPU's (comma list; default 13,31,43,45,68,109).
+    #[arg(long, env = XID_APPLICATION_ENV)]
+    pub xid_application: Option<String>,
+    /// XIDs that are always the GPU's fault, even when also listed as application XIDs.
+    #[arg(long, env = XID_HARDWARE_ENV)]
+    pub xid_hardware: Option<String>,
+}
+
+pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let classes = XidClasses::from_settings(
+        args.xid_application.as_deref(),
+        args.xid_hardware.as_deref(),
+    )?;
+    let bytes = match &args.file {
+        Some(path) if path.as_os_str() != "-" => {
+            std::fs::read(path).with_context(|| format!("reading {}", path.display()))?
+        }
+        _ => {
+            let mut bytes = Vec::new();
+            std::io::stdin()
+                .read_to_end(&mut bytes)
+                .context("reading standard input")?;
+            bytes
+        }
+    };
+    // Kernel logs carry whatever a driver printed: invalid UTF-8 is replaced, never an error.
+    let events = xid::parse_text(&String::from_utf8_lossy(&bytes));
+    match args.output {
+        Format::Json => println!("{}", serde_json::to_string_pretty(&events)?),
+        Format::Table => print!("{}", table(&events, &classes)),
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The events as a fixed-width table, one a line, with each code's class.
+fn table(events: &[XidEvent], classes: &XidClasses) -> String {
+    let dash = || "-".to_string();
+    let header = ["XID", "CLASS", "BUS ID", "PID", "PROCESS", "MESSAGE"].map(String::from);
+    let rows: Vec<[String; 6]> = events
+        .iter()
+        .map(|e| {
+            [
+                e.xid
+                    .map(|x| x.to_string())
+                    .unwrap_or_else(|| "bus".to_string()),
+                classes.classify(e).to_string(),
+                e.bus_id.nvml(),
+                e.pid.map(|p| p.to_string()).unwrap_or_else(dash),
+                e.process.clone().unwrap_or_else(dash),
+                e.message.clone(),
+            ]
+        })
+        .collect();
+    let mut widths = header.clone().map(|h| h.len());
+    for row in &rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let mut out = String::new();
+    for row in std::iter::once(&header).chain(&rows) {
+        let mut line = String::new();
+        for (i, cell) in row.iter().enumerate() {
+            if i + 1 == row.len() {
+                line.push_str(cell);
+            } else {
+                let _ = write!(line, "{cell:<w$}  ", w = widths[i]);
+            }
+        }
+        let _ = writeln!(out, "{}", line.trim_end());
+    }
+    out
+}

@@ -1,0 +1,205 @@
+//! `device-manager doctor` through the real binary: a snapshot of its table and JSON on every
+//! recorded host in `testdata/hosts/` (the hanging nvidia-smi with a 1 s deadline), plus hosts
+//! built here from a recorded one to reach the other branches: nvidia-smi failing with a known
+//! error, a node with the kubelet, /dev/kmsg, the preload library and CDI specs (current,
+//! stale, unreadable), and `--gpus` with an unknown UUID.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn hosts_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata/hosts")
+}
+
+fn cdi_fixture() -> PathBuf {
+    let path = PathBuf::from(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../../shared/fixtures/nvidia/cdi/salilkadam-infrastructure__nvidia-575.64.03.yaml"
+    ));
+    assert!(path.is_file(), "fixture {} is missing", path.display());
+    path
+}
+
+struct Run {
+    status: i32,
+    stdout: String,
+    stderr: String,
+}
+
+fn doctor(host: &Path, extra: &[&str]) -> Run {
+    let output = Command::new(env!("CARGO_BIN_EXE_device-manager"))
+        .arg("doctor")
+        .arg("--host-root")
+        .arg(host)
+        .args(["--nvidia-smi-timeout", "1"])
+        .args(extra)
+        .env_remove("HOST_ROOT")
+        .env_remove("KUBELET_DIR")
+        .output()
+        .expect("device-manager runs");
+    Run {
+        status: output.status.code().unwrap_or(-1),
+        // The one figure that changes between runs.
+        stdout: redact(&String::from_utf8_lossy(&output.stdout)),
+        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+    }
+}
+
+fn redact(text: &str) -> String {
+    let mut out = String::new();
+    let mut rest = text;
+    while let Some(at) = rest.find("answered in ") {
+        let start = at + "answered in ".len();
+        out.push_str(&rest[..start]);
+        let digits = rest[start..].bytes().take_while(u8::is_ascii_digit).count();
+        out.push_str("[N]");
+        rest = &rest[start + digits..];
+    }
+    out.push_str(rest);
+    out
+}
+
+fn all_hosts() -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(hosts_dir())
+        .expect("testdata/hosts exists")
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| !n.starts_with('.'))
+        .collect();
+    names.sort();
+    assert!(
+        names.len() >= 6,
+        "expected the recorded hosts, found {names:?}"
+    );
+    names
+}
+
+/// Hosts where a check fails: doctor exits 1 there, 0 elsewhere.
+const FAILING: &[&str] = &["no-driver", "smi-hangs"];
+
+#[test]
+fn doctor_on_every_recorded_host() {
+    for name in all_hosts() {
+        let dir = hosts_dir().join(&name);
+        let table = doctor(&dir, &["--gpus"]);
+        let want = if FAILING.contains(&name.as_str()) {
+            1
+        } else {
+            0
+        };
+        assert_eq!(
+            table.status, want,
+            "{name}: {}{}",
+            table.stdout, table.stderr
+        );
+        insta::assert_snapshot!(format!("doctor-table-{name}"), table.stdout);
+
+        let json = doctor(&dir, &["-o", "json"]);
+        assert_eq!(json.status, want, "{name}: {}", json.stderr);
+        let value: serde_json::Value = serde_json::from_str(&json.stdout).unwrap();
+        assert_eq!(value["passed"], want == 0, "{name}");
+        insta::assert_json_snapshot!(format!("doctor-json-{name}"), value);
+    }
+}
+
+/// Copies a recorded host, links kept as links.
+fn copy_tree(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        let kind = entry.file_type().unwrap();
+        if kind.is_symlink() {
+            std::os::unix::fs::symlink(std::fs::read_link(entry.path()).unwrap(), &target).unwrap();
+        } else if kind.is_dir() {
+            copy_tree(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), &target).unwrap();
+        }
+    }
+}
+
+fn write(path: &Path, text: &str) {
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(path, text).unwrap();
+}
+
+#[test]
+fn nvidia_smi_failing_gets_the_hint_for_its_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let host = dir.path();
+    copy_tree(&hosts_dir().join("dual-rtx-a5000"), host);
+    std::fs::remove_dir_all(host.join("commands")).unwrap();
+    write(&host.join("commands/q-x/argv"), "nvidia-smi\n-q\n-x\n");
+    write(
+        &host.join("commands/q-x/stdout"),
+        "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. Make sure that the latest NVIDIA driver is installed and running.\n",
+    );
+    write(&host.join("commands/q-x/status"), "9\n");
+    let run = doctor(
+        host,
+        &["--gpus", "GPU-12345678-aaaa-bbbb-cccc-0123456789ab"],
+    );
+    assert_eq!(run.status, 1, "{}", run.stderr);
+    insta::assert_snapshot!("doctor-table-smi-cannot-reach-driver", run.stdout);
+}
+
+#[test]
+fn a_kubernetes_node_with_everything_in_place() {
+    let dir = tempfile::tempdir().unwrap();
+    let host = dir.path();
+    copy_tree(&hosts_dir().join("dual-rtx-a5000"), host);
+    let root = host.join("root");
+    write(&root.join("dev/kmsg"), "");
+    write(
+        &root.join("var/lib/kubelet/device-plugins/kubelet.sock"),
+        "",
+    );
+    write(&root.join("var/lib/kubelet/pod-resources/kubelet.sock"), "");
+    write(
+        &root.join("var/lib/gpustack/operator/lib/cuda-13/libgpustack-preload.so"),
+        "",
+    );
+    // A JSON vendor spec naming both GPUs, our own spec (skipped), another kind (skipped).
+    write(
+        &root.join("var/run/cdi/nvidia.json"),
+        r#"{"cdiVersion":"0.7.0","kind":"nvidia.com/gpu","devices":[
+            {"name":"0","containerEdits":{}},
+            {"name":"GPU-12345678-aaaa-bbbb-cccc-0123456789ab","containerEdits":{}},
+            {"name":"GPU-12345678-aaaa-bbbb-cccc-0123456789cd","containerEdits":{}},
+            {"name":"all","containerEdits":{}}]}"#,
+    );
+    write(
+        &root.join("var/run/cdi/gpustack-hold.json"),
+        "not even JSON",
+    );
+    write(
+        &root.join("etc/cdi/rdma.yaml"),
+        "cdiVersion: 0.5.0\nkind: example.com/rdma\ndevices: []\n",
+    );
+    let run = doctor(host, &["--gpus"]);
+    assert_eq!(run.status, 0, "{}{}", run.stdout, run.stderr);
+    insta::assert_snapshot!("doctor-table-kubernetes-node", run.stdout);
+
+    // NVIDIA's generated YAML names another GPU: the spec is stale for this node; a torn
+    // spec is named as unreadable; an unknown UUID fails the per-GPU diagnosis.
+    std::fs::remove_file(root.join("var/run/cdi/nvidia.json")).unwrap();
+    std::fs::copy(cdi_fixture(), root.join("etc/cdi/nvidia.yaml")).unwrap();
+    write(
+        &root.join("etc/cdi/torn.json"),
+        "{\"kind\":\"nvidia.com/gpu\",\"devi",
+    );
+    let run = doctor(
+        host,
+        &["--gpus", "GPU-00000000-dead-beef-0000-000000000000"],
+    );
+    assert_eq!(run.status, 1, "{}", run.stderr);
+    insta::assert_snapshot!("doctor-table-stale-cdi-unknown-gpu", run.stdout);
+}
+
+#[test]
+fn a_host_root_that_does_not_exist_is_one_clear_line() {
+    let run = doctor(Path::new("/nonexistent/host"), &[]);
+    assert_eq!(run.status, 2);
+    assert_eq!(run.stderr.trim().lines().count(), 1, "{}", run.stderr);
+    assert!(run.stderr.contains("/nonexistent/host"), "{}", run.stderr);
+}
