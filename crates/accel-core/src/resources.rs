@@ -164,6 +164,20 @@ pub fn partition_kind(manufacturer: Manufacturer) -> Option<&'static str> {
     }
 }
 
+/// Why a base override could not be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum GrammarError {
+    /// An entry is not `MANUFACTURER=BASE`.
+    #[error("resource base override {0:?} is not MANUFACTURER=BASE (e.g. nvidia=nvidia.com/gpu)")]
+    Shape(String),
+    /// The manufacturer is not one of the nine.
+    #[error(transparent)]
+    Manufacturer(#[from] crate::manufacturer::UnknownManufacturer),
+    /// The base is not a Kubernetes resource name.
+    #[error("resource base {0:?} is not a valid resource name (domain/name)")]
+    Base(String),
+}
+
 /// The key grammar: each manufacturer's base, overridable, and the parser and printer of keys.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct KeyGrammar {
@@ -186,6 +200,23 @@ impl KeyGrammar {
     pub fn with_base(mut self, manufacturer: Manufacturer, base: impl Into<String>) -> Self {
         self.bases.insert(manufacturer, base.into());
         self
+    }
+
+    /// Apply overrides written `nvidia=example.com/gpu,amd=example.com/rocm` (the form of a flag or
+    /// an environment variable); an empty text changes nothing.
+    pub fn with_overrides(mut self, text: &str) -> Result<Self, GrammarError> {
+        for entry in text.split(',').map(str::trim).filter(|e| !e.is_empty()) {
+            let (name, base) = entry
+                .split_once('=')
+                .ok_or_else(|| GrammarError::Shape(entry.to_string()))?;
+            let manufacturer: Manufacturer = name.parse()?;
+            let base = base.trim();
+            if !base.contains('/') || !is_qualified_name(base) {
+                return Err(GrammarError::Base(base.to_string()));
+            }
+            self = self.with_base(manufacturer, base);
+        }
+        Ok(self)
     }
 
     /// The base in force for a manufacturer.
@@ -489,6 +520,39 @@ mod tests {
         );
         assert_eq!(grammar.parse("nvidia.com/gpu"), None);
         assert_eq!(grammar.base(Manufacturer::Nvidia), "example.com/cuda");
+    }
+
+    #[test]
+    fn overrides_read_from_text() {
+        let grammar = KeyGrammar::default()
+            .with_overrides(" nvidia=example.com/cuda , thead=example.com/ppu,")
+            .unwrap();
+        assert_eq!(grammar.base(Manufacturer::Nvidia), "example.com/cuda");
+        assert_eq!(grammar.base(Manufacturer::Thead), "example.com/ppu");
+        assert_eq!(grammar.base(Manufacturer::Amd), "amd.com/gpu");
+        assert_eq!(
+            KeyGrammar::default().with_overrides(""),
+            Ok(KeyGrammar::default())
+        );
+        let err = |t: &str| {
+            KeyGrammar::default()
+                .with_overrides(t)
+                .unwrap_err()
+                .to_string()
+        };
+        assert_eq!(
+            err("nvidia"),
+            "resource base override \"nvidia\" is not MANUFACTURER=BASE (e.g. nvidia=nvidia.com/gpu)"
+        );
+        assert!(err("intel=intel.com/gpu").starts_with("unknown manufacturer \"intel\""));
+        assert_eq!(
+            err("nvidia=gpu"),
+            "resource base \"gpu\" is not a valid resource name (domain/name)"
+        );
+        assert_eq!(
+            err("nvidia=Example.com/gpu"),
+            "resource base \"Example.com/gpu\" is not a valid resource name (domain/name)"
+        );
     }
 
     #[test]

@@ -28,6 +28,7 @@ fn admit(args: &[&str], stdin: &str) -> Output {
         .env_remove("ADMIT_POOL")
         .env_remove("ADMIT_PHASE")
         .env_remove("ADMIT_OUTPUT")
+        .env_remove("GPUSTACK_RESOURCE_BASES")
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -165,5 +166,24 @@ fn unreadable_input_exits_2_naming_what() {
         );
     }
     let o = admit(&["/nonexistent/pod.yaml"], "");
+    assert_eq!(o.status.code(), Some(2));
+}
+
+#[test]
+fn resource_bases_can_be_overridden() {
+    let limits = "          example.com/cuda.sliced: \"2\"\n          example.com/cuda.sliced.memory-percentage: \"50\"\n";
+    let o = admit(&["-"], &pod(limits));
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "not an accelerator key under the default bases"
+    );
+    let o = admit(
+        &["--resource-bases", "nvidia=example.com/cuda", "-"],
+        &pod(limits),
+    );
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stdout(&o).starts_with("denied: spec.containers[0].resources.limits[example.com/cuda.sliced]: Invalid value: \"2\""), "{}", stdout(&o));
+    let o = admit(&["--resource-bases", "nvidia", "-"], &pod(limits));
     assert_eq!(o.status.code(), Some(2));
 }

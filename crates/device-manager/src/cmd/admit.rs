@@ -39,6 +39,15 @@ pub struct Args {
     /// text or json ({"allowed","message","patch","pod"}).
     #[arg(short = 'o', long = "output", env = "ADMIT_OUTPUT", value_enum, default_value_t = Output::Text)]
     output: Output,
+    /// Resource bases that differ from the manufacturers' defaults, as the device plugin
+    /// advertises them: `nvidia=example.com/gpu,amd=example.com/rocm`.
+    #[arg(
+        long,
+        env = "GPUSTACK_RESOURCE_BASES",
+        value_name = "MANUFACTURER=BASE,…",
+        default_value = ""
+    )]
+    resource_bases: String,
     /// The Pod, YAML or JSON; `-` reads standard input.
     #[arg(env = "ADMIT_POD", value_name = "POD.yaml|-")]
     pod: String,
@@ -71,6 +80,7 @@ fn parse_document(text: &str, what: &str) -> anyhow::Result<Value> {
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let grammar = KeyGrammar::default().with_overrides(&args.resource_bases)?;
     let pod = parse_document(&read_input(&args.pod)?, &format!("the Pod {}", args.pod))?;
     let pool = match &args.pool {
         Some(path) => {
@@ -87,7 +97,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         PhaseArg::Validate => Phase::Validate,
         PhaseArg::Both => Phase::Both,
     };
-    let verdict = admission::admit(&pod, &pool, &KeyGrammar::default(), phase)
+    let verdict = admission::admit(&pod, &pool, &grammar, phase)
         .with_context(|| format!("cannot read the Pod {}", args.pod))?;
     match args.output {
         Output::Json => println!("{}", serde_json::to_string_pretty(&verdict)?),

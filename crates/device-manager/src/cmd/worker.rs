@@ -28,6 +28,15 @@ pub struct Args {
     /// How often to look for a rotated certificate, in seconds.
     #[arg(long, env = "TLS_RELOAD_SECONDS", default_value_t = 10)]
     tls_reload_seconds: u64,
+    /// Resource bases that differ from the manufacturers' defaults, as the device plugin
+    /// advertises them: `nvidia=example.com/gpu,amd=example.com/rocm`.
+    #[arg(
+        long,
+        env = "GPUSTACK_RESOURCE_BASES",
+        value_name = "MANUFACTURER=BASE,…",
+        default_value = ""
+    )]
+    resource_bases: String,
     /// Largest AdmissionReview body accepted, in bytes.
     #[arg(long, env = "WEBHOOK_BODY_LIMIT", default_value_t = 4 * 1024 * 1024)]
     body_limit: usize,
@@ -46,6 +55,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
 }
 
 async fn serve(args: Args) -> anyhow::Result<()> {
+    let grammar = KeyGrammar::default().with_overrides(&args.resource_bases)?;
     let reloader = CertReloader::load(&args.tls_cert, &args.tls_key)
         .context("cannot load the serving certificate")?;
     let tls = reloader.server_config()?;
@@ -62,12 +72,7 @@ async fn serve(args: Args) -> anyhow::Result<()> {
         request_timeout: Duration::from_millis(args.request_timeout_ms),
         ..ServerConfig::default()
     };
-    let app = accel_webhook::router(
-        pools,
-        KeyGrammar::default(),
-        Arc::new(Metrics::default()),
-        &config,
-    );
+    let app = accel_webhook::router(pools, grammar, Arc::new(Metrics::default()), &config);
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .with_context(|| format!("cannot listen on {}", args.listen))?;
