@@ -40,6 +40,10 @@ pub struct Args {
     /// Largest AdmissionReview body accepted, in bytes.
     #[arg(long, env = "WEBHOOK_BODY_LIMIT", default_value_t = 4 * 1024 * 1024)]
     body_limit: usize,
+    /// How long to keep serving after SIGTERM, while the Service's endpoints drop this replica
+    /// (the webhooks fail closed, so a review in flight must not meet a closed port), in seconds.
+    #[arg(long, env = "SHUTDOWN_DELAY_SECONDS", default_value_t = 5)]
+    shutdown_delay_seconds: u64,
     /// Longest one review may take, body read included, in milliseconds.
     #[arg(long, env = "WEBHOOK_REQUEST_TIMEOUT_MS", default_value_t = 10_000)]
     request_timeout_ms: u64,
@@ -77,12 +81,19 @@ async fn serve(args: Args) -> anyhow::Result<()> {
         .await
         .with_context(|| format!("cannot listen on {}", args.listen))?;
     tracing::info!(listen = %args.listen, "serving the Pod admission webhooks");
-    accel_webhook::serve(listener, tls, app, config, shutdown()).await?;
+    accel_webhook::serve(
+        listener,
+        tls,
+        app,
+        config,
+        shutdown(Duration::from_secs(args.shutdown_delay_seconds)),
+    )
+    .await?;
     Ok(())
 }
 
-/// SIGTERM (the kubelet stopping the Pod) or Ctrl-C.
-async fn shutdown() {
+/// SIGTERM (the kubelet stopping the Pod) or Ctrl-C, then `delay` more of serving.
+async fn shutdown(delay: Duration) {
     let ctrl_c = async {
         let _ = tokio::signal::ctrl_c().await;
     };
@@ -101,5 +112,9 @@ async fn shutdown() {
         () = ctrl_c => {}
         () = term => {}
     }
-    tracing::info!("shutting down");
+    tracing::info!(
+        delay_s = delay.as_secs(),
+        "stopping: serving on while endpoints drain"
+    );
+    tokio::time::sleep(delay).await;
 }
