@@ -90,6 +90,8 @@ fn pools() -> impl Strategy<Value = Pool> {
         ),
         Just(serde_json::from_value(json!({"group": "nvidia-tesla-t4", "memoryMiB": 15360, "profiles": {}})).unwrap()),
         Just(Pool::unknown("not in the cache")),
+        // Inconsistent readings: a profile larger than its accelerator.
+        Just(serde_json::from_value(json!({"group": "g", "memoryMiB": 9000, "profiles": {"1g.10gb": 9984}})).unwrap()),
     ]
 }
 

@@ -755,3 +755,19 @@ fn sub_keys_without_their_family_key_are_refused() {
         "spec.containers[0].resources.limits: Required value: a nvidia.com/gpu.partitioned.mig-1g.10gb request must come with nvidia.com/gpu.partitioned: \"1\"",
     );
 }
+
+#[test]
+fn inconsistent_pool_readings_refuse_a_partition_rather_than_admit_it_without_units() {
+    let mut pool = h100();
+    pool.profiles = Some([("1g.10gb".to_string(), 90_000)].into());
+    let v = verdict(
+        "resources:\n  limits:\n    nvidia.com/gpu.partitioned: \"1\"\n    nvidia.com/gpu.partitioned.mig-1g.10gb: \"1\"\n",
+        &pool,
+    );
+    assert_eq!(
+        v.message.as_deref(),
+        Some(
+            "spec.containers[0].resources.limits[nvidia.com/gpu.partitioned.mig-1g.10gb]: Forbidden: the pool's VRAM of profile 1g.10gb cannot be folded into units: a memory budget of 90000 MiB exceeds the accelerator's 81559 MiB (the pool's readings are inconsistent); a retry may succeed"
+        )
+    );
+}

@@ -13,6 +13,7 @@ use crate::manufacturer::Manufacturer;
 use crate::pool::Pool;
 use crate::quantity::{QuantityError, parse_count};
 use crate::resources::{AcceleratorKey, Family, KeyGrammar, ResourceKey};
+use crate::units::{MemoryBudget, fold};
 
 /// Every violation of the Pod, container-level ones first (in container order), then the
 /// Pod-wide rules.
@@ -319,6 +320,22 @@ pub fn missing_pool_facts(view: &PodView, pool: &Pool) -> Vec<FieldError> {
                         ),
                         Rule::Pool,
                     ));
+                } else if let (Some(vram), Some(profile_mib)) = (
+                    pool.memory_mib,
+                    pool.profiles.as_ref().and_then(|p| p.get(profile)),
+                ) {
+                    // Pool facts that cannot be folded (a profile larger than its accelerator, a
+                    // VRAM of 0) are a reading gone wrong, not the request's fault.
+                    if let Err(e) = fold(MemoryBudget::Profile(*profile_mib), Some(vram)) {
+                        errors.push(FieldError::forbidden(
+                            container.claim_path(claim),
+                            format!(
+                                "the pool's VRAM of profile {profile} cannot be folded into units: {e} {}",
+                                retry("the pool's readings are inconsistent")
+                            ),
+                            Rule::Pool,
+                        ));
+                    }
                 }
             }
         }
