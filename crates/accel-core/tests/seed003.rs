@@ -771,3 +771,30 @@ fn inconsistent_pool_readings_refuse_a_partition_rather_than_admit_it_without_un
         )
     );
 }
+
+/// The four worked examples, as the API server would store them after both webhooks: the whole
+/// verdict (patch and Pod) kept as a reviewed snapshot.
+#[test]
+fn worked_examples_after_admission() {
+    let examples = [
+        (
+            "exclusive",
+            "resources:\n  limits:\n    nvidia.com/gpu: \"2\"\n",
+        ),
+        (
+            "shared",
+            "resources:\n  limits:\n    nvidia.com/gpu.shared: \"2\"\n",
+        ),
+        (
+            "sliced",
+            "resources:\n  limits:\n    nvidia.com/gpu.sliced: \"1\"\n    nvidia.com/gpu.sliced.memory-percentage: \"50\"\n    nvidia.com/gpu.sliced.cores-percentage: \"40\"\n",
+        ),
+        (
+            "partitioned",
+            "resources:\n  limits:\n    nvidia.com/gpu.partitioned: \"1\"\n    nvidia.com/gpu.partitioned.mig-3g.40gb: \"1\"\n",
+        ),
+    ];
+    for (name, yaml) in examples {
+        insta::assert_json_snapshot!(name, verdict(yaml, &h100()));
+    }
+}
