@@ -63,7 +63,10 @@ fn certified_key(
     }
     let key = PrivateKeyDer::from_pem_slice(key).map_err(|e| TlsError::Key {
         path: key_path.to_path_buf(),
-        reason: format!("{e:?}"),
+        reason: match e {
+            rustls::pki_types::pem::Error::NoItemsFound => "no PRIVATE KEY block found".to_string(),
+            other => other.to_string(),
+        },
     })?;
     let signing = provider()
         .key_provider

@@ -42,6 +42,7 @@ pub struct Webhook {
     pub cert_path: PathBuf,
     pub key_path: PathBuf,
     pub metrics: Arc<Metrics>,
+    pub reloader: Arc<CertReloader>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
 }
 
@@ -85,13 +86,14 @@ pub async fn start(
             .await
             .unwrap();
     });
-    let watcher = tokio::spawn(reloader.watch(reload));
+    let watcher = tokio::spawn(reloader.clone().watch(reload));
     Webhook {
         addr,
         dir,
         cert_path,
         key_path,
         metrics,
+        reloader,
         tasks: vec![server, watcher],
     }
 }
