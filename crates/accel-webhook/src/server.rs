@@ -15,6 +15,7 @@ use accel_core::admission::Phase;
 use accel_core::resources::KeyGrammar;
 use axum::Router;
 use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
 use axum::extract::{DefaultBodyLimit, Request, State};
 use axum::http::{StatusCode, header};
 use axum::middleware::{self, Next};
@@ -107,17 +108,32 @@ pub fn router(
         .with_state(state)
 }
 
-async fn mutate(State(state): State<AppState>, body: Bytes) -> Response {
-    handle(&state, Endpoint::Mutate, Phase::Mutate, &body)
+async fn mutate(State(state): State<AppState>, body: Result<Bytes, BytesRejection>) -> Response {
+    handle(&state, Endpoint::Mutate, Phase::Mutate, body)
 }
 
-async fn validate(State(state): State<AppState>, body: Bytes) -> Response {
-    handle(&state, Endpoint::Validate, Phase::Validate, &body)
+async fn validate(State(state): State<AppState>, body: Result<Bytes, BytesRejection>) -> Response {
+    handle(&state, Endpoint::Validate, Phase::Validate, body)
 }
 
-fn handle(state: &AppState, endpoint: Endpoint, phase: Phase, body: &[u8]) -> Response {
+fn handle(
+    state: &AppState,
+    endpoint: Endpoint,
+    phase: Phase,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
     let start = Instant::now();
-    let result = review::answer(body, phase, state.pools.as_ref(), &state.grammar);
+    let body = match body {
+        Ok(body) => body,
+        // Over the limit, or the connection failed mid-body: axum's status (413, 400) and text.
+        Err(rejection) => {
+            state
+                .metrics
+                .record(endpoint, Outcome::Error, &[], start.elapsed());
+            return rejection.into_response();
+        }
+    };
+    let result = review::answer(&body, phase, state.pools.as_ref(), &state.grammar);
     match result {
         Ok(answer) => {
             state

@@ -125,7 +125,7 @@ async fn bad_input_gets_a_clear_error_and_the_server_keeps_serving() {
         }
         let (status, metrics) = client.call("GET", "/metrics", vec![]).await;
         assert_eq!(status, 200);
-        assert!(metrics.contains("device_manager_webhook_reviews_total{webhook=\"validate\",outcome=\"error\"} 5\n"), "{metrics}");
+        assert!(metrics.contains("device_manager_webhook_reviews_total{webhook=\"validate\",outcome=\"error\"} 6\n"), "{metrics}");
         assert!(metrics.contains("device_manager_webhook_denials_total{rule=\"quantity\"} 3\n"));
     })
     .await;
