@@ -53,6 +53,8 @@ pub struct ServerConfig {
     pub handshake_timeout: Duration,
     /// Longest a client may take to send its request headers.
     pub header_timeout: Duration,
+    /// Most connections served at once; further ones wait in the listen backlog.
+    pub max_connections: usize,
 }
 
 impl Default for ServerConfig {
@@ -62,6 +64,7 @@ impl Default for ServerConfig {
             request_timeout: Duration::from_secs(10),
             handshake_timeout: Duration::from_secs(10),
             header_timeout: Duration::from_secs(10),
+            max_connections: 1024,
         }
     }
 }
@@ -186,8 +189,16 @@ pub async fn serve(
         .local_addr()
         .map(|a| a.to_string())
         .unwrap_or_else(|_| "?".into());
+    let slots = Arc::new(tokio::sync::Semaphore::new(config.max_connections.max(1)));
     tokio::pin!(shutdown);
     loop {
+        let slot = tokio::select! {
+            slot = slots.clone().acquire_owned() => match slot {
+                Ok(slot) => slot,
+                Err(_) => return Ok(()),
+            },
+            () = &mut shutdown => return Ok(()),
+        };
         let (tcp, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok(pair) => pair,
@@ -202,13 +213,11 @@ pub async fn serve(
             () = &mut shutdown => return Ok(()),
         };
         let _ = tcp.set_nodelay(true);
-        tokio::spawn(connection(
-            acceptor.clone(),
-            tcp,
-            peer,
-            app.clone(),
-            config.clone(),
-        ));
+        let (acceptor, app, config) = (acceptor.clone(), app.clone(), config.clone());
+        tokio::spawn(async move {
+            connection(acceptor, tcp, peer, app, config).await;
+            drop(slot);
+        });
     }
 }
 

@@ -263,3 +263,43 @@ async fn a_rotated_certificate_is_served_without_a_restart() {
     })
     .await;
 }
+
+#[tokio::test]
+async fn connections_beyond_the_limit_wait_their_turn() {
+    within("connection limit", async {
+        let cert = cert();
+        let config = ServerConfig {
+            max_connections: 1,
+            ..ServerConfig::default()
+        };
+        let hook = start(
+            &cert,
+            Arc::new(StaticPool(h100())),
+            config,
+            Duration::from_secs(60),
+        )
+        .await;
+        let mut first = connect(hook.addr, &[&cert.der]).await;
+        assert_eq!(first.call("GET", "/healthz", vec![]).await.0, 200);
+        // The second connection's handshake cannot complete while the first holds the only slot.
+        let addr = hook.addr;
+        let der = cert.der.clone();
+        let second = tokio::spawn(async move {
+            connect(addr, &[&der])
+                .await
+                .call("GET", "/healthz", vec![])
+                .await
+                .0
+        });
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        if second.is_finished() {
+            panic!(
+                "a second connection was served beyond the limit: {:?}",
+                second.await
+            );
+        }
+        drop(first);
+        assert_eq!(second.await.unwrap(), 200);
+    })
+    .await;
+}
