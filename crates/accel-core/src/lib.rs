@@ -3,11 +3,17 @@
 //! the machine gave, and the caller (accel-host, a vendor crate, the binary) reads the machine.
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
+pub mod admission;
 pub mod busid;
+pub mod devices;
 pub mod health;
 pub mod inventory;
 pub mod labels;
 pub mod manufacturer;
+pub mod pool;
+pub mod quantity;
+pub mod resources;
+pub mod units;
 
 pub use busid::BusId;
 pub use inventory::{Accelerator, DetectError, Detection, Inventory, ManufacturerInventory};

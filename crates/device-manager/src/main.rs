@@ -29,6 +29,10 @@ enum Command {
     Doctor(cmd::doctor::Args),
     /// Print the XID events found in kernel log text (dmesg, journalctl, a file, stdin).
     Xids(cmd::xids::Args),
+    /// Give the admission webhooks' verdict on a Pod offline.
+    Admit(cmd::admit::Args),
+    /// Run the cluster-level worker: the Pod admission webhooks.
+    Worker(cmd::worker::Args),
 }
 
 fn main() -> ExitCode {
@@ -46,6 +50,8 @@ fn main() -> ExitCode {
         Command::Record(args) => cmd::record::run(args),
         Command::Xids(args) => cmd::xids::run(args),
         Command::Doctor(args) => cmd::doctor::run(args),
+        Command::Admit(args) => cmd::admit::run(args),
+        Command::Worker(args) => cmd::worker::run(args),
     };
     match result {
         Ok(code) => code,

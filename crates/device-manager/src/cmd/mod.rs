@@ -1,7 +1,9 @@
 //! One module per subcommand: its arguments and its `run`.
 
+pub mod admit;
 pub mod detect;
 pub mod doctor;
 pub mod labels;
 pub mod record;
+pub mod worker;
 pub mod xids;

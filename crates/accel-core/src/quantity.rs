@@ -1,0 +1,232 @@
+//! Kubernetes resource quantities ("1", "1000m", "2", "500m", "1e3", "4Ki"), parsed exactly.
+//!
+//! This module owns the quantity grammar and the one question the request rules ask of a
+//! quantity: which whole number is it, if any. It never rounds: "0.5" where a count is required is
+//! an error, "1000m" is exactly 1 and "1m" is not. Values too large for a `u64` are an error, never
+//! a wrap or a saturation.
+
+/// Digits a significand may carry before the quantity counts as too large (`u128` holds 38).
+const MAX_SIGNIFICAND_DIGITS: usize = 38;
+
+/// A parsed quantity: `(-1)^negative × significand × 10^exp10`, exactly.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Quantity {
+    negative: bool,
+    significand: u128,
+    exp10: i64,
+}
+
+/// Why a text is not a quantity, or not the whole number a count needs.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum QuantityError {
+    /// The text does not follow the quantity grammar.
+    #[error(
+        "quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'"
+    )]
+    Malformed,
+    /// The value does not fit the range this system counts in.
+    #[error("must be a whole number no larger than {}", u64::MAX)]
+    TooLarge,
+    /// A count was required and the value is below zero.
+    #[error("must be greater than or equal to 0")]
+    Negative,
+    /// A count was required and the value has a fractional part.
+    #[error("must be a whole number")]
+    Fraction,
+}
+
+impl Quantity {
+    /// Parse a Kubernetes quantity: an optionally signed decimal number followed by a binary-SI
+    /// suffix (Ki … Ei), a decimal-SI suffix (n u m k M G T P E) or a decimal exponent (e3, E-2).
+    pub fn parse(text: &str) -> Result<Quantity, QuantityError> {
+        let bytes = text.as_bytes();
+        let mut pos = 0;
+        let mut negative = false;
+        if let Some(&sign) = bytes.first() {
+            if sign == b'+' || sign == b'-' {
+                negative = sign == b'-';
+                pos = 1;
+            }
+        }
+        let number_start = pos;
+        while pos < bytes.len() && (bytes[pos].is_ascii_digit() || bytes[pos] == b'.') {
+            pos += 1;
+        }
+        let number = &text[number_start..pos];
+        let suffix = &text[pos..];
+        let (int_part, frac_part) = match number.split_once('.') {
+            Some((i, f)) => (i, f),
+            None => (number, ""),
+        };
+        if frac_part.contains('.') || (int_part.is_empty() && frac_part.is_empty()) {
+            return Err(QuantityError::Malformed);
+        }
+        let frac_part = frac_part.trim_end_matches('0');
+        let digits: String = format!("{int_part}{frac_part}");
+        let digits = digits.trim_start_matches('0');
+        let mut exp10 = -(frac_part.len() as i64);
+        if digits.len() > MAX_SIGNIFICAND_DIGITS {
+            return Err(QuantityError::TooLarge);
+        }
+        let mut significand: u128 = if digits.is_empty() {
+            0
+        } else {
+            digits.parse().map_err(|_| QuantityError::Malformed)?
+        };
+        match suffix {
+            "" => {}
+            "n" => exp10 -= 9,
+            "u" => exp10 -= 6,
+            "m" => exp10 -= 3,
+            "k" => exp10 += 3,
+            "M" => exp10 += 6,
+            "G" => exp10 += 9,
+            "T" => exp10 += 12,
+            "P" => exp10 += 15,
+            "E" => exp10 += 18,
+            "Ki" | "Mi" | "Gi" | "Ti" | "Pi" | "Ei" => {
+                let power = match suffix {
+                    "Ki" => 1,
+                    "Mi" => 2,
+                    "Gi" => 3,
+                    "Ti" => 4,
+                    "Pi" => 5,
+                    _ => 6,
+                };
+                let factor = 1024u128.pow(power);
+                significand = significand
+                    .checked_mul(factor)
+                    .ok_or(QuantityError::TooLarge)?;
+            }
+            _ => {
+                let exponent = suffix
+                    .strip_prefix('e')
+                    .or_else(|| suffix.strip_prefix('E'))
+                    .ok_or(QuantityError::Malformed)?;
+                let unsigned = exponent
+                    .strip_prefix('+')
+                    .or_else(|| exponent.strip_prefix('-'))
+                    .unwrap_or(exponent);
+                if unsigned.is_empty() || !unsigned.bytes().all(|b| b.is_ascii_digit()) {
+                    return Err(QuantityError::Malformed);
+                }
+                // An exponent beyond what any count could use only needs its sign kept:
+                // 1e100 is too large and 1e-100 is a fraction either way.
+                let magnitude: i64 = unsigned.parse().unwrap_or(i64::from(u16::MAX)).min(100_000);
+                exp10 += if exponent.starts_with('-') {
+                    -magnitude
+                } else {
+                    magnitude
+                };
+            }
+        }
+        Ok(Quantity {
+            negative: negative && significand != 0,
+            significand,
+            exp10,
+        })
+    }
+
+    /// The whole number this quantity is, for a key whose value counts something.
+    pub fn whole(&self) -> Result<u64, QuantityError> {
+        if self.negative {
+            return Err(QuantityError::Negative);
+        }
+        if self.significand == 0 {
+            return Ok(0);
+        }
+        let mut significand = self.significand;
+        let mut exp10 = self.exp10;
+        while exp10 < 0 && significand % 10 == 0 {
+            significand /= 10;
+            exp10 += 1;
+        }
+        if exp10 < 0 {
+            return Err(QuantityError::Fraction);
+        }
+        let exp10 = u32::try_from(exp10).map_err(|_| QuantityError::TooLarge)?;
+        let scale = 10u128.checked_pow(exp10).ok_or(QuantityError::TooLarge)?;
+        let value = significand
+            .checked_mul(scale)
+            .ok_or(QuantityError::TooLarge)?;
+        u64::try_from(value).map_err(|_| QuantityError::TooLarge)
+    }
+}
+
+/// Parse `text` as a count: a whole, non-negative quantity.
+pub fn parse_count(text: &str) -> Result<u64, QuantityError> {
+    Quantity::parse(text)?.whole()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn counts_are_exact() {
+        assert_eq!(parse_count("1"), Ok(1));
+        assert_eq!(parse_count("1000m"), Ok(1));
+        assert_eq!(parse_count("2"), Ok(2));
+        assert_eq!(parse_count("+2"), Ok(2));
+        assert_eq!(parse_count("1e3"), Ok(1000));
+        assert_eq!(parse_count("1E3"), Ok(1000));
+        assert_eq!(parse_count("1.5e1"), Ok(15));
+        assert_eq!(parse_count("4Ki"), Ok(4096));
+        assert_eq!(parse_count("2k"), Ok(2000));
+        assert_eq!(parse_count("1E"), Ok(1_000_000_000_000_000_000));
+        assert_eq!(parse_count("0"), Ok(0));
+        assert_eq!(parse_count("-0"), Ok(0));
+        assert_eq!(parse_count("0.0"), Ok(0));
+        assert_eq!(parse_count("1.000"), Ok(1));
+        assert_eq!(parse_count("007"), Ok(7));
+    }
+
+    #[test]
+    fn non_counts_are_refused_never_rounded() {
+        assert_eq!(parse_count("500m"), Err(QuantityError::Fraction));
+        assert_eq!(parse_count("1m"), Err(QuantityError::Fraction));
+        assert_eq!(parse_count("0.5"), Err(QuantityError::Fraction));
+        assert_eq!(parse_count("1e-100"), Err(QuantityError::Fraction));
+        assert_eq!(parse_count("-1"), Err(QuantityError::Negative));
+        assert_eq!(parse_count("1e100"), Err(QuantityError::TooLarge));
+        assert_eq!(parse_count("1e99999999999"), Err(QuantityError::TooLarge));
+        assert_eq!(
+            parse_count("18446744073709551616"),
+            Err(QuantityError::TooLarge)
+        );
+        assert_eq!(parse_count("18446744073709551615"), Ok(u64::MAX));
+        assert_eq!(parse_count("16Ei"), Err(QuantityError::TooLarge));
+        assert_eq!(
+            parse_count("1234567890123456789012345678901234567890"),
+            Err(QuantityError::TooLarge)
+        );
+    }
+
+    #[test]
+    fn malformed_texts_are_refused() {
+        for text in [
+            "", "abc", "1x", "1.2.3", ".", "-", "1e", "1e+", "1 ", " 1", "1Ki2", "0x10",
+        ] {
+            assert_eq!(parse_count(text), Err(QuantityError::Malformed), "{text:?}");
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn never_panics(text in "\\PC{0,40}") {
+            let _ = parse_count(&text);
+        }
+
+        #[test]
+        fn whole_numbers_round_trip(n in any::<u64>()) {
+            prop_assert_eq!(parse_count(&n.to_string()), Ok(n));
+            prop_assert_eq!(parse_count(&format!("{n}000m")), Ok(n));
+        }
+
+        #[test]
+        fn grammar_shaped_never_panics(s in "[+-]?[0-9]{0,45}(\\.[0-9]{0,45})?([eE][+-]?[0-9]{0,25}|Ki|Ei|m|n|E)?") {
+            let _ = parse_count(&s);
+        }
+    }
+}

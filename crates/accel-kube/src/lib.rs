@@ -1,0 +1,14 @@
+//! The kube-rs edges of device-manager. For now: the webhook's pool lookup, following a queue to
+//! its pool through Kueue's objects (LocalQueue → ClusterQueue → ResourceFlavors' accelerator
+//! group labels), the nodes' `<group>.count` labels and the pool's `Devices` specs, all from watch
+//! caches so a review never waits on the API server (DESIGN.md, "The webhook's pool").
+//!
+//! The resolution is a pure function over the cached objects ([`resolve`]); the caches
+//! ([`cache`]) are thin reflectors. The cluster-integration issue adds the Devices CRD wrapper,
+//! the NodeFeature publisher and the ledger mirror here.
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
+
+pub mod cache;
+pub mod resolve;
+
+pub use cache::PoolCache;

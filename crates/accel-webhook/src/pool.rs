@@ -1,0 +1,27 @@
+//! The one seam through which the webhook learns a queue's pool from the cluster (DESIGN.md,
+//! "The webhook's pool"). The kube-rs implementation (accel-kube) answers from watch caches, so a
+//! review never waits on an API round trip; [`StaticPool`] answers the same pool for every queue.
+
+use accel_core::pool::Pool;
+
+/// What the cluster says about the pool behind a queue.
+pub trait PoolSource: Send + Sync + 'static {
+    /// The pool behind `namespace/queue`, as far as the caches know it. Never blocks: a fact the
+    /// caches do not hold is absent, with [`Pool::unknown_reason`] saying why.
+    fn pool(&self, namespace: &str, queue: &str) -> Pool;
+
+    /// Whether the caches have completed their first listing (`/readyz`).
+    fn synced(&self) -> bool {
+        true
+    }
+}
+
+/// The same pool for every queue: `admit --pool`, tests and benchmarks.
+#[derive(Debug, Clone, Default)]
+pub struct StaticPool(pub Pool);
+
+impl PoolSource for StaticPool {
+    fn pool(&self, _namespace: &str, _queue: &str) -> Pool {
+        self.0.clone()
+    }
+}

@@ -1,0 +1,120 @@
+//! `device-manager worker --tls-cert FILE --tls-key FILE [--listen ADDR]`: the cluster-level
+//! process. For now it serves the Pod admission webhooks, learning each queue's pool from watch
+//! caches; the cluster-integration issue adds its controllers.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use accel_core::resources::KeyGrammar;
+use accel_kube::PoolCache;
+use accel_webhook::metrics::Metrics;
+use accel_webhook::{CertReloader, ServerConfig};
+use anyhow::Context as _;
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// The serving certificate (PEM), re-read when it changes on disk.
+    #[arg(long, env = "TLS_CERT", value_name = "FILE")]
+    tls_cert: PathBuf,
+    /// The serving certificate's private key (PEM).
+    #[arg(long, env = "TLS_KEY", value_name = "FILE")]
+    tls_key: PathBuf,
+    /// Where to listen for HTTPS.
+    #[arg(long, env = "LISTEN", default_value = "0.0.0.0:9443")]
+    listen: SocketAddr,
+    /// How often to look for a rotated certificate, in seconds.
+    #[arg(long, env = "TLS_RELOAD_SECONDS", default_value_t = 10)]
+    tls_reload_seconds: u64,
+    /// Resource bases that differ from the manufacturers' defaults, as the device plugin
+    /// advertises them: `nvidia=example.com/gpu,amd=example.com/rocm`.
+    #[arg(
+        long,
+        env = "GPUSTACK_RESOURCE_BASES",
+        value_name = "MANUFACTURER=BASE,…",
+        default_value = ""
+    )]
+    resource_bases: String,
+    /// Largest AdmissionReview body accepted, in bytes.
+    #[arg(long, env = "WEBHOOK_BODY_LIMIT", default_value_t = 4 * 1024 * 1024)]
+    body_limit: usize,
+    /// How long to keep serving after SIGTERM, while the Service's endpoints drop this replica
+    /// (the webhooks fail closed, so a review in flight must not meet a closed port), in seconds.
+    #[arg(long, env = "SHUTDOWN_DELAY_SECONDS", default_value_t = 5)]
+    shutdown_delay_seconds: u64,
+    /// Longest one review may take, body read included, in milliseconds.
+    #[arg(long, env = "WEBHOOK_REQUEST_TIMEOUT_MS", default_value_t = 10_000)]
+    request_timeout_ms: u64,
+}
+
+pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    runtime.block_on(serve(args))?;
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn serve(args: Args) -> anyhow::Result<()> {
+    let grammar = KeyGrammar::default().with_overrides(&args.resource_bases)?;
+    let reloader = CertReloader::load(&args.tls_cert, &args.tls_key)
+        .context("cannot load the serving certificate")?;
+    let tls = reloader.server_config()?;
+    tokio::spawn(reloader.watch(Duration::from_secs(args.tls_reload_seconds.max(1))));
+
+    let client = kube::Client::try_default()
+        .await
+        .context("cannot reach the API server (in-cluster config or KUBECONFIG)")?;
+    let (pools, fill) = PoolCache::new(client);
+    tokio::spawn(fill);
+
+    let config = ServerConfig {
+        body_limit: args.body_limit,
+        request_timeout: Duration::from_millis(args.request_timeout_ms),
+        ..ServerConfig::default()
+    };
+    let app = accel_webhook::router(pools, grammar, Arc::new(Metrics::default()), &config);
+    let listener = tokio::net::TcpListener::bind(args.listen)
+        .await
+        .with_context(|| format!("cannot listen on {}", args.listen))?;
+    tracing::info!(listen = %args.listen, "serving the Pod admission webhooks");
+    accel_webhook::serve(
+        listener,
+        tls,
+        app,
+        config,
+        shutdown(Duration::from_secs(args.shutdown_delay_seconds)),
+    )
+    .await?;
+    Ok(())
+}
+
+/// SIGTERM (the kubelet stopping the Pod) or Ctrl-C, then `delay` more of serving.
+async fn shutdown(delay: Duration) {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {}
+        () = term => {}
+    }
+    tracing::info!(
+        delay_s = delay.as_secs(),
+        "stopping: serving on while endpoints drain"
+    );
+    tokio::time::sleep(delay).await;
+}
