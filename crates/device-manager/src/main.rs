@@ -6,6 +6,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod admin;
 mod cmd;
 mod node;
 
@@ -29,6 +30,10 @@ enum Command {
     Doctor(cmd::doctor::Args),
     /// Print the XID events found in kernel log text (dmesg, journalctl, a file, stdin).
     Xids(cmd::xids::Args),
+    /// Ask the running daemon to collect the inventory now (root only).
+    Refresh(cmd::refresh::Args),
+    /// Ask the running daemon to reset GPUs, refused when any is busy or unknown (root only).
+    Reset(cmd::reset::Args),
 }
 
 fn main() -> ExitCode {
@@ -46,6 +51,8 @@ fn main() -> ExitCode {
         Command::Record(args) => cmd::record::run(args),
         Command::Xids(args) => cmd::xids::run(args),
         Command::Doctor(args) => cmd::doctor::run(args),
+        Command::Refresh(args) => cmd::refresh::run(args),
+        Command::Reset(args) => cmd::reset::run(args),
     };
     match result {
         Ok(code) => code,

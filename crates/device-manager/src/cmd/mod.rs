@@ -4,4 +4,6 @@ pub mod detect;
 pub mod doctor;
 pub mod labels;
 pub mod record;
+pub mod refresh;
+pub mod reset;
 pub mod xids;
