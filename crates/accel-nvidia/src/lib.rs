@@ -13,6 +13,7 @@ pub mod faults;
 pub mod layer2;
 pub mod passthrough;
 pub mod procfs;
+pub mod reset;
 pub mod samples;
 pub mod smi;
 pub mod xid;

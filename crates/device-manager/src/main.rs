@@ -6,6 +6,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod admin;
 mod cmd;
 mod node;
 
@@ -33,6 +34,10 @@ enum Command {
     Admit(cmd::admit::Args),
     /// Run the cluster-level worker: the Pod admission webhooks.
     Worker(cmd::worker::Args),
+    /// Ask the running daemon to collect the inventory now (root only).
+    Refresh(cmd::refresh::Args),
+    /// Ask the running daemon to reset GPUs, refused when any is busy or unknown (root only).
+    Reset(cmd::reset::Args),
 }
 
 fn main() -> ExitCode {
@@ -52,6 +57,8 @@ fn main() -> ExitCode {
         Command::Doctor(args) => cmd::doctor::run(args),
         Command::Admit(args) => cmd::admit::run(args),
         Command::Worker(args) => cmd::worker::run(args),
+        Command::Refresh(args) => cmd::refresh::run(args),
+        Command::Reset(args) => cmd::reset::run(args),
     };
     match result {
         Ok(code) => code,

@@ -6,4 +6,6 @@ pub mod doctor;
 pub mod labels;
 pub mod record;
 pub mod worker;
+pub mod refresh;
+pub mod reset;
 pub mod xids;
