@@ -7,6 +7,7 @@ pub mod busid;
 pub mod health;
 pub mod inventory;
 pub mod labels;
+pub mod ledger;
 pub mod manufacturer;
 
 pub use busid::BusId;
