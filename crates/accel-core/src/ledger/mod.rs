@@ -362,13 +362,14 @@ impl Ledger {
         !(grant.finished && self.policy.release_terminated_pods && releases_on_finish(grant.family))
     }
 
-    /// The container holding exactly these device IDs of `resource`: a retried call.
+    /// The container holding exactly these device IDs of `resource`: a retried call. A finished
+    /// Pod's grant is never matched: the kubelet has taken its tokens back and may hand them on.
     pub fn find_by_devices(&self, resource: &str, device_ids: &[String]) -> Option<&GrantKey> {
         let mut wanted = device_ids.to_vec();
         wanted.sort();
         self.grants
             .iter()
-            .find(|(_, g)| g.resource == resource && g.device_ids == wanted)
+            .find(|(_, g)| !g.finished && g.resource == resource && g.device_ids == wanted)
             .map(|(k, _)| k)
     }
 
