@@ -311,8 +311,17 @@ async fn a_finished_pod_frees_its_slice() {
     wait_until(|| rig.plugins().ledger().occupancy(0).unwrap().used_units == 0).await;
     // b is handed the very token a held; it is b's grant, not a retry of a's.
     rig.kubelet.admit("b").await.unwrap();
-    assert_eq!(rig.kubelet.held("b", "main", SLICED), vec![format!("{}::0", uuid(0))]);
-    assert!(rig.plugins().ledger().grants().keys().any(|k| k.pod_uid == "b"));
+    assert_eq!(
+        rig.kubelet.held("b", "main", SLICED),
+        vec![format!("{}::0", uuid(0))]
+    );
+    assert!(
+        rig.plugins()
+            .ledger()
+            .grants()
+            .keys()
+            .any(|k| k.pod_uid == "b")
+    );
     // Deleting the finished Pod drops its grant and reclaims its working directory.
     assert!(rig.dir.path().join("data/pods/a").is_dir());
     rig.kubelet.delete("a");
