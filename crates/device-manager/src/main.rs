@@ -25,6 +25,8 @@ enum Command {
     Labels(cmd::labels::Args),
     /// Capture this node into a recorded-host folder, so a misbehaving host becomes a test.
     Record(cmd::record::Args),
+    /// Run the node daemon: the kubelet device plugins on one ledger.
+    Serve(cmd::serve::Args),
 }
 
 fn main() -> ExitCode {
@@ -40,6 +42,7 @@ fn main() -> ExitCode {
         Command::Detect(args) => cmd::detect::run(args),
         Command::Labels(args) => cmd::labels::run(args),
         Command::Record(args) => cmd::record::run(args),
+        Command::Serve(args) => cmd::serve::run(args),
     };
     match result {
         Ok(code) => code,

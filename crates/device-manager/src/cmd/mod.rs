@@ -3,3 +3,4 @@
 pub mod detect;
 pub mod labels;
 pub mod record;
+pub mod serve;
