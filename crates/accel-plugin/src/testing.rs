@@ -397,6 +397,35 @@ impl Kubelet {
             .into_inner())
     }
 
+    /// Calls GetPreferredAllocation directly.
+    pub async fn preferred_raw(
+        &self,
+        resource: &str,
+        available: Vec<String>,
+        size: i32,
+    ) -> Result<Vec<String>, Status> {
+        let plugin = self.inner.books().plugins.get(resource).cloned();
+        let Some(mut plugin) = plugin else {
+            return Err(Status::not_found(format!("{resource} is not registered")));
+        };
+        let answer = plugin
+            .client
+            .get_preferred_allocation(dp::PreferredAllocationRequest {
+                container_requests: vec![dp::ContainerPreferredAllocationRequest {
+                    available_device_i_ds: available,
+                    must_include_device_i_ds: Vec::new(),
+                    allocation_size: size,
+                }],
+            })
+            .await?
+            .into_inner();
+        Ok(answer
+            .container_responses
+            .into_iter()
+            .flat_map(|r| r.device_i_ds)
+            .collect())
+    }
+
     /// The device IDs a container holds of a resource.
     pub fn held(&self, uid: &str, container: &str, resource: &str) -> Vec<String> {
         self.inner
