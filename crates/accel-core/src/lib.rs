@@ -9,6 +9,7 @@ pub mod devices;
 pub mod health;
 pub mod inventory;
 pub mod labels;
+pub mod ledger;
 pub mod manufacturer;
 pub mod pool;
 pub mod quantity;

@@ -38,6 +38,8 @@ enum Command {
     Refresh(cmd::refresh::Args),
     /// Ask the running daemon to reset GPUs, refused when any is busy or unknown (root only).
     Reset(cmd::reset::Args),
+    /// Run the node daemon: the kubelet device plugins on one ledger.
+    Serve(cmd::serve::Args),
 }
 
 fn main() -> ExitCode {
@@ -59,6 +61,7 @@ fn main() -> ExitCode {
         Command::Worker(args) => cmd::worker::run(args),
         Command::Refresh(args) => cmd::refresh::run(args),
         Command::Reset(args) => cmd::reset::run(args),
+        Command::Serve(args) => cmd::serve::run(args),
     };
     match result {
         Ok(code) => code,

@@ -1,0 +1,810 @@
+//! The ledger: per accelerator its mode, remaining units, shares and slices, and the grants that
+//! hold it, keyed by (Pod UID, container). The single authoritative accounting of occupancy.
+//!
+//! Every rule of seed 000's "Container identification and cross-mode exclusion" is a function of
+//! this state: cross-mode exclusion, a shared grant of N being N distinct accelerators, the slice
+//! gate (a free slot and the units it needs), release when the Pod is gone, the Succeeded/Failed
+//! exception, the give-back after a responder refusal, and a retried call never charged twice.
+//! Placement preference lives in [`placement`]. This module is pure: no I/O, no clock, no async.
+//! It never decides who a container is (the plugin identifies it) nor what is injected.
+
+pub mod placement;
+pub mod units;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+use crate::inventory::{Accelerator, Grantable};
+use units::{SHARES_PER_ACCELERATOR, UNITS_PER_ACCELERATOR, UNITS_PER_SHARE};
+
+/// How one accelerator is handed out. (Issue 3's resource-key classifier names the same four; the
+/// two enums are to be unified at merge.)
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Family {
+    Exclusive,
+    Shared,
+    Sliced,
+    /// Hardware partitions (MIG): designed in, served by a later issue.
+    Partitioned,
+}
+
+impl Family {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Family::Exclusive => "exclusive",
+            Family::Shared => "shared",
+            Family::Sliced => "sliced",
+            Family::Partitioned => "partitioned",
+        }
+    }
+}
+
+impl fmt::Display for Family {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// What an accelerator is doing now: free, or held by one family.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Mode {
+    Free,
+    Held(Family),
+}
+
+impl fmt::Display for Mode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Mode::Free => f.write_str("free"),
+            Mode::Held(family) => family.fmt(f),
+        }
+    }
+}
+
+/// Who holds a grant: one container of one Pod.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GrantKey {
+    pub pod_uid: String,
+    pub container: String,
+}
+
+impl GrantKey {
+    pub fn new(pod_uid: impl Into<String>, container: impl Into<String>) -> Self {
+        GrantKey {
+            pod_uid: pod_uid.into(),
+            container: container.into(),
+        }
+    }
+}
+
+impl fmt::Display for GrantKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "pod {} container {}", self.pod_uid, self.container)
+    }
+}
+
+/// What one container holds.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Grant {
+    pub family: Family,
+    /// The Kubernetes resource the grant was served under (`nvidia.com/gpu.sliced`).
+    pub resource: String,
+    /// The kubelet's device IDs, sorted: a retried call names the same ones.
+    pub device_ids: Vec<String>,
+    /// The accelerators, by index, ascending (the positional order of seed 000).
+    pub accelerators: Vec<u32>,
+    /// Units charged on each accelerator: a slice's memory budget; for exclusive and shared the
+    /// whole accelerator and one share.
+    pub units: u64,
+    /// The compute cap of a slice, in percent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cores_percentage: Option<u32>,
+    /// The Pod reached Succeeded or Failed.
+    #[serde(default)]
+    pub finished: bool,
+}
+
+/// What a container asks the ledger for: the accelerators the kubelet's tokens name, one entry
+/// per token (so a repeated accelerator is visible), and the budget of a slice.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Claim {
+    pub key: GrantKey,
+    pub family: Family,
+    pub resource: String,
+    pub device_ids: Vec<String>,
+    pub accelerators: Vec<u32>,
+    /// Units per accelerator for a slice; ignored for exclusive and shared.
+    pub slice_units: u64,
+    pub cores_percentage: Option<u32>,
+}
+
+/// The ledger's switches (seed 000's settings).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Policy {
+    /// `GPUSTACK_LEDGER_RELEASE_TERMINATED_PODS`: a Succeeded or Failed Pod stops charging its
+    /// exclusive, shared and sliced grants.
+    pub release_terminated_pods: bool,
+    /// `GPUSTACK_DEVICE_PLUGIN_SLICED_ALLOCATE_GATE`: refuse a slice without a free slot or the
+    /// units it needs.
+    pub slice_gate: bool,
+}
+
+impl Default for Policy {
+    fn default() -> Self {
+        Policy {
+            release_terminated_pods: true,
+            slice_gate: true,
+        }
+    }
+}
+
+/// The ledger's view of one accelerator: what it can host.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Seat {
+    pub index: u32,
+    pub uuid: Option<String>,
+    pub numa_node: Option<u32>,
+    /// Topology links to peers by index (`NV18`, `SYS`, …).
+    pub peers: BTreeMap<u32, String>,
+    pub memory_mib: Option<u64>,
+    pub grantable: Grantable,
+    pub healthy: bool,
+    /// Logical slices it may host (0: not logically sliceable here).
+    pub slice_capacity: u32,
+}
+
+impl Seat {
+    /// The seat of an inventory accelerator with the manufacturer's slice count.
+    pub fn from_accelerator(accelerator: &Accelerator, slice_capacity: u32) -> Seat {
+        Seat {
+            index: accelerator.index,
+            uuid: accelerator.uuid.clone(),
+            numa_node: accelerator.numa_node,
+            peers: accelerator.peers.clone(),
+            memory_mib: accelerator.memory_mib,
+            grantable: accelerator.grantable,
+            healthy: accelerator.healthy,
+            slice_capacity,
+        }
+    }
+
+    /// Whether the topology shows an NVLink (`NV<n>`) to `peer`.
+    pub fn nvlinked_to(&self, peer: u32) -> bool {
+        self.peers
+            .get(&peer)
+            .is_some_and(|link| link.starts_with("NV"))
+    }
+}
+
+/// How much of one accelerator is taken, by the grants that charge it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Occupancy {
+    pub mode: Mode,
+    /// Units charged; above [`UNITS_PER_ACCELERATOR`] only when the slice gate is off.
+    pub used_units: u64,
+    pub shares: u32,
+    pub slices: u32,
+    /// Grants that charge it.
+    pub holders: u32,
+}
+
+impl Occupancy {
+    pub const FREE: Occupancy = Occupancy {
+        mode: Mode::Free,
+        used_units: 0,
+        shares: 0,
+        slices: 0,
+        holders: 0,
+    };
+
+    /// Units still free (the `Remaining` of the `Devices` ledger).
+    pub fn remaining_units(&self) -> u64 {
+        UNITS_PER_ACCELERATOR.saturating_sub(self.used_units)
+    }
+}
+
+/// Why the ledger refused a claim. Every message names the accelerator and why.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Refusal {
+    /// The claim named no accelerator.
+    #[error("{key}: the request names no accelerator")]
+    Empty { key: GrantKey },
+    /// An index the node does not have.
+    #[error("accelerator {index} is not on this node")]
+    UnknownAccelerator { index: u32 },
+    /// The family is not served yet.
+    #[error("the {family} family is not served by this device manager")]
+    FamilyNotServed { family: Family },
+    /// In MIG mode or passed through.
+    #[error("accelerator {accelerator} cannot be granted as {family}: {why}")]
+    NotGrantable {
+        accelerator: String,
+        family: Family,
+        why: &'static str,
+    },
+    /// Failing the health rule.
+    #[error("accelerator {accelerator} is unhealthy: {why}")]
+    Unhealthy { accelerator: String, why: String },
+    /// Two tokens on one accelerator.
+    #[error(
+        "accelerator {accelerator} was assigned twice: a {family} grant of N is N distinct accelerators"
+    )]
+    Repeated { accelerator: String, family: Family },
+    /// Another mode holds the accelerator (the cross-mode invariant).
+    #[error("accelerator {accelerator} is held {held}; a {requested} grant cannot use it")]
+    OtherMode {
+        accelerator: String,
+        held: Mode,
+        requested: Family,
+    },
+    /// Exclusive asked of an accelerator another container already holds.
+    #[error("accelerator {accelerator} is already held exclusively by another container")]
+    ExclusivelyHeld { accelerator: String },
+    /// All shares taken.
+    #[error("accelerator {accelerator} has no share left ({used} of {total} taken)")]
+    NoShare {
+        accelerator: String,
+        used: u32,
+        total: u32,
+    },
+    /// The slice gate: no free slot.
+    #[error("accelerator {accelerator} has no free slice slot ({used} of {capacity} taken)")]
+    NoSlot {
+        accelerator: String,
+        used: u32,
+        capacity: u32,
+    },
+    /// The slice gate: not the units it needs.
+    #[error("accelerator {accelerator} has {remaining} units left; the slice needs {needed}")]
+    NoRoom {
+        accelerator: String,
+        remaining: u64,
+        needed: u64,
+    },
+    /// A slice with a budget outside 1 – 1,600,000 units.
+    #[error("{key}: a slice of {units} units is outside 1-1600000")]
+    BadBudget { key: GrantKey, units: u64 },
+    /// One container asking for a second family.
+    #[error("{key} already holds a {held} grant; one container holds one family")]
+    SecondFamily { key: GrantKey, held: Family },
+}
+
+/// The handle of a recorded grant, to give it back if the responder refuses.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Receipt {
+    pub key: GrantKey,
+    /// False when the call was a retry of one already recorded: nothing new was charged.
+    pub fresh: bool,
+    /// The claim the container held before this one replaced it, restored on give-back.
+    pub previous: Option<Grant>,
+}
+
+/// The ledger of one node.
+#[derive(Debug, Clone)]
+pub struct Ledger {
+    seats: BTreeMap<u32, Seat>,
+    grants: BTreeMap<GrantKey, Grant>,
+    occupancy: BTreeMap<u32, Occupancy>,
+    policy: Policy,
+}
+
+impl Ledger {
+    /// An empty ledger over these accelerators.
+    pub fn new(seats: impl IntoIterator<Item = Seat>, policy: Policy) -> Ledger {
+        let seats: BTreeMap<u32, Seat> = seats.into_iter().map(|s| (s.index, s)).collect();
+        let occupancy = seats.keys().map(|i| (*i, Occupancy::FREE)).collect();
+        Ledger {
+            seats,
+            grants: BTreeMap::new(),
+            occupancy,
+            policy,
+        }
+    }
+
+    pub fn policy(&self) -> Policy {
+        self.policy
+    }
+
+    pub fn seats(&self) -> impl Iterator<Item = &Seat> {
+        self.seats.values()
+    }
+
+    pub fn seat(&self, index: u32) -> Option<&Seat> {
+        self.seats.get(&index)
+    }
+
+    pub fn grants(&self) -> &BTreeMap<GrantKey, Grant> {
+        &self.grants
+    }
+
+    pub fn grant(&self, key: &GrantKey) -> Option<&Grant> {
+        self.grants.get(key)
+    }
+
+    /// The occupancy of one accelerator.
+    pub fn occupancy(&self, index: u32) -> Option<&Occupancy> {
+        self.occupancy.get(&index)
+    }
+
+    pub fn occupancies(&self) -> &BTreeMap<u32, Occupancy> {
+        &self.occupancy
+    }
+
+    /// "3 (GPU-…)": how messages name an accelerator.
+    pub fn describe(&self, index: u32) -> String {
+        match self.seats.get(&index).and_then(|s| s.uuid.as_deref()) {
+            Some(uuid) => format!("{index} ({uuid})"),
+            None => index.to_string(),
+        }
+    }
+
+    /// Marks an accelerator healthy or not (issue 6's health rule feeds this). Returns whether
+    /// it changed.
+    pub fn set_health(&mut self, index: u32, healthy: bool) -> bool {
+        match self.seats.get_mut(&index) {
+            Some(seat) if seat.healthy != healthy => {
+                seat.healthy = healthy;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Whether a grant still charges its accelerators.
+    pub fn charges(&self, grant: &Grant) -> bool {
+        !(grant.finished && self.policy.release_terminated_pods && releases_on_finish(grant.family))
+    }
+
+    /// The container holding exactly these device IDs of `resource`: a retried call. A finished
+    /// Pod's grant is never matched: the kubelet has taken its tokens back and may hand them on.
+    pub fn find_by_devices(&self, resource: &str, device_ids: &[String]) -> Option<&GrantKey> {
+        let mut wanted = device_ids.to_vec();
+        wanted.sort();
+        self.grants
+            .iter()
+            .find(|(_, g)| !g.finished && g.resource == resource && g.device_ids == wanted)
+            .map(|(k, _)| k)
+    }
+
+    /// Whether a token of `family` on accelerator `index` is usable now: the accelerator exists,
+    /// is healthy, and no other mode holds it. ListAndWatch reports the rest Unhealthy.
+    pub fn token_healthy(&self, index: u32, family: Family) -> bool {
+        let (Some(seat), Some(occupancy)) = (self.seats.get(&index), self.occupancy.get(&index))
+        else {
+            return false;
+        };
+        seat.healthy
+            && match occupancy.mode {
+                Mode::Free => true,
+                Mode::Held(held) => held == family,
+            }
+    }
+
+    /// Records a claim, or refuses it. A retry of a recorded claim (same family, resource and
+    /// device IDs) is answered without charging again; a claim that replaces the container's
+    /// earlier one keeps that one in the receipt so a give-back restores it.
+    pub fn allocate(&mut self, claim: Claim) -> Result<Receipt, Refusal> {
+        self.place(claim, true)
+    }
+
+    /// Puts a grant read back from the journal (or the kubelet and the Pods) into the ledger.
+    /// The same rules apply except health: a grant made while the accelerator was healthy stays
+    /// held when it is not.
+    pub fn restore(&mut self, key: GrantKey, grant: Grant) -> Result<(), Refusal> {
+        let finished = grant.finished;
+        let charges = self.charges(&grant);
+        let claim = Claim {
+            key: key.clone(),
+            family: grant.family,
+            resource: grant.resource,
+            device_ids: grant.device_ids,
+            accelerators: grant.accelerators,
+            slice_units: grant.units,
+            cores_percentage: grant.cores_percentage,
+        };
+        if !charges {
+            // A finished Pod's released grant takes no room; only its shape is checked.
+            let mut device_ids = claim.device_ids.clone();
+            device_ids.sort();
+            let mut grant = self.check(&claim, device_ids, false)?;
+            grant.finished = true;
+            self.remove(&key);
+            self.insert(key, grant);
+            return Ok(());
+        }
+        self.place(claim, false)?;
+        if finished {
+            self.mark_finished(&key);
+        }
+        Ok(())
+    }
+
+    fn place(&mut self, claim: Claim, check_health: bool) -> Result<Receipt, Refusal> {
+        let mut device_ids = claim.device_ids.clone();
+        device_ids.sort();
+        if let Some(held) = self.grants.get(&claim.key) {
+            if held.family != claim.family {
+                return Err(Refusal::SecondFamily {
+                    key: claim.key,
+                    held: held.family,
+                });
+            }
+            if held.resource == claim.resource && held.device_ids == device_ids {
+                return Ok(Receipt {
+                    key: claim.key,
+                    fresh: false,
+                    previous: None,
+                });
+            }
+        }
+        let grant = self.check(&claim, device_ids, check_health)?;
+        let previous = self.remove(&claim.key);
+        if let Err(refusal) = self.check_room(&grant) {
+            if let Some(previous) = previous {
+                self.insert(claim.key, previous);
+            }
+            return Err(refusal);
+        }
+        self.insert(claim.key.clone(), grant);
+        Ok(Receipt {
+            key: claim.key,
+            fresh: true,
+            previous,
+        })
+    }
+
+    /// The checks that do not depend on what others hold.
+    fn check(
+        &self,
+        claim: &Claim,
+        device_ids: Vec<String>,
+        check_health: bool,
+    ) -> Result<Grant, Refusal> {
+        if claim.family == Family::Partitioned {
+            return Err(Refusal::FamilyNotServed {
+                family: claim.family,
+            });
+        }
+        if claim.accelerators.is_empty() {
+            return Err(Refusal::Empty {
+                key: claim.key.clone(),
+            });
+        }
+        let mut seen = BTreeSet::new();
+        for &index in &claim.accelerators {
+            let Some(seat) = self.seats.get(&index) else {
+                return Err(Refusal::UnknownAccelerator { index });
+            };
+            if !seen.insert(index) {
+                return Err(Refusal::Repeated {
+                    accelerator: self.describe(index),
+                    family: claim.family,
+                });
+            }
+            let why = match seat.grantable {
+                Grantable::Whole => None,
+                Grantable::PartitionsOnly => Some("it is in MIG mode and feeds only partitions"),
+                Grantable::Nothing => Some("it is passed through to a virtual machine"),
+            };
+            if let Some(why) = why {
+                return Err(Refusal::NotGrantable {
+                    accelerator: self.describe(index),
+                    family: claim.family,
+                    why,
+                });
+            }
+            if claim.family == Family::Sliced && seat.slice_capacity == 0 {
+                return Err(Refusal::NotGrantable {
+                    accelerator: self.describe(index),
+                    family: claim.family,
+                    why: "it is not logically sliceable on this node",
+                });
+            }
+            if check_health && !seat.healthy {
+                return Err(Refusal::Unhealthy {
+                    accelerator: self.describe(index),
+                    why: "it fails the health rule".to_string(),
+                });
+            }
+        }
+        let units = match claim.family {
+            Family::Exclusive | Family::Partitioned => UNITS_PER_ACCELERATOR,
+            Family::Shared => UNITS_PER_SHARE,
+            Family::Sliced => {
+                if claim.slice_units == 0 || claim.slice_units > UNITS_PER_ACCELERATOR {
+                    return Err(Refusal::BadBudget {
+                        key: claim.key.clone(),
+                        units: claim.slice_units,
+                    });
+                }
+                claim.slice_units
+            }
+        };
+        Ok(Grant {
+            family: claim.family,
+            resource: claim.resource.clone(),
+            device_ids,
+            accelerators: seen.into_iter().collect(),
+            units,
+            cores_percentage: claim.cores_percentage,
+            finished: false,
+        })
+    }
+
+    /// The checks against what others hold: cross-mode exclusion, shares, the slice gate.
+    fn check_room(&self, grant: &Grant) -> Result<(), Refusal> {
+        for &index in &grant.accelerators {
+            let occupancy = self
+                .occupancy
+                .get(&index)
+                .copied()
+                .unwrap_or(Occupancy::FREE);
+            self.fits(index, &occupancy, grant.family, grant.units)?;
+        }
+        Ok(())
+    }
+
+    /// Whether a grant of `family` charging `units` fits on accelerator `index` as it stands.
+    /// Allocation and the placement hint read this same room.
+    pub fn fits(
+        &self,
+        index: u32,
+        occupancy: &Occupancy,
+        family: Family,
+        units: u64,
+    ) -> Result<(), Refusal> {
+        let accelerator = || self.describe(index);
+        match (occupancy.mode, family) {
+            (Mode::Free, _) => {}
+            (Mode::Held(Family::Exclusive), Family::Exclusive) => {
+                return Err(Refusal::ExclusivelyHeld {
+                    accelerator: accelerator(),
+                });
+            }
+            (Mode::Held(held), requested) if held != requested => {
+                return Err(Refusal::OtherMode {
+                    accelerator: accelerator(),
+                    held: occupancy.mode,
+                    requested,
+                });
+            }
+            _ => {}
+        }
+        match family {
+            Family::Shared if occupancy.shares >= SHARES_PER_ACCELERATOR => Err(Refusal::NoShare {
+                accelerator: accelerator(),
+                used: occupancy.shares,
+                total: SHARES_PER_ACCELERATOR,
+            }),
+            Family::Sliced if self.policy.slice_gate => {
+                let capacity = self.seats.get(&index).map_or(0, |s| s.slice_capacity);
+                if occupancy.slices >= capacity {
+                    Err(Refusal::NoSlot {
+                        accelerator: accelerator(),
+                        used: occupancy.slices,
+                        capacity,
+                    })
+                } else if occupancy.remaining_units() < units {
+                    Err(Refusal::NoRoom {
+                        accelerator: accelerator(),
+                        remaining: occupancy.remaining_units(),
+                        needed: units,
+                    })
+                } else {
+                    Ok(())
+                }
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Undoes a recorded claim the responder refused: the grant goes, and a claim the container
+    /// held before is restored. A retry's receipt gives nothing back (the earlier call's grant
+    /// is still the container's).
+    pub fn give_back(&mut self, receipt: &Receipt) {
+        if !receipt.fresh {
+            return;
+        }
+        self.remove(&receipt.key);
+        if let Some(previous) = &receipt.previous {
+            self.insert(receipt.key.clone(), previous.clone());
+        }
+    }
+
+    /// The Pod reached Succeeded or Failed: its exclusive, shared and sliced grants stop
+    /// charging (unless the switch is off). Returns the accelerators whose occupancy changed.
+    pub fn pod_finished(&mut self, pod_uid: &str) -> BTreeSet<u32> {
+        let keys: Vec<GrantKey> = self.keys_of(pod_uid);
+        let mut changed = BTreeSet::new();
+        for key in keys {
+            changed.extend(self.mark_finished(&key));
+        }
+        changed
+    }
+
+    fn mark_finished(&mut self, key: &GrantKey) -> Vec<u32> {
+        let Some(grant) = self.grants.get(key).cloned() else {
+            return Vec::new();
+        };
+        if grant.finished {
+            return Vec::new();
+        }
+        let before = self.charges(&grant);
+        self.uncharge(&grant);
+        let mut finished = grant;
+        finished.finished = true;
+        let after = self.charges(&finished);
+        self.charge(&finished);
+        let accelerators = finished.accelerators.clone();
+        self.grants.insert(key.clone(), finished);
+        if before != after {
+            accelerators
+        } else {
+            Vec::new()
+        }
+    }
+
+    /// The Pod is gone: every grant it held is released. Returns what was released.
+    pub fn pod_gone(&mut self, pod_uid: &str) -> Vec<(GrantKey, Grant)> {
+        self.keys_of(pod_uid)
+            .into_iter()
+            .filter_map(|key| self.remove(&key).map(|g| (key, g)))
+            .collect()
+    }
+
+    /// Drops one grant (a disagreement settled against it). Returns it.
+    pub fn release(&mut self, key: &GrantKey) -> Option<Grant> {
+        self.remove(key)
+    }
+
+    /// The Pods that hold grants.
+    pub fn pod_uids(&self) -> BTreeSet<String> {
+        self.grants.keys().map(|k| k.pod_uid.clone()).collect()
+    }
+
+    fn keys_of(&self, pod_uid: &str) -> Vec<GrantKey> {
+        self.grants
+            .keys()
+            .filter(|k| k.pod_uid == pod_uid)
+            .cloned()
+            .collect()
+    }
+
+    fn insert(&mut self, key: GrantKey, grant: Grant) {
+        self.charge(&grant);
+        self.grants.insert(key, grant);
+    }
+
+    fn remove(&mut self, key: &GrantKey) -> Option<Grant> {
+        let grant = self.grants.remove(key)?;
+        self.uncharge(&grant);
+        Some(grant)
+    }
+
+    fn charge(&mut self, grant: &Grant) {
+        if !self.charges(grant) {
+            return;
+        }
+        for index in &grant.accelerators {
+            if let Some(occupancy) = self.occupancy.get_mut(index) {
+                apply(occupancy, grant, true);
+            }
+        }
+    }
+
+    fn uncharge(&mut self, grant: &Grant) {
+        if !self.charges(grant) {
+            return;
+        }
+        for index in &grant.accelerators {
+            if let Some(occupancy) = self.occupancy.get_mut(index) {
+                apply(occupancy, grant, false);
+            }
+        }
+    }
+
+    /// The occupancy of every accelerator counted from the grants alone, from scratch.
+    pub fn recount(&self) -> BTreeMap<u32, Occupancy> {
+        let mut counted: BTreeMap<u32, Occupancy> =
+            self.seats.keys().map(|i| (*i, Occupancy::FREE)).collect();
+        for grant in self.grants.values().filter(|g| self.charges(g)) {
+            for index in &grant.accelerators {
+                if let Some(occupancy) = counted.get_mut(index) {
+                    apply(occupancy, grant, true);
+                }
+            }
+        }
+        counted
+    }
+
+    /// Every invariant the ledger promises, checked from scratch: the running count equals the
+    /// recount, no accelerator hosts two modes, an exclusive one has one holder, shares and slots
+    /// and units are within bounds (the slot and units bounds only while the slice gate is on).
+    pub fn verify(&self) -> Result<(), String> {
+        let counted = self.recount();
+        if counted != self.occupancy {
+            return Err(format!(
+                "running occupancy {:?} differs from the recount {:?}",
+                self.occupancy, counted
+            ));
+        }
+        for (index, occupancy) in &counted {
+            let mut families = BTreeSet::new();
+            for grant in self
+                .grants
+                .values()
+                .filter(|g| self.charges(g) && g.accelerators.contains(index))
+            {
+                families.insert(grant.family);
+            }
+            if families.len() > 1 {
+                return Err(format!("accelerator {index} hosts modes {families:?}"));
+            }
+            if occupancy.mode == Mode::Held(Family::Exclusive) && occupancy.holders != 1 {
+                return Err(format!(
+                    "accelerator {index} is exclusive with {} holders",
+                    occupancy.holders
+                ));
+            }
+            if occupancy.shares > SHARES_PER_ACCELERATOR {
+                return Err(format!(
+                    "accelerator {index} has {} shares",
+                    occupancy.shares
+                ));
+            }
+            if self.policy.slice_gate {
+                let capacity = self.seats.get(index).map_or(0, |s| s.slice_capacity);
+                if occupancy.slices > capacity {
+                    return Err(format!(
+                        "accelerator {index} hosts {} slices of {capacity}",
+                        occupancy.slices
+                    ));
+                }
+                if occupancy.mode == Mode::Held(Family::Sliced)
+                    && occupancy.used_units > UNITS_PER_ACCELERATOR
+                {
+                    return Err(format!("accelerator {index} is over-committed"));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Whether a finished Pod's grant of this family stops charging: a hardware partition stays
+/// charged until the Pod is gone, because the reclaimer destroys it only then.
+fn releases_on_finish(family: Family) -> bool {
+    family != Family::Partitioned
+}
+
+/// Adds (`add`) or removes one grant's charge on one accelerator. Used units are counted, not
+/// clamped, so an over-commit (slice gate off) is seen and undone exactly.
+fn apply(occupancy: &mut Occupancy, grant: &Grant, add: bool) {
+    occupancy.used_units = if add {
+        occupancy.used_units.saturating_add(grant.units)
+    } else {
+        occupancy.used_units.saturating_sub(grant.units)
+    };
+    let step = |n: u32| if add { n + 1 } else { n.saturating_sub(1) };
+    occupancy.holders = step(occupancy.holders);
+    match grant.family {
+        Family::Shared => occupancy.shares = step(occupancy.shares),
+        Family::Sliced => occupancy.slices = step(occupancy.slices),
+        Family::Exclusive | Family::Partitioned => {}
+    }
+    occupancy.mode = if occupancy.holders == 0 {
+        Mode::Free
+    } else {
+        Mode::Held(grant.family)
+    };
+}
+
+#[cfg(test)]
+mod tests;

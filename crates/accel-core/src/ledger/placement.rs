@@ -1,0 +1,193 @@
+//! Placement preference: which accelerators the plugin offers back to the kubelet's
+//! GetPreferredAllocation, read from the ledger's room.
+//!
+//! Slices and shares pack: the most-occupied accelerator that still fits comes first, ties broken
+//! by position, so identical requests against identical state place identically (seed 000,
+//! "Placement preference"). Beyond the seed, a multi-accelerator exclusive request prefers a set
+//! on one NUMA node and, where the topology shows it, NVLink-connected. It stays a preference:
+//! the allocation check is the guard. Pure and deterministic; no I/O.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use super::{Family, Ledger, Occupancy};
+
+/// Above this many candidate sets the exclusive search turns greedy (a node with dozens of
+/// accelerators); below it every set is scored.
+const MAX_SETS_SCORED: u64 = 20_000;
+
+/// How good an exclusive set is; lower is better (NUMA nodes spanned, pairs without NVLink,
+/// free accelerators left on the touched NUMA nodes, then the positions themselves).
+type SetScore = (usize, usize, usize, Vec<u32>);
+
+/// What the kubelet asks a preference for, in accelerators.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Request<'a> {
+    pub family: Family,
+    /// Accelerators with at least one available token, in any order.
+    pub candidates: &'a [u32],
+    /// Accelerators that must be part of the answer.
+    pub must_include: &'a [u32],
+    /// How many distinct accelerators the answer should hold.
+    pub size: usize,
+    /// Units a slice needs on each accelerator (sliced only).
+    pub slice_units: u64,
+}
+
+/// The preferred accelerators, best first: `must_include`, then the best of the rest, at most
+/// `size` distinct ones. Fewer come back when fewer fit; the kubelet then picks the rest.
+pub fn prefer(ledger: &Ledger, request: &Request<'_>) -> Vec<u32> {
+    let must: Vec<u32> = dedup(request.must_include);
+    let must_set: BTreeSet<u32> = must.iter().copied().collect();
+    let fitting: Vec<u32> = dedup(request.candidates)
+        .into_iter()
+        .filter(|i| !must_set.contains(i))
+        .filter(|i| fits(ledger, *i, request.family, request.slice_units))
+        .collect();
+    let wanted = request.size.saturating_sub(must.len());
+    let rest = match request.family {
+        Family::Exclusive => exclusive_set(ledger, &must, &fitting, wanted),
+        Family::Shared | Family::Sliced | Family::Partitioned => {
+            let mut ordered = fitting;
+            ordered.sort_by_key(|i| {
+                let o = ledger.occupancy(*i).copied().unwrap_or(Occupancy::FREE);
+                (
+                    std::cmp::Reverse(o.used_units),
+                    std::cmp::Reverse(o.holders),
+                    *i,
+                )
+            });
+            ordered.truncate(wanted);
+            ordered
+        }
+    };
+    must.into_iter().chain(rest).collect()
+}
+
+fn dedup(list: &[u32]) -> Vec<u32> {
+    let mut seen = BTreeSet::new();
+    list.iter().copied().filter(|i| seen.insert(*i)).collect()
+}
+
+fn fits(ledger: &Ledger, index: u32, family: Family, units: u64) -> bool {
+    let Some(occupancy) = ledger.occupancy(index) else {
+        return false;
+    };
+    ledger.token_healthy(index, family) && ledger.fits(index, occupancy, family, units).is_ok()
+}
+
+/// The best `wanted` accelerators from `fitting` to join `must`: fewest NUMA nodes spanned, then
+/// fewest pairs without an NVLink, then the set that leaves the fewest free accelerators on the
+/// NUMA nodes it touches (keeping other nodes whole), then the lowest positions.
+fn exclusive_set(ledger: &Ledger, must: &[u32], fitting: &[u32], wanted: usize) -> Vec<u32> {
+    if wanted == 0 || fitting.is_empty() {
+        return Vec::new();
+    }
+    if wanted >= fitting.len() {
+        return fitting.to_vec();
+    }
+    let mut sorted = fitting.to_vec();
+    sorted.sort();
+    if combinations(sorted.len() as u64, wanted as u64) > MAX_SETS_SCORED {
+        return greedy(ledger, &sorted, wanted);
+    }
+    let free_per_numa = numa_counts(ledger, &sorted);
+    let mut best: Option<(SetScore, Vec<u32>)> = None;
+    let mut chosen = Vec::with_capacity(wanted);
+    search(&sorted, 0, wanted, &mut chosen, &mut |set| {
+        let whole: Vec<u32> = must.iter().chain(set.iter()).copied().collect();
+        let score = score(ledger, &whole, set, &free_per_numa);
+        if best.as_ref().is_none_or(|(b, _)| score < *b) {
+            best = Some((score, set.to_vec()));
+        }
+    });
+    best.map(|(_, set)| set).unwrap_or_default()
+}
+
+fn score(
+    ledger: &Ledger,
+    whole: &[u32],
+    set: &[u32],
+    free_per_numa: &BTreeMap<Option<u32>, usize>,
+) -> SetScore {
+    let numa: BTreeSet<Option<u32>> = whole
+        .iter()
+        .map(|i| ledger.seat(*i).and_then(|s| s.numa_node))
+        .collect();
+    let mut unlinked = 0;
+    for (n, a) in whole.iter().enumerate() {
+        for b in &whole[n + 1..] {
+            if !ledger.seat(*a).is_some_and(|s| s.nvlinked_to(*b)) {
+                unlinked += 1;
+            }
+        }
+    }
+    let left: usize = numa
+        .iter()
+        .map(|node| free_per_numa.get(node).copied().unwrap_or(0))
+        .sum::<usize>()
+        .saturating_sub(set.len());
+    (numa.len(), unlinked, left, set.to_vec())
+}
+
+fn numa_counts(ledger: &Ledger, fitting: &[u32]) -> BTreeMap<Option<u32>, usize> {
+    let mut counts = BTreeMap::new();
+    for i in fitting {
+        *counts
+            .entry(ledger.seat(*i).and_then(|s| s.numa_node))
+            .or_insert(0) += 1;
+    }
+    counts
+}
+
+fn search(
+    items: &[u32],
+    start: usize,
+    wanted: usize,
+    chosen: &mut Vec<u32>,
+    visit: &mut dyn FnMut(&[u32]),
+) {
+    if chosen.len() == wanted {
+        visit(chosen);
+        return;
+    }
+    for n in start..items.len() {
+        if items.len() - n < wanted - chosen.len() {
+            break;
+        }
+        chosen.push(items[n]);
+        search(items, n + 1, wanted, chosen, visit);
+        chosen.pop();
+    }
+}
+
+fn combinations(n: u64, k: u64) -> u64 {
+    let k = k.min(n - k.min(n));
+    let mut c: u64 = 1;
+    for i in 0..k {
+        c = c.saturating_mul(n - i) / (i + 1);
+        if c > MAX_SETS_SCORED {
+            return c;
+        }
+    }
+    c
+}
+
+/// For very large nodes: the NUMA node with the fewest free accelerators that still holds the
+/// whole request, else positions in order.
+fn greedy(ledger: &Ledger, sorted: &[u32], wanted: usize) -> Vec<u32> {
+    let mut by_numa: BTreeMap<Option<u32>, Vec<u32>> = BTreeMap::new();
+    for i in sorted {
+        by_numa
+            .entry(ledger.seat(*i).and_then(|s| s.numa_node))
+            .or_default()
+            .push(*i);
+    }
+    let best = by_numa
+        .values()
+        .filter(|group| group.len() >= wanted)
+        .min_by_key(|group| (group.len(), group.first().copied()));
+    match best {
+        Some(group) => group[..wanted].to_vec(),
+        None => sorted[..wanted].to_vec(),
+    }
+}

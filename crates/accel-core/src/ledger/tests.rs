@@ -1,0 +1,451 @@
+use proptest::prelude::*;
+
+use super::placement::{Request, prefer};
+use super::units::*;
+use super::*;
+
+fn seat(index: u32, numa: u32) -> Seat {
+    Seat {
+        index,
+        uuid: Some(format!("GPU-{index}")),
+        numa_node: Some(numa),
+        peers: BTreeMap::new(),
+        memory_mib: Some(81_559),
+        grantable: Grantable::Whole,
+        healthy: true,
+        slice_capacity: NVIDIA_SLICES_PER_ACCELERATOR,
+    }
+}
+
+fn ledger(n: u32) -> Ledger {
+    Ledger::new((0..n).map(|i| seat(i, i / 4)), Policy::default())
+}
+
+fn claim(pod: &str, family: Family, accelerators: &[u32], units: u64) -> Claim {
+    Claim {
+        key: GrantKey::new(pod, "main"),
+        family,
+        resource: format!("nvidia.com/gpu.{family}"),
+        device_ids: accelerators.iter().map(|i| format!("{pod}-{i}")).collect(),
+        accelerators: accelerators.to_vec(),
+        slice_units: units,
+        cores_percentage: None,
+    }
+}
+
+#[test]
+fn exclusive_tenant_blocks_slices_and_shares() {
+    let mut l = ledger(2);
+    l.allocate(claim("a", Family::Exclusive, &[0], 0)).unwrap();
+    let err = l
+        .allocate(claim("b", Family::Sliced, &[0], 400_000))
+        .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "accelerator 0 (GPU-0) is held exclusive; a sliced grant cannot use it"
+    );
+    assert!(matches!(
+        l.allocate(claim("c", Family::Shared, &[0], 0)),
+        Err(Refusal::OtherMode { .. })
+    ));
+    assert!(matches!(
+        l.allocate(claim("d", Family::Exclusive, &[0], 0)),
+        Err(Refusal::ExclusivelyHeld { .. })
+    ));
+    assert!(!l.token_healthy(0, Family::Sliced));
+    assert!(l.token_healthy(0, Family::Exclusive));
+    assert!(l.token_healthy(1, Family::Sliced));
+    l.verify().unwrap();
+}
+
+#[test]
+fn shared_grant_needs_distinct_accelerators() {
+    let mut l = ledger(1);
+    let err = l
+        .allocate(claim("a", Family::Shared, &[0, 0], 0))
+        .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "accelerator 0 (GPU-0) was assigned twice: a shared grant of N is N distinct accelerators"
+    );
+    for n in 0..SHARES_PER_ACCELERATOR {
+        l.allocate(claim(&format!("p{n}"), Family::Shared, &[0], 0))
+            .unwrap();
+    }
+    assert!(matches!(
+        l.allocate(claim("x", Family::Shared, &[0], 0)),
+        Err(Refusal::NoShare { used: 10, .. })
+    ));
+    assert_eq!(l.occupancy(0).unwrap().remaining_units(), 0);
+}
+
+#[test]
+fn slice_gate_refuses_without_slot_or_room() {
+    let mut l = Ledger::new(
+        [Seat {
+            slice_capacity: HYGON_SLICES_PER_ACCELERATOR,
+            ..seat(0, 0)
+        }],
+        Policy::default(),
+    );
+    l.allocate(claim("a", Family::Sliced, &[0], 1_000_000))
+        .unwrap();
+    let err = l
+        .allocate(claim("b", Family::Sliced, &[0], 700_000))
+        .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "accelerator 0 (GPU-0) has 600000 units left; the slice needs 700000"
+    );
+    for n in 0..3 {
+        l.allocate(claim(&format!("s{n}"), Family::Sliced, &[0], 1))
+            .unwrap();
+    }
+    assert!(matches!(
+        l.allocate(claim("t", Family::Sliced, &[0], 1)),
+        Err(Refusal::NoSlot {
+            used: 4,
+            capacity: 4,
+            ..
+        })
+    ));
+    // With the gate off the slot and room checks go, the cross-mode check stays.
+    let mut open = Ledger::new(
+        [Seat {
+            slice_capacity: 1,
+            ..seat(0, 0)
+        }],
+        Policy {
+            slice_gate: false,
+            ..Policy::default()
+        },
+    );
+    open.allocate(claim("a", Family::Sliced, &[0], 1_600_000))
+        .unwrap();
+    open.allocate(claim("b", Family::Sliced, &[0], 1_600_000))
+        .unwrap();
+    assert!(
+        open.allocate(claim("c", Family::Exclusive, &[0], 0))
+            .is_err()
+    );
+    assert_eq!(open.occupancy(0).unwrap().used_units, 3_200_000);
+}
+
+#[test]
+fn retried_call_is_not_charged_twice() {
+    let mut l = ledger(1);
+    let first = l
+        .allocate(claim("a", Family::Sliced, &[0], 400_000))
+        .unwrap();
+    assert!(first.fresh);
+    let retry = l
+        .allocate(claim("a", Family::Sliced, &[0], 400_000))
+        .unwrap();
+    assert!(!retry.fresh);
+    assert_eq!(l.occupancy(0).unwrap().slices, 1);
+    assert_eq!(l.occupancy(0).unwrap().used_units, 400_000);
+    // Giving back a retry's receipt keeps the first call's grant.
+    l.give_back(&retry);
+    assert_eq!(l.grants().len(), 1);
+    assert_eq!(
+        l.find_by_devices("nvidia.com/gpu.sliced", &["a-0".to_string()]),
+        Some(&GrantKey::new("a", "main"))
+    );
+}
+
+#[test]
+fn give_back_restores_the_claim_held_before() {
+    let mut l = ledger(2);
+    l.allocate(claim("a", Family::Exclusive, &[0], 0)).unwrap();
+    let replacing = l.allocate(claim("a", Family::Exclusive, &[1], 0)).unwrap();
+    assert_eq!(replacing.previous.as_ref().unwrap().accelerators, vec![0]);
+    assert_eq!(l.occupancy(0).unwrap().mode, Mode::Free);
+    l.give_back(&replacing);
+    assert_eq!(
+        l.grant(&GrantKey::new("a", "main")).unwrap().accelerators,
+        vec![0]
+    );
+    assert_eq!(l.occupancy(1).unwrap().mode, Mode::Free);
+    l.verify().unwrap();
+    // A fresh claim given back leaves nothing.
+    let fresh = l.allocate(claim("b", Family::Shared, &[1], 0)).unwrap();
+    l.give_back(&fresh);
+    assert_eq!(l.occupancy(1).unwrap(), &Occupancy::FREE);
+}
+
+#[test]
+fn finished_pod_frees_its_slice_unless_switched_off() {
+    let mut l = ledger(1);
+    l.allocate(claim("a", Family::Sliced, &[0], 1_600_000))
+        .unwrap();
+    assert!(l.allocate(claim("b", Family::Sliced, &[0], 1)).is_err());
+    assert_eq!(l.pod_finished("a"), BTreeSet::from([0]));
+    l.allocate(claim("b", Family::Sliced, &[0], 1)).unwrap();
+    assert_eq!(l.pod_gone("a").len(), 1);
+    l.verify().unwrap();
+
+    let mut kept = Ledger::new(
+        [seat(0, 0)],
+        Policy {
+            release_terminated_pods: false,
+            ..Policy::default()
+        },
+    );
+    kept.allocate(claim("a", Family::Exclusive, &[0], 0))
+        .unwrap();
+    assert!(kept.pod_finished("a").is_empty());
+    assert!(
+        kept.allocate(claim("b", Family::Exclusive, &[0], 0))
+            .is_err()
+    );
+}
+
+#[test]
+fn mig_and_passthrough_accelerators_are_refused() {
+    let mut l = Ledger::new(
+        [
+            Seat {
+                grantable: Grantable::PartitionsOnly,
+                ..seat(0, 0)
+            },
+            Seat {
+                grantable: Grantable::Nothing,
+                ..seat(1, 0)
+            },
+        ],
+        Policy::default(),
+    );
+    assert_eq!(
+        l.allocate(claim("a", Family::Exclusive, &[0], 0))
+            .unwrap_err()
+            .to_string(),
+        "accelerator 0 (GPU-0) cannot be granted as exclusive: it is in MIG mode and feeds only partitions"
+    );
+    assert!(matches!(
+        l.allocate(claim("a", Family::Shared, &[1], 0)),
+        Err(Refusal::NotGrantable { .. })
+    ));
+    assert!(matches!(
+        l.allocate(claim("a", Family::Exclusive, &[7], 0)),
+        Err(Refusal::UnknownAccelerator { index: 7 })
+    ));
+    assert!(matches!(
+        l.allocate(claim("a", Family::Partitioned, &[0], 0)),
+        Err(Refusal::FamilyNotServed { .. })
+    ));
+}
+
+#[test]
+fn unhealthy_accelerator_refuses_new_grants_but_restores_old() {
+    let mut l = ledger(1);
+    assert!(l.set_health(0, false));
+    assert!(!l.token_healthy(0, Family::Exclusive));
+    assert!(matches!(
+        l.allocate(claim("a", Family::Exclusive, &[0], 0)),
+        Err(Refusal::Unhealthy { .. })
+    ));
+    let c = claim("a", Family::Exclusive, &[0], 0);
+    l.restore(
+        c.key.clone(),
+        Grant {
+            family: c.family,
+            resource: c.resource,
+            device_ids: c.device_ids,
+            accelerators: c.accelerators,
+            units: UNITS_PER_ACCELERATOR,
+            cores_percentage: None,
+            finished: false,
+        },
+    )
+    .unwrap();
+    assert_eq!(l.occupancy(0).unwrap().mode, Mode::Held(Family::Exclusive));
+}
+
+#[test]
+fn slices_pack_onto_the_most_occupied_accelerator_that_fits() {
+    let mut l = ledger(4);
+    l.allocate(claim("a", Family::Sliced, &[2], 800_000))
+        .unwrap();
+    l.allocate(claim("b", Family::Sliced, &[3], 1_500_000))
+        .unwrap();
+    let request = |units| Request {
+        family: Family::Sliced,
+        candidates: &[0, 1, 2, 3],
+        must_include: &[],
+        size: 1,
+        slice_units: units,
+    };
+    // 3 is fuller but cannot take 400,000 more; 2 can.
+    assert_eq!(prefer(&l, &request(400_000)), vec![2]);
+    assert_eq!(prefer(&l, &request(100_000)), vec![3]);
+    // Pristine ones tie and go by position.
+    assert_eq!(prefer(&l, &request(1_000_000)), vec![0]);
+    // Identical state, identical answer.
+    assert_eq!(prefer(&l.clone(), &request(1_000_000)), vec![0]);
+}
+
+#[test]
+fn exclusive_sets_prefer_one_numa_node_and_nvlink() {
+    // 0-3 on NUMA 0, 4-7 on NUMA 1; 1 is taken, so NUMA 1 holds a whole set of three.
+    let mut l = ledger(8);
+    l.allocate(claim("a", Family::Exclusive, &[1], 0)).unwrap();
+    let all = [0, 1, 2, 3, 4, 5, 6, 7];
+    let request = |size| Request {
+        family: Family::Exclusive,
+        candidates: &all,
+        must_include: &[],
+        size,
+        slice_units: 0,
+    };
+    assert_eq!(prefer(&l, &request(3)), vec![0, 2, 3]);
+    assert_eq!(prefer(&l, &request(4)), vec![4, 5, 6, 7]);
+    // One accelerator goes where it leaves the other NUMA node whole.
+    assert_eq!(prefer(&l, &request(1)), vec![0]);
+
+    // NVLink pairs 4-6 and 5-7: a pair request takes a linked pair.
+    let mut seats: Vec<Seat> = (0..8).map(|i| seat(i, 0)).collect();
+    for (a, b) in [(4, 6), (5, 7)] {
+        seats[a as usize].peers.insert(b, "NV18".into());
+        seats[b as usize].peers.insert(a, "NV18".into());
+    }
+    let linked = Ledger::new(seats, Policy::default());
+    assert_eq!(prefer(&linked, &request(2)), vec![4, 6]);
+}
+
+#[test]
+fn shared_preference_offers_distinct_accelerators_with_a_share_left() {
+    let mut l = ledger(3);
+    for n in 0..SHARES_PER_ACCELERATOR {
+        l.allocate(claim(&format!("p{n}"), Family::Shared, &[0], 0))
+            .unwrap();
+    }
+    l.allocate(claim("q", Family::Shared, &[2], 0)).unwrap();
+    let request = Request {
+        family: Family::Shared,
+        candidates: &[0, 0, 1, 1, 2, 2],
+        must_include: &[],
+        size: 2,
+        slice_units: 0,
+    };
+    assert_eq!(prefer(&l, &request), vec![2, 1]);
+}
+
+// ---- property test: random histories never over-commit, lose a grant or drift ----
+
+#[derive(Debug, Clone)]
+enum Op {
+    Allocate {
+        pod: u8,
+        container: u8,
+        family: u8,
+        accelerators: Vec<u32>,
+        units: u64,
+    },
+    Retry,
+    GiveBackLast,
+    Finish(u8),
+    Delete(u8),
+    Restart,
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        6 => (0u8..6, 0u8..2, 0u8..3, prop::collection::vec(0u32..4, 1..3), 1u64..1_700_000)
+            .prop_map(|(pod, container, family, accelerators, units)| Op::Allocate {
+                pod, container, family, accelerators, units,
+            }),
+        1 => Just(Op::Retry),
+        1 => Just(Op::GiveBackLast),
+        1 => (0u8..6).prop_map(Op::Finish),
+        1 => (0u8..6).prop_map(Op::Delete),
+        1 => Just(Op::Restart),
+    ]
+}
+
+/// The journal's round trip: every grant restored into a fresh ledger.
+fn restart(l: &Ledger) -> Ledger {
+    let mut fresh = Ledger::new(l.seats().cloned(), l.policy());
+    // Charging grants first, then the released ones, as the journal replays them.
+    let (charging, released): (Vec<_>, Vec<_>) = l.grants().iter().partition(|(_, g)| l.charges(g));
+    for (key, grant) in charging.into_iter().chain(released) {
+        fresh
+            .restore(key.clone(), grant.clone())
+            .unwrap_or_else(|e| panic!("restoring {key}: {e}"));
+    }
+    fresh
+}
+
+proptest! {
+    #[test]
+    fn histories_keep_every_invariant(
+        ops in prop::collection::vec(op(), 1..60),
+        release in any::<bool>(),
+    ) {
+        let policy = Policy { release_terminated_pods: release, slice_gate: true };
+        let mut l = Ledger::new((0..4).map(|i| Seat { slice_capacity: 3, ..seat(i, i / 2) }), policy);
+        let mut expected: BTreeMap<GrantKey, Grant> = BTreeMap::new();
+        let mut last: Option<(Claim, Receipt)> = None;
+        for op in ops {
+            match op {
+                Op::Allocate { pod, container, family, accelerators, units } => {
+                    let family = [Family::Exclusive, Family::Shared, Family::Sliced][family as usize];
+                    let mut c = claim(&format!("pod{pod}"), family, &accelerators, units);
+                    c.key.container = format!("c{container}");
+                    let before = l.grants().clone();
+                    match l.allocate(c.clone()) {
+                        Ok(receipt) => {
+                            let grant = l.grant(&c.key).cloned().unwrap();
+                            prop_assert_eq!(&grant.accelerators, &{
+                                let mut a = accelerators.clone(); a.sort(); a.dedup(); a
+                            });
+                            expected.insert(c.key.clone(), grant);
+                            last = Some((c, receipt));
+                        }
+                        Err(_) => prop_assert_eq!(&before, l.grants()),
+                    }
+                }
+                Op::Retry => {
+                    if let Some((c, _)) = &last {
+                        if l.grant(&c.key).is_some() {
+                            let before = l.occupancies().clone();
+                            let receipt = l.allocate(c.clone()).unwrap();
+                            prop_assert!(!receipt.fresh);
+                            prop_assert_eq!(&before, l.occupancies());
+                        }
+                    }
+                }
+                Op::GiveBackLast => {
+                    if let Some((c, receipt)) = last.take() {
+                        if l.grant(&c.key).is_some() && receipt.fresh {
+                            l.give_back(&receipt);
+                            match &receipt.previous {
+                                Some(p) => { expected.insert(c.key.clone(), p.clone()); }
+                                None => { expected.remove(&c.key); }
+                            }
+                        }
+                    }
+                }
+                Op::Finish(pod) => {
+                    let uid = format!("pod{pod}");
+                    l.pod_finished(&uid);
+                    for (k, g) in expected.iter_mut() {
+                        if k.pod_uid == uid { g.finished = true; }
+                    }
+                    last = None;
+                }
+                Op::Delete(pod) => {
+                    let uid = format!("pod{pod}");
+                    l.pod_gone(&uid);
+                    expected.retain(|k, _| k.pod_uid != uid);
+                    last = None;
+                }
+                Op::Restart => {
+                    l = restart(&l);
+                    last = None;
+                }
+            }
+            prop_assert_eq!(l.verify(), Ok(()));
+            prop_assert_eq!(l.grants(), &expected);
+        }
+    }
+}

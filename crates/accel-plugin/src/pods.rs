@@ -1,0 +1,169 @@
+//! The node's Pods as the plugin needs them: who asked for what, when, with which `env:`, and
+//! whether they are still alive. The API server sits behind [`PodSource`] (the kube-rs watch of
+//! this node's Pods comes with the cluster issue); [`MemoryPods`] feeds tests directly.
+//! This module holds no accounting.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use tokio::sync::watch;
+
+/// A Pod's lifecycle phase.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    Pending,
+    Running,
+    Succeeded,
+    Failed,
+    Unknown,
+}
+
+impl Phase {
+    /// Succeeded or Failed: the kubelet has taken back its cards.
+    pub fn finished(self) -> bool {
+        matches!(self, Phase::Succeeded | Phase::Failed)
+    }
+}
+
+/// One container of a Pod.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Container {
+    pub name: String,
+    /// Extended-resource limits by resource name, as quantities (`"1"`, `"25"`).
+    pub limits: BTreeMap<String, String>,
+    /// The container's own `env:` entries (never-overwrite reads these).
+    pub env: BTreeMap<String, String>,
+}
+
+impl Container {
+    /// The whole-number quantity of `resource` the container asks for (`1000m` is 1).
+    pub fn count(&self, resource: &str) -> Option<u64> {
+        self.limits.get(resource).and_then(|q| parse_count(q))
+    }
+}
+
+/// A Pod on this node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Pod {
+    pub uid: String,
+    pub namespace: String,
+    pub name: String,
+    /// Creation time, whole seconds since the epoch (all the API keeps).
+    pub created: i64,
+    pub phase: Phase,
+    pub runtime_class: Option<String>,
+    pub containers: Vec<Container>,
+}
+
+impl Pod {
+    pub fn container(&self, name: &str) -> Option<&Container> {
+        self.containers.iter().find(|c| c.name == name)
+    }
+}
+
+/// Where the plugin learns the node's Pods.
+pub trait PodSource: Send + Sync {
+    /// Every Pod bound to this node, or `None` while the source has not synced (then nothing
+    /// is released on its word).
+    fn pods(&self) -> Option<Vec<Pod>>;
+    /// Ticks whenever the set changes.
+    fn changes(&self) -> watch::Receiver<u64>;
+}
+
+/// A hand-fed Pod source: tests and the emulator play the API server with it.
+#[derive(Debug, Clone)]
+pub struct MemoryPods {
+    pods: Arc<Mutex<Option<BTreeMap<String, Pod>>>>,
+    tick: Arc<watch::Sender<u64>>,
+}
+
+impl Default for MemoryPods {
+    fn default() -> Self {
+        MemoryPods::new()
+    }
+}
+
+impl MemoryPods {
+    /// A synced, empty source.
+    pub fn new() -> MemoryPods {
+        MemoryPods {
+            pods: Arc::new(Mutex::new(Some(BTreeMap::new()))),
+            tick: Arc::new(watch::channel(0).0),
+        }
+    }
+
+    /// A source that has not synced: `pods()` answers `None`.
+    pub fn unsynced() -> MemoryPods {
+        MemoryPods {
+            pods: Arc::new(Mutex::new(None)),
+            tick: Arc::new(watch::channel(0).0),
+        }
+    }
+
+    fn edit(&self, f: impl FnOnce(&mut BTreeMap<String, Pod>)) {
+        {
+            let mut guard = self.pods.lock().unwrap_or_else(PoisonError::into_inner);
+            f(guard.get_or_insert_with(BTreeMap::new));
+        }
+        self.tick.send_modify(|n| *n += 1);
+    }
+
+    /// Adds or replaces a Pod.
+    pub fn upsert(&self, pod: Pod) {
+        self.edit(|pods| {
+            pods.insert(pod.uid.clone(), pod);
+        });
+    }
+
+    /// Sets a Pod's phase.
+    pub fn set_phase(&self, uid: &str, phase: Phase) {
+        self.edit(|pods| {
+            if let Some(pod) = pods.get_mut(uid) {
+                pod.phase = phase;
+            }
+        });
+    }
+
+    /// Removes a Pod (it is gone from the API server).
+    pub fn remove(&self, uid: &str) {
+        self.edit(|pods| {
+            pods.remove(uid);
+        });
+    }
+}
+
+impl PodSource for MemoryPods {
+    fn pods(&self) -> Option<Vec<Pod>> {
+        let guard = self.pods.lock().unwrap_or_else(PoisonError::into_inner);
+        guard.as_ref().map(|pods| pods.values().cloned().collect())
+    }
+
+    fn changes(&self) -> watch::Receiver<u64> {
+        self.tick.subscribe()
+    }
+}
+
+/// A Kubernetes quantity that is a whole number: `2`, `1000m`; `None` for anything else
+/// (`1m`, `1.5`, `1Ki`). Issue 3's quantity parser is the one to keep at merge.
+pub fn parse_count(quantity: &str) -> Option<u64> {
+    let q = quantity.trim();
+    if let Some(milli) = q.strip_suffix('m') {
+        let m: u64 = milli.parse().ok()?;
+        return (m % 1000 == 0).then_some(m / 1000);
+    }
+    q.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_are_whole_numbers() {
+        assert_eq!(parse_count("2"), Some(2));
+        assert_eq!(parse_count("1000m"), Some(1));
+        assert_eq!(parse_count("1m"), None);
+        assert_eq!(parse_count("1.5"), None);
+        assert_eq!(parse_count("x"), None);
+    }
+}

@@ -1,0 +1,919 @@
+//! The device plugin of one node: shared state (ledger + journal + pools), the Allocate
+//! pipeline, ListAndWatch, GetPreferredAllocation, and the per-pool servers that register with
+//! the kubelet and register again when it restarts.
+//!
+//! Allocate: map the device IDs to accelerators, recognise a retry, identify the container
+//! (pod-resources, then pending Pods), let the ledger decide, answer with the responder, give the
+//! grant back if the responder refuses, journal it before answering, and tell every
+//! ListAndWatch stream. Errors become `tonic::Status` here and nowhere else.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use accel_core::ledger::placement::{self, Request};
+use accel_core::ledger::{Claim, Family, Grant, GrantKey, Ledger, Policy, Refusal, Seat};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tokio_stream::Stream;
+use tonic::{Code, Status};
+
+use crate::api::deviceplugin as dp;
+use crate::api::deviceplugin::device_plugin_server::{DevicePlugin, DevicePluginServer};
+use crate::api::deviceplugin::registration_client::RegistrationClient;
+use crate::api::podresources::ListPodResourcesResponse;
+use crate::api::podresources::pod_resources_lister_client::PodResourcesListerClient;
+use crate::identify::{self, IdentifyError};
+use crate::journal::{Entry, Journal, JournalError};
+use crate::pods::{Pod, PodSource};
+use crate::pools::{Pool, PoolKind};
+use crate::responder::{Answer, NvidiaResponder, slice_budget};
+use crate::settings::Settings;
+use crate::socket;
+
+/// The API version the plugins register with.
+pub const API_VERSION: &str = "v1beta1";
+/// How long the pod-resources lookup may take before identification falls back.
+const KUBELET_LOOKUP_TIMEOUT: Duration = Duration::from_millis(500);
+
+/// What the plugin serves and where.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// `<kubelet-dir>`: sockets are `device-plugins/…` and `pod-resources/kubelet.sock`.
+    pub kubelet_dir: PathBuf,
+    /// `--data-dir`: the journal.
+    pub data_dir: PathBuf,
+    pub settings: Settings,
+    pub manufacturer: accel_core::Manufacturer,
+    pub seats: Vec<Seat>,
+    /// Whether the sliced pool is advertised (the preload library is present).
+    pub slices: bool,
+    pub responder: NvidiaResponder,
+    /// How often the servers look for a kubelet restart.
+    pub poll_interval: Duration,
+}
+
+impl Config {
+    pub fn device_plugin_dir(&self) -> PathBuf {
+        self.kubelet_dir.join("device-plugins")
+    }
+
+    pub fn pod_resources_socket(&self) -> PathBuf {
+        self.kubelet_dir.join("pod-resources").join("kubelet.sock")
+    }
+}
+
+/// Why the plugin could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("ledger journal: {0}")]
+    Journal(#[from] JournalError),
+    #[error("cannot stage the preload file in {path}: {source}")]
+    Preload {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+struct State {
+    ledger: Ledger,
+    journal: Journal,
+    /// Visibility sidecars served, by container, with the device IDs they were given.
+    visibility: BTreeMap<GrantKey, Vec<String>>,
+}
+
+struct Shared {
+    config: Config,
+    pools: Vec<Pool>,
+    state: Mutex<State>,
+    changed: watch::Sender<u64>,
+    pods: Arc<dyn PodSource>,
+    pod_resources: PodResourcesListerClient<tonic::transport::Channel>,
+}
+
+/// The running plugin: a handle to its state and tasks.
+pub struct DevicePlugins {
+    shared: Arc<Shared>,
+    shutdown: watch::Sender<bool>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl DevicePlugins {
+    /// Opens the journal, rebuilds the ledger, and starts one server per pool plus the Pod
+    /// watcher. Must be called inside a tokio runtime.
+    pub async fn start(
+        config: Config,
+        pods: Arc<dyn PodSource>,
+    ) -> Result<DevicePlugins, StartError> {
+        if config.slices {
+            config
+                .responder
+                .stage_preload_file()
+                .map_err(|source| StartError::Preload {
+                    path: config.responder.preload_dir.display().to_string(),
+                    source,
+                })?;
+        }
+        let pools = Pool::build(config.manufacturer, &config.seats, config.slices);
+        let policy = Policy {
+            release_terminated_pods: config.settings.release_terminated_pods,
+            slice_gate: config.settings.sliced_allocate_gate,
+        };
+        let (journal, replay) = Journal::open(&config.data_dir)?;
+        let pod_resources =
+            PodResourcesListerClient::new(socket::lazy_channel(config.pod_resources_socket()));
+        let shared = Arc::new(Shared {
+            state: Mutex::new(State {
+                ledger: Ledger::new(config.seats.clone(), policy),
+                journal,
+                visibility: BTreeMap::new(),
+            }),
+            changed: watch::channel(0).0,
+            pools,
+            pods,
+            pod_resources,
+            config,
+        });
+        if replay.torn_tail {
+            tracing::warn!("ledger journal: dropped a torn last entry (a crash mid-append)");
+        }
+        let grants = match &replay.corrupt {
+            Some((aside, reason)) => {
+                tracing::error!(
+                    "LEDGER JOURNAL CORRUPT ({reason}): kept aside at {}; rebuilding the ledger from the kubelet and the Pods",
+                    aside.display()
+                );
+                shared.rebuild_from_kubelet().await
+            }
+            None => replay.grants,
+        };
+        shared.restore(grants);
+        shared.reconcile_pods();
+        let (shutdown, _) = watch::channel(false);
+        let mut tasks = Vec::new();
+        for index in 0..shared.pools.len() {
+            let shared = shared.clone();
+            let stop = shutdown.subscribe();
+            tasks.push(tokio::spawn(async move {
+                serve_pool(shared, index, stop).await
+            }));
+        }
+        {
+            let shared = shared.clone();
+            let mut stop = shutdown.subscribe();
+            let mut changes = shared.pods.changes();
+            tasks.push(tokio::spawn(async move {
+                loop {
+                    tokio::select! {
+                        _ = stop.changed() => break,
+                        changed = changes.changed() => {
+                            if changed.is_err() { break; }
+                            shared.reconcile_pods();
+                        }
+                    }
+                }
+            }));
+        }
+        Ok(DevicePlugins {
+            shared,
+            shutdown,
+            tasks,
+        })
+    }
+
+    /// Stops every server and task, removing the plugin sockets.
+    pub async fn stop(self) {
+        let _ = self.shutdown.send(true);
+        for task in self.tasks {
+            let _ = task.await;
+        }
+    }
+
+    /// The resources served, in registration order.
+    pub fn resources(&self) -> Vec<String> {
+        self.shared
+            .pools
+            .iter()
+            .map(|p| p.resource.clone())
+            .collect()
+    }
+
+    /// Marks an accelerator healthy or not (issue 6's health rule calls this); its tokens flip
+    /// on every ListAndWatch stream at once.
+    pub fn set_accelerator_health(&self, index: u32, healthy: bool) {
+        let changed = self.shared.lock().ledger.set_health(index, healthy);
+        if changed {
+            self.shared.notify();
+        }
+    }
+
+    /// A copy of the ledger as it stands (for publishing and tests).
+    pub fn ledger(&self) -> Ledger {
+        self.shared.lock().ledger.clone()
+    }
+
+    /// Settles the ledger against the Pods now (the watcher does it on every change).
+    pub fn reconcile_pods(&self) {
+        self.shared.reconcile_pods();
+    }
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn notify(&self) {
+        self.changed.send_modify(|n| *n = n.wrapping_add(1));
+    }
+
+    fn restore(&self, grants: BTreeMap<GrantKey, Grant>) {
+        let mut state = self.lock();
+        let (charging, released): (Vec<_>, Vec<_>) =
+            grants.into_iter().partition(|(_, g)| !g.finished);
+        for (key, grant) in charging.into_iter().chain(released) {
+            if let Err(refusal) = state.ledger.restore(key.clone(), grant) {
+                tracing::error!("ledger rebuild: {key}: dropped, it conflicts: {refusal}");
+            }
+        }
+        let grants = state.ledger.grants().clone();
+        if let Err(e) = state.journal.compact(&grants) {
+            tracing::error!("ledger journal: cannot compact: {e}");
+        }
+    }
+
+    /// Rebuilds grants from the kubelet's pod-resources answer and the Pods' requests.
+    async fn rebuild_from_kubelet(&self) -> BTreeMap<GrantKey, Grant> {
+        let mut grants = BTreeMap::new();
+        let Some(answer) = self.list_pod_resources().await else {
+            tracing::error!("ledger rebuild: the kubelet's pod-resources could not be read");
+            return grants;
+        };
+        let Some(pods) = self.pods.pods() else {
+            tracing::error!("ledger rebuild: the node's Pods are not known");
+            return grants;
+        };
+        for entry in &answer.pod_resources {
+            let Some(pod) = pods
+                .iter()
+                .find(|p| p.namespace == entry.namespace && p.name == entry.name)
+            else {
+                continue;
+            };
+            for container in &entry.containers {
+                for devices in &container.devices {
+                    let Some(pool) = self
+                        .pools
+                        .iter()
+                        .find(|p| p.resource == devices.resource_name)
+                    else {
+                        continue;
+                    };
+                    let Some(family) = pool.family() else {
+                        continue;
+                    };
+                    let accelerators: Vec<u32> = devices
+                        .device_ids
+                        .iter()
+                        .filter_map(|id| pool.tokens.get(id).copied())
+                        .collect();
+                    let mut device_ids = devices.device_ids.clone();
+                    device_ids.sort();
+                    let (units, cores) = budget(
+                        family,
+                        pod,
+                        &container.name,
+                        pool,
+                        &self.config.seats,
+                        &accelerators,
+                    );
+                    let mut distinct = accelerators.clone();
+                    distinct.sort();
+                    distinct.dedup();
+                    tracing::warn!(
+                        "ledger rebuild: {}/{} container {} holds {:?} of {} per the kubelet",
+                        pod.namespace,
+                        pod.name,
+                        container.name,
+                        device_ids,
+                        pool.resource
+                    );
+                    grants.insert(
+                        GrantKey::new(pod.uid.clone(), container.name.clone()),
+                        Grant {
+                            family,
+                            resource: pool.resource.clone(),
+                            device_ids,
+                            accelerators: distinct,
+                            units,
+                            cores_percentage: cores,
+                            finished: pod.phase.finished(),
+                        },
+                    );
+                }
+            }
+        }
+        grants
+    }
+
+    /// Releases the grants of Pods that are gone and stops charging finished ones.
+    fn reconcile_pods(&self) {
+        let Some(pods) = self.pods.pods() else { return };
+        let by_uid: BTreeMap<&str, &Pod> = pods.iter().map(|p| (p.uid.as_str(), p)).collect();
+        let mut changed = false;
+        let mut gone = Vec::new();
+        {
+            let mut state = self.lock();
+            for uid in state.ledger.pod_uids() {
+                match by_uid.get(uid.as_str()) {
+                    None => {
+                        for (key, grant) in state.ledger.pod_gone(&uid) {
+                            tracing::info!(
+                                "released {key}: its Pod is gone ({:?})",
+                                grant.accelerators
+                            );
+                            if let Err(e) = state.journal.append(&Entry::Release { key }) {
+                                tracing::error!("ledger journal: {e}");
+                            }
+                        }
+                        gone.push(uid);
+                        changed = true;
+                    }
+                    Some(pod) if pod.phase.finished() => {
+                        let already = state
+                            .ledger
+                            .grants()
+                            .iter()
+                            .filter(|(k, _)| k.pod_uid == uid)
+                            .all(|(_, g)| g.finished);
+                        if !already {
+                            state.ledger.pod_finished(&uid);
+                            if let Err(e) = state.journal.append(&Entry::Finish {
+                                pod_uid: uid.clone(),
+                            }) {
+                                tracing::error!("ledger journal: {e}");
+                            }
+                            changed = true;
+                        }
+                    }
+                    Some(_) => {}
+                }
+            }
+            state
+                .visibility
+                .retain(|k, _| by_uid.contains_key(k.pod_uid.as_str()));
+        }
+        for uid in gone {
+            self.config.responder.reclaim(&uid);
+        }
+        if changed {
+            self.notify();
+        }
+    }
+
+    async fn list_pod_resources(&self) -> Option<ListPodResourcesResponse> {
+        let mut client = self.pod_resources.clone();
+        let call = client.list(crate::api::podresources::ListPodResourcesRequest {});
+        match tokio::time::timeout(KUBELET_LOOKUP_TIMEOUT, call).await {
+            Ok(Ok(answer)) => Some(answer.into_inner()),
+            Ok(Err(status)) => {
+                tracing::debug!("pod-resources List failed: {}", status.message());
+                None
+            }
+            Err(_) => {
+                tracing::debug!("pod-resources List timed out");
+                None
+            }
+        }
+    }
+
+    fn device_list(&self, pool: &Pool) -> dp::ListAndWatchResponse {
+        let state = self.lock();
+        dp::ListAndWatchResponse {
+            devices: pool
+                .states(&state.ledger)
+                .into_iter()
+                .map(|t| dp::Device {
+                    id: t.id,
+                    health: if t.healthy { "Healthy" } else { "Unhealthy" }.to_string(),
+                    topology: t.numa_node.map(|n| dp::TopologyInfo {
+                        nodes: vec![dp::NumaNode { id: i64::from(n) }],
+                    }),
+                })
+                .collect(),
+        }
+    }
+
+    fn preferred(
+        &self,
+        pool: &Pool,
+        request: &dp::ContainerPreferredAllocationRequest,
+    ) -> Vec<String> {
+        let size = usize::try_from(request.allocation_size).unwrap_or(0);
+        let Some(family) = pool.family() else {
+            // Visibility tokens are a fungible count: any will do.
+            let mut ids: Vec<String> = request.must_include_device_i_ds.clone();
+            for id in &request.available_device_i_ds {
+                if ids.len() >= size {
+                    break;
+                }
+                if !ids.contains(id) {
+                    ids.push(id.clone());
+                }
+            }
+            return ids;
+        };
+        let index_of = |id: &String| pool.tokens.get(id).copied();
+        let candidates: Vec<u32> = request
+            .available_device_i_ds
+            .iter()
+            .filter_map(index_of)
+            .collect();
+        let must: Vec<u32> = request
+            .must_include_device_i_ds
+            .iter()
+            .filter_map(index_of)
+            .collect();
+        let state = self.lock();
+        let accelerators = placement::prefer(
+            &state.ledger,
+            &Request {
+                family,
+                candidates: &candidates,
+                must_include: &must,
+                size,
+                slice_units: 1,
+            },
+        );
+        drop(state);
+        // One token per chosen accelerator: the must-include one where given, else the first
+        // available one.
+        let mut ids = Vec::with_capacity(size);
+        let mut taken = BTreeSet::new();
+        for accelerator in accelerators {
+            let pick = request
+                .must_include_device_i_ds
+                .iter()
+                .chain(request.available_device_i_ds.iter())
+                .find(|id| index_of(id) == Some(accelerator) && !taken.contains(*id));
+            if let Some(id) = pick {
+                taken.insert(id.clone());
+                ids.push(id.clone());
+            }
+        }
+        ids
+    }
+
+    async fn allocate(
+        &self,
+        pool: &Pool,
+        device_ids: Vec<String>,
+    ) -> Result<dp::ContainerAllocateResponse, Status> {
+        if device_ids.is_empty() {
+            return Err(Status::invalid_argument(format!(
+                "allocate for {} names no device IDs",
+                pool.resource
+            )));
+        }
+        let mut accelerators = Vec::with_capacity(device_ids.len());
+        for id in &device_ids {
+            match pool.tokens.get(id) {
+                Some(index) => accelerators.push(*index),
+                None => {
+                    return Err(Status::invalid_argument(format!(
+                        "unknown device ID {id:?} for {}",
+                        pool.resource
+                    )));
+                }
+            }
+        }
+        let retry = {
+            let state = self.lock();
+            match pool.family() {
+                Some(_) => state
+                    .ledger
+                    .find_by_devices(&pool.resource, &device_ids)
+                    .cloned(),
+                None => {
+                    let mut sorted = device_ids.clone();
+                    sorted.sort();
+                    state
+                        .visibility
+                        .iter()
+                        .find(|(_, ids)| **ids == sorted)
+                        .map(|(k, _)| k.clone())
+                }
+            }
+        };
+        let kubelet = if retry.is_none() && self.config.settings.identify_by_kubelet {
+            self.list_pod_resources().await
+        } else {
+            None
+        };
+        let pods = self.pods.pods();
+        let mut state = self.lock();
+        let key = match retry {
+            Some(key) => key,
+            None => {
+                let holds = |key: &GrantKey| match pool.family() {
+                    Some(_) => state
+                        .ledger
+                        .grant(key)
+                        .is_some_and(|g| g.resource == pool.resource),
+                    None => state.visibility.contains_key(key),
+                };
+                identify::identify(
+                    pods.as_deref(),
+                    kubelet.as_ref(),
+                    &holds,
+                    &pool.resource,
+                    device_ids.len(),
+                )
+                .map_err(|e| match e {
+                    IdentifyError::PodsUnknown { .. } => Status::unavailable(e.to_string()),
+                    IdentifyError::NoCandidate { .. } => Status::failed_precondition(e.to_string()),
+                })?
+                .0
+            }
+        };
+        let pod = pods
+            .as_deref()
+            .and_then(|p| p.iter().find(|p| p.uid == key.pod_uid))
+            .cloned()
+            .ok_or_else(|| {
+                Status::failed_precondition(format!("{key}: the Pod is no longer on this node"))
+            })?;
+        let container = pod.container(&key.container);
+        let Some(family) = pool.family() else {
+            // The sidecar sees exactly its owner's accelerators; it takes no ledger capacity.
+            let owner = state
+                .ledger
+                .grants()
+                .iter()
+                .filter(|(k, _)| k.pod_uid == key.pod_uid && k.container != key.container)
+                .min_by_key(|(k, g)| (g.accelerators.len() != device_ids.len(), (*k).clone()))
+                .map(|(_, g)| g.accelerators.clone())
+                .ok_or_else(|| {
+                    Status::failed_precondition(format!(
+                        "{}/{} container {}: no other container of the Pod holds accelerators to make visible",
+                        pod.namespace, pod.name, key.container
+                    ))
+                })?;
+            let seats: Vec<&Seat> = owner.iter().filter_map(|i| state.ledger.seat(*i)).collect();
+            let response = self
+                .config
+                .responder
+                .respond(&Answer {
+                    family: None,
+                    seats: &seats,
+                    slice_units: 0,
+                    cores_percentage: None,
+                    pod: &pod,
+                    container,
+                })
+                .map_err(|e| Status::failed_precondition(e.to_string()))?;
+            let mut sorted = device_ids.clone();
+            sorted.sort();
+            state.visibility.insert(key, sorted);
+            return Ok(response);
+        };
+        let (units, cores) = budget(
+            family,
+            &pod,
+            &key.container,
+            pool,
+            &self.config.seats,
+            &accelerators,
+        );
+        let claim = Claim {
+            key: key.clone(),
+            family,
+            resource: pool.resource.clone(),
+            device_ids: device_ids.clone(),
+            accelerators,
+            slice_units: units,
+            cores_percentage: cores,
+        };
+        let receipt = state
+            .ledger
+            .allocate(claim)
+            .map_err(|r| refusal_status(&pod, &key, &r))?;
+        let grant = state.ledger.grant(&key).cloned();
+        let Some(grant) = grant else {
+            return Err(Status::internal(format!(
+                "{key}: the grant vanished while it was recorded"
+            )));
+        };
+        let seats: Vec<&Seat> = grant
+            .accelerators
+            .iter()
+            .filter_map(|i| state.ledger.seat(*i))
+            .collect();
+        let answered = self.config.responder.respond(&Answer {
+            family: Some(family),
+            seats: &seats,
+            slice_units: grant.units,
+            cores_percentage: grant.cores_percentage,
+            pod: &pod,
+            container,
+        });
+        let response = match answered {
+            Ok(response) => response,
+            Err(e) => {
+                state.ledger.give_back(&receipt);
+                tracing::warn!(
+                    "{}/{} {key}: responder refused, grant given back: {e}",
+                    pod.namespace,
+                    pod.name
+                );
+                return Err(Status::failed_precondition(format!(
+                    "{}/{} container {}: {e}",
+                    pod.namespace, pod.name, key.container
+                )));
+            }
+        };
+        if receipt.fresh {
+            if let Err(e) = state.journal.append(&Entry::Grant {
+                key: key.clone(),
+                grant,
+            }) {
+                state.ledger.give_back(&receipt);
+                tracing::error!("ledger journal: {e}; grant of {key} given back");
+                return Err(Status::unavailable(format!(
+                    "the grant could not be made durable: {e}"
+                )));
+            }
+        }
+        drop(state);
+        if receipt.fresh {
+            self.notify();
+        }
+        Ok(response)
+    }
+}
+
+/// A slice's units and cores for this container (exclusive and shared carry none).
+fn budget(
+    family: Family,
+    pod: &Pod,
+    container: &str,
+    pool: &Pool,
+    seats: &[Seat],
+    accelerators: &[u32],
+) -> (u64, Option<u32>) {
+    if family != Family::Sliced {
+        return (0, None);
+    }
+    // Budgets are per accelerator; the smallest VRAM of the grant is the one a MiB budget must fit.
+    let vram = accelerators
+        .iter()
+        .filter_map(|i| {
+            seats
+                .iter()
+                .find(|s| s.index == *i)
+                .and_then(|s| s.memory_mib)
+        })
+        .min();
+    match slice_budget(pod.container(container), &pool.resource, vram) {
+        Ok((units, cores)) => (units, Some(cores)),
+        Err(e) => {
+            tracing::warn!(
+                "{}/{} container {container}: {e}; charging 0 units",
+                pod.namespace,
+                pod.name
+            );
+            (0, Some(100))
+        }
+    }
+}
+
+fn refusal_status(pod: &Pod, key: &GrantKey, refusal: &Refusal) -> Status {
+    Status::new(
+        Code::FailedPrecondition,
+        format!(
+            "{}/{} container {}: {refusal}",
+            pod.namespace, pod.name, key.container
+        ),
+    )
+}
+
+/// The DevicePlugin service of one pool.
+struct PoolService {
+    shared: Arc<Shared>,
+    index: usize,
+    stop: watch::Receiver<bool>,
+}
+
+type DeviceStream = Pin<Box<dyn Stream<Item = Result<dp::ListAndWatchResponse, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl DevicePlugin for PoolService {
+    async fn get_device_plugin_options(
+        &self,
+        _: tonic::Request<dp::Empty>,
+    ) -> Result<tonic::Response<dp::DevicePluginOptions>, Status> {
+        Ok(tonic::Response::new(options(
+            &self.shared.pools[self.index],
+        )))
+    }
+
+    type ListAndWatchStream = DeviceStream;
+
+    async fn list_and_watch(
+        &self,
+        _: tonic::Request<dp::Empty>,
+    ) -> Result<tonic::Response<DeviceStream>, Status> {
+        let shared = self.shared.clone();
+        let index = self.index;
+        let mut changes = shared.changed.subscribe();
+        let mut stop = self.stop.clone();
+        let stream = async_stream::stream! {
+            let mut last = None;
+            loop {
+                let list = shared.device_list(&shared.pools[index]);
+                if last.as_ref() != Some(&list) {
+                    last = Some(list.clone());
+                    yield Ok(list);
+                }
+                tokio::select! {
+                    changed = changes.changed() => if changed.is_err() { break },
+                    _ = stop.changed() => break,
+                }
+            }
+        };
+        Ok(tonic::Response::new(Box::pin(stream)))
+    }
+
+    async fn get_preferred_allocation(
+        &self,
+        request: tonic::Request<dp::PreferredAllocationRequest>,
+    ) -> Result<tonic::Response<dp::PreferredAllocationResponse>, Status> {
+        let pool = &self.shared.pools[self.index];
+        let container_responses = request
+            .into_inner()
+            .container_requests
+            .iter()
+            .map(|r| dp::ContainerPreferredAllocationResponse {
+                device_i_ds: self.shared.preferred(pool, r),
+            })
+            .collect();
+        Ok(tonic::Response::new(dp::PreferredAllocationResponse {
+            container_responses,
+        }))
+    }
+
+    async fn allocate(
+        &self,
+        request: tonic::Request<dp::AllocateRequest>,
+    ) -> Result<tonic::Response<dp::AllocateResponse>, Status> {
+        let pool = &self.shared.pools[self.index];
+        let requests = request.into_inner().container_requests;
+        if requests.is_empty() {
+            return Err(Status::invalid_argument(format!(
+                "allocate for {} carries no container request",
+                pool.resource
+            )));
+        }
+        let mut container_responses = Vec::with_capacity(requests.len());
+        for r in requests {
+            container_responses.push(self.shared.allocate(pool, r.devices_ids).await?);
+        }
+        Ok(tonic::Response::new(dp::AllocateResponse {
+            container_responses,
+        }))
+    }
+
+    async fn pre_start_container(
+        &self,
+        _: tonic::Request<dp::PreStartContainerRequest>,
+    ) -> Result<tonic::Response<dp::PreStartContainerResponse>, Status> {
+        Ok(tonic::Response::new(dp::PreStartContainerResponse {}))
+    }
+}
+
+fn options(pool: &Pool) -> dp::DevicePluginOptions {
+    dp::DevicePluginOptions {
+        pre_start_required: false,
+        get_preferred_allocation_available: pool.kind != PoolKind::Visibility,
+    }
+}
+
+/// The identity of the kubelet's socket: a new one means the kubelet restarted.
+fn socket_identity(path: &Path) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()))
+}
+
+/// Serves one pool: bind, register, and start over whenever the kubelet restarts (its socket is
+/// recreated, or ours removed), until `stop`.
+async fn serve_pool(shared: Arc<Shared>, index: usize, mut stop: watch::Receiver<bool>) {
+    let pool = &shared.pools[index];
+    let dir = shared.config.device_plugin_dir();
+    let socket_path = dir.join(pool.socket_name());
+    let kubelet_socket = dir.join("kubelet.sock");
+    let interval = shared.config.poll_interval;
+    'serve: loop {
+        if *stop.borrow() {
+            break;
+        }
+        let _ = std::fs::remove_file(&socket_path);
+        let listener = match std::fs::create_dir_all(&dir)
+            .and_then(|()| tokio::net::UnixListener::bind(&socket_path))
+        {
+            Ok(l) => l,
+            Err(e) => {
+                tracing::warn!(
+                    "{}: cannot listen on {}: {e}",
+                    pool.resource,
+                    socket_path.display()
+                );
+                tokio::select! { _ = tokio::time::sleep(interval) => continue, _ = stop.changed() => break }
+            }
+        };
+        let (server_stop_tx, server_stop) = watch::channel(false);
+        let service = PoolService {
+            shared: shared.clone(),
+            index,
+            stop: server_stop.clone(),
+        };
+        let mut server_stop_wait = server_stop.clone();
+        let server = tokio::spawn(
+            tonic::transport::Server::builder()
+                .add_service(DevicePluginServer::new(service))
+                .serve_with_incoming_shutdown(
+                    tokio_stream::wrappers::UnixListenerStream::new(listener),
+                    async move {
+                        let _ = server_stop_wait.wait_for(|s| *s).await;
+                    },
+                ),
+        );
+        // Register, retrying while the kubelet is away.
+        let registered_with = loop {
+            let identity = socket_identity(&kubelet_socket);
+            if identity.is_some() {
+                match register(&kubelet_socket, pool).await {
+                    Ok(()) => {
+                        tracing::info!("{}: registered with the kubelet", pool.resource);
+                        break identity;
+                    }
+                    Err(e) => tracing::warn!("{}: registration failed: {e}", pool.resource),
+                }
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(interval) => {}
+                _ = stop.changed() => {
+                    let _ = server_stop_tx.send(true);
+                    let _ = server.await;
+                    break 'serve;
+                }
+            }
+            if !socket_path.exists() {
+                let _ = server_stop_tx.send(true);
+                let _ = server.await;
+                continue 'serve;
+            }
+        };
+        // Watch for a kubelet restart.
+        loop {
+            tokio::select! {
+                _ = tokio::time::sleep(interval) => {}
+                _ = stop.changed() => {
+                    let _ = server_stop_tx.send(true);
+                    let _ = server.await;
+                    let _ = std::fs::remove_file(&socket_path);
+                    break 'serve;
+                }
+            }
+            let now = socket_identity(&kubelet_socket);
+            if !socket_path.exists() || (now.is_some() && now != registered_with) {
+                tracing::info!(
+                    "{}: the kubelet restarted; registering again",
+                    pool.resource
+                );
+                let _ = server_stop_tx.send(true);
+                let _ = server.await;
+                continue 'serve;
+            }
+        }
+    }
+}
+
+async fn register(kubelet_socket: &Path, pool: &Pool) -> Result<(), String> {
+    let channel = socket::connect(kubelet_socket.to_path_buf())
+        .await
+        .map_err(|e| format!("cannot reach {}: {e}", kubelet_socket.display()))?;
+    let mut client = RegistrationClient::new(channel);
+    client
+        .register(dp::RegisterRequest {
+            version: API_VERSION.to_string(),
+            endpoint: pool.socket_name(),
+            resource_name: pool.resource.clone(),
+            options: Some(options(pool)),
+        })
+        .await
+        .map_err(|s| format!("the kubelet refused: {}", s.message()))?;
+    Ok(())
+}

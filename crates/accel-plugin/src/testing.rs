@@ -1,0 +1,577 @@
+//! A kubelet emulator for tests and benchmarks, speaking the real protocols over real unix
+//! sockets: it serves Registration and pod-resources List, opens ListAndWatch on every plugin
+//! that registers, and admits Pods one at a time the way the kubelet does (healthy tokens only,
+//! GetPreferredAllocation, then Allocate per container). It can restart (removing every plugin
+//! socket and recreating its own), vanish, finish Pods and delete them. It also plays the API
+//! server through a [`MemoryPods`]. Behind the `testing` feature; never in production paths.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tonic::{Request, Response, Status};
+
+use crate::api::deviceplugin as dp;
+use crate::api::deviceplugin::device_plugin_client::DevicePluginClient;
+use crate::api::deviceplugin::registration_server::{Registration, RegistrationServer};
+use crate::api::podresources as pr;
+use crate::api::podresources::pod_resources_lister_server::{
+    PodResourcesLister, PodResourcesListerServer,
+};
+use crate::pods::{MemoryPods, Phase, Pod, PodSource};
+use crate::socket;
+
+/// One registered plugin as the emulator sees it.
+#[derive(Clone)]
+struct Plugin {
+    client: DevicePluginClient<tonic::transport::Channel>,
+    options: dp::DevicePluginOptions,
+    devices: watch::Receiver<Vec<dp::Device>>,
+}
+
+#[derive(Default)]
+struct Books {
+    plugins: BTreeMap<String, Plugin>,
+    /// Device IDs held, by Pod UID, container, resource (the kubelet's checkpoint).
+    allocated: BTreeMap<String, BTreeMap<String, BTreeMap<String, Vec<String>>>>,
+    /// Pods the kubelet has added (admitted or being admitted), by UID.
+    active: BTreeSet<String>,
+}
+
+struct Inner {
+    dir: PathBuf,
+    books: Mutex<Books>,
+    pods: MemoryPods,
+    registrations: watch::Sender<u64>,
+}
+
+impl Inner {
+    fn books(&self) -> std::sync::MutexGuard<'_, Books> {
+        self.books.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// The emulated kubelet.
+pub struct Kubelet {
+    inner: Arc<Inner>,
+    servers: Option<(watch::Sender<bool>, Vec<JoinHandle<()>>)>,
+}
+
+/// What one container was answered, per resource.
+pub type Admission = BTreeMap<String, BTreeMap<String, dp::ContainerAllocateResponse>>;
+
+impl Kubelet {
+    /// Starts a kubelet whose directory is `dir` (`device-plugins/`, `pod-resources/`).
+    pub async fn start(dir: &Path, pods: MemoryPods) -> Kubelet {
+        let inner = Arc::new(Inner {
+            dir: dir.to_path_buf(),
+            books: Mutex::new(Books::default()),
+            pods,
+            registrations: watch::channel(0).0,
+        });
+        let mut kubelet = Kubelet {
+            inner,
+            servers: None,
+        };
+        kubelet.serve();
+        kubelet
+    }
+
+    fn serve(&mut self) {
+        let plugin_dir = self.inner.dir.join("device-plugins");
+        let resources_dir = self.inner.dir.join("pod-resources");
+        let _ = std::fs::create_dir_all(&plugin_dir);
+        let _ = std::fs::create_dir_all(&resources_dir);
+        let (stop, _) = watch::channel(false);
+        let mut tasks = Vec::new();
+        for (path, which) in [
+            (plugin_dir.join("kubelet.sock"), 0),
+            (resources_dir.join("kubelet.sock"), 1),
+        ] {
+            let _ = std::fs::remove_file(&path);
+            let listener = match tokio::net::UnixListener::bind(&path) {
+                Ok(l) => l,
+                Err(e) => panic!("emulated kubelet cannot bind {}: {e}", path.display()),
+            };
+            let incoming = tokio_stream::wrappers::UnixListenerStream::new(listener);
+            let mut stopped = stop.subscribe();
+            let shutdown = async move {
+                let _ = stopped.wait_for(|s| *s).await;
+            };
+            let router = if which == 0 {
+                tonic::transport::Server::builder().add_service(RegistrationServer::new(
+                    RegistrationService {
+                        inner: self.inner.clone(),
+                    },
+                ))
+            } else {
+                tonic::transport::Server::builder().add_service(PodResourcesListerServer::new(
+                    PodResourcesService {
+                        inner: self.inner.clone(),
+                    },
+                ))
+            };
+            tasks.push(tokio::spawn(async move {
+                let _ = router
+                    .serve_with_incoming_shutdown(incoming, shutdown)
+                    .await;
+            }));
+        }
+        self.servers = Some((stop, tasks));
+    }
+
+    async fn halt(&mut self) {
+        if let Some((stop, tasks)) = self.servers.take() {
+            let _ = stop.send(true);
+            for t in tasks {
+                let _ = t.await;
+            }
+        }
+        self.inner.books().plugins.clear();
+    }
+
+    /// The kubelet restarts: every socket in `device-plugins/` is removed and its own is
+    /// recreated; what it allocated (its checkpoint) is kept.
+    pub async fn restart(&mut self) {
+        self.halt().await;
+        if let Ok(entries) = std::fs::read_dir(self.inner.dir.join("device-plugins")) {
+            for entry in entries.flatten() {
+                let _ = std::fs::remove_file(entry.path());
+            }
+        }
+        self.serve();
+    }
+
+    /// The kubelet goes away: its sockets vanish and stay gone until [`Kubelet::restart`].
+    pub async fn vanish(&mut self) {
+        self.halt().await;
+        let _ = std::fs::remove_file(self.inner.dir.join("device-plugins/kubelet.sock"));
+        let _ = std::fs::remove_file(self.inner.dir.join("pod-resources/kubelet.sock"));
+    }
+
+    /// The API server's Pods.
+    pub fn pods(&self) -> &MemoryPods {
+        &self.inner.pods
+    }
+
+    /// Waits until every resource has registered and listed its tokens.
+    pub async fn wait_for(&self, resources: &[&str]) {
+        let mut registrations = self.inner.registrations.subscribe();
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let ready = {
+                let books = self.inner.books();
+                resources.iter().all(|r| {
+                    books
+                        .plugins
+                        .get(*r)
+                        .is_some_and(|p| !p.devices.borrow().is_empty())
+                })
+            };
+            if ready {
+                return;
+            }
+            if tokio::time::timeout_at(deadline, registrations.changed())
+                .await
+                .is_err()
+            {
+                panic!("plugins for {resources:?} did not register within 10 s");
+            }
+        }
+    }
+
+    /// The tokens a resource advertises now (id → healthy).
+    pub fn devices(&self, resource: &str) -> Vec<dp::Device> {
+        self.inner
+            .books()
+            .plugins
+            .get(resource)
+            .map(|p| p.devices.borrow().clone())
+            .unwrap_or_default()
+    }
+
+    /// Waits until `check` holds for a resource's token list.
+    pub async fn wait_devices(&self, resource: &str, check: impl Fn(&[dp::Device]) -> bool) {
+        let mut rx = {
+            let books = self.inner.books();
+            match books.plugins.get(resource) {
+                Some(p) => p.devices.clone(),
+                None => panic!("{resource} is not registered"),
+            }
+        };
+        let wait = async {
+            loop {
+                if check(&rx.borrow_and_update()) {
+                    return;
+                }
+                if rx.changed().await.is_err() {
+                    panic!("{resource}: ListAndWatch ended");
+                }
+            }
+        };
+        if tokio::time::timeout(Duration::from_secs(10), wait)
+            .await
+            .is_err()
+        {
+            panic!("{resource}: the token list never reached the expected state");
+        }
+    }
+
+    /// Creates a Pod in the API server (Pending; the kubelet has not seen it).
+    pub fn create(&self, pod: Pod) {
+        self.inner.pods.upsert(pod);
+    }
+
+    /// Admits a created Pod: adds it, then per container and resource picks healthy free
+    /// tokens (asking GetPreferredAllocation when offered) and calls Allocate. On a failure the
+    /// Pod's devices are released and the error returned, as the kubelet fails the Pod with
+    /// `UnexpectedAdmissionError`.
+    pub async fn admit(&self, uid: &str) -> Result<Admission, Status> {
+        self.admit_some(uid, None).await
+    }
+
+    /// Admits only the named containers of a Pod (to stop between two of them), leaving the Pod
+    /// added and Pending.
+    pub async fn admit_only(&self, uid: &str, containers: &[&str]) -> Result<Admission, Status> {
+        self.admit_some(uid, Some(containers)).await
+    }
+
+    async fn admit_some(&self, uid: &str, only: Option<&[&str]>) -> Result<Admission, Status> {
+        let pod = self
+            .inner
+            .pods
+            .pods()
+            .unwrap_or_default()
+            .into_iter()
+            .find(|p| p.uid == uid)
+            .ok_or_else(|| Status::not_found(format!("no pod {uid}")))?;
+        self.inner.books().active.insert(uid.to_string());
+        let result = self.admit_containers(&pod, only).await;
+        let mut books = self.inner.books();
+        match &result {
+            Ok(_) if only.is_some() => {}
+            Ok(_) => {
+                drop(books);
+                self.inner.pods.set_phase(uid, Phase::Running);
+            }
+            Err(_) => {
+                books.allocated.remove(uid);
+                books.active.remove(uid);
+            }
+        }
+        result
+    }
+
+    async fn admit_containers(
+        &self,
+        pod: &Pod,
+        only: Option<&[&str]>,
+    ) -> Result<Admission, Status> {
+        let mut admission = Admission::new();
+        for container in &pod.containers {
+            if only.is_some_and(|names| !names.contains(&container.name.as_str())) {
+                continue;
+            }
+            for resource in container.limits.keys() {
+                let plugin = self.inner.books().plugins.get(resource).cloned();
+                let Some(mut plugin) = plugin else { continue };
+                let Some(count) = container.count(resource) else {
+                    continue;
+                };
+                let ids = self.pick(resource, &mut plugin, count as usize).await?;
+                let response = plugin
+                    .client
+                    .allocate(dp::AllocateRequest {
+                        container_requests: vec![dp::ContainerAllocateRequest {
+                            devices_ids: ids.clone(),
+                        }],
+                    })
+                    .await?
+                    .into_inner();
+                let answer = response
+                    .container_responses
+                    .into_iter()
+                    .next()
+                    .ok_or_else(|| Status::internal("allocate answered no container"))?;
+                self.inner
+                    .books()
+                    .allocated
+                    .entry(pod.uid.clone())
+                    .or_default()
+                    .entry(container.name.clone())
+                    .or_default()
+                    .insert(resource.clone(), ids);
+                admission
+                    .entry(container.name.clone())
+                    .or_default()
+                    .insert(resource.clone(), answer);
+            }
+        }
+        Ok(admission)
+    }
+
+    async fn pick(
+        &self,
+        resource: &str,
+        plugin: &mut Plugin,
+        count: usize,
+    ) -> Result<Vec<String>, Status> {
+        let taken: BTreeSet<String> = {
+            let books = self.inner.books();
+            books
+                .allocated
+                .iter()
+                .filter(|(uid, _)| books.active.contains(*uid))
+                .flat_map(|(_, containers)| containers.values())
+                .filter_map(|by_resource| by_resource.get(resource))
+                .flatten()
+                .cloned()
+                .collect()
+        };
+        let available: Vec<String> = plugin
+            .devices
+            .borrow()
+            .iter()
+            .filter(|d| d.health == "Healthy" && !taken.contains(&d.id))
+            .map(|d| d.id.clone())
+            .collect();
+        if available.len() < count {
+            return Err(Status::resource_exhausted(format!(
+                "insufficient {resource}: {count} requested, {} healthy and free",
+                available.len()
+            )));
+        }
+        let mut ids = Vec::with_capacity(count);
+        if plugin.options.get_preferred_allocation_available {
+            let preferred = plugin
+                .client
+                .get_preferred_allocation(dp::PreferredAllocationRequest {
+                    container_requests: vec![dp::ContainerPreferredAllocationRequest {
+                        available_device_i_ds: available.clone(),
+                        must_include_device_i_ds: Vec::new(),
+                        allocation_size: count as i32,
+                    }],
+                })
+                .await?
+                .into_inner();
+            for id in preferred
+                .container_responses
+                .into_iter()
+                .flat_map(|r| r.device_i_ds)
+            {
+                if available.contains(&id) && !ids.contains(&id) && ids.len() < count {
+                    ids.push(id);
+                }
+            }
+        }
+        for id in available {
+            if ids.len() >= count {
+                break;
+            }
+            if !ids.contains(&id) {
+                ids.push(id);
+            }
+        }
+        Ok(ids)
+    }
+
+    /// Calls Allocate directly, as a retrying kubelet would.
+    pub async fn allocate_raw(
+        &self,
+        resource: &str,
+        ids: Vec<String>,
+    ) -> Result<dp::AllocateResponse, Status> {
+        let plugin = self.inner.books().plugins.get(resource).cloned();
+        let Some(mut plugin) = plugin else {
+            return Err(Status::not_found(format!("{resource} is not registered")));
+        };
+        Ok(plugin
+            .client
+            .allocate(dp::AllocateRequest {
+                container_requests: vec![dp::ContainerAllocateRequest { devices_ids: ids }],
+            })
+            .await?
+            .into_inner())
+    }
+
+    /// Calls GetPreferredAllocation directly.
+    pub async fn preferred_raw(
+        &self,
+        resource: &str,
+        available: Vec<String>,
+        size: i32,
+    ) -> Result<Vec<String>, Status> {
+        let plugin = self.inner.books().plugins.get(resource).cloned();
+        let Some(mut plugin) = plugin else {
+            return Err(Status::not_found(format!("{resource} is not registered")));
+        };
+        let answer = plugin
+            .client
+            .get_preferred_allocation(dp::PreferredAllocationRequest {
+                container_requests: vec![dp::ContainerPreferredAllocationRequest {
+                    available_device_i_ds: available,
+                    must_include_device_i_ds: Vec::new(),
+                    allocation_size: size,
+                }],
+            })
+            .await?
+            .into_inner();
+        Ok(answer
+            .container_responses
+            .into_iter()
+            .flat_map(|r| r.device_i_ds)
+            .collect())
+    }
+
+    /// The device IDs a container holds of a resource.
+    pub fn held(&self, uid: &str, container: &str, resource: &str) -> Vec<String> {
+        self.inner
+            .books()
+            .allocated
+            .get(uid)
+            .and_then(|c| c.get(container))
+            .and_then(|r| r.get(resource))
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    /// The Pod ran to completion: the kubelet takes its devices back.
+    pub fn finish(&self, uid: &str) {
+        {
+            let mut books = self.inner.books();
+            books.active.remove(uid);
+            books.allocated.remove(uid);
+        }
+        self.inner.pods.set_phase(uid, Phase::Succeeded);
+    }
+
+    /// The Pod is deleted.
+    pub fn delete(&self, uid: &str) {
+        {
+            let mut books = self.inner.books();
+            books.active.remove(uid);
+            books.allocated.remove(uid);
+        }
+        self.inner.pods.remove(uid);
+    }
+}
+
+struct RegistrationService {
+    inner: Arc<Inner>,
+}
+
+#[tonic::async_trait]
+impl Registration for RegistrationService {
+    async fn register(
+        &self,
+        request: Request<dp::RegisterRequest>,
+    ) -> Result<Response<dp::Empty>, Status> {
+        let request = request.into_inner();
+        if request.version != "v1beta1" {
+            return Err(Status::invalid_argument(format!(
+                "unsupported version {}",
+                request.version
+            )));
+        }
+        let path = self
+            .inner
+            .dir
+            .join("device-plugins")
+            .join(&request.endpoint);
+        let inner = self.inner.clone();
+        // Like the kubelet, dial the plugin after answering the registration.
+        tokio::spawn(async move {
+            let Ok(channel) = socket::connect(path).await else {
+                return;
+            };
+            let mut client = DevicePluginClient::new(channel);
+            let Ok(options) = client.get_device_plugin_options(dp::Empty {}).await else {
+                return;
+            };
+            let Ok(stream) = client.list_and_watch(dp::Empty {}).await else {
+                return;
+            };
+            let mut stream = stream.into_inner();
+            let (tx, rx) = watch::channel(Vec::new());
+            inner.books().plugins.insert(
+                request.resource_name.clone(),
+                Plugin {
+                    client,
+                    options: options.into_inner(),
+                    devices: rx,
+                },
+            );
+            while let Ok(Some(list)) = stream.message().await {
+                let _ = tx.send(list.devices);
+                inner.registrations.send_modify(|n| *n += 1);
+            }
+        });
+        Ok(Response::new(dp::Empty {}))
+    }
+}
+
+struct PodResourcesService {
+    inner: Arc<Inner>,
+}
+
+#[tonic::async_trait]
+impl PodResourcesLister for PodResourcesService {
+    async fn list(
+        &self,
+        _: Request<pr::ListPodResourcesRequest>,
+    ) -> Result<Response<pr::ListPodResourcesResponse>, Status> {
+        let pods = self.inner.pods.pods().unwrap_or_default();
+        let books = self.inner.books();
+        let pod_resources = pods
+            .iter()
+            .filter(|p| books.active.contains(&p.uid))
+            .map(|p| pr::PodResources {
+                name: p.name.clone(),
+                namespace: p.namespace.clone(),
+                containers: p
+                    .containers
+                    .iter()
+                    .map(|c| pr::ContainerResources {
+                        name: c.name.clone(),
+                        devices: books
+                            .allocated
+                            .get(&p.uid)
+                            .and_then(|a| a.get(&c.name))
+                            .map(|by_resource| {
+                                by_resource
+                                    .iter()
+                                    .map(|(resource, ids)| pr::ContainerDevices {
+                                        resource_name: resource.clone(),
+                                        device_ids: ids.clone(),
+                                        topology: None,
+                                    })
+                                    .collect()
+                            })
+                            .unwrap_or_default(),
+                        ..Default::default()
+                    })
+                    .collect(),
+            })
+            .collect();
+        Ok(Response::new(pr::ListPodResourcesResponse {
+            pod_resources,
+        }))
+    }
+
+    async fn get_allocatable_resources(
+        &self,
+        _: Request<pr::AllocatableResourcesRequest>,
+    ) -> Result<Response<pr::AllocatableResourcesResponse>, Status> {
+        Ok(Response::new(pr::AllocatableResourcesResponse::default()))
+    }
+
+    async fn get(
+        &self,
+        _: Request<pr::GetPodResourcesRequest>,
+    ) -> Result<Response<pr::GetPodResourcesResponse>, Status> {
+        Err(Status::unimplemented("the emulator answers List only"))
+    }
+}

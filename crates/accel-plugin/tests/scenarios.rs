@@ -1,0 +1,468 @@
+//! Scenario tests over real unix sockets: the plugin against the kubelet emulator, one test per
+//! behaviour seed 000 states, plus the bad inputs.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use accel_core::Manufacturer;
+use accel_core::inventory::Grantable;
+use accel_core::ledger::{Family, Mode, Seat};
+use accel_plugin::pods::{Container, MemoryPods, Phase, Pod};
+use accel_plugin::responder::{EngineFacts, NvidiaResponder};
+use accel_plugin::settings::{InjectionStrategy, Settings};
+use accel_plugin::testing::Kubelet;
+use accel_plugin::{Config, DevicePlugins};
+use tonic::Code;
+
+const GPU: &str = "nvidia.com/gpu";
+const SHARED: &str = "nvidia.com/gpu.shared";
+const SLICED: &str = "nvidia.com/gpu.sliced";
+const VISIBILITY: &str = "device.gpustack.ai/nvidia.visibility";
+
+fn seats(n: u32) -> Vec<Seat> {
+    (0..n)
+        .map(|i| Seat {
+            index: i,
+            uuid: Some(format!("GPU-{i:08}-0000-0000-0000-000000000000")),
+            numa_node: Some(i / 4),
+            peers: BTreeMap::new(),
+            memory_mib: Some(81_559),
+            grantable: Grantable::Whole,
+            healthy: true,
+            slice_capacity: 128,
+        })
+        .collect()
+}
+
+fn uuid(i: u32) -> String {
+    format!("GPU-{i:08}-0000-0000-0000-000000000000")
+}
+
+struct Rig {
+    dir: tempfile::TempDir,
+    kubelet: Kubelet,
+    plugins: Option<DevicePlugins>,
+    config: Config,
+}
+
+impl Rig {
+    async fn new(seats: Vec<Seat>, settings: Settings) -> Rig {
+        let dir = tempfile::tempdir().unwrap();
+        let kubelet = Kubelet::start(&dir.path().join("kubelet"), MemoryPods::new()).await;
+        let config = Config {
+            kubelet_dir: dir.path().join("kubelet"),
+            data_dir: dir.path().join("data"),
+            settings,
+            manufacturer: Manufacturer::Nvidia,
+            seats,
+            slices: true,
+            responder: NvidiaResponder {
+                strategy: InjectionStrategy::Envvar,
+                cuda_major: Some(13),
+                pod_dir_root: dir.path().join("data/pods"),
+                preload_dir: dir.path().join("data/preload"),
+                engine: EngineFacts::default(),
+            },
+            poll_interval: Duration::from_millis(20),
+        };
+        let mut rig = Rig {
+            dir,
+            kubelet,
+            plugins: None,
+            config,
+        };
+        rig.start_plugins().await;
+        rig
+    }
+
+    async fn start_plugins(&mut self) {
+        let pods = Arc::new(self.kubelet.pods().clone());
+        let plugins = DevicePlugins::start(self.config.clone(), pods)
+            .await
+            .unwrap();
+        let resources = plugins.resources();
+        let names: Vec<&str> = resources.iter().map(String::as_str).collect();
+        self.kubelet.wait_for(&names).await;
+        self.plugins = Some(plugins);
+    }
+
+    async fn restart_plugins(&mut self) {
+        if let Some(p) = self.plugins.take() {
+            p.stop().await;
+        }
+        self.start_plugins().await;
+    }
+
+    fn plugins(&self) -> &DevicePlugins {
+        self.plugins.as_ref().unwrap()
+    }
+}
+
+fn pod(uid: &str, created: i64, containers: &[(&str, &[(&str, &str)])]) -> Pod {
+    Pod {
+        uid: uid.into(),
+        namespace: "ns".into(),
+        name: format!("pod-{uid}"),
+        created,
+        phase: Phase::Pending,
+        runtime_class: None,
+        containers: containers
+            .iter()
+            .map(|(name, limits)| Container {
+                name: name.to_string(),
+                limits: limits
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect(),
+                env: BTreeMap::new(),
+            })
+            .collect(),
+    }
+}
+
+fn env<'a>(
+    admission: &'a accel_plugin::testing::Admission,
+    container: &str,
+    resource: &str,
+    key: &str,
+) -> &'a str {
+    admission[container][resource].envs[key].as_str()
+}
+
+#[tokio::test]
+async fn exclusive_grant_end_to_end_and_other_modes_turn_unhealthy() {
+    let rig = Rig::new(seats(8), Settings::default()).await;
+    rig.kubelet.create(pod("a", 1, &[("main", &[(GPU, "2")])]));
+    let admission = rig.kubelet.admit("a").await.unwrap();
+    // NUMA 0 holds four free accelerators; the set stays on it.
+    assert_eq!(
+        env(&admission, "main", GPU, "NVIDIA_VISIBLE_DEVICES"),
+        format!("{},{}", uuid(0), uuid(1))
+    );
+    let ledger = rig.plugins().ledger();
+    assert_eq!(
+        ledger.occupancy(0).unwrap().mode,
+        Mode::Held(Family::Exclusive)
+    );
+    let held = uuid(0);
+    rig.kubelet
+        .wait_devices(SHARED, |d| {
+            d.iter()
+                .filter(|t| t.id.starts_with(&held))
+                .all(|t| t.health == "Unhealthy")
+        })
+        .await;
+    let devices = rig.kubelet.devices(GPU);
+    assert!(devices.iter().all(|d| d.health == "Healthy"));
+    assert_eq!(devices[0].topology.as_ref().unwrap().nodes[0].id, 0);
+    assert_eq!(devices[7].topology.as_ref().unwrap().nodes[0].id, 1);
+}
+
+#[tokio::test]
+async fn two_slices_created_in_the_same_second_bound_in_the_other_order_keep_their_limits() {
+    let rig = Rig::new(seats(1), Settings::default()).await;
+    let slice = |pct: &'static str| -> Vec<(&'static str, &'static str)> {
+        vec![
+            (SLICED, "1"),
+            ("nvidia.com/gpu.sliced.memory-percentage", pct),
+        ]
+    };
+    let (a, b) = (slice("25"), slice("50"));
+    rig.kubelet.create(pod("a", 100, &[("main", &a)]));
+    rig.kubelet.create(pod("b", 100, &[("main", &b)]));
+    // The kubelet binds b first; our own matching would have taken a (same second, name first).
+    let for_b = rig.kubelet.admit("b").await.unwrap();
+    let for_a = rig.kubelet.admit("a").await.unwrap();
+    assert_eq!(
+        env(&for_b, "main", SLICED, "CUDA_DEVICE_MEMORY_LIMIT_0"),
+        "40779m"
+    );
+    assert_eq!(
+        env(&for_a, "main", SLICED, "CUDA_DEVICE_MEMORY_LIMIT_0"),
+        "20389m"
+    );
+    assert_eq!(env(&for_a, "main", SLICED, "CUDA_DEVICE_SM_LIMIT"), "100");
+    assert_eq!(
+        env(&for_a, "main", SLICED, "CUDA_DEVICE_ORDER"),
+        "PCI_BUS_ID"
+    );
+    assert_eq!(env(&for_a, "main", SLICED, "LIBCUDA_LOG_LEVEL"), "0");
+    let mounts = &for_a["main"][SLICED].mounts;
+    assert!(
+        mounts
+            .iter()
+            .any(|m| m.container_path == "/etc/ld.so.preload")
+    );
+    assert!(mounts.iter().any(|m| m.host_path.ends_with("/data/pods/a")));
+    assert_eq!(
+        rig.plugins().ledger().occupancy(0).unwrap().used_units,
+        1_200_000
+    );
+}
+
+#[tokio::test]
+async fn without_the_kubelet_lookup_same_second_slices_are_matched_oldest_first() {
+    let settings = Settings {
+        identify_by_kubelet: false,
+        ..Settings::default()
+    };
+    let rig = Rig::new(seats(1), settings).await;
+    let a = [
+        (SLICED, "1"),
+        ("nvidia.com/gpu.sliced.memory-percentage", "25"),
+    ];
+    let b = [
+        (SLICED, "1"),
+        ("nvidia.com/gpu.sliced.memory-percentage", "50"),
+    ];
+    rig.kubelet.create(pod("a", 100, &[("main", &a)]));
+    rig.kubelet.create(pod("b", 100, &[("main", &b)]));
+    // The seed's hazard, shown: b's call is recorded on a.
+    let for_b = rig.kubelet.admit("b").await.unwrap();
+    assert_eq!(
+        env(&for_b, "main", SLICED, "CUDA_DEVICE_MEMORY_LIMIT_0"),
+        "20389m"
+    );
+}
+
+#[tokio::test]
+async fn shared_two_on_a_one_accelerator_node_is_refused() {
+    let rig = Rig::new(seats(1), Settings::default()).await;
+    rig.kubelet
+        .create(pod("a", 1, &[("main", &[(SHARED, "2")])]));
+    let err = rig.kubelet.admit("a").await.unwrap_err();
+    assert_eq!(err.code(), Code::FailedPrecondition);
+    assert!(
+        err.message()
+            .contains("was assigned twice: a shared grant of N is N distinct accelerators"),
+        "{}",
+        err.message()
+    );
+    assert!(rig.plugins().ledger().grants().is_empty());
+}
+
+#[tokio::test]
+async fn an_exclusive_tenant_blocks_a_slice_on_every_path() {
+    let rig = Rig::new(seats(1), Settings::default()).await;
+    rig.kubelet.create(pod("a", 1, &[("main", &[(GPU, "1")])]));
+    rig.kubelet.admit("a").await.unwrap();
+    rig.kubelet
+        .wait_devices(SLICED, |d| d.iter().all(|t| t.health == "Unhealthy"))
+        .await;
+    // The kubelet's path: no healthy slice token.
+    rig.kubelet
+        .create(pod("b", 2, &[("main", &[(SLICED, "1")])]));
+    let err = rig.kubelet.admit("b").await.unwrap_err();
+    assert_eq!(err.code(), Code::ResourceExhausted);
+    // A kubelet that allocates anyway (a stale view): the ledger refuses.
+    rig.kubelet
+        .create(pod("c", 3, &[("main", &[(SLICED, "1")])]));
+    let err = rig
+        .kubelet
+        .allocate_raw(SLICED, vec![format!("{}::0", uuid(0))])
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::FailedPrecondition);
+    assert!(
+        err.message()
+            .contains("is held exclusive; a sliced grant cannot use it"),
+        "{}",
+        err.message()
+    );
+}
+
+#[tokio::test]
+async fn a_retried_allocate_is_not_charged_twice() {
+    let rig = Rig::new(seats(1), Settings::default()).await;
+    let limits = [
+        (SLICED, "1"),
+        ("nvidia.com/gpu.sliced.memory-percentage", "30"),
+    ];
+    rig.kubelet.create(pod("a", 1, &[("main", &limits)]));
+    let first = rig.kubelet.admit("a").await.unwrap();
+    let ids = rig.kubelet.held("a", "main", SLICED);
+    let again = rig.kubelet.allocate_raw(SLICED, ids).await.unwrap();
+    assert_eq!(again.container_responses[0], first["main"][SLICED]);
+    let ledger = rig.plugins().ledger();
+    assert_eq!(ledger.occupancy(0).unwrap().slices, 1);
+    assert_eq!(ledger.occupancy(0).unwrap().used_units, 480_000);
+}
+
+#[tokio::test]
+async fn a_finished_pod_frees_its_slice() {
+    let rig = Rig::new(seats(1), Settings::default()).await;
+    let whole = [
+        (SLICED, "1"),
+        ("nvidia.com/gpu.sliced.memory-percentage", "100"),
+    ];
+    rig.kubelet.create(pod("a", 1, &[("main", &whole)]));
+    rig.kubelet.admit("a").await.unwrap();
+    rig.kubelet.create(pod("b", 2, &[("main", &whole)]));
+    let err = rig.kubelet.admit("b").await.unwrap_err();
+    assert_eq!(err.code(), Code::FailedPrecondition);
+    assert!(
+        err.message()
+            .contains("units left; the slice needs 1600000"),
+        "{}",
+        err.message()
+    );
+    rig.kubelet.finish("a");
+    wait_until(|| rig.plugins().ledger().occupancy(0).unwrap().used_units == 0).await;
+    // b is handed the very token a held; it is b's grant, not a retry of a's.
+    rig.kubelet.admit("b").await.unwrap();
+    assert_eq!(
+        rig.kubelet.held("b", "main", SLICED),
+        vec![format!("{}::0", uuid(0))]
+    );
+    assert!(
+        rig.plugins()
+            .ledger()
+            .grants()
+            .keys()
+            .any(|k| k.pod_uid == "b")
+    );
+    // Deleting the finished Pod drops its grant and reclaims its working directory.
+    assert!(rig.dir.path().join("data/pods/a").is_dir());
+    rig.kubelet.delete("a");
+    wait_until(|| {
+        rig.plugins().ledger().grants().len() == 1 && !rig.dir.path().join("data/pods/a").exists()
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_responder_refusal_gives_the_grant_back() {
+    let mut nameless = seats(1);
+    nameless[0].uuid = None;
+    let rig = Rig::new(nameless, Settings::default()).await;
+    rig.kubelet.create(pod("a", 1, &[("main", &[(GPU, "1")])]));
+    let err = rig.kubelet.admit("a").await.unwrap_err();
+    assert_eq!(err.code(), Code::FailedPrecondition);
+    assert!(
+        err.message().contains("accelerator 0 has no UUID"),
+        "{}",
+        err.message()
+    );
+    let ledger = rig.plugins().ledger();
+    assert!(ledger.grants().is_empty());
+    assert_eq!(ledger.occupancy(0).unwrap().mode, Mode::Free);
+    let journal = std::fs::read_to_string(rig.dir.path().join("data/ledger.journal")).unwrap();
+    assert!(journal.is_empty(), "{journal}");
+}
+
+#[tokio::test]
+async fn the_sidecar_finds_its_owners_accelerators_after_a_restart() {
+    let mut rig = Rig::new(seats(4), Settings::default()).await;
+    rig.kubelet.create(pod(
+        "a",
+        1,
+        &[("main", &[(GPU, "2")]), ("sshd", &[(VISIBILITY, "2")])],
+    ));
+    rig.kubelet.admit_only("a", &["main"]).await.unwrap();
+    rig.restart_plugins().await;
+    let admission = rig.kubelet.admit_only("a", &["sshd"]).await.unwrap();
+    assert_eq!(
+        env(&admission, "sshd", VISIBILITY, "NVIDIA_VISIBLE_DEVICES"),
+        format!("{},{}", uuid(0), uuid(1))
+    );
+    // The sidecar took no ledger capacity.
+    assert_eq!(rig.plugins().ledger().grants().len(), 1);
+}
+
+#[tokio::test]
+async fn grants_survive_a_plugin_restart_and_a_corrupt_journal_is_rebuilt_from_the_kubelet() {
+    let mut rig = Rig::new(seats(2), Settings::default()).await;
+    rig.kubelet.create(pod("a", 1, &[("main", &[(GPU, "1")])]));
+    rig.kubelet.admit("a").await.unwrap();
+    rig.restart_plugins().await;
+    assert_eq!(rig.plugins().ledger().grants().len(), 1);
+    // A restart charged nothing twice: the other accelerator is still free.
+    assert_eq!(
+        rig.plugins().ledger().occupancy(1).unwrap().mode,
+        Mode::Free
+    );
+
+    rig.plugins.take().unwrap().stop().await;
+    std::fs::write(
+        rig.dir.path().join("data/ledger.journal"),
+        "{not json\n{}\n",
+    )
+    .unwrap();
+    rig.start_plugins().await;
+    let ledger = rig.plugins().ledger();
+    assert_eq!(ledger.grants().len(), 1, "rebuilt from pod-resources");
+    assert_eq!(
+        ledger.occupancy(0).unwrap().mode,
+        Mode::Held(Family::Exclusive)
+    );
+    let aside: Vec<_> = std::fs::read_dir(rig.dir.path().join("data"))
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().contains(".corrupt-"))
+        .collect();
+    assert_eq!(aside.len(), 1);
+}
+
+#[tokio::test]
+async fn unknown_device_ids_and_empty_requests_are_invalid() {
+    let rig = Rig::new(seats(1), Settings::default()).await;
+    let err = rig
+        .kubelet
+        .allocate_raw(GPU, vec!["GPU-nope".into()])
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::InvalidArgument);
+    assert_eq!(
+        err.message(),
+        "unknown device ID \"GPU-nope\" for nvidia.com/gpu"
+    );
+    let err = rig.kubelet.allocate_raw(GPU, vec![]).await.unwrap_err();
+    assert_eq!(err.code(), Code::InvalidArgument);
+    assert_eq!(
+        err.message(),
+        "allocate for nvidia.com/gpu names no device IDs"
+    );
+    assert!(rig.plugins().ledger().grants().is_empty());
+}
+
+#[tokio::test]
+async fn a_vanished_kubelet_is_waited_for_and_a_restarted_one_registered_with_again() {
+    let mut rig = Rig::new(seats(1), Settings::default()).await;
+    rig.kubelet.vanish().await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    rig.kubelet.restart().await;
+    rig.kubelet
+        .wait_for(&[GPU, SHARED, SLICED, VISIBILITY])
+        .await;
+    rig.kubelet.create(pod("a", 1, &[("main", &[(GPU, "1")])]));
+    rig.kubelet.admit("a").await.unwrap();
+}
+
+#[tokio::test]
+async fn marking_an_accelerator_unhealthy_flips_its_tokens() {
+    let rig = Rig::new(seats(2), Settings::default()).await;
+    rig.plugins().set_accelerator_health(1, false);
+    let sick = uuid(1);
+    rig.kubelet
+        .wait_devices(GPU, |d| {
+            d.iter().any(|t| t.id == sick && t.health == "Unhealthy")
+                && d.iter().any(|t| t.id != sick && t.health == "Healthy")
+        })
+        .await;
+    rig.plugins().set_accelerator_health(1, true);
+    rig.kubelet
+        .wait_devices(GPU, |d| d.iter().all(|t| t.health == "Healthy"))
+        .await;
+}
+
+async fn wait_until(check: impl Fn() -> bool) {
+    let wait = async {
+        while !check() {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(10), wait)
+        .await
+        .expect("the ledger never reached the expected state");
+}

@@ -1,0 +1,151 @@
+//! `device-manager serve`: the node daemon. Detects the node's accelerators, then serves them to
+//! the kubelet (one device plugin per resource) on one ledger with its journal in `--data-dir`,
+//! until SIGTERM or Ctrl-C.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use accel_core::Manufacturer;
+use accel_core::ledger::Seat;
+use accel_core::ledger::units::slices_per_accelerator;
+use accel_nvidia::detector::Deadlines;
+use accel_plugin::pods::MemoryPods;
+use accel_plugin::responder::{EngineFacts, NvidiaResponder, PRELOAD_LIBRARY};
+use accel_plugin::settings::Settings;
+use accel_plugin::{Config, DevicePlugins};
+use anyhow::Context;
+
+use crate::node::{self, Node};
+
+/// Arguments of `serve`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// This node's name (the Pods it serves are those bound to it).
+    #[arg(long, env = "NODE_NAME")]
+    pub node_name: String,
+    /// The node's root, or a recorded host folder.
+    #[arg(long, env = "HOST_ROOT", default_value = "/")]
+    pub host_root: PathBuf,
+    /// The kubelet's directory (device-plugins/ and pod-resources/ sockets).
+    #[arg(long, env = "KUBELET_DIR", default_value = "/var/lib/kubelet")]
+    pub kubelet_dir: PathBuf,
+    /// Node-local state: the ledger journal, the passthrough memory, Pod working directories.
+    #[arg(
+        long,
+        env = "DATA_DIR",
+        default_value = "/var/lib/gpustack/operator/device-manager"
+    )]
+    pub data_dir: PathBuf,
+    /// PCI class prefixes the bus scan reads (comma-separated hex).
+    #[arg(long, env = node::PCI_CLASS_PREFIXES_ENV)]
+    pub pci_class_prefixes: Option<String>,
+}
+
+pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let settings = Settings::from_env()?;
+    std::fs::create_dir_all(&args.data_dir)
+        .with_context(|| format!("creating the data directory {}", args.data_dir.display()))?;
+    let node = Node::open(&args.host_root)?;
+    let prefixes = node::class_prefixes(args.pci_class_prefixes.as_deref())?;
+    let deadlines = Deadlines {
+        per_query: Duration::from_secs(30),
+        snapshot: Duration::from_secs(60),
+    };
+    let (inventory, detections) = node.detect(Some(&args.data_dir), &prefixes, deadlines)?;
+    for detection in &detections {
+        if let Err(e) = detection {
+            tracing::error!("{e}");
+        }
+    }
+    let Some(section) = inventory.manufacturer(Manufacturer::Nvidia) else {
+        eprintln!(
+            "device-manager: no accelerators on node {}; nothing to serve",
+            args.node_name
+        );
+        return Ok(ExitCode::SUCCESS);
+    };
+    let slice_count = slices_per_accelerator(Manufacturer::Nvidia).unwrap_or(0);
+    let seats: Vec<Seat> = section
+        .accelerators
+        .iter()
+        .map(|a| Seat::from_accelerator(a, slice_count))
+        .collect();
+    let cuda_major = section
+        .runtime_version
+        .as_deref()
+        .and_then(|v| v.split('.').next())
+        .and_then(|m| m.parse::<u32>().ok());
+    let slices = match cuda_major {
+        Some(major) => {
+            let library = format!("{}/{PRELOAD_LIBRARY}", NvidiaResponder::library_dir(major));
+            let present = node.host.exists(&library);
+            if !present {
+                tracing::warn!(
+                    "logical slices are not advertised: no preload library at {library} for CUDA {major}"
+                );
+            }
+            present
+        }
+        None => {
+            tracing::warn!("logical slices are not advertised: the driver reports no CUDA version");
+            false
+        }
+    };
+    let config = Config {
+        kubelet_dir: args.kubelet_dir.clone(),
+        data_dir: args.data_dir.clone(),
+        settings,
+        manufacturer: Manufacturer::Nvidia,
+        seats,
+        slices,
+        responder: NvidiaResponder {
+            strategy: settings.nvidia_injection,
+            cuda_major,
+            pod_dir_root: args.data_dir.join("pods"),
+            preload_dir: args.data_dir.join("preload"),
+            engine: EngineFacts::default(),
+        },
+        poll_interval: Duration::from_secs(1),
+    };
+    // The Pods of this node come from the API server with the cluster integration; until it is
+    // wired, the source never syncs, so identification answers Unavailable and nothing is
+    // released on its word.
+    tracing::warn!(
+        "node {}: no Pod source is wired yet; Allocate cannot identify containers",
+        args.node_name
+    );
+    let pods = Arc::new(MemoryPods::unsynced());
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    runtime.block_on(async move {
+        let plugins = DevicePlugins::start(config, pods).await?;
+        tracing::info!("serving {:?}", plugins.resources());
+        shutdown_signal().await;
+        plugins.stop().await;
+        anyhow::Ok(())
+    })?;
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn shutdown_signal() {
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(e) => {
+                tracing::warn!("cannot watch SIGTERM: {e}");
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    tokio::select! {
+        _ = term => {}
+        _ = tokio::signal::ctrl_c() => {}
+    }
+}
