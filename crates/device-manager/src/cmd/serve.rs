@@ -135,6 +135,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         args.node_name
     );
     let pods = Arc::new(MemoryPods::unsynced());
+    // Bound before the plugins register, so a second daemon on this data directory stops here
+    // and a `refresh` sent as soon as the kubelet sees us waits in the backlog.
+    let server = AdminServer::bind(&args.data_dir)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -145,7 +148,6 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         tracing::info!("serving {:?}", plugins.resources());
         daemon.attach(plugins.handle());
         let loops = Loops::start(daemon.clone(), daemon.open_kernel_log());
-        let server = AdminServer::bind(&args.data_dir)?;
         let path = server.path().to_path_buf();
         let admin = server
             .spawn(daemon)
