@@ -19,4 +19,4 @@ pub mod socket;
 #[cfg(feature = "testing")]
 pub mod testing;
 
-pub use service::{Config, DevicePlugins, StartError};
+pub use service::{Config, DevicePlugins, PluginHandle, StartError};

@@ -204,10 +204,7 @@ impl DevicePlugins {
     /// Marks an accelerator healthy or not (issue 6's health rule calls this); its tokens flip
     /// on every ListAndWatch stream at once.
     pub fn set_accelerator_health(&self, index: u32, healthy: bool) {
-        let changed = self.shared.lock().ledger.set_health(index, healthy);
-        if changed {
-            self.shared.notify();
-        }
+        self.handle().set_accelerator_health(index, healthy);
     }
 
     /// A copy of the ledger as it stands (for publishing and tests).
@@ -218,6 +215,48 @@ impl DevicePlugins {
     /// Settles the ledger against the Pods now (the watcher does it on every change).
     pub fn reconcile_pods(&self) {
         self.shared.reconcile_pods();
+    }
+
+    /// A handle on the running plugins' health and ledger, for the daemon's health and
+    /// detection loops and its admin socket; it stays valid (and harmless) after [`stop`].
+    ///
+    /// [`stop`]: DevicePlugins::stop
+    pub fn handle(&self) -> PluginHandle {
+        PluginHandle {
+            shared: self.shared.clone(),
+        }
+    }
+}
+
+/// A cloneable handle on the plugins' shared state: token health and the ledger, nothing that
+/// grants.
+#[derive(Clone)]
+pub struct PluginHandle {
+    shared: Arc<Shared>,
+}
+
+impl PluginHandle {
+    /// Marks an accelerator healthy or not; its tokens flip on every ListAndWatch stream at
+    /// once. Returns whether its health changed.
+    pub fn set_accelerator_health(&self, index: u32, healthy: bool) -> bool {
+        let changed = self.shared.lock().ledger.set_health(index, healthy);
+        if changed {
+            self.shared.notify();
+        }
+        changed
+    }
+
+    /// A copy of the ledger as it stands.
+    pub fn ledger(&self) -> Ledger {
+        self.shared.lock().ledger.clone()
+    }
+
+    /// Runs `f` with the ledger locked, so no Allocate can grant while it runs (a GPU reset
+    /// holds it from its busy check to its end; Allocate waits). `f` must not call back into
+    /// the plugins.
+    pub fn with_ledger<R>(&self, f: impl FnOnce(&Ledger) -> R) -> R {
+        let state = self.shared.lock();
+        f(&state.ledger)
     }
 }
 

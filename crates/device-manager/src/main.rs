@@ -8,6 +8,7 @@ use clap::{Parser, Subcommand};
 
 mod admin;
 mod cmd;
+mod daemon;
 mod node;
 
 /// Makes a Kubernetes node's accelerators schedulable, accounted and isolated.

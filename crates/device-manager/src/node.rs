@@ -80,8 +80,24 @@ impl Node {
     }
 
     /// Runs every detector; today NVIDIA's. `data_dir` holds the passthrough memory: when given,
-    /// GPUs passed through to VMs are listed and the memory is updated.
+    /// GPUs passed through to VMs are listed and the memory is updated, and the faults the
+    /// daemon recorded this boot show in each GPU's health.
     pub fn detect(
+        &self,
+        data_dir: Option<&Path>,
+        prefixes: &PciClassPrefixes,
+        deadlines: Deadlines,
+    ) -> anyhow::Result<(Inventory, Vec<Detection>)> {
+        let (mut inventory, detections) = self.collect(data_dir, prefixes, deadlines)?;
+        if let Some(dir) = data_dir {
+            apply_recorded_faults(self.host.as_ref(), dir, &mut inventory)?;
+        }
+        Ok((inventory, detections))
+    }
+
+    /// One collection pass, as [`Node::detect`] but without reading `faults.json`: the daemon
+    /// holds the fault record itself and applies it.
+    pub fn collect(
         &self,
         data_dir: Option<&Path>,
         prefixes: &PciClassPrefixes,
@@ -108,9 +124,6 @@ impl Node {
             }
         }
         inventory.canonicalize();
-        if let Some(dir) = data_dir {
-            apply_recorded_faults(self.host.as_ref(), dir, &mut inventory)?;
-        }
         Ok((inventory, vec![outcome.detection]))
     }
 }

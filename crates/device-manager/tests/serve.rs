@@ -1,5 +1,6 @@
 //! `device-manager serve` on the recorded 8-GPU host registers its plugins with a kubelet
-//! (the emulator, over real unix sockets) and advertises the recorded accelerators.
+//! (the emulator, over real unix sockets), advertises the recorded accelerators, and answers
+//! `refresh` on its admin socket.
 
 use std::process::{Command, Stdio};
 
@@ -34,6 +35,14 @@ async fn serve_registers_the_recorded_hosts_accelerators() {
         ])
         .await;
     let gpus = kubelet.devices("nvidia.com/gpu");
+    // The admin socket is mounted: `refresh` through the real client collects and answers.
+    let refresh = Command::new(env!("CARGO_BIN_EXE_device-manager"))
+        .arg("refresh")
+        .arg("--data-dir")
+        .arg(dir.path().join("data"))
+        .args(["--timeout", "30"])
+        .output()
+        .unwrap();
     let _ = child.kill();
     let _ = child.wait();
     assert_eq!(gpus.len(), 8);
@@ -44,6 +53,13 @@ async fn serve_registers_the_recorded_hosts_accelerators() {
     assert_eq!(kubelet.devices("nvidia.com/gpu.shared").len(), 80);
     // No preload library in the recorded host: no sliced pool.
     assert!(kubelet.devices("nvidia.com/gpu.sliced").is_empty());
+    let said = String::from_utf8_lossy(&refresh.stdout);
+    assert!(
+        refresh.status.success(),
+        "refresh failed: {said}{}",
+        String::from_utf8_lossy(&refresh.stderr)
+    );
+    assert_eq!(said.matches("healthy").count(), 8, "{said}");
     let journal = dir.path().join("data/ledger.journal");
     assert!(journal.exists());
 }

@@ -12,9 +12,6 @@ use accel_nvidia::reset::{ResetError, ResetReport};
 use serde::{Deserialize, Serialize};
 
 pub mod client;
-// `serve` mounts the server (AdminServer::bind + spawn with its AdminHandler); until it lands
-// on this branch only the tests start one.
-#[allow(dead_code)]
 pub mod server;
 
 /// The socket's file name in `--data-dir`.
@@ -60,7 +57,6 @@ pub struct Refreshed {
 
 impl Refreshed {
     /// The summary of an inventory (health already applied).
-    #[allow(dead_code)] // `serve`'s handler uses it once it lands; the tests use it now.
     pub fn from_inventory(inventory: &Inventory, notes: Vec<String>) -> Self {
         let gpus = inventory
             .manufacturers

@@ -1,6 +1,7 @@
-//! `device-manager serve`: the node daemon. Detects the node's accelerators, then serves them to
-//! the kubelet (one device plugin per resource) on one ledger with its journal in `--data-dir`,
-//! until SIGTERM or Ctrl-C.
+//! `device-manager serve`: the node daemon. Detects the node's accelerators (this boot's faults
+//! applied), then serves them to the kubelet (one device plugin per resource) on one ledger with
+//! its journal in `--data-dir`, watches their health (`crate::daemon`: the kernel log, the
+//! detection cadence) and answers the admin socket, until SIGTERM or Ctrl-C.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -11,12 +12,17 @@ use accel_core::Manufacturer;
 use accel_core::ledger::Seat;
 use accel_core::ledger::units::slices_per_accelerator;
 use accel_nvidia::detector::Deadlines;
+use accel_nvidia::reset::RESET_DEADLINE;
+use accel_nvidia::xid::XidClasses;
 use accel_plugin::pods::MemoryPods;
 use accel_plugin::responder::{EngineFacts, NvidiaResponder, PRELOAD_LIBRARY};
 use accel_plugin::settings::Settings;
 use accel_plugin::{Config, DevicePlugins};
 use anyhow::Context;
 
+use crate::admin::server::AdminServer;
+use crate::daemon::loops::Loops;
+use crate::daemon::{self, Daemon, DaemonOptions};
 use crate::node::{self, Node};
 
 /// Arguments of `serve`.
@@ -41,6 +47,11 @@ pub struct Args {
     /// PCI class prefixes the bus scan reads (comma-separated hex).
     #[arg(long, env = node::PCI_CLASS_PREFIXES_ENV)]
     pub pci_class_prefixes: Option<String>,
+    /// Seconds between full inventory collections (XID bursts, a changed PCI device set and
+    /// `refresh` collect in between).
+    #[arg(long, env = "INVENTORY_INTERVAL", default_value_t = daemon::INVENTORY_INTERVAL.as_secs(),
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub inventory_interval: u64,
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
@@ -53,12 +64,19 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         per_query: Duration::from_secs(30),
         snapshot: Duration::from_secs(60),
     };
-    let (inventory, detections) = node.detect(Some(&args.data_dir), &prefixes, deadlines)?;
-    for detection in &detections {
-        if let Err(e) = detection {
-            tracing::error!("{e}");
-        }
-    }
+    let daemon = Arc::new(Daemon::prepare(
+        node,
+        DaemonOptions {
+            data_dir: args.data_dir.clone(),
+            prefixes,
+            deadlines,
+            inventory_interval: Duration::from_secs(args.inventory_interval),
+            pci_poll_interval: daemon::PCI_POLL_INTERVAL,
+            reset_deadline: RESET_DEADLINE,
+            xid_classes: XidClasses::from_env()?,
+        },
+    )?);
+    let inventory = daemon.inventory();
     let Some(section) = inventory.manufacturer(Manufacturer::Nvidia) else {
         eprintln!(
             "device-manager: no accelerators on node {}; nothing to serve",
@@ -80,7 +98,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let slices = match cuda_major {
         Some(major) => {
             let library = format!("{}/{PRELOAD_LIBRARY}", NvidiaResponder::library_dir(major));
-            let present = node.host.exists(&library);
+            let present = daemon.host_exists(&library);
             if !present {
                 tracing::warn!(
                     "logical slices are not advertised: no preload library at {library} for CUDA {major}"
@@ -117,6 +135,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         args.node_name
     );
     let pods = Arc::new(MemoryPods::unsynced());
+    // Bound before the plugins register, so a second daemon on this data directory stops here
+    // and a `refresh` sent as soon as the kubelet sees us waits in the backlog.
+    let server = AdminServer::bind(&args.data_dir)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -125,7 +146,16 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     runtime.block_on(async move {
         let plugins = DevicePlugins::start(config, pods).await?;
         tracing::info!("serving {:?}", plugins.resources());
+        daemon.attach(plugins.handle());
+        let loops = Loops::start(daemon.clone(), daemon.open_kernel_log());
+        let path = server.path().to_path_buf();
+        let admin = server
+            .spawn(daemon)
+            .with_context(|| format!("serving the admin socket {}", path.display()))?;
+        tracing::info!("admin socket at {}", admin.path().display());
         shutdown_signal().await;
+        admin.shutdown();
+        loops.stop().await;
         plugins.stop().await;
         anyhow::Ok(())
     })?;

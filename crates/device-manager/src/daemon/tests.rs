@@ -1,0 +1,460 @@
+//! The daemon against the kubelet emulator over real unix sockets, on temp-dir copies of the
+//! recorded 8-GPU host with a boot id, the kernel log fed through `ChannelKernelLog`: XIDs turn
+//! tokens Unhealthy within a second, application XIDs only raise a condition, faults survive a
+//! restart in the same boot and not a new boot, a reset recovers a GPU and is refused on a
+//! granted one, an overrun is survived, and the detection cadence (bursts, PCI changes,
+//! period, refresh). Waits are bounded and say what did not happen.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::mpsc::Sender;
+use std::time::{Duration, Instant};
+
+use accel_core::Manufacturer;
+use accel_core::ledger::Seat;
+use accel_host::{ChannelKernelLog, KernelLogEntry, KmsgRecord};
+use accel_nvidia::detector::Deadlines;
+use accel_nvidia::reset::{ResetError, reset_argv};
+use accel_nvidia::xid::XidClasses;
+use accel_plugin::pods::{Container, MemoryPods, Phase, Pod};
+use accel_plugin::responder::{EngineFacts, NvidiaResponder};
+use accel_plugin::settings::{InjectionStrategy, Settings};
+use accel_plugin::testing::Kubelet;
+use accel_plugin::{Config, DevicePlugins};
+
+use super::loops::Loops;
+use super::*;
+use crate::admin::AdminHandler;
+
+const GPU: &str = "nvidia.com/gpu";
+const SHARED: &str = "nvidia.com/gpu.shared";
+const BOOT: &str = "6f0c2a8e-3b1d-4f5e-9a7c-2d4e6f8a0b1c";
+/// GPU 0 and 1 of the recorded host, and their buses.
+const GPU0: &str = "GPU-63d1e50a-b952-d15c-0740-12bc14859142";
+const GPU1: &str = "GPU-7e7d2a20-56b8-3220-e75c-1f3185864bda";
+const HARDWARE_XID_GPU0: &str =
+    "NVRM: Xid (PCI:0000:18:00): 79, pid=2231, name=python3, GPU has fallen off the bus.";
+const HARDWARE_XID_GPU1: &str =
+    "NVRM: Xid (PCI:0000:2a:00): 48, pid=2231, name=python3, An uncorrectable double bit error";
+const APPLICATION_XID_GPU0: &str =
+    "NVRM: Xid (PCI:0000:18:00): 13, pid=2231, name=python3, Graphics SM Warp Exception";
+
+/// How long the tests that are not about latency wait for health to settle: generous, so a
+/// loaded machine does not fail them (the one-second bound has its own test).
+const SETTLE: Duration = Duration::from_secs(5);
+
+/// A copy of the recorded 8-GPU host with a boot id.
+fn host() -> tempfile::TempDir {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata/hosts/hgx-h100-8gpu");
+    assert!(src.is_dir(), "recorded host {} is missing", src.display());
+    let dir = tempfile::tempdir().unwrap();
+    let status = std::process::Command::new("cp")
+        .arg("-a")
+        .arg(format!("{}/.", src.display()))
+        .arg(dir.path())
+        .status()
+        .unwrap();
+    assert!(status.success());
+    set_boot(dir.path(), BOOT);
+    dir
+}
+
+fn set_boot(host: &Path, boot: &str) {
+    let path = host.join("root").join(accel_nvidia::faults::BOOT_ID_PATH);
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(path, format!("{boot}\n")).unwrap();
+}
+
+/// Records a successful `nvidia-smi --gpu-reset -i <uuid>` on the host.
+fn record_reset(host: &Path, uuid: &str) {
+    let folder = host.join("commands").join(format!("gpu-reset-{uuid}"));
+    std::fs::create_dir_all(&folder).unwrap();
+    std::fs::write(folder.join("argv"), reset_argv(uuid).join("\n") + "\n").unwrap();
+    std::fs::write(folder.join("stdout"), format!("GPU {uuid} was reset.\n")).unwrap();
+}
+
+fn options(data_dir: &Path) -> DaemonOptions {
+    DaemonOptions {
+        data_dir: data_dir.to_path_buf(),
+        prefixes: PciClassPrefixes::default(),
+        deadlines: Deadlines {
+            per_query: Duration::from_secs(5),
+            snapshot: Duration::from_secs(10),
+        },
+        inventory_interval: INVENTORY_INTERVAL,
+        pci_poll_interval: PCI_POLL_INTERVAL,
+        reset_deadline: Duration::from_secs(5),
+        xid_classes: XidClasses::default(),
+    }
+}
+
+/// The daemon as `serve` runs it, with a fed kernel log and its own emulated kubelet.
+struct Rig {
+    _kubelet_dir: tempfile::TempDir,
+    kubelet: Kubelet,
+    daemon: Arc<Daemon>,
+    plugins: Option<DevicePlugins>,
+    loops: Option<Loops>,
+    log: Option<Sender<KernelLogEntry>>,
+    sequence: u64,
+}
+
+impl Rig {
+    async fn start(host: &Path, data: &Path) -> Rig {
+        Rig::start_with(host, options(data)).await
+    }
+
+    async fn start_with(host: &Path, options: DaemonOptions) -> Rig {
+        let kubelet_dir = tempfile::tempdir().unwrap();
+        let kubelet = Kubelet::start(kubelet_dir.path(), MemoryPods::new()).await;
+        let node = Node::open(host).unwrap();
+        let data = options.data_dir.clone();
+        let daemon = Arc::new(Daemon::prepare(node, options).unwrap());
+        let inventory = daemon.inventory();
+        let section = inventory.manufacturer(Manufacturer::Nvidia).unwrap();
+        let config = Config {
+            kubelet_dir: kubelet_dir.path().to_path_buf(),
+            data_dir: data.clone(),
+            settings: Settings::default(),
+            manufacturer: Manufacturer::Nvidia,
+            seats: section
+                .accelerators
+                .iter()
+                .map(|a| Seat::from_accelerator(a, 128))
+                .collect(),
+            slices: false,
+            responder: NvidiaResponder {
+                strategy: InjectionStrategy::Envvar,
+                cuda_major: Some(13),
+                pod_dir_root: data.join("pods"),
+                preload_dir: data.join("preload"),
+                engine: EngineFacts::default(),
+            },
+            poll_interval: Duration::from_millis(50),
+        };
+        let pods = Arc::new(kubelet.pods().clone());
+        let plugins = DevicePlugins::start(config, pods).await.unwrap();
+        daemon.attach(plugins.handle());
+        let (log, kernel_log) = ChannelKernelLog::new();
+        let loops = Loops::start(daemon.clone(), Some(Box::new(kernel_log)));
+        kubelet.wait_for(&[GPU, SHARED]).await;
+        Rig {
+            _kubelet_dir: kubelet_dir,
+            kubelet,
+            daemon,
+            plugins: Some(plugins),
+            loops: Some(loops),
+            log: Some(log),
+            sequence: 100,
+        }
+    }
+
+    fn feed(&mut self, entry: KernelLogEntry) {
+        self.log.as_ref().unwrap().send(entry).unwrap();
+    }
+
+    fn line(&mut self, message: &str) {
+        self.sequence += 1;
+        let record = KmsgRecord {
+            priority: 3,
+            sequence: self.sequence,
+            timestamp_us: self.sequence * 1000,
+            flag: '-',
+            message: message.to_string(),
+        };
+        self.feed(KernelLogEntry::Record(record));
+    }
+
+    fn health(&self, uuid: &str) -> String {
+        let devices = self.kubelet.devices(GPU);
+        match devices.iter().find(|d| d.id == uuid) {
+            Some(d) => d.health.clone(),
+            None => panic!("{uuid} is not advertised: {devices:?}"),
+        }
+    }
+
+    /// Waits (at most `within`) until the GPU's exclusive token has `health` in the
+    /// emulator's ListAndWatch view.
+    async fn wait_health(&self, uuid: &str, health: &str, within: Duration) {
+        let wait = self.kubelet.wait_devices(GPU, |devices| {
+            devices.iter().any(|d| d.id == uuid && d.health == health)
+        });
+        if tokio::time::timeout(within, wait).await.is_err() {
+            panic!(
+                "{uuid} did not turn {health} in ListAndWatch within {within:?} (it is {})",
+                self.health(uuid)
+            );
+        }
+    }
+
+    /// Waits until the daemon has run `n` more detection passes than `from` had seen.
+    async fn wait_passes(&self, from: u64, n: u64, within: Duration, what: &str) {
+        let mut passes = self.daemon.passes();
+        let wait = passes.wait_for(|p| *p >= from + n);
+        if tokio::time::timeout(within, wait).await.is_err() {
+            panic!("{what}: no detection pass within {within:?}");
+        }
+    }
+
+    async fn stop(mut self) {
+        drop(self.log.take());
+        if let Some(loops) = self.loops.take() {
+            loops.stop().await;
+        }
+        if let Some(plugins) = self.plugins.take() {
+            plugins.stop().await;
+        }
+    }
+}
+
+fn faults_file(data: &Path) -> String {
+    std::fs::read_to_string(data.join(accel_nvidia::faults::FILE_NAME)).unwrap_or_default()
+}
+
+/// The daemon's data directory (serve creates it before anything else).
+fn data_dir(parent: &tempfile::TempDir) -> PathBuf {
+    let dir = parent.path().join("data");
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hardware_xid_turns_the_gpus_tokens_unhealthy_within_a_second() {
+    let host = host();
+    let data = tempfile::tempdir().unwrap();
+    let mut rig = Rig::start(host.path(), &data_dir(&data)).await;
+    assert_eq!(rig.health(GPU0), "Healthy");
+    let sent = Instant::now();
+    rig.line(HARDWARE_XID_GPU0);
+    rig.wait_health(GPU0, "Unhealthy", Duration::from_secs(1))
+        .await;
+    let took = sent.elapsed();
+    assert!(took < Duration::from_secs(1), "took {took:?}");
+    // Only that GPU: the other seven keep serving, and its ten shares went with it.
+    let healthy = rig
+        .kubelet
+        .devices(GPU)
+        .iter()
+        .filter(|d| d.health == "Healthy")
+        .count();
+    assert_eq!(healthy, 7);
+    rig.kubelet
+        .wait_devices(SHARED, |d| {
+            d.iter().filter(|d| d.health == "Unhealthy").count() == 10
+        })
+        .await;
+    let inventory = rig.daemon.inventory();
+    let gpu0 = &inventory.manufacturers[0].accelerators[0];
+    assert!(!gpu0.healthy);
+    assert!(
+        gpu0.health_reasons[0].starts_with("Xid 79"),
+        "{:?}",
+        gpu0.health_reasons
+    );
+    assert!(faults_file(&data_dir(&data)).contains("Xid79"));
+    rig.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_application_xid_raises_only_a_condition() {
+    let host = host();
+    let data = tempfile::tempdir().unwrap();
+    let mut rig = Rig::start(host.path(), &data_dir(&data)).await;
+    rig.line(APPLICATION_XID_GPU0);
+    // Entries are taken in order: once GPU 1's hardware XID shows, GPU 0's was handled.
+    rig.line(HARDWARE_XID_GPU1);
+    rig.wait_health(GPU1, "Unhealthy", SETTLE).await;
+    assert_eq!(rig.health(GPU0), "Healthy");
+    assert!(
+        rig.daemon
+            .conditions()
+            .contains(&(GPU0.to_string(), "Xid13".to_string())),
+        "{:?}",
+        rig.daemon.conditions()
+    );
+    let inventory = rig.daemon.inventory();
+    assert!(inventory.manufacturers[0].accelerators[0].healthy);
+    // Only GPU 1's ten shares go (each pool's stream updates on its own).
+    rig.kubelet
+        .wait_devices(SHARED, |d| {
+            d.iter().filter(|d| d.health == "Unhealthy").count() == 10
+        })
+        .await;
+    rig.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_in_the_same_boot_keeps_the_fault_and_a_new_boot_drops_it() {
+    let host = host();
+    let data = tempfile::tempdir().unwrap();
+    let mut rig = Rig::start(host.path(), &data_dir(&data)).await;
+    rig.line(HARDWARE_XID_GPU0);
+    rig.wait_health(GPU0, "Unhealthy", SETTLE).await;
+    rig.stop().await;
+
+    // Same boot: the fault is applied before the plugins start, so the first list says so.
+    let rig = Rig::start(host.path(), &data_dir(&data)).await;
+    assert_eq!(rig.health(GPU0), "Unhealthy");
+    assert_eq!(rig.health(GPU1), "Healthy");
+    rig.stop().await;
+
+    // A new boot: the record is dropped.
+    set_boot(host.path(), "0d9e8c7b-6a5f-4e3d-2c1b-0a9f8e7d6c5b");
+    let rig = Rig::start(host.path(), &data_dir(&data)).await;
+    assert_eq!(rig.health(GPU0), "Healthy");
+    assert!(rig.daemon.conditions().is_empty());
+    rig.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reset_that_leaves_the_gpu_healthy_recovers_it() {
+    let host = host();
+    record_reset(host.path(), GPU0);
+    let data = tempfile::tempdir().unwrap();
+    let mut rig = Rig::start(host.path(), &data_dir(&data)).await;
+    rig.line(HARDWARE_XID_GPU0);
+    rig.wait_health(GPU0, "Unhealthy", SETTLE).await;
+    let daemon = rig.daemon.clone();
+    let report = tokio::task::spawn_blocking(move || daemon.reset(&[GPU0.to_string()]))
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(report.all_healthy(), "{report:?}");
+    rig.wait_health(GPU0, "Healthy", SETTLE).await;
+    assert!(rig.daemon.conditions().is_empty());
+    assert!(!faults_file(&data_dir(&data)).contains("Xid79"));
+    assert!(rig.daemon.inventory().manufacturers[0].accelerators[0].healthy);
+    rig.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reset_of_a_granted_gpu_is_refused_gpu_busy() {
+    let host = host();
+    record_reset(host.path(), GPU0);
+    record_reset(host.path(), GPU1);
+    let data = tempfile::tempdir().unwrap();
+    let rig = Rig::start(host.path(), &data_dir(&data)).await;
+    rig.kubelet.create(Pod {
+        uid: "uid-a".into(),
+        namespace: "ns".into(),
+        name: "trainer-0".into(),
+        created: 1_700_000_000,
+        phase: Phase::Pending,
+        runtime_class: None,
+        containers: vec![Container {
+            name: "main".into(),
+            limits: BTreeMap::from([(GPU.to_string(), "1".to_string())]),
+            env: BTreeMap::new(),
+        }],
+    });
+    rig.kubelet.admit("uid-a").await.unwrap();
+    let held = rig.kubelet.held("uid-a", "main", GPU);
+    assert_eq!(held.len(), 1);
+    let granted = held[0].clone();
+    let daemon = rig.daemon.clone();
+    let asked = vec![GPU0.to_string(), GPU1.to_string()];
+    let refused = tokio::task::spawn_blocking(move || daemon.reset(&asked))
+        .await
+        .unwrap()
+        .unwrap_err();
+    match &refused {
+        ResetError::Busy(busy) => {
+            assert_eq!(busy.len(), 1);
+            assert_eq!(busy[0].uuid, granted);
+            assert!(
+                busy[0].reasons[0].contains("granted to pod uid-a container main"),
+                "{busy:?}"
+            );
+        }
+        other => panic!("expected gpu-busy, got {other}"),
+    }
+    assert!(refused.to_string().starts_with("gpu-busy"));
+    // A finished Pod not yet released still holds it.
+    rig.kubelet.finish("uid-a");
+    let daemon = rig.daemon.clone();
+    let granted_again = vec![granted.clone()];
+    let still = tokio::task::spawn_blocking(move || daemon.reset(&granted_again))
+        .await
+        .unwrap();
+    assert!(matches!(still, Err(ResetError::Busy(_))), "{still:?}");
+    rig.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_overrun_is_survived_and_asks_for_a_collection() {
+    let host = host();
+    let data = tempfile::tempdir().unwrap();
+    let mut rig = Rig::start(host.path(), &data_dir(&data)).await;
+    let before = *rig.daemon.passes().borrow();
+    rig.feed(KernelLogEntry::Overrun { lost: Some(12) });
+    rig.line(HARDWARE_XID_GPU1);
+    rig.wait_health(GPU1, "Unhealthy", SETTLE).await;
+    // The burst's collection, about two seconds after the overrun.
+    rig.wait_passes(before, 1, Duration::from_secs(5), "after an overrun")
+        .await;
+    // The collection keeps the fault: counters are clean, the XID is this boot's.
+    assert_eq!(rig.health(GPU1), "Unhealthy");
+    rig.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_inventory_is_collected_on_a_period_on_demand_and_on_a_pci_change() {
+    let host = host();
+    let data = tempfile::tempdir().unwrap();
+    let mut fast_pci = options(&data_dir(&data));
+    fast_pci.pci_poll_interval = Duration::from_millis(100);
+    let rig = Rig::start_with(host.path(), fast_pci).await;
+
+    let before = *rig.daemon.passes().borrow();
+    let daemon = rig.daemon.clone();
+    let refreshed = tokio::task::spawn_blocking(move || daemon.refresh())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(refreshed.gpus.len(), 8);
+    assert!(refreshed.gpus.iter().all(|g| g.healthy));
+    assert_eq!(*rig.daemon.passes().borrow(), before + 1);
+
+    // A card leaves the bus: its function vanishes from sysfs.
+    let before = *rig.daemon.passes().borrow();
+    let devices = host.path().join("root/sys/bus/pci/devices");
+    let gone = std::fs::read_dir(&devices)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.to_string_lossy().ends_with("0000:18:00.0"))
+        .expect("GPU 0's PCI function in the recorded host");
+    std::fs::remove_file(&gone).unwrap();
+    rig.wait_passes(before, 1, Duration::from_secs(5), "after a PCI change")
+        .await;
+    rig.stop().await;
+
+    let mut fast_period = options(&data_dir(&data));
+    fast_period.inventory_interval = Duration::from_millis(200);
+    let rig = Rig::start_with(host.path(), fast_period).await;
+    let before = *rig.daemon.passes().borrow();
+    rig.wait_passes(before, 2, Duration::from_secs(5), "on the period")
+        .await;
+    rig.stop().await;
+}
+
+#[test]
+fn a_seat_is_healthy_when_its_gpu_is_listed_and_passes() {
+    let host = host();
+    let node = Node::open(host.path()).unwrap();
+    let data = tempfile::tempdir().unwrap();
+    let daemon = Daemon::prepare(node, options(&data_dir(&data))).unwrap();
+    let mut inventory = daemon.inventory();
+    inventory.manufacturers[0].accelerators[1].healthy = false;
+    let seats = vec![
+        (0, Some(GPU0.to_string())),
+        (1, Some(GPU1.to_string())),
+        (2, Some("GPU-not-listed-any-more".to_string())),
+        (3, None),
+    ];
+    assert_eq!(
+        seat_health(&seats, &inventory),
+        vec![(0, true), (1, false), (2, false), (3, true)]
+    );
+}
