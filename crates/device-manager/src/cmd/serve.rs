@@ -11,7 +11,7 @@ use accel_core::Manufacturer;
 use accel_core::ledger::Seat;
 use accel_core::ledger::units::slices_per_accelerator;
 use accel_nvidia::detector::Deadlines;
-use accel_plugin::pods::MemoryPods;
+use accel_plugin::pods::{MemoryPods, PodSource};
 use accel_plugin::responder::{EngineFacts, NvidiaResponder, PRELOAD_LIBRARY};
 use accel_plugin::settings::Settings;
 use accel_plugin::{Config, DevicePlugins};
@@ -109,19 +109,12 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         },
         poll_interval: Duration::from_secs(1),
     };
-    // The Pods of this node come from the API server with the cluster integration; until it is
-    // wired, the source never syncs, so identification answers Unavailable and nothing is
-    // released on its word.
-    tracing::warn!(
-        "node {}: no Pod source is wired yet; Allocate cannot identify containers",
-        args.node_name
-    );
-    let pods = Arc::new(MemoryPods::unsynced());
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .context("starting the async runtime")?;
+    let pods = runtime.block_on(pod_source(&args.node_name));
     runtime.block_on(async move {
         let plugins = DevicePlugins::start(config, pods).await?;
         tracing::info!("serving {:?}", plugins.resources());
@@ -130,6 +123,21 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         anyhow::Ok(())
     })?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// This node's Pods from the API server (in-cluster config or `KUBECONFIG`). Without a cluster
+/// configuration the daemon keeps serving with a source that never syncs: Allocate then answers
+/// Unavailable (it cannot identify containers) and nothing is released on its word.
+async fn pod_source(node_name: &str) -> Arc<dyn PodSource> {
+    match accel_kube::NodePods::connect(node_name).await {
+        Ok(pods) => pods,
+        Err(e) => {
+            tracing::error!(
+                "node {node_name}: {e}; Allocate cannot identify containers until the daemon runs with one"
+            );
+            Arc::new(MemoryPods::unsynced())
+        }
+    }
 }
 
 async fn shutdown_signal() {
