@@ -12,7 +12,7 @@ use accel_core::ledger::Seat;
 use accel_core::ledger::units::slices_per_accelerator;
 use accel_nvidia::detector::Deadlines;
 use accel_plugin::pods::{MemoryPods, PodSource};
-use accel_plugin::responder::{EngineFacts, NvidiaResponder, PRELOAD_LIBRARY};
+use accel_plugin::responder::{NvidiaResponder, PRELOAD_LIBRARY};
 use accel_plugin::settings::Settings;
 use accel_plugin::{Config, DevicePlugins};
 use anyhow::Context;
@@ -105,7 +105,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             cuda_major,
             pod_dir_root: args.data_dir.join("pods"),
             preload_dir: args.data_dir.join("preload"),
-            engine: EngineFacts::default(),
+            engine: accel_plugin::engine::engine_facts(node.host.as_ref()),
         },
         poll_interval: Duration::from_secs(1),
     };
