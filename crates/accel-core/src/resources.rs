@@ -14,8 +14,12 @@ use crate::manufacturer::Manufacturer;
 /// The domain of the internal keys that sit outside the manufacturers' bases.
 pub const INTERNAL_DOMAIN: &str = "device.gpustack.ai";
 
-/// How one accelerator is handed out (DESIGN.md, "Words").
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+/// How one accelerator is handed out (DESIGN.md, "Words"): the classifier's answer for a key
+/// and the ledger's mode of an accelerator alike.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
+)]
+#[serde(rename_all = "camelCase")]
 pub enum Family {
     /// Whole accelerators (`<base>`).
     Exclusive,

@@ -5,10 +5,13 @@
 //!
 //! The resolution is a pure function over the cached objects ([`resolve`]); the caches
 //! ([`cache`]) are thin reflectors. The cluster-integration issue adds the Devices CRD wrapper,
-//! the NodeFeature publisher and the ledger mirror here.
+//! the NodeFeature publisher and the ledger mirror here. [`pods`] watches this node's Pods for the
+//! device plugin (accel-plugin's `PodSource`).
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 pub mod cache;
+pub mod pods;
 pub mod resolve;
 
 pub use cache::PoolCache;
+pub use pods::NodePods;

@@ -29,10 +29,7 @@ const NVIDIA_VENDOR: u16 = 0x10de;
 pub const LIBRARY_DIR: &str = "var/lib/gpustack/operator/lib";
 /// The kubelet's directory by default.
 pub const KUBELET_DIR: &str = "var/lib/kubelet";
-/// Where CDI specs are read from, in order (DESIGN.md, "CDI").
-pub const CDI_DIRS: [&str; 2] = ["etc/cdi", "var/run/cdi"];
-/// The CDI kind of NVIDIA's GPU devices.
-pub const CDI_KIND: &str = "nvidia.com/gpu";
+pub use crate::cdi::{CDI_DIRS, CDI_KIND};
 
 /// A check's verdict.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
@@ -463,65 +460,14 @@ fn kubelet_checks(host: &dyn Host, kubelet_dir: &str) -> Vec<Check> {
     .collect()
 }
 
-/// The device names of one CDI spec of kind `nvidia.com/gpu`.
-#[derive(Debug, serde::Deserialize)]
-struct CdiSpec {
-    kind: Option<String>,
-    #[serde(default)]
-    devices: Vec<CdiDevice>,
-}
-
-#[derive(Debug, serde::Deserialize)]
-struct CdiDevice {
-    name: Option<serde_yaml::Value>,
-}
-
-/// Every NVIDIA vendor spec's device names, and the specs that could not be read. Our own
-/// `gpustack-*` specs are not vendor specs and are skipped.
-fn cdi_device_names(host: &dyn Host) -> (Vec<String>, BTreeSet<String>, Vec<String>) {
-    let mut specs = Vec::new();
-    let mut names = BTreeSet::new();
-    let mut unreadable = Vec::new();
-    for dir in CDI_DIRS {
-        let Ok(files) = host.list(dir) else { continue };
-        for file in files {
-            let yaml = file.ends_with(".yaml") || file.ends_with(".yml");
-            if !(yaml || file.ends_with(".json")) || file.starts_with("gpustack-") {
-                continue;
-            }
-            let path = format!("{dir}/{file}");
-            let Ok(bytes) = host.read(&path) else {
-                unreadable.push(format!("/{path}"));
-                continue;
-            };
-            // YAML is a superset of JSON: one reader for both.
-            match serde_yaml::from_slice::<CdiSpec>(&bytes) {
-                Ok(spec) if spec.kind.as_deref() == Some(CDI_KIND) => {
-                    specs.push(format!("/{path}"));
-                    for device in spec.devices {
-                        match device.name {
-                            Some(serde_yaml::Value::String(s)) => {
-                                names.insert(s);
-                            }
-                            Some(serde_yaml::Value::Number(n)) => {
-                                names.insert(n.to_string());
-                            }
-                            _ => {}
-                        }
-                    }
-                }
-                Ok(_) => {}
-                Err(_) => unreadable.push(format!("/{path}")),
-            }
-        }
-    }
-    (specs, names, unreadable)
-}
-
 fn cdi_check(host: &dyn Host, gpus: &[Accelerator]) -> Check {
     const NAME: &str = "cdi";
     const GENERATE: &str = "generate it: nvidia-ctk cdi generate --output=/var/run/cdi/nvidia.yaml";
-    let (specs, names, unreadable) = cdi_device_names(host);
+    let crate::cdi::VendorSpecs {
+        specs,
+        names,
+        unreadable,
+    } = crate::cdi::vendor_specs(host, &CDI_DIRS);
     let bad = if unreadable.is_empty() {
         String::new()
     } else {

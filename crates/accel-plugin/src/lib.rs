@@ -8,6 +8,7 @@
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 pub mod api;
+pub mod engine;
 pub mod identify;
 pub mod journal;
 pub mod pods;

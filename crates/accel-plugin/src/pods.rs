@@ -38,7 +38,9 @@ pub struct Container {
 impl Container {
     /// The whole-number quantity of `resource` the container asks for (`1000m` is 1).
     pub fn count(&self, resource: &str) -> Option<u64> {
-        self.limits.get(resource).and_then(|q| parse_count(q))
+        self.limits
+            .get(resource)
+            .and_then(|q| accel_core::quantity::parse_count(q).ok())
     }
 }
 
@@ -143,27 +145,26 @@ impl PodSource for MemoryPods {
     }
 }
 
-/// A Kubernetes quantity that is a whole number: `2`, `1000m`; `None` for anything else
-/// (`1m`, `1.5`, `1Ki`). Issue 3's quantity parser is the one to keep at merge.
-pub fn parse_count(quantity: &str) -> Option<u64> {
-    let q = quantity.trim();
-    if let Some(milli) = q.strip_suffix('m') {
-        let m: u64 = milli.parse().ok()?;
-        return (m % 1000 == 0).then_some(m / 1000);
-    }
-    q.parse().ok()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn counts_are_whole_numbers() {
-        assert_eq!(parse_count("2"), Some(2));
-        assert_eq!(parse_count("1000m"), Some(1));
-        assert_eq!(parse_count("1m"), None);
-        assert_eq!(parse_count("1.5"), None);
-        assert_eq!(parse_count("x"), None);
+        let count = |q: &str| {
+            let c = Container {
+                name: "main".into(),
+                limits: BTreeMap::from([("r".to_string(), q.to_string())]),
+                env: BTreeMap::new(),
+            };
+            c.count("r")
+        };
+        assert_eq!(count("2"), Some(2));
+        assert_eq!(count("1000m"), Some(1));
+        assert_eq!(count("1e3"), Some(1000));
+        assert_eq!(count("1m"), None);
+        assert_eq!(count("1.5"), None);
+        assert_eq!(count("-1"), None);
+        assert_eq!(count("x"), None);
     }
 }

@@ -19,34 +19,7 @@ use serde::{Deserialize, Serialize};
 use crate::inventory::{Accelerator, Grantable};
 use units::{SHARES_PER_ACCELERATOR, UNITS_PER_ACCELERATOR, UNITS_PER_SHARE};
 
-/// How one accelerator is handed out. (Issue 3's resource-key classifier names the same four; the
-/// two enums are to be unified at merge.)
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub enum Family {
-    Exclusive,
-    Shared,
-    Sliced,
-    /// Hardware partitions (MIG): designed in, served by a later issue.
-    Partitioned,
-}
-
-impl Family {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Family::Exclusive => "exclusive",
-            Family::Shared => "shared",
-            Family::Sliced => "sliced",
-            Family::Partitioned => "partitioned",
-        }
-    }
-}
-
-impl fmt::Display for Family {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
+pub use crate::resources::Family;
 
 /// What an accelerator is doing now: free, or held by one family.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

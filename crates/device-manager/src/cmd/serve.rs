@@ -14,8 +14,8 @@ use accel_core::ledger::units::slices_per_accelerator;
 use accel_nvidia::detector::Deadlines;
 use accel_nvidia::reset::RESET_DEADLINE;
 use accel_nvidia::xid::XidClasses;
-use accel_plugin::pods::MemoryPods;
-use accel_plugin::responder::{EngineFacts, NvidiaResponder, PRELOAD_LIBRARY};
+use accel_plugin::pods::{MemoryPods, PodSource};
+use accel_plugin::responder::{NvidiaResponder, PRELOAD_LIBRARY};
 use accel_plugin::settings::Settings;
 use accel_plugin::{Config, DevicePlugins};
 use anyhow::Context;
@@ -59,6 +59,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     std::fs::create_dir_all(&args.data_dir)
         .with_context(|| format!("creating the data directory {}", args.data_dir.display()))?;
     let node = Node::open(&args.host_root)?;
+    // The container engine's configuration and the vendor's CDI specs, read once: they decide
+    // what `auto` injects.
+    let engine = accel_plugin::engine::engine_facts(node.host.as_ref());
     let prefixes = node::class_prefixes(args.pci_class_prefixes.as_deref())?;
     let deadlines = Deadlines {
         per_query: Duration::from_secs(30),
@@ -123,18 +126,10 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             cuda_major,
             pod_dir_root: args.data_dir.join("pods"),
             preload_dir: args.data_dir.join("preload"),
-            engine: EngineFacts::default(),
+            engine,
         },
         poll_interval: Duration::from_secs(1),
     };
-    // The Pods of this node come from the API server with the cluster integration; until it is
-    // wired, the source never syncs, so identification answers Unavailable and nothing is
-    // released on its word.
-    tracing::warn!(
-        "node {}: no Pod source is wired yet; Allocate cannot identify containers",
-        args.node_name
-    );
-    let pods = Arc::new(MemoryPods::unsynced());
     // Bound before the plugins register, so a second daemon on this data directory stops here
     // and a `refresh` sent as soon as the kubelet sees us waits in the backlog.
     let server = AdminServer::bind(&args.data_dir)?;
@@ -143,6 +138,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         .enable_all()
         .build()
         .context("starting the async runtime")?;
+    let pods = runtime.block_on(pod_source(&args.node_name));
     runtime.block_on(async move {
         let plugins = DevicePlugins::start(config, pods).await?;
         tracing::info!("serving {:?}", plugins.resources());
@@ -160,6 +156,21 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         anyhow::Ok(())
     })?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// This node's Pods from the API server (in-cluster config or `KUBECONFIG`). Without a cluster
+/// configuration the daemon keeps serving with a source that never syncs: Allocate then answers
+/// Unavailable (it cannot identify containers) and nothing is released on its word.
+async fn pod_source(node_name: &str) -> Arc<dyn PodSource> {
+    match accel_kube::NodePods::connect(node_name).await {
+        Ok(pods) => pods,
+        Err(e) => {
+            tracing::error!(
+                "node {node_name}: {e}; Allocate cannot identify containers until the daemon runs with one"
+            );
+            Arc::new(MemoryPods::unsynced())
+        }
+    }
 }
 
 async fn shutdown_signal() {

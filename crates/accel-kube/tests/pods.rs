@@ -1,0 +1,102 @@
+//! The node's Pod watch against a recorded API server (tower_test::mock::pair +
+//! kube::Client::new): it lists only this node's Pods (field selector), reports synced after the
+//! first listing, and follows ADDED / MODIFIED / DELETED watch events with a tick each.
+
+use std::time::Duration;
+
+use accel_kube::NodePods;
+use accel_plugin::pods::{Phase, PodSource};
+use http::{Request, Response};
+use kube::client::Body;
+use serde_json::{Value, json};
+
+fn pod(uid: &str, name: &str, phase: &str, rv: &str) -> Value {
+    json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"uid": uid, "name": name, "namespace": "team-a", "resourceVersion": rv,
+            "creationTimestamp": "2024-05-01T10:00:00Z"},
+        "spec": {"nodeName": "node-1", "containers": [{"name": "main",
+            "resources": {"limits": {"nvidia.com/gpu.shared": "2"}}}]},
+        "status": {"phase": phase}})
+}
+
+fn respond(send: tower_test::mock::SendResponse<Response<Body>>, body: Vec<u8>) {
+    send.send_response(Response::builder().body(Body::from(body)).unwrap());
+}
+
+#[tokio::test]
+async fn lists_this_nodes_pods_syncs_and_follows_the_watch() {
+    let (service, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+    let client = kube::Client::new(service, "default");
+    let (source, run) = NodePods::new(client, "node-1");
+    assert_eq!(source.pods(), None, "unsynced before the first listing");
+    let mut changes = source.changes();
+    let driver = tokio::spawn(run);
+
+    let deadline = Duration::from_secs(20);
+    // 1. The listing: only Pods bound to this node.
+    let (request, send) = tokio::time::timeout(deadline, handle.next_request())
+        .await
+        .expect("the watch never listed")
+        .expect("the watch stopped asking");
+    assert_eq!(request.method(), http::Method::GET, "the watch only reads");
+    assert_eq!(request.uri().path(), "/api/v1/pods");
+    let query = request.uri().query().unwrap_or("").to_string();
+    assert!(
+        query.contains("fieldSelector=spec.nodeName%3Dnode-1"),
+        "lists only this node's Pods: {query}"
+    );
+    assert!(!query.contains("watch=true"), "a list first: {query}");
+    let list = json!({"apiVersion": "v1", "kind": "PodList", "metadata": {"resourceVersion": "100"},
+        "items": [pod("u1", "a", "Pending", "10"), pod("u2", "b", "Running", "11")]});
+    respond(send, serde_json::to_vec(&list).unwrap());
+
+    tokio::time::timeout(deadline, changes.changed())
+        .await
+        .expect("no tick after the listing")
+        .unwrap();
+    let pods = source.pods().expect("synced after the listing");
+    let uids: Vec<&str> = pods.iter().map(|p| p.uid.as_str()).collect();
+    assert_eq!(uids, ["u1", "u2"]);
+    assert_eq!(
+        pods[0].containers[0].count("nvidia.com/gpu.shared"),
+        Some(2)
+    );
+
+    // 2. The watch: one Pod runs, another is deleted, a third is bound here.
+    let (request, send) = tokio::time::timeout(deadline, handle.next_request())
+        .await
+        .expect("the watch never watched")
+        .expect("the watch stopped asking");
+    let query = request.uri().query().unwrap_or("").to_string();
+    assert!(query.contains("watch=true"), "a watch next: {query}");
+    assert!(
+        query.contains("fieldSelector=spec.nodeName%3Dnode-1"),
+        "watches only this node's Pods: {query}"
+    );
+    assert!(query.contains("resourceVersion=100"), "{query}");
+    let mut events = Vec::new();
+    for (kind, object) in [
+        ("MODIFIED", pod("u1", "a", "Running", "12")),
+        ("DELETED", pod("u2", "b", "Succeeded", "13")),
+        ("ADDED", pod("u3", "c", "Pending", "14")),
+    ] {
+        events.extend(serde_json::to_vec(&json!({"type": kind, "object": object})).unwrap());
+        events.push(b'\n');
+    }
+    respond(send, events);
+
+    tokio::time::timeout(deadline, async {
+        loop {
+            let pods = source.pods().unwrap();
+            let seen: Vec<(&str, Phase)> = pods.iter().map(|p| (p.uid.as_str(), p.phase)).collect();
+            if seen == [("u1", Phase::Running), ("u3", Phase::Pending)] {
+                break;
+            }
+            changes.changed().await.unwrap();
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("the watch events never landed: {:?}", source.pods()));
+
+    driver.abort();
+}
