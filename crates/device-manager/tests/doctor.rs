@@ -35,6 +35,7 @@ fn doctor(host: &Path, extra: &[&str]) -> Run {
         .args(extra)
         .env_remove("HOST_ROOT")
         .env_remove("KUBELET_DIR")
+        .env_remove("GPUSTACK_NVIDIA_DEVICE_INJECTION_STRATEGY")
         .output()
         .expect("device-manager runs");
     Run {
@@ -176,6 +177,11 @@ fn a_kubernetes_node_with_everything_in_place() {
         &root.join("etc/cdi/rdma.yaml"),
         "cdiVersion: 0.5.0\nkind: example.com/rdma\ndevices: []\n",
     );
+    // containerd with NVIDIA's runtime as the default: the envvar strategy works here.
+    write(
+        &root.join("etc/containerd/config.toml"),
+        "version = 2\n[plugins.\"io.containerd.grpc.v1.cri\".containerd]\n  default_runtime_name = \"nvidia\"\n",
+    );
     let run = doctor(host, &["--gpus"]);
     assert_eq!(run.status, 0, "{}{}", run.stdout, run.stderr);
     insta::assert_snapshot!("doctor-table-kubernetes-node", run.stdout);
@@ -194,6 +200,33 @@ fn a_kubernetes_node_with_everything_in_place() {
     );
     assert_eq!(run.status, 1, "{}", run.stderr);
     insta::assert_snapshot!("doctor-table-stale-cdi-unknown-gpu", run.stdout);
+}
+
+#[test]
+fn a_forced_strategy_the_engine_cannot_carry_is_a_warning() {
+    let dir = tempfile::tempdir().unwrap();
+    let host = dir.path();
+    copy_tree(&hosts_dir().join("dual-rtx-a5000"), host);
+    // containerd with runc as the default and CDI off: neither channel can carry a grant.
+    write(
+        &host.join("root/etc/containerd/config.toml"),
+        "version = 2\n[plugins.\"io.containerd.grpc.v1.cri\".containerd]\n  default_runtime_name = \"runc\"\n",
+    );
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_device-manager"))
+        .args(["doctor", "--host-root", host.to_str().unwrap()])
+        .env(
+            "GPUSTACK_NVIDIA_DEVICE_INJECTION_STRATEGY",
+            "cdi-annotations",
+        )
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let line = stdout
+        .lines()
+        .find(|l| l.contains("injection"))
+        .unwrap_or_else(|| panic!("no injection check in:\n{stdout}"));
+    assert!(line.starts_with("warn"), "{line}");
+    assert!(line.contains("does not resolve CDI"), "{line}");
 }
 
 #[test]

@@ -8,7 +8,10 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use accel_nvidia::detector::Deadlines;
-use accel_nvidia::doctor::{self, Check, Options, Report};
+use accel_nvidia::doctor::{self, Check, Options, Report, Status};
+use accel_plugin::engine::engine_facts;
+use accel_plugin::responder::EngineFacts;
+use accel_plugin::settings::{InjectionStrategy, NVIDIA_INJECTION_STRATEGY_ENV, Settings};
 
 use crate::node::Node;
 
@@ -50,7 +53,13 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         gpus: args.gpus.clone(),
         ..Options::default()
     };
-    let report = doctor::run(node.host.as_ref(), node.commands.as_ref(), &options);
+    let mut report = doctor::run(node.host.as_ref(), node.commands.as_ref(), &options);
+    let settings = Settings::from_env()?;
+    let engine = engine_facts(node.host.as_ref());
+    report
+        .checks
+        .push(injection_check(settings.nvidia_injection, &engine));
+    report.passed = report.passed && report.checks.iter().all(|c| c.status != Status::Fail);
     match args.output {
         Format::Json => println!("{}", serde_json::to_string_pretty(&report)?),
         Format::Table => print!("{}", table(&report)),
@@ -60,6 +69,74 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     } else {
         ExitCode::from(1)
     })
+}
+
+/// Whether the configured injection strategy can hand a GPU to a container on this engine
+/// (DESIGN.md, "CDI": the `envvar` channel grants nothing without the vendor runtime in the
+/// Pod's path; the CDI channel needs an engine that resolves CDI and a vendor spec naming GPUs).
+fn injection_check(strategy: InjectionStrategy, engine: &EngineFacts) -> Check {
+    const NAME: &str = "injection";
+    let check = |status, reason: String, action: Option<&str>| Check {
+        name: NAME.to_string(),
+        status,
+        reason,
+        action: action.map(str::to_string),
+    };
+    let cdi_works = engine.cdi_enabled && !engine.cdi_devices.is_empty();
+    let unreadable = "the container engine's configuration (containerd or CRI-O) could not be read";
+    match strategy {
+        InjectionStrategy::Envvar if engine.default_runtime_is_vendor => check(
+            Status::Ok,
+            "envvar: the engine's default runtime is NVIDIA's".into(),
+            None,
+        ),
+        InjectionStrategy::Envvar if !engine.readable => check(
+            Status::Warn,
+            format!("envvar: {unreadable}, so whether NVIDIA's runtime applies it is unknown"),
+            Some("make sure Pods run with NVIDIA's container runtime, or use auto"),
+        ),
+        InjectionStrategy::Envvar => check(
+            Status::Warn,
+            "envvar: the engine's default runtime is not NVIDIA's, so NVIDIA_VISIBLE_DEVICES grants nothing".into(),
+            Some(&format!(
+                "set {NVIDIA_INJECTION_STRATEGY_ENV}=auto (or cdi-annotations), or make NVIDIA's runtime the default"
+            )),
+        ),
+        InjectionStrategy::CdiAnnotations if cdi_works => check(
+            Status::Ok,
+            format!(
+                "cdi-annotations: the engine resolves CDI and the vendor specs name {} devices",
+                engine.cdi_devices.len()
+            ),
+            None,
+        ),
+        InjectionStrategy::CdiAnnotations => check(
+            Status::Warn,
+            if !engine.readable {
+                format!("cdi-annotations: {unreadable}")
+            } else if !engine.cdi_enabled {
+                "cdi-annotations: the engine does not resolve CDI requests".into()
+            } else {
+                "cdi-annotations: no vendor CDI spec in the engine's spec directories names a GPU".into()
+            },
+            Some("enable CDI in the engine and generate NVIDIA's spec (nvidia-ctk cdi generate), or use auto"),
+        ),
+        InjectionStrategy::Auto if engine.default_runtime_is_vendor => check(
+            Status::Ok,
+            "auto: envvar, the engine's default runtime is NVIDIA's".into(),
+            None,
+        ),
+        InjectionStrategy::Auto if engine.readable && cdi_works => check(
+            Status::Ok,
+            "auto: CDI annotations, the engine resolves CDI and the vendor specs name the GPUs".into(),
+            None,
+        ),
+        InjectionStrategy::Auto => check(
+            Status::Warn,
+            "auto: falls back to envvar, and nothing shows NVIDIA's runtime in the Pods' path".into(),
+            Some("install NVIDIA's container toolkit as the default runtime, or enable CDI with NVIDIA's spec"),
+        ),
+    }
 }
 
 fn table(report: &Report) -> String {
@@ -104,4 +181,53 @@ fn table(report: &Report) -> String {
         }
     );
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn engine(readable: bool, vendor: bool, cdi: bool, devices: &[&str]) -> EngineFacts {
+        EngineFacts {
+            readable,
+            default_runtime_is_vendor: vendor,
+            cdi_enabled: cdi,
+            cdi_devices: devices.iter().map(|d| d.to_string()).collect(),
+        }
+    }
+
+    #[test]
+    fn a_forced_strategy_that_cannot_work_warns() {
+        let containerd_no_nvidia = engine(true, false, false, &[]);
+        let c = injection_check(InjectionStrategy::Envvar, &containerd_no_nvidia);
+        assert_eq!(c.status, Status::Warn);
+        assert!(c.reason.contains("grants nothing"), "{}", c.reason);
+        let c = injection_check(InjectionStrategy::CdiAnnotations, &containerd_no_nvidia);
+        assert_eq!(c.status, Status::Warn);
+        assert!(c.reason.contains("does not resolve CDI"), "{}", c.reason);
+        let c = injection_check(InjectionStrategy::Auto, &containerd_no_nvidia);
+        assert_eq!(c.status, Status::Warn);
+    }
+
+    #[test]
+    fn a_workable_strategy_is_ok() {
+        let nvidia = engine(true, true, false, &[]);
+        assert_eq!(
+            injection_check(InjectionStrategy::Envvar, &nvidia).status,
+            Status::Ok
+        );
+        let cdi = engine(true, false, true, &["nvidia.com/gpu=GPU-a"]);
+        assert_eq!(
+            injection_check(InjectionStrategy::CdiAnnotations, &cdi).status,
+            Status::Ok
+        );
+        let c = injection_check(InjectionStrategy::Auto, &cdi);
+        assert_eq!(c.status, Status::Ok);
+        assert!(c.reason.starts_with("auto: CDI"), "{}", c.reason);
+        let stale = engine(true, false, true, &[]);
+        assert_eq!(
+            injection_check(InjectionStrategy::CdiAnnotations, &stale).status,
+            Status::Warn
+        );
+    }
 }
