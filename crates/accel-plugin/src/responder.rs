@@ -36,8 +36,6 @@ pub enum ResponderError {
     NoUuid { index: u32 },
     #[error("slicing needs the node's CUDA major version, which the driver did not report")]
     NoCudaMajor,
-    #[error("a sliced grant spans CUDA majors {majors:?}; one preload library cannot serve it")]
-    MixedCudaMajors { majors: Vec<u32> },
     #[error("accelerator {index} reports no VRAM; a slice's memory limit cannot be set")]
     NoVram { index: u32 },
     #[error("cannot create the Pod working directory {path}: {reason}")]
@@ -176,15 +174,10 @@ impl NvidiaResponder {
         answer: &Answer<'_>,
         response: &mut ContainerAllocateResponse,
     ) -> Result<(), ResponderError> {
+        // One driver stack per node: the responder holds the node's single CUDA major, so a
+        // grant spanning two majors cannot be expressed here. When the inventory carries a
+        // major per accelerator, the seed's refusal belongs where the seats are built.
         let major = self.cuda_major.ok_or(ResponderError::NoCudaMajor)?;
-        // One driver stack per node: every accelerator has the node's major. The check stays,
-        // defensively, so a regression fails loudly instead of mounting a wrong library.
-        let majors: BTreeSet<u32> = answer.seats.iter().map(|_| major).collect();
-        if majors.len() > 1 {
-            return Err(ResponderError::MixedCudaMajors {
-                majors: majors.into_iter().collect(),
-            });
-        }
         let own = |name: &str| answer.container.is_some_and(|c| c.env.contains_key(name));
         let mut set = |name: String, value: String| {
             if !own(&name) {
