@@ -8,6 +8,7 @@
 //! Placement preference lives in [`placement`]. This module is pure: no I/O, no clock, no async.
 //! It never decides who a container is (the plugin identifies it) nor what is injected.
 
+pub mod annotation;
 pub mod placement;
 pub mod units;
 
