@@ -4,7 +4,7 @@
 //!
 //! This module owns which objects are watched and how the stores answer [`Objects`]; the reading
 //! of those objects is [`crate::resolve`]'s. It needs read-only `list`/`watch` on exactly these
-//! five resources (deploy/webhook/rbac.yaml).
+//! five resources (the chart's `…-worker-pool-lookup` ClusterRole, deploy/helm/device-manager).
 
 use std::collections::HashMap;
 use std::fmt::Debug;

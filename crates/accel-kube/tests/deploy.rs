@@ -1,95 +1,739 @@
-//! deploy/webhook/ agrees with the code: RBAC grants read-only access to exactly what the pool
-//! cache watches, and the webhook configurations select, fail and time out as seed 003 and the
-//! issue require.
+//! The Helm chart (deploy/helm/device-manager) agrees with the code, checked on what `helm
+//! template` renders: the webhook's RBAC is read-only on exactly what the pool cache watches, the
+//! webhook configurations select, fail and time out as seed 003 and the issue require, each
+//! component's RBAC is what it touches, DaemonSets are rendered only for the manufacturers this
+//! project can detect (on the NFD PCI label, with the host mounts the daemon needs), every
+//! `GPUSTACK_*` setting the code reads has a value, and the image's library layout is the one the
+//! responder mounts.
+//!
+//! Helm comes from `$HELM` or the `PATH` (`.ci/run` installs it). Without it these tests fail when
+//! `CI` is set, and otherwise say they were skipped and pass, so `cargo test` on a fresh machine
+//! needs no Helm.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::process::Command;
 
+use accel_core::Manufacturer;
 use accel_core::pool::QUEUE_LABEL;
 use accel_kube::cache::{DEVICES_API, KUEUE_API};
-use serde_json::Value;
+use accel_plugin::responder::{HOST_LIBRARY_DIR, NvidiaResponder, PRELOAD_LIBRARY};
+use serde_json::{Value, json};
 
-fn documents(file: &str) -> Vec<Value> {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../deploy/webhook/").to_string() + file;
-    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("cannot read {path}: {e}"));
-    serde_yaml::Deserializer::from_str(&text)
-        .map(|d| serde::Deserialize::deserialize(d).unwrap())
+/// The manufacturers this project can detect. A new detector adds its manufacturer here and to
+/// the chart's `dm.detectable` together.
+const DETECTABLE: [Manufacturer; 1] = [Manufacturer::Nvidia];
+
+/// The CUDA majors the image builds HAMi-core for.
+const CUDA_MAJORS: [u32; 2] = [12, 13];
+
+const NAMESPACE: &str = "gpustack-system";
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn chart() -> PathBuf {
+    repo().join("deploy/helm/device-manager")
+}
+
+/// The helm binary, or `None` (and a note) when it is absent outside CI.
+fn helm() -> Option<PathBuf> {
+    let found = match std::env::var_os("HELM") {
+        Some(path) => Some(PathBuf::from(path)),
+        None => std::env::var_os("PATH").and_then(|path| {
+            std::env::split_paths(&path)
+                .map(|dir| dir.join("helm"))
+                .find(|candidate| candidate.is_file())
+        }),
+    };
+    if found.is_none() {
+        if std::env::var_os("CI").is_some() {
+            panic!(
+                "helm is needed to check the chart: set HELM or put helm on the PATH (.ci/run installs it)"
+            );
+        }
+        eprintln!("skipped: helm is not installed (set HELM or put helm on the PATH)");
+    }
+    found
+}
+
+/// `helm template` with `--set` arguments: the rendered documents, or helm's error text.
+fn try_render(helm: &Path, sets: &[&str]) -> Result<Vec<Value>, String> {
+    let mut command = Command::new(helm);
+    command
+        .arg("template")
+        .arg("dm")
+        .arg(chart())
+        .args(["--namespace", NAMESPACE]);
+    for set in sets {
+        command.args(["--set", set]);
+    }
+    let output = command
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {}: {e}", helm.display()));
+    if !output.status.success() {
+        return Err(String::from_utf8_lossy(&output.stderr).into_owned());
+    }
+    let text = String::from_utf8(output.stdout).expect("helm prints UTF-8");
+    Ok(serde_yaml::Deserializer::from_str(&text)
+        .map(|d| serde::Deserialize::deserialize(d).expect("helm renders YAML"))
+        .filter(|d: &Value| !d.is_null())
+        .collect())
+}
+
+fn render(helm: &Path, sets: &[&str]) -> Vec<Value> {
+    try_render(helm, sets).unwrap_or_else(|e| panic!("helm template {sets:?} failed: {e}"))
+}
+
+fn find<'a>(docs: &'a [Value], kind: &str, name: &str) -> &'a Value {
+    docs.iter()
+        .find(|d| d["kind"] == kind && d["metadata"]["name"] == name)
+        .unwrap_or_else(|| panic!("no {kind} {name} rendered"))
+}
+
+fn of_kind<'a>(docs: &'a [Value], kind: &str) -> Vec<&'a Value> {
+    docs.iter().filter(|d| d["kind"] == kind).collect()
+}
+
+fn strings(value: &Value) -> Vec<&str> {
+    value
+        .as_array()
+        .unwrap_or_else(|| panic!("not a list: {value}"))
+        .iter()
+        .map(|v| v.as_str().expect("a string"))
         .collect()
 }
 
-#[test]
-fn rbac_is_read_only_on_exactly_what_the_pool_lookup_reads() {
-    let role = documents("rbac.yaml")
-        .into_iter()
-        .find(|d| d["kind"] == "ClusterRole")
-        .expect("a ClusterRole");
-    let mut granted = BTreeSet::new();
-    for rule in role["rules"].as_array().unwrap() {
-        let verbs: BTreeSet<&str> = rule["verbs"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|v| v.as_str().unwrap())
-            .collect();
-        assert_eq!(
-            verbs,
-            BTreeSet::from(["get", "list", "watch"]),
-            "read-only: {rule}"
-        );
-        for group in rule["apiGroups"].as_array().unwrap() {
-            for resource in rule["resources"].as_array().unwrap() {
-                granted.insert(format!(
-                    "{}/{}",
-                    group.as_str().unwrap(),
-                    resource.as_str().unwrap()
-                ));
+/// A role's rules as `group/resource` → verbs.
+fn grants(role: &Value) -> BTreeMap<String, BTreeSet<String>> {
+    let mut granted: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for rule in role["rules"].as_array().expect("rules") {
+        for group in strings(&rule["apiGroups"]) {
+            for resource in strings(&rule["resources"]) {
+                granted
+                    .entry(format!("{group}/{resource}"))
+                    .or_default()
+                    .extend(strings(&rule["verbs"]).into_iter().map(String::from));
             }
         }
     }
-    let watched = BTreeSet::from([
-        format!("{}/localqueues", KUEUE_API.0),
-        format!("{}/clusterqueues", KUEUE_API.0),
-        format!("{}/resourceflavors", KUEUE_API.0),
-        format!("{}/devices", DEVICES_API.0),
-        "/nodes".to_string(),
-    ]);
-    assert_eq!(granted, watched);
+    granted
+}
+
+fn expect_grants(entries: &[(&str, &[&str])]) -> BTreeMap<String, BTreeSet<String>> {
+    entries
+        .iter()
+        .map(|(resource, verbs)| {
+            (
+                resource.to_string(),
+                verbs.iter().map(|v| v.to_string()).collect(),
+            )
+        })
+        .collect()
+}
+
+/// The role a ServiceAccount is bound to by a binding of `binding_kind` named `name`.
+fn bound_to<'a>(docs: &'a [Value], binding_kind: &str, name: &str, account: &str) -> &'a Value {
+    let binding = find(docs, binding_kind, name);
+    assert_eq!(
+        binding["subjects"],
+        json!([{"kind": "ServiceAccount", "name": account, "namespace": NAMESPACE}]),
+        "{binding_kind} {name}"
+    );
+    let role_kind = binding["roleRef"]["kind"].as_str().expect("roleRef.kind");
+    find(
+        docs,
+        role_kind,
+        binding["roleRef"]["name"].as_str().expect("roleRef.name"),
+    )
+}
+
+fn pod_spec<'a>(docs: &'a [Value], kind: &str, name: &str) -> &'a Value {
+    &find(docs, kind, name)["spec"]["template"]["spec"]
+}
+
+fn container<'a>(spec: &'a Value, list: &str, name: &str) -> &'a Value {
+    spec[list]
+        .as_array()
+        .unwrap_or_else(|| panic!("no {list}"))
+        .iter()
+        .find(|c| c["name"] == name)
+        .unwrap_or_else(|| panic!("no {list} entry {name}"))
+}
+
+/// A container's env entries by name.
+fn env(container: &Value) -> BTreeMap<String, Value> {
+    container["env"]
+        .as_array()
+        .expect("env")
+        .iter()
+        .map(|e| (e["name"].as_str().expect("env name").to_string(), e.clone()))
+        .collect()
+}
+
+fn env_value(container: &Value, name: &str) -> String {
+    env(container)
+        .get(name)
+        .and_then(|e| e["value"].as_str().map(String::from))
+        .unwrap_or_else(|| panic!("env {name} has no plain value"))
+}
+
+/// The mount of `volume` in `container`, and the volume's hostPath.
+fn host_mount<'a>(spec: &'a Value, container: &'a Value, volume: &str) -> (&'a Value, &'a Value) {
+    let mount = container["volumeMounts"]
+        .as_array()
+        .expect("volumeMounts")
+        .iter()
+        .find(|m| m["name"] == volume)
+        .unwrap_or_else(|| panic!("{} mounts no {volume}", container["name"]));
+    let source = spec["volumes"]
+        .as_array()
+        .expect("volumes")
+        .iter()
+        .find(|v| v["name"] == volume)
+        .unwrap_or_else(|| panic!("no volume {volume}"));
+    (mount, &source["hostPath"])
+}
+
+fn daemonset_name(m: Manufacturer) -> String {
+    format!("gpustack-operator-device-manager-{}", m.name())
+}
+
+const WORKER: &str = "gpustack-operator-device-manager-worker";
+const NODE_ACCOUNT: &str = "gpustack-operator-device-manager";
+
+#[test]
+fn the_webhooks_rbac_is_read_only_on_exactly_what_the_pool_lookup_reads() {
+    let Some(helm) = helm() else { return };
+    let docs = render(&helm, &[]);
+    let role = bound_to(
+        &docs,
+        "ClusterRoleBinding",
+        &format!("{WORKER}-pool-lookup"),
+        WORKER,
+    );
+    let read = &["get", "list", "watch"][..];
+    assert_eq!(
+        grants(role),
+        expect_grants(&[
+            (&format!("{}/localqueues", KUEUE_API.0), read),
+            (&format!("{}/clusterqueues", KUEUE_API.0), read),
+            (&format!("{}/resourceflavors", KUEUE_API.0), read),
+            (&format!("{}/devices", DEVICES_API.0), read),
+            ("/nodes", read),
+        ])
+    );
 }
 
 #[test]
 fn webhooks_select_queued_pods_fail_closed_and_time_out_quickly() {
-    let configs = documents("webhooks.yaml");
+    let Some(helm) = helm() else { return };
+    let docs = render(&helm, &[]);
     let mut paths = Vec::new();
-    for config in &configs {
-        for hook in config["webhooks"].as_array().unwrap() {
+    for kind in [
+        "MutatingWebhookConfiguration",
+        "ValidatingWebhookConfiguration",
+    ] {
+        let config = find(&docs, kind, WORKER);
+        assert_eq!(
+            config["metadata"]["annotations"]["cert-manager.io/inject-ca-from"],
+            format!("{NAMESPACE}/{WORKER}")
+        );
+        for hook in config["webhooks"].as_array().expect("webhooks") {
             assert_eq!(hook["failurePolicy"], "Fail");
             assert_eq!(hook["sideEffects"], "None");
-            assert_eq!(hook["admissionReviewVersions"], serde_json::json!(["v1"]));
-            assert!(hook["timeoutSeconds"].as_u64().unwrap() <= 10);
+            assert_eq!(hook["admissionReviewVersions"], json!(["v1"]));
+            assert_eq!(hook["timeoutSeconds"], 5);
             assert_eq!(
-                hook["objectSelector"]["matchExpressions"][0]["key"],
-                QUEUE_LABEL
+                hook["objectSelector"]["matchExpressions"],
+                json!([{"key": QUEUE_LABEL, "operator": "Exists"}])
             );
-            assert_eq!(
-                hook["objectSelector"]["matchExpressions"][0]["operator"],
-                "Exists"
-            );
-            assert_eq!(hook["rules"][0]["resources"], serde_json::json!(["pods"]));
-            assert_eq!(
-                hook["rules"][0]["operations"],
-                serde_json::json!(["CREATE"])
-            );
-            paths.push(
-                hook["clientConfig"]["service"]["path"]
-                    .as_str()
-                    .unwrap()
-                    .to_string(),
-            );
+            assert_eq!(hook["rules"][0]["resources"], json!(["pods"]));
+            assert_eq!(hook["rules"][0]["operations"], json!(["CREATE"]));
+            let service = &hook["clientConfig"]["service"];
+            assert_eq!(service["name"], WORKER);
+            assert_eq!(service["namespace"], NAMESPACE);
+            paths.push(service["path"].as_str().expect("path").to_string());
         }
     }
     assert_eq!(paths, vec!["/mutate-pods", "/validate-pods"]);
-    let deployment = documents("deployment.yaml")
-        .into_iter()
-        .find(|d| d["kind"] == "Deployment")
-        .unwrap();
+
+    let deployment = find(&docs, "Deployment", WORKER);
     assert_eq!(deployment["spec"]["replicas"], 2);
+    let pdb = find(&docs, "PodDisruptionBudget", WORKER);
+    assert_eq!(pdb["spec"]["minAvailable"], 1);
+    assert_eq!(
+        pdb["spec"]["selector"]["matchLabels"],
+        deployment["spec"]["selector"]["matchLabels"]
+    );
+    let service = find(&docs, "Service", WORKER);
+    assert_eq!(
+        service["spec"]["selector"],
+        deployment["spec"]["selector"]["matchLabels"]
+    );
+    let certificate = find(&docs, "Certificate", WORKER);
+    assert_eq!(
+        strings(&certificate["spec"]["dnsNames"]),
+        vec![
+            format!("{WORKER}.{NAMESPACE}.svc"),
+            format!("{WORKER}.{NAMESPACE}.svc.cluster.local")
+        ]
+    );
+    // The Secret cert-manager writes is the one the worker mounts.
+    let spec = pod_spec(&docs, "Deployment", WORKER);
+    assert_eq!(
+        spec["volumes"][0]["secret"]["secretName"],
+        certificate["spec"]["secretName"]
+    );
+}
+
+#[test]
+fn without_cert_manager_the_ca_bundle_is_given_and_nothing_of_cert_managers_is_rendered() {
+    let Some(helm) = helm() else { return };
+    let refused = try_render(&helm, &["webhook.certManager.enabled=false"])
+        .expect_err("no CA, no cert-manager: refused");
+    assert!(refused.contains("webhook.caBundle"), "{refused}");
+
+    let docs = render(
+        &helm,
+        &["webhook.certManager.enabled=false", "webhook.caBundle=Q0EK"],
+    );
+    assert!(of_kind(&docs, "Certificate").is_empty());
+    assert!(of_kind(&docs, "Issuer").is_empty());
+    for kind in [
+        "MutatingWebhookConfiguration",
+        "ValidatingWebhookConfiguration",
+    ] {
+        let config = find(&docs, kind, WORKER);
+        assert!(config["metadata"]["annotations"].is_null(), "{config}");
+        assert_eq!(config["webhooks"][0]["clientConfig"]["caBundle"], "Q0EK");
+    }
+}
+
+#[test]
+fn daemonsets_are_rendered_only_for_the_manufacturers_this_project_detects() {
+    let Some(helm) = helm() else { return };
+    let docs = render(&helm, &[]);
+    let rendered: BTreeSet<String> = of_kind(&docs, "DaemonSet")
+        .iter()
+        .map(|d| d["metadata"]["name"].as_str().expect("name").to_string())
+        .collect();
+    let expected: BTreeSet<String> = DETECTABLE.into_iter().map(daemonset_name).collect();
+    assert_eq!(rendered, expected);
+
+    for m in DETECTABLE {
+        let spec = pod_spec(&docs, "DaemonSet", &daemonset_name(m));
+        let terms: Vec<Value> = m
+            .default_pci_vendor_ids()
+            .iter()
+            .map(|id| {
+                json!({"matchExpressions": [{
+                    "key": format!("feature.node.kubernetes.io/pci-{id:04x}.present"),
+                    "operator": "In",
+                    "values": ["true"],
+                }]})
+            })
+            .collect();
+        assert_eq!(
+            spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"],
+            Value::Array(terms)
+        );
+        assert_eq!(
+            env_value(
+                container(spec, "containers", "device-manager"),
+                "MANUFACTURER"
+            ),
+            m.name()
+        );
+    }
+
+    for m in Manufacturer::ALL {
+        if DETECTABLE.contains(&m) {
+            continue;
+        }
+        let set = format!("global.manufacturers.{}.enabled=true", m.name());
+        let refused = try_render(&helm, &[&set]).expect_err(&set);
+        assert!(
+            refused.contains(&format!("cannot detect {} accelerators yet", m.name())),
+            "{refused}"
+        );
+    }
+
+    let none = render(&helm, &["deviceManager.enabled=false"]);
+    assert!(of_kind(&none, "DaemonSet").is_empty());
+    assert!(!none.iter().any(|d| d["metadata"]["name"] == NODE_ACCOUNT));
+}
+
+#[test]
+fn the_node_daemon_mounts_what_it_needs_from_the_host() {
+    let Some(helm) = helm() else { return };
+    let docs = render(&helm, &[]);
+    let spec = pod_spec(&docs, "DaemonSet", &daemonset_name(Manufacturer::Nvidia));
+    let daemon = container(spec, "containers", "device-manager");
+    assert_eq!(daemon["args"], json!(["serve"]));
+
+    let host_root = env_value(daemon, "HOST_ROOT");
+    let (mount, source) = host_mount(spec, daemon, "host-root");
+    assert_eq!(
+        (&mount["mountPath"], &mount["readOnly"], &source["path"]),
+        (&json!(host_root), &json!(true), &json!("/"))
+    );
+
+    // The kernel log is read as <host-root>/dev/kmsg.
+    let (mount, source) = host_mount(spec, daemon, "kmsg");
+    assert_eq!(mount["mountPath"], format!("{host_root}/dev/kmsg"));
+    assert_eq!(mount["readOnly"], true);
+    assert_eq!(
+        (&source["path"], &source["type"]),
+        (&json!("/dev/kmsg"), &json!("CharDevice"))
+    );
+
+    let kubelet = env_value(daemon, "KUBELET_DIR");
+    for socket_dir in ["device-plugins", "pod-resources"] {
+        let (mount, source) = host_mount(spec, daemon, socket_dir);
+        let path = format!("{kubelet}/{socket_dir}");
+        assert_eq!(
+            (&mount["mountPath"], &source["path"]),
+            (&json!(path), &json!(path))
+        );
+    }
+
+    // The data directory is the same path inside and out: the daemon hands host paths under it
+    // to the kubelet.
+    let data = env_value(daemon, "DATA_DIR");
+    assert_eq!(data, "/var/lib/gpustack/operator/device-manager");
+    let (mount, source) = host_mount(spec, daemon, "data-dir");
+    assert_eq!(
+        (&mount["mountPath"], &source["path"]),
+        (&json!(data), &json!(data))
+    );
+    assert!(mount["readOnly"].is_null(), "the journal is written");
+
+    let environment = env(daemon);
+    assert_eq!(
+        environment["NODE_NAME"]["valueFrom"]["fieldRef"]["fieldPath"],
+        "spec.nodeName"
+    );
+    assert_eq!(
+        environment["POD_NAMESPACE"]["valueFrom"]["fieldRef"]["fieldPath"],
+        "metadata.namespace"
+    );
+    assert_eq!(env_value(daemon, "NO_FAST_FAILED"), "false");
+    let flipped = render(&helm, &["deviceManager.noFastFailed=true"]);
+    let flipped = pod_spec(&flipped, "DaemonSet", &daemonset_name(Manufacturer::Nvidia));
+    assert_eq!(
+        env_value(
+            container(flipped, "containers", "device-manager"),
+            "NO_FAST_FAILED"
+        ),
+        "true"
+    );
+
+    // The init container stages the image's libraries where the responder looks for them.
+    let init = container(spec, "initContainers", "stage-libraries");
+    assert_eq!(
+        init["command"],
+        json!([
+            "/usr/local/bin/stage-libraries",
+            "/opt/gpustack/lib",
+            HOST_LIBRARY_DIR
+        ])
+    );
+    let (mount, source) = host_mount(spec, init, "library-dir");
+    assert_eq!(
+        (&mount["mountPath"], &source["path"]),
+        (&json!(HOST_LIBRARY_DIR), &json!(HOST_LIBRARY_DIR))
+    );
+
+    // A different kubelet root moves both socket mounts with it.
+    let moved = render(&helm, &["deviceManager.kubeletDir=/data/kubelet"]);
+    let moved_spec = pod_spec(&moved, "DaemonSet", &daemonset_name(Manufacturer::Nvidia));
+    let moved_daemon = container(moved_spec, "containers", "device-manager");
+    assert_eq!(env_value(moved_daemon, "KUBELET_DIR"), "/data/kubelet");
+    let (mount, source) = host_mount(moved_spec, moved_daemon, "device-plugins");
+    assert_eq!(mount["mountPath"], "/data/kubelet/device-plugins");
+    assert_eq!(source["path"], "/data/kubelet/device-plugins");
+}
+
+#[test]
+fn each_component_is_granted_what_it_touches_and_no_more() {
+    let Some(helm) = helm() else { return };
+    let docs = render(&helm, &[]);
+    let spec = pod_spec(&docs, "DaemonSet", &daemonset_name(Manufacturer::Nvidia));
+    assert_eq!(spec["serviceAccountName"], NODE_ACCOUNT);
+    let node = bound_to(
+        &docs,
+        "ClusterRoleBinding",
+        &format!("{NODE_ACCOUNT}-node"),
+        NODE_ACCOUNT,
+    );
+    assert_eq!(
+        grants(node),
+        expect_grants(&[
+            ("/nodes", &["get"]),
+            ("/nodes/status", &["patch"]),
+            ("/pods", &["get", "list", "watch", "patch"]),
+            ("gpustack.ai/devices", &["get", "create", "update", "patch"]),
+            ("gpustack.ai/devices/status", &["get", "update", "patch"]),
+        ])
+    );
+    let features = bound_to(
+        &docs,
+        "RoleBinding",
+        &format!("{NODE_ACCOUNT}-nodefeatures"),
+        NODE_ACCOUNT,
+    );
+    assert_eq!(features["metadata"]["namespace"], NAMESPACE);
+    assert_eq!(
+        grants(features),
+        expect_grants(&[(
+            "nfd.k8s-sigs.io/nodefeatures",
+            &["get", "create", "update", "patch"]
+        )])
+    );
+
+    assert_eq!(
+        pod_spec(&docs, "Deployment", WORKER)["serviceAccountName"],
+        WORKER
+    );
+    let controllers = bound_to(
+        &docs,
+        "ClusterRoleBinding",
+        &format!("{WORKER}-controllers"),
+        WORKER,
+    );
+    assert_eq!(
+        grants(controllers),
+        expect_grants(&[
+            ("/nodes", &["get", "list", "watch"]),
+            (
+                "gpustack.ai/devices",
+                &["get", "list", "watch", "patch", "delete"]
+            ),
+            (
+                "nfd.k8s-sigs.io/nodefeaturerules",
+                &["get", "create", "update", "patch"]
+            ),
+        ])
+    );
+    let election = bound_to(
+        &docs,
+        "RoleBinding",
+        &format!("{WORKER}-leader-election"),
+        WORKER,
+    );
+    assert_eq!(election["metadata"]["namespace"], NAMESPACE);
+    assert_eq!(
+        grants(election),
+        expect_grants(&[("coordination.k8s.io/leases", &["get", "create", "update"])])
+    );
+
+    // Nothing else is bound to anyone.
+    let bindings: BTreeSet<&str> = docs
+        .iter()
+        .filter(|d| d["kind"] == "ClusterRoleBinding" || d["kind"] == "RoleBinding")
+        .map(|d| d["metadata"]["name"].as_str().expect("name"))
+        .collect();
+    assert_eq!(bindings.len(), 5, "{bindings:?}");
+}
+
+#[test]
+fn the_worker_runs_unprivileged_and_knows_its_pod_for_leader_election() {
+    let Some(helm) = helm() else { return };
+    let docs = render(&helm, &[]);
+    let spec = pod_spec(&docs, "Deployment", WORKER);
+    assert_eq!(spec["securityContext"]["runAsNonRoot"], true);
+    let worker = container(spec, "containers", "worker");
+    assert_eq!(worker["args"], json!(["worker"]));
+    assert_eq!(worker["securityContext"]["allowPrivilegeEscalation"], false);
+    let environment = env(worker);
+    assert_eq!(
+        environment["POD_NAME"]["valueFrom"]["fieldRef"]["fieldPath"],
+        "metadata.name"
+    );
+    assert_eq!(
+        environment["POD_NAMESPACE"]["valueFrom"]["fieldRef"]["fieldPath"],
+        "metadata.namespace"
+    );
+}
+
+/// Every `GPUSTACK_*` name spelled in the workspace's Rust sources.
+fn settings_the_code_reads() -> BTreeSet<String> {
+    fn walk(dir: &Path, found: &mut BTreeSet<String>) {
+        for entry in std::fs::read_dir(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {
+            let path = entry.expect("a directory entry").path();
+            if path.is_dir() {
+                walk(&path, found);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                let text = std::fs::read_to_string(&path).expect("source text");
+                let mut rest = text.as_str();
+                while let Some(at) = rest.find("GPUSTACK_") {
+                    let tail = &rest[at..];
+                    let end = tail
+                        .find(|c: char| !(c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_'))
+                        .unwrap_or(tail.len());
+                    let name = tail[..end].trim_end_matches('_');
+                    if name.len() > "GPUSTACK".len() {
+                        found.insert(name.to_string());
+                    }
+                    rest = &tail[end.max(1)..];
+                }
+            }
+        }
+    }
+    let mut found = BTreeSet::new();
+    walk(&repo().join("crates"), &mut found);
+    found
+}
+
+#[test]
+fn every_setting_the_code_reads_has_a_value_and_reaches_both_components() {
+    let code = settings_the_code_reads();
+    assert!(code.contains("GPUSTACK_PCI_CLASS_PREFIXES"), "{code:?}");
+
+    let path = chart().join("values.yaml");
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let values: Value = serde_yaml::from_str(&text).expect("values.yaml is YAML");
+    let settings = values["settings"].as_object().expect("a settings map");
+    for name in &code {
+        assert!(
+            settings.get(name).is_some_and(|v| v.is_string()),
+            "values.yaml settings.{name}: the code reads it, the chart gives it no value"
+        );
+    }
+
+    // The manufacturers map lists every manufacturer with its vendor ids.
+    let manufacturers = values["global"]["manufacturers"]
+        .as_object()
+        .expect("global.manufacturers");
+    for m in Manufacturer::ALL {
+        let ids: Vec<String> = m
+            .default_pci_vendor_ids()
+            .iter()
+            .map(|id| format!("{id:04x}"))
+            .collect();
+        assert_eq!(
+            manufacturers[m.name()]["pciVendorIds"],
+            json!(ids),
+            "global.manufacturers.{}",
+            m.name()
+        );
+    }
+
+    let Some(helm) = helm() else { return };
+    let docs = render(&helm, &[]);
+    let daemon = container(
+        pod_spec(&docs, "DaemonSet", &daemonset_name(Manufacturer::Nvidia)),
+        "containers",
+        "device-manager",
+    );
+    let worker = container(
+        pod_spec(&docs, "Deployment", WORKER),
+        "containers",
+        "worker",
+    );
+    for name in &code {
+        assert_eq!(env_value(daemon, name), settings[name], "daemon {name}");
+        assert_eq!(env_value(worker, name), settings[name], "worker {name}");
+    }
+    // A null setting is not passed (the code's default applies).
+    let unset = render(&helm, &["settings.GPUSTACK_RESOURCE_BASES=null"]);
+    let worker = container(
+        pod_spec(&unset, "Deployment", WORKER),
+        "containers",
+        "worker",
+    );
+    assert!(!env(worker).contains_key("GPUSTACK_RESOURCE_BASES"));
+}
+
+#[test]
+fn the_image_carries_each_cuda_majors_library_where_the_init_container_copies_from() {
+    let path = repo().join("Dockerfile");
+    let dockerfile =
+        std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    for major in CUDA_MAJORS {
+        // The host path the responder mounts, and the image path staged onto it.
+        let host = format!("{}/{PRELOAD_LIBRARY}", NvidiaResponder::library_dir(major));
+        let image = host.replace(HOST_LIBRARY_DIR, "/opt/gpustack/lib");
+        let line = format!("COPY --from=hami-cuda-{major} /out/{PRELOAD_LIBRARY} {image}");
+        assert!(dockerfile.contains(&line), "Dockerfile lacks: {line}");
+        assert!(
+            dockerfile.contains(&format!("AS hami-cuda-{major}\n")),
+            "no HAMi-core stage for CUDA {major}"
+        );
+    }
+    assert!(dockerfile.contains("cargo build --release --locked -p device-manager"));
+}
+
+/// A fresh scratch directory.
+fn scratch(tag: &str) -> PathBuf {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("a clock after 1970")
+        .as_nanos();
+    let dir = std::env::temp_dir().join(format!("dm-{tag}-{}-{nanos}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("a scratch directory");
+    dir
+}
+
+#[test]
+fn staging_copies_new_libraries_keeps_current_ones_and_replaces_changed_ones_by_rename() {
+    use std::os::unix::fs::MetadataExt;
+
+    let root = scratch("stage");
+    let (src, dst) = (root.join("src"), root.join("dst"));
+    for major in CUDA_MAJORS {
+        std::fs::create_dir_all(src.join(format!("cuda-{major}"))).expect("mkdir");
+        std::fs::write(
+            src.join(format!("cuda-{major}/{PRELOAD_LIBRARY}")),
+            format!("cuda {major}"),
+        )
+        .expect("write");
+    }
+    let stage = || {
+        let output = Command::new("sh")
+            .arg(repo().join("deploy/image/stage-libraries"))
+            .arg(&src)
+            .arg(&dst)
+            .output()
+            .expect("sh runs");
+        assert!(output.status.success(), "{output:?}");
+        String::from_utf8(output.stdout).expect("UTF-8")
+    };
+    let library = |major: u32| dst.join(format!("cuda-{major}/{PRELOAD_LIBRARY}"));
+
+    assert!(stage().contains("2 staged, 0 already current"));
+    assert_eq!(
+        std::fs::read_to_string(library(12)).expect("staged"),
+        "cuda 12"
+    );
+    let mode = std::fs::metadata(library(12)).expect("staged").mode() & 0o777;
+    assert_eq!(mode, 0o644, "every container must be able to read it");
+    let before = std::fs::metadata(library(12)).expect("staged").ino();
+
+    assert!(stage().contains("0 staged, 2 already current"));
+    assert_eq!(std::fs::metadata(library(12)).expect("kept").ino(), before);
+
+    std::fs::write(
+        src.join(format!("cuda-12/{PRELOAD_LIBRARY}")),
+        "cuda 12, newer",
+    )
+    .expect("write");
+    assert!(stage().contains("1 staged, 1 already current"));
+    assert_eq!(
+        std::fs::read_to_string(library(12)).expect("restaged"),
+        "cuda 12, newer"
+    );
+    assert_ne!(
+        std::fs::metadata(library(12)).expect("restaged").ino(),
+        before,
+        "a changed library is renamed over the old one, never rewritten in place"
+    );
+    let leftovers: Vec<_> = std::fs::read_dir(dst.join("cuda-12"))
+        .expect("dir")
+        .map(|e| e.expect("entry").file_name())
+        .collect();
+    assert_eq!(leftovers.len(), 1, "{leftovers:?}");
+    std::fs::remove_dir_all(&root).ok();
 }
