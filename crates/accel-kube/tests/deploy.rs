@@ -737,3 +737,22 @@ fn staging_copies_new_libraries_keeps_current_ones_and_replaces_changed_ones_by_
     assert_eq!(leftovers.len(), 1, "{leftovers:?}");
     std::fs::remove_dir_all(&root).ok();
 }
+
+#[test]
+fn the_nvidia_smi_wrapper_refuses_to_run_without_a_mounted_host_root() {
+    // Chrooting into "/" would find the wrapper itself on the PATH and call it for ever.
+    for root in ["/", "/no/such/host/root"] {
+        let output = Command::new("sh")
+            .arg(repo().join("deploy/image/nvidia-smi"))
+            .arg("-q")
+            .env("HOST_ROOT", root)
+            .output()
+            .expect("sh runs");
+        assert_eq!(output.status.code(), Some(127), "{root}: {output:?}");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(
+            stderr.contains("is not a mounted host root"),
+            "{root}: {stderr}"
+        );
+    }
+}
