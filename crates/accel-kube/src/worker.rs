@@ -464,14 +464,17 @@ impl Caches for KubeCaches {
     }
 }
 
-/// Run the controllers against the cluster until the task is dropped: apply the rule, then
+/// Run the controllers against the cluster until the task is dropped: apply the rule (retried
+/// beside the loop, so a cluster without NFD's CRDs yet still gets its Devices looked after) and
 /// reconcile from the watch caches.
 pub async fn run(client: Client, config: LoopConfig) {
     let api = KubeCluster::new(client.clone());
-    apply_rule_until_done(&api, config.retry_max).await;
     let (caches, triggers, fill) = KubeCaches::new(client);
     let fill = tokio::spawn(fill);
-    run_loop(&api, &caches, triggers, config).await;
+    futures::join!(
+        apply_rule_until_done(&api, config.retry_max),
+        run_loop(&api, &caches, triggers, config.clone()),
+    );
     fill.abort();
 }
 
