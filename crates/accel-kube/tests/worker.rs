@@ -392,3 +392,84 @@ async fn the_loop_syncs_marks_deletes_orphans_and_retries() {
         .expect("the loop ends when its triggers close")
         .unwrap();
 }
+
+/// The whole controller as the worker runs it, against the recorded API server: it applies the
+/// rule, lists Node and Devices metadata, and from those listings alone deletes the orphan (after
+/// its uncached read) and patches the other's labels. Watches are left hanging, as a quiet
+/// cluster's would be.
+#[tokio::test]
+async fn the_controllers_from_their_watch_caches() {
+    let (service, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+    let client = kube::Client::new(service, "default");
+    let run = tokio::spawn(worker::run(client, LoopConfig::default()));
+    let mut hanging = Vec::new();
+    let (mut applied, mut deleted, mut patched, mut read_gone) = (false, false, None, false);
+    while !(applied && deleted && patched.is_some()) {
+        let (request, send) = next(&mut handle, "the controllers' next request").await;
+        let method = request.method().clone();
+        let path = request.uri().path().to_string();
+        let query = request.uri().query().unwrap_or("").to_string();
+        match (method.as_str(), path.as_str()) {
+            (_, _) if query.contains("watch=true") => hanging.push(send),
+            ("PATCH", "/apis/nfd.k8s-sigs.io/v1alpha1/nodefeaturerules/gpustack-cpu-info") => {
+                let sent = body(request).await;
+                respond(send, StatusCode::OK, &sent);
+                applied = true;
+            }
+            ("GET", "/api/v1/nodes") => respond(
+                send,
+                StatusCode::OK,
+                &json!({"apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadataList",
+                    "metadata": {"resourceVersion": "10"},
+                    "items": [{"apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadata",
+                        "metadata": {"name": "gpu-1", "resourceVersion": "5",
+                            "labels": {"gpustack.ai/managed": "true",
+                                "feature.node.kubernetes.io/cpu-model.vendor_id": "Intel",
+                                "feature.node.kubernetes.io/cpu-model.family": "6",
+                                "feature.node.kubernetes.io/cpu-model.id": "143"}}}]}),
+            ),
+            ("GET", "/apis/gpustack.ai/v1/devices") => respond(
+                send,
+                StatusCode::OK,
+                &json!({"apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadataList",
+                    "metadata": {"resourceVersion": "20"},
+                    "items": [
+                        {"apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadata",
+                            "metadata": {"name": "gpu-1", "resourceVersion": "6"}},
+                        {"apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadata",
+                            "metadata": {"name": "gone-1", "resourceVersion": "7"}}]}),
+            ),
+            ("GET", "/api/v1/nodes/gone-1") => {
+                read_gone = true;
+                respond(send, StatusCode::NOT_FOUND, &not_found("nodes", "gone-1"));
+            }
+            ("DELETE", "/apis/gpustack.ai/v1/devices/gone-1") => {
+                assert!(read_gone, "deleted without the uncached read");
+                respond(
+                    send,
+                    StatusCode::OK,
+                    &json!({"apiVersion": "v1", "kind": "Status", "status": "Success",
+                        "metadata": {}}),
+                );
+                deleted = true;
+            }
+            ("PATCH", "/apis/gpustack.ai/v1/devices/gpu-1") => {
+                let sent = body(request).await;
+                respond(
+                    send,
+                    StatusCode::OK,
+                    &devices_meta("gpu-1", sent["metadata"]["labels"].clone()),
+                );
+                patched = Some(sent);
+            }
+            _ => panic!("unexpected request {method} {path}?{query}"),
+        }
+    }
+    assert_eq!(
+        patched,
+        Some(json!({"metadata": {"labels": {
+            "feature.gpustack.ai/cpu-key": "intel-6-143",
+            "gpustack.ai/managed": "true"}}}))
+    );
+    run.abort();
+}
