@@ -6,12 +6,17 @@
 //! The resolution is a pure function over the cached objects ([`resolve`]); the caches
 //! ([`cache`]) are thin reflectors. The cluster-integration issue adds the Devices CRD wrapper,
 //! the NodeFeature publisher and the ledger mirror here. [`pods`] watches this node's Pods for the
-//! device plugin (accel-plugin's `PodSource`).
+//! device plugin (accel-plugin's `PodSource`). [`worker`] holds the worker's cluster-level
+//! controllers (the managed mark, the CPU node key, Devices clean-up, [`nfr`]'s NodeFeatureRule),
+//! run on the replica [`lease`] elects.
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 pub mod cache;
+pub mod lease;
+pub mod nfr;
 pub mod pods;
 pub mod resolve;
+pub mod worker;
 
 pub use cache::PoolCache;
 pub use pods::NodePods;

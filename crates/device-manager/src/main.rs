@@ -33,8 +33,11 @@ enum Command {
     Xids(cmd::xids::Args),
     /// Give the admission webhooks' verdict on a Pod offline.
     Admit(cmd::admit::Args),
-    /// Run the cluster-level worker: the Pod admission webhooks.
+    /// Run the cluster-level worker: the Pod admission webhooks and, on the elected replica, the
+    /// cluster-level controllers.
     Worker(cmd::worker::Args),
+    /// Print the general (CPU) node key the worker computes for a Node object (JSON or YAML).
+    CpuKey(cmd::cpu_key::Args),
     /// Ask the running daemon to collect the inventory now (root only).
     Refresh(cmd::refresh::Args),
     /// Ask the running daemon to reset GPUs, refused when any is busy or unknown (root only).
@@ -60,6 +63,7 @@ fn main() -> ExitCode {
         Command::Doctor(args) => cmd::doctor::run(args),
         Command::Admit(args) => cmd::admit::run(args),
         Command::Worker(args) => cmd::worker::run(args),
+        Command::CpuKey(args) => cmd::cpu_key::run(args),
         Command::Refresh(args) => cmd::refresh::run(args),
         Command::Reset(args) => cmd::reset::run(args),
         Command::Serve(args) => cmd::serve::run(args),

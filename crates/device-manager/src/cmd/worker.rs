@@ -1,6 +1,8 @@
 //! `device-manager worker --tls-cert FILE --tls-key FILE [--listen ADDR]`: the cluster-level
-//! process. For now it serves the Pod admission webhooks, learning each queue's pool from watch
-//! caches; the cluster-integration issue adds its controllers.
+//! process. Every replica serves the Pod admission webhooks, learning each queue's pool from watch
+//! caches; the replica elected on a coordination.k8s.io Lease also runs the cluster-level
+//! controllers (accel-kube's `worker`: the NodeFeatureRule, the managed mark, the CPU node key,
+//! Devices clean-up), and stops them the moment it stops leading.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -10,6 +12,8 @@ use std::time::Duration;
 
 use accel_core::resources::KeyGrammar;
 use accel_kube::PoolCache;
+use accel_kube::lease::{self, ElectionConfig, Elector, KubeLeases};
+use accel_kube::worker::{self as controllers, LoopConfig};
 use accel_webhook::metrics::Metrics;
 use accel_webhook::{CertReloader, ServerConfig};
 use anyhow::Context as _;
@@ -47,6 +51,34 @@ pub struct Args {
     /// Longest one review may take, body read included, in milliseconds.
     #[arg(long, env = "WEBHOOK_REQUEST_TIMEOUT_MS", default_value_t = 10_000)]
     request_timeout_ms: u64,
+    /// This replica's identity in the leader election (the Pod name, from the downward API;
+    /// `HOSTNAME` when unset).
+    #[arg(long, env = "POD_NAME")]
+    identity: Option<String>,
+    /// The namespace of the election's Lease (the Pod's, from the downward API; the client's
+    /// default namespace when unset).
+    #[arg(long, env = "POD_NAMESPACE")]
+    lease_namespace: Option<String>,
+    /// The election's Lease.
+    #[arg(
+        long,
+        env = "LEASE_NAME",
+        default_value = "gpustack-device-manager-worker"
+    )]
+    lease_name: String,
+    /// How long a leader's claim lasts without renewal, in seconds.
+    #[arg(long, env = "LEASE_DURATION_SECONDS", default_value_t = 15)]
+    lease_duration_seconds: u64,
+    /// How long a leader keeps leading without a successful renewal, in seconds (less than the
+    /// lease duration).
+    #[arg(long, env = "LEASE_RENEW_DEADLINE_SECONDS", default_value_t = 10)]
+    renew_deadline_seconds: u64,
+    /// How often to try to acquire or renew the Lease, in seconds.
+    #[arg(long, env = "LEASE_RETRY_PERIOD_SECONDS", default_value_t = 2)]
+    retry_period_seconds: u64,
+    /// How often the controllers look at every Devices again, events or not, in seconds.
+    #[arg(long, env = "WORKER_RESYNC_SECONDS", default_value_t = 300)]
+    resync_seconds: u64,
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
@@ -63,13 +95,15 @@ async fn serve(args: Args) -> anyhow::Result<()> {
     let reloader = CertReloader::load(&args.tls_cert, &args.tls_key)
         .context("cannot load the serving certificate")?;
     let tls = reloader.server_config()?;
+    let election_config = election(&args)?;
     tokio::spawn(reloader.watch(Duration::from_secs(args.tls_reload_seconds.max(1))));
 
     let client = kube::Client::try_default()
         .await
         .context("cannot reach the API server (in-cluster config or KUBECONFIG)")?;
-    let (pools, fill) = PoolCache::new(client);
+    let (pools, fill) = PoolCache::new(client.clone());
     tokio::spawn(fill);
+    tokio::spawn(elect_and_control(client, election_config, &args));
 
     let config = ServerConfig {
         body_limit: args.body_limit,
@@ -90,6 +124,56 @@ async fn serve(args: Args) -> anyhow::Result<()> {
     )
     .await?;
     Ok(())
+}
+
+fn election(args: &Args) -> anyhow::Result<ElectionConfig> {
+    let identity = args
+        .identity
+        .clone()
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .filter(|i| !i.is_empty())
+        .context("no identity for the leader election: set POD_NAME (the downward API's metadata.name) or --identity")?;
+    let secs = |s: u64| Duration::from_secs(s.max(1));
+    let config = ElectionConfig {
+        identity,
+        lease_duration: secs(args.lease_duration_seconds),
+        renew_deadline: secs(args.renew_deadline_seconds),
+        retry_period: secs(args.retry_period_seconds),
+    };
+    if config.renew_deadline >= config.lease_duration {
+        anyhow::bail!(
+            "--renew-deadline-seconds ({}) must be less than --lease-duration-seconds ({})",
+            args.renew_deadline_seconds,
+            args.lease_duration_seconds
+        );
+    }
+    Ok(config)
+}
+
+/// Campaign on the Lease and run the controllers while this replica leads.
+fn elect_and_control(
+    client: kube::Client,
+    config: ElectionConfig,
+    args: &Args,
+) -> impl std::future::Future<Output = ()> + Send + 'static {
+    let namespace = args
+        .lease_namespace
+        .clone()
+        .unwrap_or_else(|| client.default_namespace().to_string());
+    let leases = KubeLeases::new(client.clone(), &namespace, &args.lease_name);
+    tracing::info!(identity = %config.identity, lease = %args.lease_name, %namespace, "campaigning for the controllers' lease");
+    let loop_config = LoopConfig {
+        resync: Duration::from_secs(args.resync_seconds.max(1)),
+        ..LoopConfig::default()
+    };
+    let (leading_tx, leading_rx) = tokio::sync::watch::channel(false);
+    async move {
+        tokio::spawn(Elector::new(leases, config).run(leading_tx));
+        lease::while_leading(leading_rx, move || {
+            controllers::run(client.clone(), loop_config.clone())
+        })
+        .await;
+    }
 }
 
 /// SIGTERM (the kubelet stopping the Pod) or Ctrl-C, then `delay` more of serving.
