@@ -5,6 +5,7 @@
 
 pub mod admission;
 pub mod busid;
+pub mod capacity;
 pub mod devices;
 pub mod health;
 pub mod inventory;
