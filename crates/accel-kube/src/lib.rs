@@ -10,8 +10,11 @@
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 pub mod cache;
+pub mod crd;
 pub mod pods;
+pub mod publish;
 pub mod resolve;
 
 pub use cache::PoolCache;
 pub use pods::NodePods;
+pub use publish::{ClusterApi, Desired, Publisher, PublisherConfig, PublisherHandle};
