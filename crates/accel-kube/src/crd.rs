@@ -14,7 +14,8 @@ use kube::CustomResourceExt;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-/// The body of `Devices.spec`: accel-core's [`DevicesSpec`], unchanged on the wire.
+/// The body of `Devices.spec`: what the node has, per accelerator group (accel-core's
+/// `DevicesSpec`, unchanged on the wire).
 #[derive(CustomResource, Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[kube(
     group = "gpustack.ai",
@@ -22,6 +23,7 @@ use serde::{Deserialize, Serialize};
     kind = "Devices",
     plural = "devices",
     singular = "devices",
+    doc = "One node's accelerators: what it has (spec) and the ledger of who holds them (status). Named after its node and owned by it.",
     status = "DevicesStatus",
     printcolumn = r#"{"name":"Groups","type":"string","jsonPath":".spec.groups[*].key"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#

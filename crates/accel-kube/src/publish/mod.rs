@@ -32,6 +32,7 @@ use accel_core::devices::{DevicesSpec, DevicesStatus};
 use accel_core::ledger::annotation::ALLOCATED_ANNOTATION;
 use accel_core::manufacturer::Manufacturer;
 use accel_core::pool::FEATURE_LABEL_PREFIX;
+use accel_core::quantity::parse_count;
 use accel_core::resources::KeyGrammar;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use tokio::sync::watch;
@@ -517,11 +518,15 @@ impl<A: ClusterApi> Publisher<A> {
         let result = async {
             let node = self.api.node(&self.config.node).await?;
             let mut patch = CapacityPatch::new();
+            // The API server stores quantities in canonical form (1600000 reads back "1600k"),
+            // so the values are compared as numbers.
+            let holds = |map: &BTreeMap<String, String>, key: &str, value: u64| {
+                map.get(key)
+                    .is_some_and(|q| parse_count(q).is_ok_and(|n| n == value))
+            };
             for (key, value) in &want.capacity {
-                let text = value.to_string();
-                if node.capacity.get(key) != Some(&text) || node.allocatable.get(key) != Some(&text)
-                {
-                    patch.insert(key.clone(), Some(text));
+                if !holds(&node.capacity, key, *value) || !holds(&node.allocatable, key, *value) {
+                    patch.insert(key.clone(), Some(value.to_string()));
                 }
             }
             for key in node.capacity.keys().chain(node.allocatable.keys()) {
