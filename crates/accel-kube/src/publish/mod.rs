@@ -29,7 +29,8 @@ use std::time::Duration;
 
 use accel_core::capacity::capacity_key_manufacturer;
 use accel_core::devices::{DevicesSpec, DevicesStatus};
-use accel_core::ledger::annotation::ALLOCATED_ANNOTATION;
+use accel_core::ledger::annotation::{self, ALLOCATED_ANNOTATION};
+use accel_core::ledger::{Grant, GrantKey};
 use accel_core::manufacturer::Manufacturer;
 use accel_core::pool::FEATURE_LABEL_PREFIX;
 use accel_core::quantity::parse_count;
@@ -62,6 +63,33 @@ pub struct Desired {
     /// ([`accel_core::ledger::annotation::render`]); `None` removes the annotation. A Pod left
     /// out is not touched (its grants are gone with it).
     pub annotations: BTreeMap<PodRef, Option<String>>,
+}
+
+/// The `annotations` of a [`Desired`], from the ledger's grants and this node's live Pods: a Pod
+/// holding grants gets them rendered ([`accel_core::ledger::annotation::render`]); a Pod that
+/// had an annotation in `previous` and holds nothing now (its grants given back while it lives)
+/// gets `None`, so the annotation is removed rather than left claiming a grant; a Pod no longer
+/// live is left out (it is gone, and its annotation with it).
+pub fn pod_annotations<'a>(
+    pods: impl IntoIterator<Item = &'a accel_plugin::pods::Pod>,
+    grants: &BTreeMap<GrantKey, Grant>,
+    previous: &BTreeMap<PodRef, Option<String>>,
+) -> BTreeMap<PodRef, Option<String>> {
+    let mut out = BTreeMap::new();
+    for pod in pods {
+        let key = PodRef {
+            namespace: pod.namespace.clone(),
+            name: pod.name.clone(),
+            uid: pod.uid.clone(),
+        };
+        let allocated = annotation::for_pod(&pod.uid, grants);
+        if !allocated.is_empty() {
+            out.insert(key, Some(annotation::render(&allocated)));
+        } else if previous.contains_key(&key) {
+            out.insert(key, None);
+        }
+    }
+    out
 }
 
 /// How the publisher addresses and paces its work.
@@ -581,5 +609,68 @@ impl<A: ClusterApi> Publisher<A> {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use accel_core::ledger::Family;
+    use accel_plugin::pods::{Phase, Pod};
+
+    fn pod(name: &str, uid: &str) -> Pod {
+        Pod {
+            uid: uid.into(),
+            namespace: "team-a".into(),
+            name: name.into(),
+            created: 0,
+            phase: Phase::Running,
+            runtime_class: None,
+            containers: vec![],
+        }
+    }
+
+    fn grant() -> Grant {
+        Grant {
+            family: Family::Exclusive,
+            resource: "nvidia.com/gpu".into(),
+            device_ids: vec!["GPU-0".into()],
+            accelerators: vec![0],
+            units: 1_600_000,
+            cores_percentage: None,
+            finished: false,
+        }
+    }
+
+    fn reference(name: &str, uid: &str) -> PodRef {
+        PodRef {
+            namespace: "team-a".into(),
+            name: name.into(),
+            uid: uid.into(),
+        }
+    }
+
+    #[test]
+    fn annotations_follow_the_grants_of_live_pods() {
+        let grants = BTreeMap::from([
+            (GrantKey::new("u-a", "main"), grant()),
+            (GrantKey::new("u-gone", "main"), grant()),
+        ]);
+        let previous = BTreeMap::from([
+            (reference("b", "u-b"), Some("{}".to_string())),
+            (reference("old", "u-old"), Some("{}".to_string())),
+        ]);
+        let live = [pod("a", "u-a"), pod("b", "u-b"), pod("c", "u-c")];
+        let got = pod_annotations(&live, &grants, &previous);
+        let rendered = annotation::render(&annotation::for_pod("u-a", &grants));
+        assert_eq!(
+            got,
+            BTreeMap::from([
+                (reference("a", "u-a"), Some(rendered)),
+                // Its grants were given back while it lives: the annotation is removed.
+                (reference("b", "u-b"), None),
+            ]),
+            "a Pod without grants and never annotated is not touched; a Pod not live is left out"
+        );
     }
 }
