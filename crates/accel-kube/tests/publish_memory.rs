@@ -324,3 +324,20 @@ async fn a_restarted_publisher_rewrites_nothing_that_is_already_there() {
         "status read back equal: {writes:?}"
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_devices_object_deleted_under_the_publisher_is_written_again() {
+    let api = api();
+    let (tx, mut handle) = start(&api, config());
+    tx.send_replace(Some(desired()));
+    caught_up(&mut handle, "first publication").await;
+    api.delete_devices(NODE);
+    let mut next = desired();
+    next.devices_status.accelerators[0].remaining = 0;
+    tx.send_replace(Some(next.clone()));
+    caught_up(&mut handle, "after the Devices object was deleted").await;
+    let devices = api.devices_object(NODE).expect("written again");
+    assert_eq!(devices.spec.0, next.devices_spec);
+    assert_eq!(devices.status, Some(next.devices_status));
+    assert!(devices.metadata.owner_references.is_some());
+}
