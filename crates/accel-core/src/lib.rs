@@ -5,6 +5,7 @@
 
 pub mod admission;
 pub mod busid;
+pub mod capacity;
 pub mod cpukey;
 pub mod devices;
 pub mod health;

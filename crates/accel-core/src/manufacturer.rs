@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 /// An accelerator manufacturer the system knows (seed 000, "Detection and the accelerator feature
 /// labels": NVIDIA, AMD, Ascend, Cambricon, Hygon, Iluvatar, MetaX, MThreads, T-Head).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum Manufacturer {
     Nvidia,

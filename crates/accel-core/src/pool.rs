@@ -76,17 +76,26 @@ impl Pool {
         let mut profiles: BTreeMap<String, u64> = BTreeMap::new();
         let mut seen = false;
         for spec in specs {
-            for acc in spec.accelerators.iter().filter(|a| a.group == group) {
-                seen = true;
-                manufacturer.get_or_insert(acc.manufacturer);
-                if let Some(m) = acc.memory_mib {
+            for g in spec.groups.iter().filter(|g| g.key == group) {
+                manufacturer.get_or_insert(g.manufacturer);
+                let readings = g
+                    .memory_mib
+                    .into_iter()
+                    .chain(g.accelerators.iter().filter_map(|a| a.memory_mib));
+                for m in readings {
                     memory_mib = Some(memory_mib.map_or(m, |cur| cur.min(m)));
                 }
-                for (name, profile) in &acc.partition_profiles {
-                    profiles
-                        .entry(name.clone())
-                        .and_modify(|cur| *cur = (*cur).min(profile.memory_mib))
-                        .or_insert(profile.memory_mib);
+                for acc in &g.accelerators {
+                    seen = true;
+                    for (name, profile) in &acc.partition_profiles {
+                        let Some(mib) = profile.memory_mib else {
+                            continue;
+                        };
+                        profiles
+                            .entry(name.clone())
+                            .and_modify(|cur| *cur = (*cur).min(mib))
+                            .or_insert(mib);
+                    }
                 }
             }
         }
@@ -105,7 +114,7 @@ impl Pool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::devices::{DevicesAccelerator, PartitionProfile};
+    use crate::devices::{AcceleratorGroup, DevicesAccelerator, Grantability, PartitionProfile};
 
     #[test]
     fn admit_pool_shape_reads_as_documented() {
@@ -128,31 +137,51 @@ mod tests {
 
     #[test]
     fn devices_fold_into_the_smallest_vram_and_the_largest_node() {
-        let acc = |memory: u64, profile: u64| DevicesAccelerator {
-            manufacturer: Manufacturer::Nvidia,
-            group: "nvidia-h100-80gb-hbm3".into(),
+        let acc = |memory: u64, profile: Option<u64>| DevicesAccelerator {
+            index: 0,
             uuid: None,
+            bus_id: None,
+            numa_node: None,
             memory_mib: Some(memory),
+            healthy: true,
+            health_reasons: vec![],
+            grantable: Grantability::PartitionsOnly,
+            logical_sliced: None,
             partition_profiles: [(
                 "1g.10gb".to_string(),
                 PartitionProfile {
                     memory_mib: profile,
+                    ..PartitionProfile::default()
                 },
             )]
             .into(),
         };
-        let other = DevicesAccelerator {
-            group: "nvidia-tesla-t4".into(),
-            memory_mib: Some(15360),
-            ..acc(1, 1)
+        let group = |key: &str, accelerators: Vec<DevicesAccelerator>| AcceleratorGroup {
+            manufacturer: Manufacturer::Nvidia,
+            key: key.into(),
+            product: None,
+            memory_mib: accelerators.iter().filter_map(|a| a.memory_mib).min(),
+            cores: None,
+            driver_version: None,
+            runtime_version: None,
+            family: None,
+            compute_capability: None,
+            accelerators,
         };
         let a = DevicesSpec {
-            accelerators: vec![acc(81559, 9984), other],
+            groups: vec![
+                group("nvidia-h100-80gb-hbm3", vec![acc(81559, Some(9984))]),
+                group("nvidia-tesla-t4", vec![acc(15360, Some(1))]),
+            ],
         };
         let b = DevicesSpec {
-            accelerators: vec![acc(81550, 9980)],
+            groups: vec![group(
+                "nvidia-h100-80gb-hbm3",
+                vec![acc(81550, Some(9980)), acc(81559, None)],
+            )],
         };
         let pool = Pool::from_devices("nvidia-h100-80gb-hbm3", [&a, &b], [8, 4]);
+        assert_eq!(pool.manufacturer, Some(Manufacturer::Nvidia));
         assert_eq!(pool.memory_mib, Some(81550));
         assert_eq!(pool.count, Some(8));
         assert_eq!(pool.profiles, Some([("1g.10gb".to_string(), 9980)].into()));

@@ -189,13 +189,14 @@ mod tests {
             "acceleratable.feature.gpustack.ai/nvidia": "true",
             "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64"}}),
         );
-        let acc = |mem: u64| {
-            json!({"manufacturer": "nvidia", "group": "nvidia-h100-80gb-hbm3", "memoryMiB": mem,
+        let acc = |index: u32, mem: u64| {
+            json!({"index": index, "memoryMiB": mem, "healthy": true, "grantable": "partitionsOnly",
             "partitionProfiles": {"1g.10gb": {"memoryMiB": 9984}, "3g.40gb": {"memoryMiB": 40320}}})
         };
         f.devices.push((
             "nvidia-h100-80gb-hbm3".into(),
-            json!({"accelerators": [acc(81559), acc(81559)]}),
+            json!({"groups": [{"manufacturer": "nvidia", "key": "nvidia-h100-80gb-hbm3",
+                "memoryMiB": 81559, "accelerators": [acc(0, 81559), acc(1, 81559)]}]}),
         ));
         f.nodes.push(("nvidia-h100-80gb-hbm3".into(), "8".into()));
         f.nodes.push(("nvidia-h100-80gb-hbm3".into(), "2".into()));

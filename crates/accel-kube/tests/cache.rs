@@ -50,8 +50,10 @@ fn answer(path: &str) -> Option<Value> {
             "apiVersion": "gpustack.ai/v1", "kind": "Devices",
             "metadata": {"name": "node-1", "resourceVersion": "13", "labels": {
                 "acceleratable.feature.gpustack.ai/nvidia-h100-80gb-hbm3": "true", "kubernetes.io/os": "linux"}},
-            "spec": {"accelerators": [{"manufacturer": "nvidia", "group": "nvidia-h100-80gb-hbm3", "uuid": "GPU-1",
-                "memoryMiB": 81559, "partitionProfiles": {"1g.10gb": {"memoryMiB": 9984}, "3g.40gb": {"memoryMiB": 40320}}}]}})],
+            "spec": {"groups": [{"manufacturer": "nvidia", "key": "nvidia-h100-80gb-hbm3", "memoryMiB": 81559,
+                "accelerators": [{"index": 0, "uuid": "GPU-1", "memoryMiB": 81559, "healthy": true,
+                "grantable": "partitionsOnly",
+                "partitionProfiles": {"1g.10gb": {"memoryMiB": 9984}, "3g.40gb": {"memoryMiB": 40320}}}]}]}})],
         ),
         "/api/v1/nodes" => list(
             "meta.k8s.io/v1",

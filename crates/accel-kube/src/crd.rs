@@ -1,0 +1,68 @@
+//! The cluster objects the node daemon writes, as kube types: the `Devices` custom resource
+//! (`gpustack.ai/v1`, cluster-scoped, named after its node, with a status subresource), whose
+//! body is accel-core's plain [`DevicesSpec`] and [`DevicesStatus`], and NFD's `NodeFeature`
+//! (`nfd.k8s-sigs.io/v1alpha1`, namespaced), of which only `spec.labels` is ours.
+//!
+//! This module owns the wrappers and the generated CRD document ([`devices_crd_yaml`]); the shape
+//! of the body is accel-core's. It makes no API call.
+
+use std::collections::BTreeMap;
+
+use accel_core::devices::{DevicesSpec, DevicesStatus};
+use kube::CustomResource;
+use kube::CustomResourceExt;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// The body of `Devices.spec`: what the node has, per accelerator group (accel-core's
+/// `DevicesSpec`, unchanged on the wire).
+#[derive(CustomResource, Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[kube(
+    group = "gpustack.ai",
+    version = "v1",
+    kind = "Devices",
+    plural = "devices",
+    singular = "devices",
+    doc = "One node's accelerators: what it has (spec) and the ledger of who holds them (status). Named after its node and owned by it.",
+    status = "DevicesStatus",
+    printcolumn = r#"{"name":"Groups","type":"string","jsonPath":".spec.groups[*].key"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(transparent)]
+pub struct DevicesBody(pub DevicesSpec);
+
+/// The label NFD reads to know which node a NodeFeature describes.
+pub const NFD_NODE_NAME_LABEL: &str = "nfd.node.kubernetes.io/node-name";
+
+/// The suffix of the daemon's NodeFeature name (`${NODE_NAME}-gpustack-device-manager`).
+pub const NODE_FEATURE_SUFFIX: &str = "-gpustack-device-manager";
+
+/// NFD's `NodeFeature.spec`, as far as we write it: the labels NFD puts on the node.
+#[derive(CustomResource, Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[kube(
+    group = "nfd.k8s-sigs.io",
+    version = "v1alpha1",
+    kind = "NodeFeature",
+    plural = "nodefeatures",
+    namespaced,
+    schema = "disabled"
+)]
+pub struct NodeFeatureSpec {
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
+}
+
+/// The name of a node's NodeFeature.
+pub fn node_feature_name(node: &str) -> String {
+    format!("{node}{NODE_FEATURE_SUFFIX}")
+}
+
+/// The header of the generated CRD file.
+const GENERATED_HEADER: &str = "# Generated from accel-kube's Devices type (crates/accel-kube/src/crd.rs); do not edit.\n\
+# Regenerate: ACCEL_KUBE_REGENERATE=1 cargo test -p accel-kube --test crd\n";
+
+/// The `Devices` CustomResourceDefinition as YAML, as committed in the Helm chart's `crds/`.
+pub fn devices_crd_yaml() -> Result<String, serde_yaml::Error> {
+    let body = serde_yaml::to_string(&Devices::crd())?;
+    Ok(format!("{GENERATED_HEADER}{body}"))
+}
