@@ -169,6 +169,8 @@ impl DevicePlugins {
         // The journal first; then what the cluster recorded, once the Pods are known (else
         // the Pod watcher settles at its first sync: Allocate cannot identify a container
         // before then, so nothing is granted in between).
+        // Subscribed before looking, so a sync in between still wakes the watcher.
+        let pod_changes = shared.pods.changes();
         let settled = shared.pods.pods().is_some();
         if settled {
             shared.settle().await;
@@ -186,7 +188,7 @@ impl DevicePlugins {
         {
             let shared = shared.clone();
             let mut stop = shutdown.subscribe();
-            let mut changes = shared.pods.changes();
+            let mut changes = pod_changes;
             let mut settled = settled;
             tasks.push(tokio::spawn(async move {
                 loop {
@@ -599,6 +601,14 @@ impl Shared {
         };
         let pods = self.pods.pods();
         let mut state = self.lock();
+        // The accelerators may have been replaced since the IDs were mapped (`reseat` swaps the
+        // pools under this lock): an index read from the old pools may name another one now.
+        if !self.pools().iter().any(|p| std::ptr::eq(p, pool)) {
+            return Err(Status::unavailable(format!(
+                "the accelerators behind {} changed during the call; retry",
+                pool.resource
+            )));
+        }
         let key = match retry {
             Some(key) => key,
             None => {

@@ -664,3 +664,52 @@ async fn replacing_the_seats_follows_the_accelerators_and_drops_grants_on_those_
     rig.kubelet.wait_devices(SHARED, <[_]>::is_empty).await;
     assert!(rig.plugins().ledger().grants().is_empty());
 }
+
+/// A Pod source that has not synced until opened (the API server's watch at start).
+struct Unsynced {
+    pods: MemoryPods,
+    open: std::sync::atomic::AtomicBool,
+}
+
+impl PodSource for Unsynced {
+    fn pods(&self) -> Option<Vec<Pod>> {
+        if self.open.load(std::sync::atomic::Ordering::SeqCst) {
+            self.pods.pods()
+        } else {
+            None
+        }
+    }
+
+    fn changes(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.pods.changes()
+    }
+}
+
+#[tokio::test]
+async fn the_annotations_are_read_when_the_pods_first_sync_after_start() {
+    let mut rig = Rig::new(seats(2), Settings::default()).await;
+    rig.kubelet.create(pod("a", 1, &[("main", &[(GPU, "1")])]));
+    rig.kubelet.admit("a").await.unwrap();
+    let before = rig.plugins().ledger();
+    annotate(&rig, "a", &before);
+    rig.plugins.take().unwrap().stop().await;
+    lose_the_journal(&rig);
+    let source = Arc::new(Unsynced {
+        pods: rig.kubelet.pods().clone(),
+        open: std::sync::atomic::AtomicBool::new(false),
+    });
+    let plugins = DevicePlugins::start(rig.config.clone(), source.clone())
+        .await
+        .unwrap();
+    assert!(plugins.ledger().grants().is_empty(), "nothing known yet");
+    // The watch syncs.
+    source.open.store(true, std::sync::atomic::Ordering::SeqCst);
+    annotate(&rig, "a", &before);
+    wait_until(|| plugins.ledger().grants() == before.grants()).await;
+    assert!(
+        plugins.rebuild_notes()[0].contains("from its accelerator.allocated annotation"),
+        "{:?}",
+        plugins.rebuild_notes()
+    );
+    plugins.stop().await;
+}
