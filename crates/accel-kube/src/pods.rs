@@ -2,13 +2,16 @@
 //! `spec.nodeName=<node>`), kept in memory as accel-plugin's plain [`Pod`] so the device plugin
 //! identifies containers and reads budgets without an API round trip ([`PodSource`]).
 //!
-//! This module owns the watch, the conversion from the API's Pod and the synced flag. It decides
+//! This module owns the watch, the conversion from the API's Pod (its
+//! `device.gpustack.ai/accelerator.allocated` annotation kept raw, for the ledger's rebuild) and
+//! the synced flag. It decides
 //! nothing about grants; it needs read-only `list`/`watch` on Pods.
 
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::{Arc, Mutex, PoisonError};
 
+use accel_core::ledger::annotation::ALLOCATED_ANNOTATION;
 use accel_plugin::pods::{Container, Phase, Pod, PodSource};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1 as core;
@@ -177,6 +180,13 @@ pub fn convert(pod: &core::Pod) -> Option<Pod> {
         phase,
         runtime_class: spec.and_then(|s| s.runtime_class_name.clone()),
         containers,
+        // Only our own annotation is kept: the others (a last-applied configuration among them)
+        // can be large, and the daemon holds every Pod of the node.
+        allocated: meta
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(ALLOCATED_ANNOTATION))
+            .cloned(),
     })
 }
 
@@ -220,7 +230,9 @@ mod tests {
     #[test]
     fn converts_what_the_plugin_reads() {
         let pod = api_pod(json!({
-            "metadata": {"uid": "u1", "namespace": "ns", "name": "p", "creationTimestamp": "2024-05-01T10:00:00Z"},
+            "metadata": {"uid": "u1", "namespace": "ns", "name": "p", "creationTimestamp": "2024-05-01T10:00:00Z",
+                "annotations": {"device.gpustack.ai/accelerator.allocated": "{\"main\":{}}",
+                    "kubectl.kubernetes.io/last-applied-configuration": "{}"}},
             "spec": {"nodeName": "node-1", "runtimeClassName": "nvidia",
                 "initContainers": [{"name": "sidecar", "restartPolicy": "Always",
                     "resources": {"limits": {"device.gpustack.ai/nvidia.visibility": "1"}}}],
@@ -236,6 +248,7 @@ mod tests {
         assert_eq!(converted.created, 1_714_557_600);
         assert_eq!(converted.phase, Phase::Running);
         assert_eq!(converted.runtime_class.as_deref(), Some("nvidia"));
+        assert_eq!(converted.allocated.as_deref(), Some(r#"{"main":{}}"#));
         let names: Vec<&str> = converted
             .containers
             .iter()
@@ -265,6 +278,8 @@ mod tests {
             convert(&api_pod(v)).unwrap().phase
         };
         assert_eq!(phase(None), Phase::Pending);
+        let bare = api_pod(json!({"metadata": {"uid": "u", "namespace": "n", "name": "p"}}));
+        assert_eq!(convert(&bare).unwrap().allocated, None);
         assert_eq!(phase(Some("Succeeded")), Phase::Succeeded);
         assert_eq!(phase(Some("Failed")), Phase::Failed);
         assert_eq!(phase(Some("Weird")), Phase::Unknown);

@@ -91,6 +91,7 @@ fn main() {
                 created: i64::from(n),
                 phase: Phase::Pending,
                 runtime_class: None,
+                allocated: None,
                 containers: vec![Container {
                     name: "main".into(),
                     limits: BTreeMap::from([

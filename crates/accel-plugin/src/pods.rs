@@ -1,5 +1,6 @@
-//! The node's Pods as the plugin needs them: who asked for what, when, with which `env:`, and
-//! whether they are still alive. The API server sits behind [`PodSource`] (the kube-rs watch of
+//! The node's Pods as the plugin needs them: who asked for what, when, with which `env:`,
+//! whether they are still alive, and the grants the cluster recorded on them (the
+//! `accelerator.allocated` annotation). The API server sits behind [`PodSource`] (the kube-rs watch of
 //! this node's Pods comes with the cluster issue); [`MemoryPods`] feeds tests directly.
 //! This module holds no accounting.
 
@@ -55,6 +56,10 @@ pub struct Pod {
     pub phase: Phase,
     pub runtime_class: Option<String>,
     pub containers: Vec<Container>,
+    /// The raw value of the Pod's `device.gpustack.ai/accelerator.allocated` annotation (its
+    /// grants as the cluster last recorded them), the ledger's fallback when the journal is
+    /// lost; read, never trusted blindly (`accel_core::ledger::annotation::parse`).
+    pub allocated: Option<String>,
 }
 
 impl Pod {

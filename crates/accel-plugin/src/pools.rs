@@ -38,7 +38,10 @@ pub struct TokenState {
 
 impl Pool {
     /// The pools of one manufacturer's accelerators. `slices` is false when the preload
-    /// library for the node's runtime major is missing: then no sliced pool at all.
+    /// library for the node's runtime major is missing: then no sliced pool at all. Every other
+    /// pool is built even when no accelerator feeds it (all in MIG mode, or passed through), so
+    /// the set of resources stays fixed while the accelerators change under it: an empty pool
+    /// advertises no token.
     pub fn build(manufacturer: Manufacturer, seats: &[Seat], slices: bool) -> Vec<Pool> {
         let base = manufacturer.default_resource_base();
         let whole: Vec<&Seat> = seats
@@ -84,7 +87,6 @@ impl Pool {
             PoolKind::Visibility,
             VISIBILITY_TOKENS_PER_ACCELERATOR,
         ));
-        pools.retain(|p| !p.tokens.is_empty());
         pools
     }
 
@@ -189,6 +191,10 @@ mod tests {
         assert_eq!(pools[1].tokens.get("GPU-0::9"), Some(&0));
         let without = Pool::build(Manufacturer::Nvidia, &seats, false);
         assert!(without.iter().all(|p| !p.resource.ends_with(".sliced")));
+        // No accelerator grantable whole: every pool is still there, with no token.
+        let none = Pool::build(Manufacturer::Nvidia, &seats[1..3], true);
+        assert_eq!(none.len(), 4);
+        assert!(none.iter().all(|p| p.tokens.is_empty()));
         assert_eq!(
             pools[1].socket_name(),
             "gpustack-nvidia.com_gpu.shared.sock"

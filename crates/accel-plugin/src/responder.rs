@@ -318,6 +318,7 @@ mod tests {
                 created: 0,
                 phase: Phase::Pending,
                 runtime_class: None,
+                allocated: None,
                 containers: vec![container.clone()],
             },
             container,

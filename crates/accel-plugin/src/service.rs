@@ -6,11 +6,15 @@
 //! (pod-resources, then pending Pods), let the ledger decide, answer with the responder, give the
 //! grant back if the responder refuses, journal it before answering, and tell every
 //! ListAndWatch stream. Errors become `tonic::Status` here and nowhere else.
+//!
+//! Two pieces the daemon drives live in child modules, apart from the hot path: [`reseat`]
+//! replaces the accelerators served when a detection finds them changed, and [`rebuild`]
+//! settles the ledger after the journal against the Pods' annotations and the kubelet.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
 use std::time::Duration;
 
 use accel_core::ledger::placement::{self, Request};
@@ -32,6 +36,11 @@ use crate::pools::{Pool, PoolKind};
 use crate::responder::{Answer, NvidiaResponder, slice_budget};
 use crate::settings::Settings;
 use crate::socket;
+
+mod rebuild;
+mod reseat;
+
+pub use reseat::DroppedGrant;
 
 /// The API version the plugins register with.
 pub const API_VERSION: &str = "v1beta1";
@@ -87,11 +96,15 @@ struct State {
 
 struct Shared {
     config: Config,
-    pools: Vec<Pool>,
+    /// The pools, one per resource, fixed at start; their tokens follow the seats
+    /// ([`reseat`]). Read through [`Shared::pools`], which never holds the lock.
+    pools: RwLock<Arc<[Pool]>>,
     state: Mutex<State>,
     changed: watch::Sender<u64>,
     pods: Arc<dyn PodSource>,
     pod_resources: PodResourcesListerClient<tonic::transport::Channel>,
+    /// What the ledger's rebuild found worth saying (each names the Pod), for the log and tests.
+    rebuild_notes: Mutex<Vec<String>>,
 }
 
 /// The running plugin: a handle to its state and tasks.
@@ -117,7 +130,8 @@ impl DevicePlugins {
                     source,
                 })?;
         }
-        let pools = Pool::build(config.manufacturer, &config.seats, config.slices);
+        let pools: Arc<[Pool]> =
+            Pool::build(config.manufacturer, &config.seats, config.slices).into();
         let policy = Policy {
             release_terminated_pods: config.settings.release_terminated_pods,
             slice_gate: config.settings.sliced_allocate_gate,
@@ -132,9 +146,10 @@ impl DevicePlugins {
                 visibility: BTreeMap::new(),
             }),
             changed: watch::channel(0).0,
-            pools,
+            pools: RwLock::new(pools),
             pods,
             pod_resources,
+            rebuild_notes: Mutex::new(Vec::new()),
             config,
         });
         if replay.torn_tail {
@@ -143,18 +158,27 @@ impl DevicePlugins {
         let grants = match &replay.corrupt {
             Some((aside, reason)) => {
                 tracing::error!(
-                    "LEDGER JOURNAL CORRUPT ({reason}): kept aside at {}; rebuilding the ledger from the kubelet and the Pods",
+                    "LEDGER JOURNAL CORRUPT ({reason}): kept aside at {}; rebuilding the ledger from the Pods' annotations, the kubelet and the Pods",
                     aside.display()
                 );
-                shared.rebuild_from_kubelet().await
+                BTreeMap::new()
             }
             None => replay.grants,
         };
         shared.restore(grants);
+        // The journal first; then what the cluster recorded, once the Pods are known (else
+        // the Pod watcher settles at its first sync: Allocate cannot identify a container
+        // before then, so nothing is granted in between).
+        // Subscribed before looking, so a sync in between still wakes the watcher.
+        let pod_changes = shared.pods.changes();
+        let settled = shared.pods.pods().is_some();
+        if settled {
+            shared.settle().await;
+        }
         shared.reconcile_pods();
         let (shutdown, _) = watch::channel(false);
         let mut tasks = Vec::new();
-        for index in 0..shared.pools.len() {
+        for index in 0..shared.pools().len() {
             let shared = shared.clone();
             let stop = shutdown.subscribe();
             tasks.push(tokio::spawn(async move {
@@ -164,13 +188,18 @@ impl DevicePlugins {
         {
             let shared = shared.clone();
             let mut stop = shutdown.subscribe();
-            let mut changes = shared.pods.changes();
+            let mut changes = pod_changes;
+            let mut settled = settled;
             tasks.push(tokio::spawn(async move {
                 loop {
                     tokio::select! {
                         _ = stop.changed() => break,
                         changed = changes.changed() => {
                             if changed.is_err() { break; }
+                            if !settled && shared.pods.pods().is_some() {
+                                shared.settle().await;
+                                settled = true;
+                            }
                             shared.reconcile_pods();
                         }
                     }
@@ -195,10 +224,20 @@ impl DevicePlugins {
     /// The resources served, in registration order.
     pub fn resources(&self) -> Vec<String> {
         self.shared
-            .pools
+            .pools()
             .iter()
             .map(|p| p.resource.clone())
             .collect()
+    }
+
+    /// What the ledger's rebuild at start logged (grants adopted from the Pods' annotations or
+    /// the kubelet, disagreements, unreadable annotations), each naming the Pod.
+    pub fn rebuild_notes(&self) -> Vec<String> {
+        self.shared
+            .rebuild_notes
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
     }
 
     /// Marks an accelerator healthy or not (issue 6's health rule calls this); its tokens flip
@@ -265,6 +304,14 @@ impl Shared {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
+    /// The pools as they stand (a snapshot: a seat replacement swaps in new ones).
+    fn pools(&self) -> Arc<[Pool]> {
+        self.pools
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
     fn notify(&self) {
         self.changed.send_modify(|n| *n = n.wrapping_add(1));
     }
@@ -288,13 +335,15 @@ impl Shared {
     async fn rebuild_from_kubelet(&self) -> BTreeMap<GrantKey, Grant> {
         let mut grants = BTreeMap::new();
         let Some(answer) = self.list_pod_resources().await else {
-            tracing::error!("ledger rebuild: the kubelet's pod-resources could not be read");
+            tracing::warn!("ledger rebuild: the kubelet's pod-resources could not be read");
             return grants;
         };
         let Some(pods) = self.pods.pods() else {
-            tracing::error!("ledger rebuild: the node's Pods are not known");
+            tracing::warn!("ledger rebuild: the node's Pods are not known");
             return grants;
         };
+        let pools = self.pools();
+        let seats: Vec<Seat> = self.lock().ledger.seats().cloned().collect();
         for entry in &answer.pod_resources {
             let Some(pod) = pods
                 .iter()
@@ -304,10 +353,7 @@ impl Shared {
             };
             for container in &entry.containers {
                 for devices in &container.devices {
-                    let Some(pool) = self
-                        .pools
-                        .iter()
-                        .find(|p| p.resource == devices.resource_name)
+                    let Some(pool) = pools.iter().find(|p| p.resource == devices.resource_name)
                     else {
                         continue;
                     };
@@ -326,20 +372,21 @@ impl Shared {
                         pod,
                         &container.name,
                         pool,
-                        &self.config.seats,
+                        |i| {
+                            seats
+                                .iter()
+                                .find(|s| s.index == i)
+                                .and_then(|s| s.memory_mib)
+                        },
                         &accelerators,
                     );
                     let mut distinct = accelerators.clone();
                     distinct.sort();
                     distinct.dedup();
-                    tracing::warn!(
-                        "ledger rebuild: {}/{} container {} holds {:?} of {} per the kubelet",
-                        pod.namespace,
-                        pod.name,
-                        container.name,
-                        device_ids,
-                        pool.resource
-                    );
+                    if distinct.is_empty() {
+                        // Every device it names is gone from the pools: nothing to charge.
+                        continue;
+                    }
                     grants.insert(
                         GrantKey::new(pod.uid.clone(), container.name.clone()),
                         Grant {
@@ -554,6 +601,14 @@ impl Shared {
         };
         let pods = self.pods.pods();
         let mut state = self.lock();
+        // The accelerators may have been replaced since the IDs were mapped (`reseat` swaps the
+        // pools under this lock): an index read from the old pools may name another one now.
+        if !self.pools().iter().any(|p| std::ptr::eq(p, pool)) {
+            return Err(Status::unavailable(format!(
+                "the accelerators behind {} changed during the call; retry",
+                pool.resource
+            )));
+        }
         let key = match retry {
             Some(key) => key,
             None => {
@@ -624,7 +679,7 @@ impl Shared {
             &pod,
             &key.container,
             pool,
-            &self.config.seats,
+            |i| state.ledger.seat(i).and_then(|s| s.memory_mib),
             &accelerators,
         );
         let claim = Claim {
@@ -700,22 +755,14 @@ fn budget(
     pod: &Pod,
     container: &str,
     pool: &Pool,
-    seats: &[Seat],
+    memory_mib: impl Fn(u32) -> Option<u64>,
     accelerators: &[u32],
 ) -> (u64, Option<u32>) {
     if family != Family::Sliced {
         return (0, None);
     }
     // Budgets are per accelerator; the smallest VRAM of the grant is the one a MiB budget must fit.
-    let vram = accelerators
-        .iter()
-        .filter_map(|i| {
-            seats
-                .iter()
-                .find(|s| s.index == *i)
-                .and_then(|s| s.memory_mib)
-        })
-        .min();
+    let vram = accelerators.iter().filter_map(|i| memory_mib(*i)).min();
     match slice_budget(pod.container(container), &pool.resource, vram) {
         Ok((units, cores)) => (units, Some(cores)),
         Err(e) => {
@@ -755,7 +802,7 @@ impl DevicePlugin for PoolService {
         _: tonic::Request<dp::Empty>,
     ) -> Result<tonic::Response<dp::DevicePluginOptions>, Status> {
         Ok(tonic::Response::new(options(
-            &self.shared.pools[self.index],
+            &self.shared.pools()[self.index],
         )))
     }
 
@@ -772,7 +819,7 @@ impl DevicePlugin for PoolService {
         let stream = async_stream::stream! {
             let mut last = None;
             loop {
-                let list = shared.device_list(&shared.pools[index]);
+                let list = shared.device_list(&shared.pools()[index]);
                 if last.as_ref() != Some(&list) {
                     last = Some(list.clone());
                     yield Ok(list);
@@ -790,7 +837,8 @@ impl DevicePlugin for PoolService {
         &self,
         request: tonic::Request<dp::PreferredAllocationRequest>,
     ) -> Result<tonic::Response<dp::PreferredAllocationResponse>, Status> {
-        let pool = &self.shared.pools[self.index];
+        let pools = self.shared.pools();
+        let pool = &pools[self.index];
         let container_responses = request
             .into_inner()
             .container_requests
@@ -808,7 +856,8 @@ impl DevicePlugin for PoolService {
         &self,
         request: tonic::Request<dp::AllocateRequest>,
     ) -> Result<tonic::Response<dp::AllocateResponse>, Status> {
-        let pool = &self.shared.pools[self.index];
+        let pools = self.shared.pools();
+        let pool = &pools[self.index];
         let requests = request.into_inner().container_requests;
         if requests.is_empty() {
             return Err(Status::invalid_argument(format!(
@@ -849,7 +898,9 @@ fn socket_identity(path: &Path) -> Option<(u64, u64)> {
 /// Serves one pool: bind, register, and start over whenever the kubelet restarts (its socket is
 /// recreated, or ours removed), until `stop`.
 async fn serve_pool(shared: Arc<Shared>, index: usize, mut stop: watch::Receiver<bool>) {
-    let pool = &shared.pools[index];
+    // The resource and socket of a pool never change; its tokens do (read per call).
+    let pools = shared.pools();
+    let pool = &pools[index];
     let dir = shared.config.device_plugin_dir();
     let socket_path = dir.join(pool.socket_name());
     let kubelet_socket = dir.join("kubelet.sock");

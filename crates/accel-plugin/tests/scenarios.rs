@@ -7,8 +7,9 @@ use std::time::Duration;
 
 use accel_core::Manufacturer;
 use accel_core::inventory::Grantable;
+use accel_core::ledger::annotation;
 use accel_core::ledger::{Family, Mode, Seat};
-use accel_plugin::pods::{Container, MemoryPods, Phase, Pod};
+use accel_plugin::pods::{Container, MemoryPods, Phase, Pod, PodSource};
 use accel_plugin::responder::{EngineFacts, NvidiaResponder};
 use accel_plugin::settings::{InjectionStrategy, Settings};
 use accel_plugin::testing::Kubelet;
@@ -107,6 +108,7 @@ fn pod(uid: &str, created: i64, containers: &[(&str, &[(&str, &str)])]) -> Pod {
         created,
         phase: Phase::Pending,
         runtime_class: None,
+        allocated: None,
         containers: containers
             .iter()
             .map(|(name, limits)| Container {
@@ -465,4 +467,249 @@ async fn wait_until(check: impl Fn() -> bool) {
     tokio::time::timeout(Duration::from_secs(10), wait)
         .await
         .expect("the ledger never reached the expected state");
+}
+
+/// The Pod as the API server holds it now, with its `accelerator.allocated` annotation set to
+/// what the ledger records for it (as the cluster publisher writes it).
+fn annotate(rig: &Rig, uid: &str, ledger: &accel_core::ledger::Ledger) {
+    let mut pod = rig
+        .kubelet
+        .pods()
+        .pods()
+        .unwrap()
+        .into_iter()
+        .find(|p| p.uid == uid)
+        .unwrap();
+    pod.allocated = Some(annotation::render(&annotation::for_pod(
+        uid,
+        ledger.grants(),
+    )));
+    rig.kubelet.pods().upsert(pod);
+}
+
+fn set_annotation(rig: &Rig, uid: &str, value: &str) {
+    let mut pod = rig
+        .kubelet
+        .pods()
+        .pods()
+        .unwrap()
+        .into_iter()
+        .find(|p| p.uid == uid)
+        .unwrap();
+    pod.allocated = Some(value.to_string());
+    rig.kubelet.pods().upsert(pod);
+}
+
+fn lose_the_journal(rig: &Rig) {
+    std::fs::remove_file(rig.dir.path().join("data/ledger.journal")).unwrap();
+}
+
+#[tokio::test]
+async fn a_lost_journal_is_rebuilt_from_the_pods_annotations() {
+    let mut rig = Rig::new(seats(2), Settings::default()).await;
+    rig.kubelet.create(pod("a", 1, &[("main", &[(GPU, "1")])]));
+    rig.kubelet.admit("a").await.unwrap();
+    let before = rig.plugins().ledger();
+    annotate(&rig, "a", &before);
+    rig.plugins.take().unwrap().stop().await;
+    lose_the_journal(&rig);
+    rig.start_plugins().await;
+    let ledger = rig.plugins().ledger();
+    assert_eq!(ledger.grants(), before.grants());
+    let notes = rig.plugins().rebuild_notes();
+    assert_eq!(notes.len(), 1, "{notes:?}");
+    assert!(
+        notes[0].starts_with("pod ns/pod-a container main: restored nvidia.com/gpu")
+            && notes[0]
+                .ends_with("from its accelerator.allocated annotation (the journal lacked it)"),
+        "{notes:?}"
+    );
+    // Made durable again: a second restart finds it in the journal, and says nothing.
+    rig.restart_plugins().await;
+    assert_eq!(rig.plugins().ledger().grants(), before.grants());
+    assert!(rig.plugins().rebuild_notes().is_empty());
+}
+
+#[tokio::test]
+async fn the_sidecar_finds_its_owners_accelerators_from_the_annotation_after_the_journal_is_lost() {
+    let mut rig = Rig::new(seats(4), Settings::default()).await;
+    rig.kubelet.create(pod(
+        "a",
+        1,
+        &[("main", &[(GPU, "2")]), ("sshd", &[(VISIBILITY, "2")])],
+    ));
+    rig.kubelet.admit_only("a", &["main"]).await.unwrap();
+    let held = rig.kubelet.held("a", "main", GPU);
+    annotate(&rig, "a", &rig.plugins().ledger());
+    rig.plugins.take().unwrap().stop().await;
+    lose_the_journal(&rig);
+    rig.start_plugins().await;
+    assert!(
+        rig.plugins()
+            .rebuild_notes()
+            .iter()
+            .any(|n| n.contains("from its accelerator.allocated annotation")),
+        "{:?}",
+        rig.plugins().rebuild_notes()
+    );
+    let admission = rig.kubelet.admit_only("a", &["sshd"]).await.unwrap();
+    let mut expected = held.clone();
+    expected.sort();
+    assert_eq!(
+        env(&admission, "sshd", VISIBILITY, "NVIDIA_VISIBLE_DEVICES"),
+        expected.join(",")
+    );
+}
+
+#[tokio::test]
+async fn a_disagreement_keeps_the_journals_grant_and_names_the_pod() {
+    let mut rig = Rig::new(seats(2), Settings::default()).await;
+    rig.kubelet.create(pod("a", 1, &[("main", &[(GPU, "1")])]));
+    rig.kubelet.admit("a").await.unwrap();
+    rig.kubelet.create(pod("b", 2, &[("main", &[(GPU, "1")])]));
+    let held = rig.kubelet.held("a", "main", GPU);
+    let journal = rig.plugins().ledger();
+    // The annotation says pod a holds the other accelerator.
+    let mut wrong = annotation::for_pod("a", journal.grants());
+    let grant = wrong.get_mut("main").unwrap();
+    let other = if held[0] == uuid(0) { 1 } else { 0 };
+    grant.device_ids = vec![uuid(other)];
+    grant.accelerators = vec![other];
+    set_annotation(&rig, "a", &annotation::render(&wrong));
+    // Pod b's annotation is not a map of container name to grant.
+    set_annotation(&rig, "b", r#"{"main":"GPU-0"}"#);
+    rig.restart_plugins().await;
+    assert_eq!(rig.plugins().ledger().grants(), journal.grants());
+    let notes = rig.plugins().rebuild_notes();
+    assert_eq!(notes.len(), 2, "{notes:?}");
+    assert!(
+        notes.iter().any(|n| n.starts_with(
+            "pod ns/pod-a container main: its accelerator.allocated annotation records"
+        ) && n.ends_with("keeping the ledger's")),
+        "{notes:?}"
+    );
+    assert!(
+        notes.iter().any(|n| n.starts_with(
+            "pod ns/pod-b: UNREADABLE ANNOTATION, not used to rebuild the ledger: annotation device.gpustack.ai/accelerator.allocated: "
+        )),
+        "{notes:?}"
+    );
+}
+
+#[tokio::test]
+async fn replacing_the_seats_follows_the_accelerators_and_drops_grants_on_those_that_went() {
+    let rig = Rig::new(seats(3), Settings::default()).await;
+    rig.kubelet.create(pod("a", 1, &[("main", &[(GPU, "1")])]));
+    rig.kubelet.admit("a").await.unwrap();
+    rig.kubelet.create(pod("b", 2, &[("main", &[(GPU, "1")])]));
+    rig.kubelet.admit("b").await.unwrap();
+    rig.kubelet
+        .create(pod("c", 3, &[("main", &[(SHARED, "1")])]));
+    rig.kubelet.admit("c").await.unwrap();
+    let on = |uid: &str, resource: &str| -> u32 {
+        let id = rig.kubelet.held(uid, "main", resource)[0].clone();
+        (0..3).find(|i| id.starts_with(&uuid(*i))).unwrap()
+    };
+    let (a, b, c) = (on("a", GPU), on("b", GPU), on("c", SHARED));
+    // a's accelerator vanishes; b's enters MIG mode; c's stays, renumbered to index 0.
+    let mut next = seats(3);
+    next[b as usize].grantable = Grantable::PartitionsOnly;
+    next.remove(a as usize);
+    for (i, seat) in next.iter_mut().enumerate() {
+        seat.index = i as u32;
+    }
+    let dropped = rig.plugins().handle().replace_seats(next.clone());
+    let mut who: Vec<(Option<String>, String)> = dropped
+        .iter()
+        .map(|d| (d.pod.clone(), d.reason.clone()))
+        .collect();
+    who.sort();
+    assert_eq!(
+        who,
+        [
+            (
+                Some("ns/pod-a".to_string()),
+                format!("accelerator {a} ({}) is gone", uuid(a))
+            ),
+            (
+                Some("ns/pod-b".to_string()),
+                format!(
+                    "accelerator {b} ({}) can no longer be granted whole (PartitionsOnly)",
+                    uuid(b)
+                )
+            ),
+        ]
+    );
+    let ledger = rig.plugins().ledger();
+    assert_eq!(ledger.grants().len(), 1);
+    let kept = ledger.grants().values().next().unwrap();
+    let now = next.iter().find(|s| s.uuid == Some(uuid(c))).unwrap().index;
+    assert_eq!(kept.accelerators, vec![now]);
+    // Only c's accelerator feeds the pools now.
+    rig.kubelet
+        .wait_devices(GPU, |d| d.len() == 1 && d[0].id == uuid(c))
+        .await;
+    rig.kubelet.wait_devices(SHARED, |d| d.len() == 10).await;
+    // The release is durable: a restart does not bring the dropped grants back.
+    let journal = std::fs::read_to_string(rig.dir.path().join("data/ledger.journal")).unwrap();
+    assert_eq!(
+        journal.matches("\"op\":\"release\"").count(),
+        2,
+        "{journal}"
+    );
+    // Every accelerator gone: no token at all, and no grant.
+    let dropped = rig.plugins().handle().replace_seats(Vec::new());
+    assert_eq!(dropped.len(), 1);
+    rig.kubelet.wait_devices(GPU, <[_]>::is_empty).await;
+    rig.kubelet.wait_devices(SHARED, <[_]>::is_empty).await;
+    assert!(rig.plugins().ledger().grants().is_empty());
+}
+
+/// A Pod source that has not synced until opened (the API server's watch at start).
+struct Unsynced {
+    pods: MemoryPods,
+    open: std::sync::atomic::AtomicBool,
+}
+
+impl PodSource for Unsynced {
+    fn pods(&self) -> Option<Vec<Pod>> {
+        if self.open.load(std::sync::atomic::Ordering::SeqCst) {
+            self.pods.pods()
+        } else {
+            None
+        }
+    }
+
+    fn changes(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.pods.changes()
+    }
+}
+
+#[tokio::test]
+async fn the_annotations_are_read_when_the_pods_first_sync_after_start() {
+    let mut rig = Rig::new(seats(2), Settings::default()).await;
+    rig.kubelet.create(pod("a", 1, &[("main", &[(GPU, "1")])]));
+    rig.kubelet.admit("a").await.unwrap();
+    let before = rig.plugins().ledger();
+    annotate(&rig, "a", &before);
+    rig.plugins.take().unwrap().stop().await;
+    lose_the_journal(&rig);
+    let source = Arc::new(Unsynced {
+        pods: rig.kubelet.pods().clone(),
+        open: std::sync::atomic::AtomicBool::new(false),
+    });
+    let plugins = DevicePlugins::start(rig.config.clone(), source.clone())
+        .await
+        .unwrap();
+    assert!(plugins.ledger().grants().is_empty(), "nothing known yet");
+    // The watch syncs.
+    source.open.store(true, std::sync::atomic::Ordering::SeqCst);
+    annotate(&rig, "a", &before);
+    wait_until(|| plugins.ledger().grants() == before.grants()).await;
+    assert!(
+        plugins.rebuild_notes()[0].contains("from its accelerator.allocated annotation"),
+        "{:?}",
+        plugins.rebuild_notes()
+    );
+    plugins.stop().await;
 }

@@ -1,7 +1,9 @@
-//! `device-manager serve`: the node daemon. Detects the node's accelerators (this boot's faults
-//! applied), then serves them to the kubelet (one device plugin per resource) on one ledger with
-//! its journal in `--data-dir`, watches their health (`crate::daemon`: the kernel log, the
-//! detection cadence) and answers the admin socket, until SIGTERM or Ctrl-C.
+//! `device-manager serve`: the node daemon. Detects one manufacturer's accelerators
+//! (`--manufacturer`, this boot's faults applied), serves them to the kubelet (one device plugin
+//! per resource) on one ledger with its journal in `--data-dir` once they have answered, watches
+//! their health (`crate::daemon`: the kernel log, the detection cadence, what a pass means) and
+//! answers the admin socket, until SIGTERM or Ctrl-C. A node that does not answer never ends
+//! the process: it keeps detecting every period.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -9,15 +11,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use accel_core::Manufacturer;
-use accel_core::ledger::Seat;
-use accel_core::ledger::units::slices_per_accelerator;
+use accel_core::inventory::ManufacturerInventory;
 use accel_nvidia::detector::Deadlines;
 use accel_nvidia::reset::RESET_DEADLINE;
 use accel_nvidia::xid::XidClasses;
+use accel_plugin::Config;
 use accel_plugin::pods::{MemoryPods, PodSource};
 use accel_plugin::responder::{NvidiaResponder, PRELOAD_LIBRARY};
 use accel_plugin::settings::Settings;
-use accel_plugin::{Config, DevicePlugins};
 use anyhow::Context;
 
 use crate::admin::server::AdminServer;
@@ -52,9 +53,18 @@ pub struct Args {
     #[arg(long, env = "INVENTORY_INTERVAL", default_value_t = daemon::INVENTORY_INTERVAL.as_secs(),
           value_parser = clap::value_parser!(u64).range(1..))]
     pub inventory_interval: u64,
+    /// The manufacturer this daemon detects and serves (the Helm chart runs one DaemonSet per
+    /// manufacturer and passes it).
+    #[arg(long, env = "MANUFACTURER", default_value = "nvidia")]
+    pub manufacturer: Manufacturer,
+    /// Publish the empty first result instead of holding it back: by default, before any
+    /// accelerator has answered, nothing is published and the round repeats every period.
+    #[arg(long, env = "NO_FAST_FAILED")]
+    pub no_fast_failed: bool,
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    daemon::check_detectable(args.manufacturer)?;
     let settings = Settings::from_env()?;
     std::fs::create_dir_all(&args.data_dir)
         .with_context(|| format!("creating the data directory {}", args.data_dir.display()))?;
@@ -70,6 +80,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let daemon = Arc::new(Daemon::prepare(
         node,
         DaemonOptions {
+            manufacturer: args.manufacturer,
+            fast_failed: !args.no_fast_failed,
             data_dir: args.data_dir.clone(),
             prefixes,
             deadlines,
@@ -79,20 +91,60 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             xid_classes: XidClasses::from_env()?,
         },
     )?);
-    let inventory = daemon.inventory();
-    let Some(section) = inventory.manufacturer(Manufacturer::Nvidia) else {
-        eprintln!(
-            "device-manager: no accelerators on node {}; nothing to serve",
-            args.node_name
-        );
-        return Ok(ExitCode::SUCCESS);
-    };
-    let slice_count = slices_per_accelerator(Manufacturer::Nvidia).unwrap_or(0);
-    let seats: Vec<Seat> = section
-        .accelerators
-        .iter()
-        .map(|a| Seat::from_accelerator(a, slice_count))
-        .collect();
+    // Bound before the plugins register, so a second daemon on this data directory stops here
+    // and a `refresh` sent as soon as the kubelet sees us waits in the backlog.
+    let server = AdminServer::bind(&args.data_dir)?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    let pods = runtime.block_on(pod_source(&args.node_name));
+    runtime.block_on(async move {
+        let loops = Loops::start(daemon.clone(), daemon.open_kernel_log());
+        let path = server.path().to_path_buf();
+        let admin = server
+            .spawn(daemon.clone())
+            .with_context(|| format!("serving the admin socket {}", path.display()))?;
+        tracing::info!("admin socket at {}", admin.path().display());
+        let shutdown = shutdown_signal();
+        tokio::pin!(shutdown);
+        // The plugins start when the manufacturer's accelerators are first detected.
+        let started = {
+            let daemon = daemon.clone();
+            let start = daemon.start_plugins(
+                |section| plugin_config(&args, settings, engine, &daemon, section),
+                pods,
+            );
+            tokio::select! {
+                started = start => Some(started?),
+                () = &mut shutdown => None,
+            }
+        };
+        if let Some(plugins) = &started {
+            tracing::info!("serving {:?}", plugins.resources());
+            shutdown.await;
+        }
+        admin.shutdown();
+        loops.stop().await;
+        if let Some(plugins) = started {
+            plugins.stop().await;
+        }
+        anyhow::Ok(())
+    })?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The plugins' configuration for the manufacturer's accelerators as first detected: the
+/// seats, and whether logical slices are advertised (the preload library for the node's CUDA
+/// major is present).
+fn plugin_config(
+    args: &Args,
+    settings: Settings,
+    engine: accel_plugin::responder::EngineFacts,
+    daemon: &Daemon,
+    section: &ManufacturerInventory,
+) -> Config {
     let cuda_major = section
         .runtime_version
         .as_deref()
@@ -114,12 +166,14 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             false
         }
     };
-    let config = Config {
+    let mut inventory = accel_core::inventory::Inventory::default();
+    inventory.manufacturers.push(section.clone());
+    Config {
         kubelet_dir: args.kubelet_dir.clone(),
         data_dir: args.data_dir.clone(),
         settings,
-        manufacturer: Manufacturer::Nvidia,
-        seats,
+        manufacturer: section.name,
+        seats: daemon::seats_of(&inventory, section.name),
         slices,
         responder: NvidiaResponder {
             strategy: settings.nvidia_injection,
@@ -129,33 +183,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             engine,
         },
         poll_interval: Duration::from_secs(1),
-    };
-    // Bound before the plugins register, so a second daemon on this data directory stops here
-    // and a `refresh` sent as soon as the kubelet sees us waits in the backlog.
-    let server = AdminServer::bind(&args.data_dir)?;
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .context("starting the async runtime")?;
-    let pods = runtime.block_on(pod_source(&args.node_name));
-    runtime.block_on(async move {
-        let plugins = DevicePlugins::start(config, pods).await?;
-        tracing::info!("serving {:?}", plugins.resources());
-        daemon.attach(plugins.handle());
-        let loops = Loops::start(daemon.clone(), daemon.open_kernel_log());
-        let path = server.path().to_path_buf();
-        let admin = server
-            .spawn(daemon)
-            .with_context(|| format!("serving the admin socket {}", path.display()))?;
-        tracing::info!("admin socket at {}", admin.path().display());
-        shutdown_signal().await;
-        admin.shutdown();
-        loops.stop().await;
-        plugins.stop().await;
-        anyhow::Ok(())
-    })?;
-    Ok(ExitCode::SUCCESS)
+    }
 }
 
 /// This node's Pods from the API server (in-cluster config or `KUBECONFIG`). Without a cluster

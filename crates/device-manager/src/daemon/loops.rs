@@ -1,6 +1,7 @@
 //! The daemon's loops: a thread that blocks on the kernel log and hands each entry to the
 //! health task; the health task (entries into the fault watch, the collection a burst asks
-//! for); and the detection task (the inventory's period, a changed PCI device set, the bursts).
+//! for, and a detection whenever a GPU's health changed); and the detection task (the
+//! inventory's period, a changed PCI device set, the bursts, the health changes).
 //! Detections run on the blocking pool, never on the runtime's workers. This module owns the
 //! timing, not what an entry means ([`Daemon::on_entry`]).
 
@@ -112,7 +113,10 @@ async fn health(
             _ = stop.changed() => return,
             entry = entry => match entry {
                 Some(entry) => {
-                    daemon.on_entry(&entry, now());
+                    // Seed 000: the device manager re-detects whenever health changes.
+                    if daemon.on_entry(&entry, now()).changed.is_some() {
+                        let _ = detections.send(Reason::HealthChange);
+                    }
                 }
                 None => entries = None,
             },

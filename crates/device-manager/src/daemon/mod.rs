@@ -1,29 +1,54 @@
 //! The node daemon's running state between its loops: the inventory (health applied), the
-//! fault watch, the collector that detects, and the handle on the device plugins whose token
-//! health follows the inventory. [`loops`] drives it (kernel log, detection cadence);
+//! fault watch, the collector that detects, and the handle on the device plugins whose seats and
+//! token health follow the inventory. [`loops`] drives it (kernel log, detection cadence);
 //! `cmd::serve` wires it; the admin socket's [`AdminHandler`] is implemented here (refresh,
-//! reset). This module decides when to collect and whom to tell; what a fault means is
-//! `accel_nvidia::faults`, what a reset may do is `accel_nvidia::reset`, and granting is the
-//! plugins'.
+//! reset). This module decides when to collect, what a pass means and whom to tell; what a
+//! fault means is `accel_nvidia::faults`, what a reset may do is `accel_nvidia::reset`, and
+//! granting is the plugins'.
+//!
+//! What a detection pass means for the one manufacturer the daemon is asked for (seed 000, "A
+//! pass that failed…" and "Before the first detection…"):
+//! - `Ok` with accelerators: the inventory is replaced (this boot's faults applied).
+//! - `Err` (could not measure): no claim about the hardware. The manufacturer stays as it was
+//!   last detected: the plugins keep serving, the capacity stays; the failure is carried for a
+//!   condition. One that never answered stays absent.
+//! - `Ok` with none: the manufacturer is undetected and what was held for it is dropped (its
+//!   tokens stop being advertised, its grants go, each logged naming the Pod), so a later
+//!   failure cannot resurrect a card that was pulled. Before any accelerator has answered, an
+//!   empty pass is a driver that has not answered yet: nothing is published and the round is
+//!   repeated, loudly, every period, unless `fast_failed` is off (`--no-fast-failed`), which
+//!   publishes the empty first result.
+//! - The process never exits over a node that does not answer: it keeps detecting, and the
+//!   plugins start when accelerators first appear ([`Daemon::start_plugins`]). When the
+//!   accelerators that can be granted change between passes, the plugins' seats follow.
+//!
+//! What should be published is on a watch ([`Daemon::published`]): `None` until the first
+//! detection (or the empty first result with `--no-fast-failed`), then a [`Published`] — the
+//! inventory as last detected with health applied, the last pass's failure if it failed, and
+//! when the last successful detection ran. It changes on every pass that changes it and on every
+//! health change. The cluster publisher (NodeFeature, Devices, node capacity) reads it.
 //!
 //! Locks, always taken in this order, never the other way: the collector (one detection or
 //! reset at a time) → the push lock (health pushes in the order the inventory changed) → the
 //! plugins' ledger → the state. The state is never held while calling into the plugins.
 
+use std::collections::VecDeque;
 use std::path::PathBuf;
-use std::sync::{Mutex, MutexGuard, OnceLock, PoisonError};
-use std::time::{Duration, Instant};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
+use std::time::{Duration, Instant, SystemTime};
 
 use accel_core::Manufacturer;
-use accel_core::inventory::Inventory;
-use accel_core::ledger::Ledger;
+use accel_core::inventory::{Inventory, ManufacturerInventory};
+use accel_core::ledger::units::slices_per_accelerator;
+use accel_core::ledger::{Ledger, Seat};
 use accel_host::pci::{self, PciClassPrefixes, PciSetFingerprint};
 use accel_host::{FsHost, KernelLog, KernelLogEntry, KmsgReader};
 use accel_nvidia::detector::Deadlines;
 use accel_nvidia::faults::{self, FaultWatch, WatchOutcome};
 use accel_nvidia::reset::{self, GrantView, ResetError, ResetReport};
 use accel_nvidia::xid::XidClasses;
-use accel_plugin::PluginHandle;
+use accel_plugin::pods::PodSource;
+use accel_plugin::{Config, DevicePlugins, PluginHandle, StartError};
 use tokio::sync::watch;
 
 use crate::admin::{AdminHandler, Refreshed};
@@ -38,9 +63,32 @@ pub const PCI_POLL_INTERVAL: Duration = Duration::from_secs(30);
 /// The full inventory's period when none is configured (DESIGN.md, "Cadence").
 pub const INVENTORY_INTERVAL: Duration = Duration::from_secs(600);
 
+/// The manufacturers this build can detect (`--manufacturer`).
+pub const DETECTABLE: [Manufacturer; 1] = [Manufacturer::Nvidia];
+
+/// Refuses a manufacturer that has no detector yet, in one line.
+pub fn check_detectable(manufacturer: Manufacturer) -> anyhow::Result<()> {
+    if DETECTABLE.contains(&manufacturer) {
+        Ok(())
+    } else {
+        anyhow::bail!(
+            "manufacturer {manufacturer}: no detector yet (this build detects {})",
+            DETECTABLE.map(Manufacturer::name).join(", ")
+        )
+    }
+}
+
+/// How many detection reasons the daemon remembers (for tests and the log).
+const HISTORY: usize = 32;
+
 /// What the daemon needs to know to collect.
 #[derive(Debug, Clone)]
 pub struct DaemonOptions {
+    /// The one manufacturer this daemon detects and serves (`--manufacturer`).
+    pub manufacturer: Manufacturer,
+    /// Before any accelerator has answered, hold back an empty result and repeat the round
+    /// (the default); `false` (`--no-fast-failed`) publishes the empty first result.
+    pub fast_failed: bool,
     /// `--data-dir`: `faults.json`, the passthrough memory.
     pub data_dir: PathBuf,
     pub prefixes: PciClassPrefixes,
@@ -65,11 +113,33 @@ pub enum Reason {
     PciChange,
     /// The admin socket's `refresh`.
     OnDemand,
+    /// A GPU's health changed (an XID turned it unhealthy, or healthy again).
+    HealthChange,
+}
+
+/// What the node should publish, as the detection loop last decided it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Published {
+    /// The manufacturer the daemon is asked for.
+    pub manufacturer: Manufacturer,
+    /// The inventory as last detected, health applied: the manufacturer's section, or no
+    /// section when the last successful pass found nothing (undetected, or the empty first
+    /// result with `--no-fast-failed`).
+    pub inventory: Inventory,
+    /// The last pass's error when it could not measure (then `inventory` is carried forward
+    /// from the last successful detection); `None` when the last pass measured.
+    pub failure: Option<String>,
+    /// When the last successful detection ran.
+    pub detected_at: SystemTime,
 }
 
 struct State {
     inventory: Inventory,
     faults: FaultWatch,
+    /// The last successful detection that was published; `None` before the first.
+    detected_at: Option<SystemTime>,
+    /// The last pass's error, while it could not measure.
+    failure: Option<String>,
 }
 
 /// The daemon's shared state.
@@ -81,6 +151,10 @@ pub struct Daemon {
     options: DaemonOptions,
     /// Detection passes run since start (measured or not), for tests and the log.
     passes: watch::Sender<u64>,
+    /// The last reasons a pass ran for, newest last.
+    reasons: Mutex<VecDeque<Reason>>,
+    /// What should be published (see the module doc).
+    published: watch::Sender<Option<Published>>,
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -90,8 +164,11 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 impl Daemon {
     /// Loads this boot's faults, runs the first detection and applies the faults to it, so the
     /// plugins start with the right health. A boot id that cannot be read keeps the faults in
-    /// memory only (a restart cannot tell whether it is the same boot).
+    /// memory only (a restart cannot tell whether it is the same boot). A first pass that
+    /// fails or finds nothing is not an error: the loop detects again every period. Fails only
+    /// for a manufacturer without a detector.
     pub fn prepare(node: Node, options: DaemonOptions) -> anyhow::Result<Daemon> {
+        check_detectable(options.manufacturer)?;
         let (faults, notes) = match faults::read_boot_id(node.host.as_ref()) {
             Ok(boot_id) => FaultWatch::start(
                 Some(&options.data_dir),
@@ -106,32 +183,152 @@ impl Daemon {
         for note in notes {
             tracing::warn!("{note}");
         }
-        let (mut inventory, detections) = node.collect(
-            Some(&options.data_dir),
-            &options.prefixes,
-            options.deadlines,
-        )?;
-        for detection in &detections {
-            if let Err(e) = detection {
-                tracing::error!("{e}");
-            }
-        }
-        faults.apply(&mut inventory);
         // A fault on a GPU makes no sound until something looks: say so at start.
         for fault in faults.record().faults() {
             tracing::warn!(gpu = %fault.device_id, "kept from this boot: {}", fault.reason());
         }
-        Ok(Daemon {
+        let daemon = Daemon {
             collector: Mutex::new(node),
             push: Mutex::new(()),
-            state: Mutex::new(State { inventory, faults }),
+            state: Mutex::new(State {
+                inventory: Inventory::default(),
+                faults,
+                detected_at: None,
+                failure: None,
+            }),
             plugins: OnceLock::new(),
             options,
             passes: watch::channel(0).0,
-        })
+            reasons: Mutex::new(VecDeque::new()),
+            published: watch::channel(None).0,
+        };
+        {
+            let collector = lock(&daemon.collector);
+            let pass = collect(&collector, &daemon.options);
+            daemon.take_pass(pass);
+        }
+        Ok(daemon)
+    }
+
+    /// What should be published: `None` before the first detection, then the inventory as
+    /// last detected (see the module doc).
+    pub fn published(&self) -> watch::Receiver<Option<Published>> {
+        self.published.subscribe()
+    }
+
+    /// The reasons of the last passes run, oldest first.
+    #[cfg(test)]
+    pub fn reasons(&self) -> Vec<Reason> {
+        lock(&self.reasons).iter().copied().collect()
+    }
+
+    /// Waits until the manufacturer's accelerators are published, then starts the device
+    /// plugins over them (`config` builds the plugins' configuration from the section) and
+    /// attaches them. Before that the kubelet is told nothing; a node that never answers keeps
+    /// this waiting, never failing.
+    pub async fn start_plugins(
+        &self,
+        config: impl FnOnce(&ManufacturerInventory) -> Config,
+        pods: Arc<dyn PodSource>,
+    ) -> Result<DevicePlugins, StartError> {
+        let manufacturer = self.options.manufacturer;
+        let mut published = self.published();
+        let mut said = false;
+        let section = loop {
+            let section = published
+                .borrow_and_update()
+                .as_ref()
+                .and_then(|p| p.inventory.manufacturer(manufacturer).cloned());
+            if let Some(section) = section {
+                break section;
+            }
+            if !said {
+                tracing::info!(
+                    "{manufacturer}: no accelerators detected yet; the device plugins start when they appear"
+                );
+                said = true;
+            }
+            if published.changed().await.is_err() {
+                // The daemon is being dropped: nothing will ever be published.
+                std::future::pending::<()>().await;
+            }
+        };
+        let plugins = DevicePlugins::start(config(&section), pods).await?;
+        self.attach(plugins.handle());
+        Ok(plugins)
+    }
+
+    /// Takes one pass's result as the module doc says, and publishes what changed. Returns the
+    /// notes for `refresh`.
+    fn take_pass(&self, pass: Result<Inventory, String>) -> Vec<String> {
+        let manufacturer = self.options.manufacturer;
+        let period = self.options.inventory_interval;
+        let mut notes = Vec::new();
+        let mut state = lock(&self.state);
+        match pass {
+            Ok(mut fresh) => {
+                fresh.manufacturers.retain(|s| s.name == manufacturer);
+                let found = fresh.manufacturer(manufacturer).is_some();
+                if !found && state.detected_at.is_none() && self.options.fast_failed {
+                    let note = format!(
+                        "{manufacturer}: no accelerator has answered yet; nothing is published, detecting again in {}s",
+                        period.as_secs()
+                    );
+                    tracing::error!("{note}");
+                    notes.push(note);
+                } else {
+                    if !found && state.inventory.manufacturer(manufacturer).is_some() {
+                        tracing::warn!(
+                            "{manufacturer}: a pass found no accelerator; undetected, and what was held for it is dropped"
+                        );
+                    }
+                    state.faults.apply(&mut fresh);
+                    log_changes(&state.inventory, &fresh);
+                    state.inventory = fresh;
+                    state.failure = None;
+                    state.detected_at = Some(SystemTime::now());
+                }
+            }
+            Err(e) => {
+                let note = if state.detected_at.is_some() {
+                    format!("kept the last detection: {e}")
+                } else {
+                    format!(
+                        "{manufacturer}: the first detection could not measure; nothing is published, detecting again in {}s: {e}",
+                        period.as_secs()
+                    )
+                };
+                tracing::error!("{note}");
+                notes.push(note);
+                if state.detected_at.is_some() {
+                    state.failure = Some(e);
+                }
+            }
+        }
+        self.publish(&state);
+        notes
+    }
+
+    /// Sends what should be published, when it changed.
+    fn publish(&self, state: &State) {
+        let value = state.detected_at.map(|at| Published {
+            manufacturer: self.options.manufacturer,
+            inventory: state.inventory.clone(),
+            failure: state.failure.clone(),
+            detected_at: at,
+        });
+        self.published.send_if_modified(|current| {
+            if *current == value {
+                false
+            } else {
+                *current = value;
+                true
+            }
+        });
     }
 
     /// The inventory as it stands, health applied.
+    #[cfg(test)]
     pub fn inventory(&self) -> Inventory {
         lock(&self.state).inventory.clone()
     }
@@ -159,13 +356,13 @@ impl Daemon {
             .collect()
     }
 
-    /// Connects the running plugins: from now on health changes reach ListAndWatch. The
-    /// current health is pushed at once.
+    /// Connects the running plugins: from now on seat and health changes reach
+    /// ListAndWatch. The current seats and health are pushed at once.
     pub fn attach(&self, plugins: PluginHandle) {
         if self.plugins.set(plugins).is_err() {
             tracing::warn!("the device plugins were attached twice; keeping the first");
         }
-        self.push_health();
+        self.sync_plugins();
     }
 
     /// Opens `/dev/kmsg` under the host root. When it cannot be opened the daemon goes on
@@ -188,10 +385,13 @@ impl Daemon {
     pub fn on_entry(&self, entry: &KernelLogEntry, now: Instant) -> WatchOutcome {
         let outcome = {
             let mut guard = lock(&self.state);
-            let State { inventory, faults } = &mut *guard;
+            let State {
+                inventory, faults, ..
+            } = &mut *guard;
             let outcome = faults.on_entry(entry, inventory, now);
             if outcome.changed.is_some() {
                 faults.apply(inventory);
+                self.publish(&guard);
             }
             outcome
         };
@@ -202,7 +402,7 @@ impl Daemon {
             }
         }
         if outcome.changed.is_some() {
-            self.push_health();
+            self.sync_plugins();
         }
         outcome
     }
@@ -229,37 +429,60 @@ impl Daemon {
         }
     }
 
-    /// Runs one detection now (blocking: nvidia-smi may take its deadline). A pass that could
-    /// not measure keeps the last detection; the notes say so. Health goes to the plugins.
+    /// Runs one detection now (blocking: nvidia-smi may take its deadline) and takes it as
+    /// the module doc says; the notes say what was kept or held back. Seats and health go to
+    /// the plugins.
     pub fn detect(&self, reason: Reason) -> Refreshed {
         let collector = lock(&self.collector);
         tracing::debug!(?reason, "collecting the inventory");
-        let mut notes = Vec::new();
-        match collect(&collector, &self.options) {
-            Ok(mut fresh) => {
-                let mut state = lock(&self.state);
-                state.faults.apply(&mut fresh);
-                log_changes(&state.inventory, &fresh);
-                state.inventory = fresh;
+        {
+            let mut reasons = lock(&self.reasons);
+            if reasons.len() == HISTORY {
+                reasons.pop_front();
             }
-            Err(e) => {
-                let note = format!("kept the last detection: {e}");
-                tracing::error!("{note}");
-                notes.push(note);
-            }
+            reasons.push_back(reason);
         }
-        self.push_health();
+        let pass = collect(&collector, &self.options);
+        let notes = self.take_pass(pass);
+        self.sync_plugins();
         self.passes.send_modify(|n| *n = n.wrapping_add(1));
         Refreshed::from_inventory(&lock(&self.state).inventory, notes)
     }
 
-    /// Sets every seat's token health from the inventory: a seat is healthy when the inventory
-    /// lists its GPU (by UUID) and the GPU passes the health rule.
-    fn push_health(&self) {
+    /// Brings the plugins in line with the inventory: the seats when the accelerators that
+    /// can be granted changed (grants on one that went are dropped, naming the Pod), then
+    /// every seat's token health: a seat is healthy when the inventory lists its GPU (by UUID)
+    /// and the GPU passes the health rule.
+    fn sync_plugins(&self) {
         let Some(plugins) = self.plugins.get() else {
             return;
         };
         let _push = lock(&self.push);
+        let wanted = seats_of(&lock(&self.state).inventory, self.options.manufacturer);
+        let served = plugins.seats();
+        if !same_seats(&served, &wanted) {
+            tracing::info!(
+                "the accelerators that can be granted changed ({} → {}); the plugins follow",
+                served.len(),
+                wanted.len()
+            );
+            let dropped = plugins.replace_seats(wanted);
+            if !dropped.is_empty() {
+                tracing::warn!(
+                    "{} grant(s) dropped with their accelerators: {}",
+                    dropped.len(),
+                    dropped
+                        .iter()
+                        .map(|d| format!(
+                            "{} container {}",
+                            d.pod.as_deref().unwrap_or(&d.key.pod_uid),
+                            d.key.container
+                        ))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                );
+            }
+        }
         let seats = plugins.with_ledger(|ledger| {
             ledger
                 .seats()
@@ -306,19 +529,53 @@ fn log_changes(old: &Inventory, new: &Inventory) {
     let (before, after) = (uuids(old), uuids(new));
     if before != after {
         tracing::warn!(
-            "the node's GPUs changed ({} → {}); the plugins keep serving the GPUs they started with until a restart",
+            "the node's accelerators changed ({} → {}): {:?}",
             before.len(),
-            after.len()
+            after.len(),
+            after
         );
     }
 }
 
+/// Every accelerator of the inventory (the daemon keeps only its manufacturer's section).
 fn gpus(inventory: &Inventory) -> impl Iterator<Item = &accel_core::inventory::Accelerator> {
     inventory
         .manufacturers
         .iter()
-        .filter(|s| s.name == Manufacturer::Nvidia)
         .flat_map(|s| s.accelerators.iter())
+}
+
+/// The ledger's seats for the manufacturer's accelerators in `inventory` (none when it is
+/// absent), each with the manufacturer's slice count and its health.
+pub fn seats_of(inventory: &Inventory, manufacturer: Manufacturer) -> Vec<Seat> {
+    let slice_count = slices_per_accelerator(manufacturer).unwrap_or(0);
+    inventory
+        .manufacturer(manufacturer)
+        .map(|section| {
+            section
+                .accelerators
+                .iter()
+                .map(|a| Seat::from_accelerator(a, slice_count))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Whether two seat lists serve the same accelerators the same way; health is not compared
+/// (it is pushed token by token, without touching the grants).
+fn same_seats(a: &[Seat], b: &[Seat]) -> bool {
+    let key = |seats: &[Seat]| -> Vec<Seat> {
+        let mut seats: Vec<Seat> = seats
+            .iter()
+            .map(|s| Seat {
+                healthy: true,
+                ..s.clone()
+            })
+            .collect();
+        seats.sort_by_key(|s| s.index);
+        seats
+    };
+    key(a) == key(b)
 }
 
 /// Each seat's health from the inventory: the GPU with the seat's UUID (by index when the seat
@@ -387,7 +644,9 @@ impl AdminHandler for Daemon {
         // while it resets.
         let report = plugins.with_ledger(|ledger| {
             let mut guard = lock(&self.state);
-            let State { inventory, faults } = &mut *guard;
+            let State {
+                inventory, faults, ..
+            } = &mut *guard;
             let mut collect_again = || collect(&collector, &self.options);
             let report = reset::reset(
                 inventory,
@@ -399,11 +658,16 @@ impl AdminHandler for Daemon {
                 faults,
             )?;
             if let Some(fresh) = &report.inventory {
-                *inventory = fresh.clone();
+                let mut fresh = fresh.clone();
+                fresh
+                    .manufacturers
+                    .retain(|s| s.name == self.options.manufacturer);
+                *inventory = fresh;
             }
+            self.publish(&guard);
             Ok::<_, ResetError>(report)
         })?;
-        self.push_health();
+        self.sync_plugins();
         Ok(report)
     }
 }

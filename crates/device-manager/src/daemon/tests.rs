@@ -3,17 +3,24 @@
 //! tokens Unhealthy within a second, application XIDs only raise a condition, faults survive a
 //! restart in the same boot and not a new boot, a reset recovers a GPU and is refused on a
 //! granted one, an overrun is survived, and the detection cadence (bursts, PCI changes,
-//! period, refresh). Waits are bounded and say what did not happen.
+//! period, refresh, health changes). What a pass means: a failed one keeps the last detection,
+//! an empty one undetects and drops, a node that never answered publishes nothing (or the empty
+//! result with `--no-fast-failed`), the plugins start when accelerators appear and follow them
+//! when one vanishes. The host's programs go through [`Switch`], so a test can take nvidia-smi
+//! away mid-run. Waits are bounded and say what did not happen.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::sync::mpsc::Sender;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use accel_core::Manufacturer;
 use accel_core::ledger::Seat;
-use accel_host::{ChannelKernelLog, KernelLogEntry, KmsgRecord};
+use accel_host::{
+    ChannelKernelLog, CommandError, CommandOutput, Commands, KernelLogEntry, KmsgRecord,
+    RecordedCommands,
+};
 use accel_nvidia::detector::Deadlines;
 use accel_nvidia::reset::{ResetError, reset_argv};
 use accel_nvidia::xid::XidClasses;
@@ -76,6 +83,8 @@ fn record_reset(host: &Path, uuid: &str) {
 
 fn options(data_dir: &Path) -> DaemonOptions {
     DaemonOptions {
+        manufacturer: Manufacturer::Nvidia,
+        fast_failed: true,
         data_dir: data_dir.to_path_buf(),
         prefixes: PciClassPrefixes::default(),
         deadlines: Deadlines {
@@ -89,10 +98,137 @@ fn options(data_dir: &Path) -> DaemonOptions {
     }
 }
 
+/// The host's programs, switchable mid-run: the recorded ones, or none installed (nvidia-smi
+/// gone with its driver).
+#[derive(Clone)]
+struct Switch {
+    now: Arc<Mutex<Arc<dyn Commands>>>,
+    recorded: Arc<dyn Commands>,
+}
+
+impl Switch {
+    fn new(recorded: Box<dyn Commands>) -> Switch {
+        let recorded: Arc<dyn Commands> = Arc::from(recorded);
+        Switch {
+            now: Arc::new(Mutex::new(recorded.clone())),
+            recorded,
+        }
+    }
+
+    fn current(&self) -> Arc<dyn Commands> {
+        self.now.lock().unwrap().clone()
+    }
+
+    /// nvidia-smi is not installed any more.
+    fn none(&self) {
+        *self.now.lock().unwrap() = Arc::new(RecordedCommands::empty());
+    }
+
+    /// The recorded programs answer again.
+    fn recorded(&self) {
+        *self.now.lock().unwrap() = self.recorded.clone();
+    }
+}
+
+impl Commands for Switch {
+    fn run(&self, argv: &[&str], deadline: Duration) -> Result<CommandOutput, CommandError> {
+        self.current().run(argv, deadline)
+    }
+
+    fn is_installed(&self, program: &str) -> bool {
+        self.current().is_installed(program)
+    }
+}
+
+/// The daemon over a recorded host whose programs go through a [`Switch`].
+fn prepare(host: &Path, options: DaemonOptions) -> (Arc<Daemon>, Switch) {
+    let mut node = Node::open(host).unwrap();
+    let commands = Switch::new(std::mem::replace(
+        &mut node.commands,
+        Box::new(RecordedCommands::empty()),
+    ));
+    node.commands = Box::new(commands.clone());
+    (Arc::new(Daemon::prepare(node, options).unwrap()), commands)
+}
+
+/// The plugins' configuration as `serve` builds it, for the section first detected.
+fn plugin_config(kubelet_dir: &Path, data: &Path, section: &ManufacturerInventory) -> Config {
+    Config {
+        kubelet_dir: kubelet_dir.to_path_buf(),
+        data_dir: data.to_path_buf(),
+        settings: Settings::default(),
+        manufacturer: Manufacturer::Nvidia,
+        seats: section
+            .accelerators
+            .iter()
+            .map(|a| Seat::from_accelerator(a, 128))
+            .collect(),
+        slices: false,
+        responder: NvidiaResponder {
+            strategy: InjectionStrategy::Envvar,
+            cuda_major: Some(13),
+            pod_dir_root: data.join("pods"),
+            preload_dir: data.join("preload"),
+            engine: EngineFacts::default(),
+        },
+        poll_interval: Duration::from_millis(50),
+    }
+}
+
+/// The driver is gone: no `/proc/driver/nvidia`, no nvidia-smi (a pass finds nothing).
+fn remove_driver(host: &Path, commands: &Switch) {
+    let driver = host.join("root/proc/driver/nvidia");
+    std::fs::rename(&driver, host.join("root/proc/driver/nvidia.away")).unwrap();
+    commands.none();
+}
+
+/// The driver is back with its programs.
+fn restore_driver(host: &Path, commands: &Switch) {
+    let driver = host.join("root/proc/driver/nvidia");
+    std::fs::rename(host.join("root/proc/driver/nvidia.away"), &driver).unwrap();
+    commands.recorded();
+}
+
+/// The driver is there but answers nothing: its GPU listing cannot be read and nvidia-smi is
+/// gone (a pass that cannot measure).
+fn wedge_driver(host: &Path, commands: &Switch) {
+    let gpus = host.join("root/proc/driver/nvidia/gpus");
+    std::fs::rename(&gpus, host.join("root/proc/driver/nvidia/gpus.away")).unwrap();
+    std::fs::write(&gpus, "").unwrap();
+    commands.none();
+}
+
+/// Runs one detection as `refresh` does.
+async fn refresh(daemon: &Arc<Daemon>) -> Refreshed {
+    let daemon = daemon.clone();
+    tokio::task::spawn_blocking(move || daemon.refresh())
+        .await
+        .unwrap()
+        .unwrap()
+}
+
+fn pod_with(uid: &str, resource: &str, count: &str) -> Pod {
+    Pod {
+        uid: uid.into(),
+        namespace: "ns".into(),
+        name: format!("trainer-{uid}"),
+        created: 1_700_000_000,
+        phase: Phase::Pending,
+        runtime_class: None,
+        allocated: None,
+        containers: vec![Container {
+            name: "main".into(),
+            limits: BTreeMap::from([(resource.to_string(), count.to_string())]),
+            env: BTreeMap::new(),
+        }],
+    }
+}
+
 /// The daemon as `serve` runs it, with a fed kernel log and its own emulated kubelet.
 struct Rig {
     _kubelet_dir: tempfile::TempDir,
     kubelet: Kubelet,
+    commands: Switch,
     daemon: Arc<Daemon>,
     plugins: Option<DevicePlugins>,
     loops: Option<Loops>,
@@ -108,40 +244,21 @@ impl Rig {
     async fn start_with(host: &Path, options: DaemonOptions) -> Rig {
         let kubelet_dir = tempfile::tempdir().unwrap();
         let kubelet = Kubelet::start(kubelet_dir.path(), MemoryPods::new()).await;
-        let node = Node::open(host).unwrap();
         let data = options.data_dir.clone();
-        let daemon = Arc::new(Daemon::prepare(node, options).unwrap());
-        let inventory = daemon.inventory();
-        let section = inventory.manufacturer(Manufacturer::Nvidia).unwrap();
-        let config = Config {
-            kubelet_dir: kubelet_dir.path().to_path_buf(),
-            data_dir: data.clone(),
-            settings: Settings::default(),
-            manufacturer: Manufacturer::Nvidia,
-            seats: section
-                .accelerators
-                .iter()
-                .map(|a| Seat::from_accelerator(a, 128))
-                .collect(),
-            slices: false,
-            responder: NvidiaResponder {
-                strategy: InjectionStrategy::Envvar,
-                cuda_major: Some(13),
-                pod_dir_root: data.join("pods"),
-                preload_dir: data.join("preload"),
-                engine: EngineFacts::default(),
-            },
-            poll_interval: Duration::from_millis(50),
-        };
+        let (daemon, commands) = prepare(host, options);
         let pods = Arc::new(kubelet.pods().clone());
-        let plugins = DevicePlugins::start(config, pods).await.unwrap();
-        daemon.attach(plugins.handle());
+        let start = daemon.start_plugins(|s| plugin_config(kubelet_dir.path(), &data, s), pods);
+        let plugins = tokio::time::timeout(SETTLE, start)
+            .await
+            .expect("the recorded host's GPUs were detected at start")
+            .unwrap();
         let (log, kernel_log) = ChannelKernelLog::new();
         let loops = Loops::start(daemon.clone(), Some(Box::new(kernel_log)));
         kubelet.wait_for(&[GPU, SHARED]).await;
         Rig {
             _kubelet_dir: kubelet_dir,
             kubelet,
+            commands,
             daemon,
             plugins: Some(plugins),
             loops: Some(loops),
@@ -344,6 +461,7 @@ async fn a_reset_of_a_granted_gpu_is_refused_gpu_busy() {
         created: 1_700_000_000,
         phase: Phase::Pending,
         runtime_class: None,
+        allocated: None,
         containers: vec![Container {
             name: "main".into(),
             limits: BTreeMap::from([(GPU.to_string(), "1".to_string())]),
@@ -438,6 +556,240 @@ async fn the_inventory_is_collected_on_a_period_on_demand_and_on_a_pci_change() 
     let before = *rig.daemon.passes().borrow();
     rig.wait_passes(before, 2, Duration::from_secs(5), "on the period")
         .await;
+    rig.stop().await;
+}
+
+/// The exclusive token a Pod's container holds, with its accelerator's UUID.
+async fn admit_one(rig: &Rig, uid: &str) -> String {
+    rig.kubelet.create(pod_with(uid, GPU, "1"));
+    rig.kubelet.admit(uid).await.unwrap();
+    let held = rig.kubelet.held(uid, "main", GPU);
+    assert_eq!(held.len(), 1);
+    held[0].clone()
+}
+
+fn published(daemon: &Daemon) -> Option<Published> {
+    daemon.published().borrow().clone()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_pass_keeps_the_last_detection_and_its_tokens() {
+    let host = host();
+    let data = tempfile::tempdir().unwrap();
+    let rig = Rig::start(host.path(), &data_dir(&data)).await;
+    let first = published(&rig.daemon).expect("published after the first detection");
+    assert_eq!(first.failure, None);
+    assert_eq!(first.inventory.manufacturers[0].accelerators.len(), 8);
+    admit_one(&rig, "uid-a").await;
+
+    wedge_driver(host.path(), &rig.commands);
+    let refreshed = refresh(&rig.daemon).await;
+    assert_eq!(refreshed.gpus.len(), 8, "the last detection is reported");
+    assert!(
+        refreshed.notes[0].starts_with("kept the last detection: nvidia: driver present but"),
+        "{:?}",
+        refreshed.notes
+    );
+    let kept = published(&rig.daemon).unwrap();
+    assert_eq!(kept.inventory, first.inventory);
+    assert_eq!(kept.detected_at, first.detected_at);
+    assert!(
+        kept.failure
+            .as_deref()
+            .unwrap()
+            .starts_with("nvidia: driver present but")
+    );
+    // The plugins keep serving: every token, and the grant.
+    assert_eq!(rig.kubelet.devices(GPU).len(), 8);
+    assert_eq!(rig.plugins.as_ref().unwrap().ledger().grants().len(), 1);
+    rig.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pass_that_finds_nothing_drops_the_tokens_and_the_grants() {
+    let host = host();
+    let data = tempfile::tempdir().unwrap();
+    let rig = Rig::start(host.path(), &data_dir(&data)).await;
+    admit_one(&rig, "uid-a").await;
+
+    remove_driver(host.path(), &rig.commands);
+    let refreshed = refresh(&rig.daemon).await;
+    assert!(refreshed.gpus.is_empty());
+    rig.kubelet.wait_devices(GPU, <[_]>::is_empty).await;
+    rig.kubelet.wait_devices(SHARED, <[_]>::is_empty).await;
+    assert!(rig.plugins.as_ref().unwrap().ledger().grants().is_empty());
+    let undetected = published(&rig.daemon).unwrap();
+    assert!(undetected.inventory.manufacturers.is_empty());
+    assert_eq!(undetected.failure, None);
+
+    // A later failure cannot resurrect the cards that were pulled.
+    restore_driver(host.path(), &rig.commands);
+    wedge_driver(host.path(), &rig.commands);
+    refresh(&rig.daemon).await;
+    let failed = published(&rig.daemon).unwrap();
+    assert!(failed.inventory.manufacturers.is_empty());
+    assert!(failed.failure.is_some());
+    assert!(rig.kubelet.devices(GPU).is_empty());
+    rig.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_manufacturer_that_never_answered_publishes_nothing_and_the_round_repeats() {
+    let host = host();
+    let data = tempfile::tempdir().unwrap();
+    let mut fast = options(&data_dir(&data));
+    fast.inventory_interval = Duration::from_millis(100);
+    // The first pass cannot measure, then the driver answers with no accelerator.
+    let (daemon, commands) = {
+        let probe = Switch::new(Box::new(RecordedCommands::empty()));
+        wedge_driver(host.path(), &probe);
+        let mut node = Node::open(host.path()).unwrap();
+        node.commands = Box::new(probe.clone());
+        (Arc::new(Daemon::prepare(node, fast).unwrap()), probe)
+    };
+    assert_eq!(published(&daemon), None);
+    let loops = Loops::start(daemon.clone(), None);
+    let mut passes = daemon.passes();
+    let wait = passes.wait_for(|p| *p >= 2);
+    tokio::time::timeout(SETTLE, wait)
+        .await
+        .expect("the round repeats every period")
+        .unwrap();
+    assert_eq!(published(&daemon), None);
+    let refreshed = refresh(&daemon).await;
+    assert!(
+        refreshed.notes[0].starts_with(
+            "nvidia: the first detection could not measure; nothing is published, detecting again in 0s: "
+        ),
+        "{:?}",
+        refreshed.notes
+    );
+    std::fs::remove_file(host.path().join("root/proc/driver/nvidia/gpus")).unwrap();
+    remove_driver(host.path(), &commands);
+    let refreshed = refresh(&daemon).await;
+    assert_eq!(
+        refreshed.notes,
+        ["nvidia: no accelerator has answered yet; nothing is published, detecting again in 0s"]
+    );
+    assert_eq!(published(&daemon), None);
+    assert!(daemon.reasons().contains(&Reason::Periodic));
+    loops.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_fast_failed_publishes_the_empty_first_result() {
+    let host = host();
+    let data = tempfile::tempdir().unwrap();
+    let probe = Switch::new(Box::new(RecordedCommands::empty()));
+    remove_driver(host.path(), &probe);
+    let mut node = Node::open(host.path()).unwrap();
+    node.commands = Box::new(probe);
+    let mut publish_empty = options(&data_dir(&data));
+    publish_empty.fast_failed = false;
+    let daemon = Daemon::prepare(node, publish_empty).unwrap();
+    let first = published(&daemon).expect("the empty first result is published");
+    assert!(first.inventory.manufacturers.is_empty());
+    assert_eq!(first.failure, None);
+    assert_eq!(first.manufacturer, Manufacturer::Nvidia);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_on_a_node_without_gpus_keeps_running_and_serves_them_when_they_appear() {
+    let host = host();
+    let data = tempfile::tempdir().unwrap();
+    let data = data_dir(&data);
+    let kubelet_dir = tempfile::tempdir().unwrap();
+    let kubelet = Kubelet::start(kubelet_dir.path(), MemoryPods::new()).await;
+    let mut fast = options(&data);
+    fast.inventory_interval = Duration::from_millis(100);
+    let probe = Switch::new(Box::new(RecordedCommands::load(host.path()).unwrap()));
+    remove_driver(host.path(), &probe);
+    let mut node = Node::open(host.path()).unwrap();
+    node.commands = Box::new(probe.clone());
+    let daemon = Arc::new(Daemon::prepare(node, fast).unwrap());
+    let loops = Loops::start(daemon.clone(), None);
+    let pods: Arc<dyn accel_plugin::pods::PodSource> = Arc::new(kubelet.pods().clone());
+    let starting = {
+        let daemon = daemon.clone();
+        let kubelet_dir = kubelet_dir.path().to_path_buf();
+        tokio::spawn(async move {
+            daemon
+                .start_plugins(|s| plugin_config(&kubelet_dir, &data, s), pods)
+                .await
+        })
+    };
+    let mut passes = daemon.passes();
+    tokio::time::timeout(SETTLE, passes.wait_for(|p| *p >= 3))
+        .await
+        .expect("it keeps detecting")
+        .unwrap();
+    assert!(
+        !starting.is_finished(),
+        "no plugin before an accelerator answers"
+    );
+    assert!(kubelet.devices(GPU).is_empty());
+
+    restore_driver(host.path(), &probe);
+    let plugins = tokio::time::timeout(SETTLE, starting)
+        .await
+        .expect("the plugins start once the GPUs answer")
+        .unwrap()
+        .unwrap();
+    kubelet.wait_for(&[GPU, SHARED]).await;
+    assert_eq!(kubelet.devices(GPU).len(), 8);
+    loops.stop().await;
+    plugins.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_health_change_triggers_a_detection() {
+    let host = host();
+    let data = tempfile::tempdir().unwrap();
+    let mut rig = Rig::start(host.path(), &data_dir(&data)).await;
+    let before = *rig.daemon.passes().borrow();
+    rig.line(HARDWARE_XID_GPU0);
+    rig.wait_passes(before, 1, SETTLE, "after a health change")
+        .await;
+    assert_eq!(rig.daemon.reasons().first(), Some(&Reason::HealthChange));
+    // What is published carries the health.
+    let now = published(&rig.daemon).unwrap();
+    assert!(!now.inventory.manufacturers[0].accelerators[0].healthy);
+    rig.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gpu_vanishing_between_passes_drops_its_tokens_and_its_grant() {
+    let host = host();
+    let data = tempfile::tempdir().unwrap();
+    let rig = Rig::start(host.path(), &data_dir(&data)).await;
+    let a = admit_one(&rig, "uid-a").await;
+    let b = admit_one(&rig, "uid-b").await;
+    // a's card leaves: gone from procfs and the bus, and nvidia-smi no longer answers, so the
+    // pass enumerates from procfs alone (its indices move up).
+    let bus = rig.daemon.inventory().manufacturers[0]
+        .accelerators
+        .iter()
+        .find(|g| g.uuid.as_deref() == Some(a.as_str()))
+        .unwrap()
+        .bus_id
+        .unwrap();
+    let short = bus.sysfs();
+    let gpus = host.path().join("root/proc/driver/nvidia/gpus");
+    std::fs::remove_dir_all(gpus.join(&short)).unwrap();
+    let _ = std::fs::remove_file(host.path().join("root/sys/bus/pci/devices").join(&short));
+    rig.commands.none();
+    let refreshed = refresh(&rig.daemon).await;
+    assert_eq!(refreshed.gpus.len(), 7, "{refreshed:?}");
+    rig.kubelet
+        .wait_devices(GPU, |d| d.len() == 7 && d.iter().all(|t| t.id != a))
+        .await;
+    let ledger = rig.plugins.as_ref().unwrap().ledger();
+    assert_eq!(ledger.grants().len(), 1);
+    let (key, grant) = ledger.grants().iter().next().unwrap();
+    assert_eq!(key.pod_uid, "uid-b");
+    // b's grant followed its GPU to its new index.
+    let seat = ledger.seat(grant.accelerators[0]).unwrap();
+    assert_eq!(seat.uuid.as_deref(), Some(b.as_str()));
     rig.stop().await;
 }
 

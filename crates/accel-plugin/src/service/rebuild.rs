@@ -1,0 +1,210 @@
+//! Settling the ledger at start, after the journal (DESIGN.md, "Restart"): the journal is
+//! authoritative; the Pods' `device.gpustack.ai/accelerator.allocated` annotations are its
+//! cluster-side copy and the fallback when it is lost; the kubelet's pod-resources answer and the
+//! live Pods settle the rest. A grant the journal lacks is adopted from the first source that
+//! records it; one the journal holds differently keeps the journal's. Every adoption and
+//! disagreement is logged naming the Pod and kept as a rebuild note; an annotation of an
+//! unreadable shape is logged loudly and never guessed at.
+//!
+//! This module reads and compares; the ledger's rules decide whether an adopted grant fits.
+
+use std::collections::BTreeMap;
+
+use accel_core::ledger::annotation;
+use accel_core::ledger::{Family, Grant, GrantKey};
+
+use super::Shared;
+use crate::journal::Entry;
+use crate::pods::Pod;
+
+/// Where an adopted grant came from (for the log).
+#[derive(Debug, Clone, Copy)]
+enum Source {
+    Annotation,
+    Kubelet,
+}
+
+impl Source {
+    fn describe(self) -> &'static str {
+        match self {
+            Source::Annotation => "its accelerator.allocated annotation",
+            Source::Kubelet => "the kubelet's pod-resources",
+        }
+    }
+}
+
+fn pod_name(pod: &Pod) -> String {
+    format!("{}/{}", pod.namespace, pod.name)
+}
+
+/// Whether two records of one container's grant say the same thing (a finished flag that has
+/// not reached the cluster yet is not a disagreement, nor the units of a whole accelerator or a
+/// share, which the ledger computes itself).
+fn same_grant(a: &Grant, b: &Grant) -> bool {
+    let sorted = |v: &[String]| {
+        let mut v = v.to_vec();
+        v.sort();
+        v
+    };
+    a.family == b.family
+        && a.resource == b.resource
+        && sorted(&a.device_ids) == sorted(&b.device_ids)
+        && a.accelerators == b.accelerators
+        // Only a slice's units are its own; the ledger computes the others.
+        && (a.family != Family::Sliced || a.units == b.units)
+        && a.cores_percentage == b.cores_percentage
+}
+
+fn describe(grant: &Grant) -> String {
+    format!(
+        "{} {:?} on {:?}",
+        grant.resource, grant.device_ids, grant.accelerators
+    )
+}
+
+impl Shared {
+    fn note(&self, note: String) {
+        self.rebuild_notes
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push(note);
+    }
+
+    /// Settles the ledger after the journal against the Pods' annotations, then the kubelet.
+    /// Called once, when the node's Pods are first known.
+    pub(super) async fn settle(&self) {
+        let Some(pods) = self.pods.pods() else {
+            return;
+        };
+        let from_annotations = self.annotation_grants(&pods);
+        self.adopt(from_annotations, Source::Annotation);
+        let names: BTreeMap<&str, String> =
+            pods.iter().map(|p| (p.uid.as_str(), pod_name(p))).collect();
+        let from_kubelet = self
+            .rebuild_from_kubelet()
+            .await
+            .into_iter()
+            .map(|(key, grant)| {
+                let name = names
+                    .get(key.pod_uid.as_str())
+                    .cloned()
+                    .unwrap_or_else(|| key.pod_uid.clone());
+                (key, (name, grant))
+            })
+            .collect();
+        self.adopt(from_kubelet, Source::Kubelet);
+    }
+
+    /// The grants the Pods' annotations record, by container, with the Pod's name. Device IDs
+    /// are mapped to today's accelerators through the pools (an index may have moved since the
+    /// annotation was written); an annotation that does not read, or names what this node does
+    /// not serve, is logged and not used.
+    fn annotation_grants(&self, pods: &[Pod]) -> BTreeMap<GrantKey, (String, Grant)> {
+        let pools = self.pools();
+        let mut grants = BTreeMap::new();
+        for pod in pods {
+            let Some(text) = &pod.allocated else {
+                continue;
+            };
+            let name = pod_name(pod);
+            let allocated = match annotation::parse(text) {
+                Ok(allocated) => allocated,
+                Err(e) => {
+                    let note = format!(
+                        "pod {name}: UNREADABLE ANNOTATION, not used to rebuild the ledger: {e}"
+                    );
+                    tracing::error!("ledger rebuild: {note}");
+                    self.note(note);
+                    continue;
+                }
+            };
+            for (container, mut grant) in allocated {
+                let mapped: Option<Vec<u32>> = pools
+                    .iter()
+                    .find(|p| p.resource == grant.resource)
+                    .and_then(|pool| {
+                        grant
+                            .device_ids
+                            .iter()
+                            .map(|id| pool.tokens.get(id).copied())
+                            .collect()
+                    });
+                let Some(mut accelerators) = mapped else {
+                    let note = format!(
+                        "pod {name} container {container}: its annotation names {} this node does not serve; not restored",
+                        describe(&grant)
+                    );
+                    tracing::warn!("ledger rebuild: {note}");
+                    self.note(note);
+                    continue;
+                };
+                accelerators.sort_unstable();
+                accelerators.dedup();
+                grant.accelerators = accelerators;
+                grant.finished = grant.finished || pod.phase.finished();
+                grants.insert(
+                    GrantKey::new(pod.uid.clone(), container),
+                    (name.clone(), grant),
+                );
+            }
+        }
+        grants
+    }
+
+    /// Puts into the ledger (and the journal) the grants it lacks; says where the ledger
+    /// disagrees, keeping its own.
+    fn adopt(&self, grants: BTreeMap<GrantKey, (String, Grant)>, source: Source) {
+        let mut notes = Vec::new();
+        {
+            let mut state = self.lock();
+            for (key, (pod, grant)) in grants {
+                let who = format!("pod {pod} container {}", key.container);
+                match state.ledger.grant(&key) {
+                    Some(held) if same_grant(held, &grant) => {}
+                    Some(held) => notes.push((
+                        false,
+                        format!(
+                            "{who}: {} records {}, the ledger holds {} (from the journal); keeping the ledger's",
+                            source.describe(),
+                            describe(&grant),
+                            describe(held)
+                        ),
+                    )),
+                    None => match state.ledger.restore(key.clone(), grant.clone()) {
+                        Ok(()) => {
+                            let note = format!(
+                                "{who}: restored {} from {} (the journal lacked it)",
+                                describe(&grant),
+                                source.describe()
+                            );
+                            if let Err(e) = state.journal.append(&Entry::Grant { key, grant }) {
+                                tracing::error!("ledger journal: {e}");
+                            }
+                            notes.push((false, note));
+                        }
+                        Err(refusal) => notes.push((
+                            true,
+                            format!(
+                                "{who}: {} records {}, which conflicts with the ledger: {refusal}; not restored",
+                                source.describe(),
+                                describe(&grant)
+                            ),
+                        )),
+                    },
+                }
+            }
+        }
+        let changed = !notes.is_empty();
+        for (error, note) in notes {
+            if error {
+                tracing::error!("ledger rebuild: {note}");
+            } else {
+                tracing::warn!("ledger rebuild: {note}");
+            }
+            self.note(note);
+        }
+        if changed {
+            self.notify();
+        }
+    }
+}
