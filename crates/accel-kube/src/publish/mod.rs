@@ -627,6 +627,7 @@ mod tests {
             phase: Phase::Running,
             runtime_class: None,
             containers: vec![],
+            allocated: None,
         }
     }
 
