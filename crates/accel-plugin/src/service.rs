@@ -290,6 +290,12 @@ impl PluginHandle {
         self.shared.lock().ledger.clone()
     }
 
+    /// Ticks on every grant, release and health change (what moves ListAndWatch), so a
+    /// publisher can follow the ledger without polling it.
+    pub fn changes(&self) -> watch::Receiver<u64> {
+        self.shared.changed.subscribe()
+    }
+
     /// Runs `f` with the ledger locked, so no Allocate can grant while it runs (a GPU reset
     /// holds it from its busy check to its end; Allocate waits). `f` must not call back into
     /// the plugins.

@@ -10,6 +10,7 @@ mod admin;
 mod cmd;
 mod daemon;
 mod node;
+mod publish;
 
 /// Makes a Kubernetes node's accelerators schedulable, accounted and isolated.
 #[derive(Debug, Parser)]

@@ -12,6 +12,9 @@ use std::time::Duration;
 
 use accel_core::Manufacturer;
 use accel_core::inventory::ManufacturerInventory;
+use accel_core::resources::KeyGrammar;
+use accel_kube::publish::kube::KubeApi;
+use accel_kube::publish::{Publisher, PublisherConfig};
 use accel_nvidia::detector::Deadlines;
 use accel_nvidia::reset::RESET_DEADLINE;
 use accel_nvidia::xid::XidClasses;
@@ -20,11 +23,13 @@ use accel_plugin::pods::{MemoryPods, PodSource};
 use accel_plugin::responder::{NvidiaResponder, PRELOAD_LIBRARY};
 use accel_plugin::settings::Settings;
 use anyhow::Context;
+use tokio::sync::watch;
 
 use crate::admin::server::AdminServer;
 use crate::daemon::loops::Loops;
 use crate::daemon::{self, Daemon, DaemonOptions};
 use crate::node::{self, Node};
+use crate::publish;
 
 /// Arguments of `serve`.
 #[derive(Debug, clap::Args)]
@@ -61,6 +66,10 @@ pub struct Args {
     /// accelerator has answered, nothing is published and the round repeats every period.
     #[arg(long, env = "NO_FAST_FAILED")]
     pub no_fast_failed: bool,
+    /// The namespace the daemon runs in, where its NodeFeature is written (the DaemonSet passes
+    /// its own through the downward API); the cluster configuration's default when unset.
+    #[arg(long, env = "POD_NAMESPACE")]
+    pub namespace: Option<String>,
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
@@ -99,8 +108,50 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         .enable_all()
         .build()
         .context("starting the async runtime")?;
-    let pods = runtime.block_on(pod_source(&args.node_name));
+    let client = runtime.block_on(cluster_client(&args.node_name));
+    let pods: Arc<dyn PodSource> = match &client {
+        Some(client) => {
+            let (pods, run) = accel_kube::NodePods::new(client.clone(), &args.node_name);
+            runtime.spawn(run);
+            pods
+        }
+        None => Arc::new(MemoryPods::unsynced()),
+    };
     runtime.block_on(async move {
+        let (plugins_tx, plugins_rx) = watch::channel(None);
+        let feed = publish::Feed {
+            grammar: KeyGrammar::default(),
+            slices: {
+                let daemon = daemon.clone();
+                Arc::new(move |section: &ManufacturerInventory| {
+                    slices_offered(&daemon, section).1
+                })
+            },
+            pods: pods.clone(),
+            detected: daemon.published(),
+            plugins: plugins_rx,
+            out: watch::channel(None).0,
+        };
+        match &client {
+            Some(client) => {
+                let namespace = args
+                    .namespace
+                    .clone()
+                    .unwrap_or_else(|| client.default_namespace().to_string());
+                let config =
+                    PublisherConfig::new(&args.node_name, namespace, [args.manufacturer]);
+                let (publisher, _) = Publisher::new(
+                    Arc::new(KubeApi::new(client.clone())),
+                    config,
+                    feed.out.subscribe(),
+                );
+                tokio::spawn(publisher.run());
+                tokio::spawn(feed.run());
+            }
+            None => tracing::error!(
+                "NOTHING IS PUBLISHED: no cluster configuration, so no NodeFeature, Devices, Pod annotations or capacity"
+            ),
+        }
         let loops = Loops::start(daemon.clone(), daemon.open_kernel_log());
         let path = server.path().to_path_buf();
         let admin = server
@@ -123,6 +174,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         };
         if let Some(plugins) = &started {
             tracing::info!("serving {:?}", plugins.resources());
+            plugins_tx.send_replace(Some(plugins.handle()));
             shutdown.await;
         }
         admin.shutdown();
@@ -145,27 +197,18 @@ fn plugin_config(
     daemon: &Daemon,
     section: &ManufacturerInventory,
 ) -> Config {
-    let cuda_major = section
-        .runtime_version
-        .as_deref()
-        .and_then(|v| v.split('.').next())
-        .and_then(|m| m.parse::<u32>().ok());
-    let slices = match cuda_major {
-        Some(major) => {
-            let library = format!("{}/{PRELOAD_LIBRARY}", NvidiaResponder::library_dir(major));
-            let present = daemon.host_exists(&library);
-            if !present {
-                tracing::warn!(
-                    "logical slices are not advertised: no preload library at {library} for CUDA {major}"
-                );
-            }
-            present
+    let (cuda_major, slices) = slices_offered(daemon, section);
+    if !slices {
+        match cuda_major {
+            Some(major) => tracing::warn!(
+                "logical slices are not advertised: no preload library at {}/{PRELOAD_LIBRARY} for CUDA {major}",
+                NvidiaResponder::library_dir(major)
+            ),
+            None => tracing::warn!(
+                "logical slices are not advertised: the driver reports no CUDA version"
+            ),
         }
-        None => {
-            tracing::warn!("logical slices are not advertised: the driver reports no CUDA version");
-            false
-        }
-    };
+    }
     let mut inventory = accel_core::inventory::Inventory::default();
     inventory.manufacturers.push(section.clone());
     Config {
@@ -186,17 +229,35 @@ fn plugin_config(
     }
 }
 
-/// This node's Pods from the API server (in-cluster config or `KUBECONFIG`). Without a cluster
-/// configuration the daemon keeps serving with a source that never syncs: Allocate then answers
-/// Unavailable (it cannot identify containers) and nothing is released on its word.
-async fn pod_source(node_name: &str) -> Arc<dyn PodSource> {
-    match accel_kube::NodePods::connect(node_name).await {
-        Ok(pods) => pods,
+/// The node's CUDA major and whether logical slices are offered: the preload library for that
+/// major is present under the host's library directory (DESIGN.md, "Slicing needs its
+/// library").
+fn slices_offered(daemon: &Daemon, section: &ManufacturerInventory) -> (Option<u32>, bool) {
+    let cuda_major = section
+        .runtime_version
+        .as_deref()
+        .and_then(|v| v.split('.').next())
+        .and_then(|m| m.parse::<u32>().ok());
+    let present = cuda_major.is_some_and(|major| {
+        daemon.host_exists(&format!(
+            "{}/{PRELOAD_LIBRARY}",
+            NvidiaResponder::library_dir(major)
+        ))
+    });
+    (cuda_major, present)
+}
+
+/// The API server (in-cluster config or `KUBECONFIG`). Without a cluster configuration the
+/// daemon keeps serving with a Pod source that never syncs: Allocate then answers Unavailable
+/// (it cannot identify containers), nothing is released on its word, and nothing is published.
+async fn cluster_client(node_name: &str) -> Option<kube::Client> {
+    match kube::Client::try_default().await {
+        Ok(client) => Some(client),
         Err(e) => {
             tracing::error!(
-                "node {node_name}: {e}; Allocate cannot identify containers until the daemon runs with one"
+                "node {node_name}: no cluster configuration ({e}); Allocate cannot identify containers until the daemon runs with one"
             );
-            Arc::new(MemoryPods::unsynced())
+            None
         }
     }
 }

@@ -812,3 +812,124 @@ fn a_seat_is_healthy_when_its_gpu_is_listed_and_passes() {
         vec![(0, true), (1, false), (2, false), (3, true)]
     );
 }
+
+/// The API server is down while Pods are allocated: every Allocate answers and nothing lands;
+/// once it is back the NodeFeature, the Devices object and its status, each Pod's
+/// `accelerator.allocated` annotation and the node's capacity keys all land (issue 5).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn allocate_answers_through_an_api_outage_and_everything_lands_once_it_is_back() {
+    use accel_core::devices::AllocationMode;
+    use accel_core::ledger::annotation::{self, ALLOCATED_ANNOTATION};
+    use accel_core::resources::KeyGrammar;
+    use accel_kube::publish::memory::MemoryApi;
+    use accel_kube::publish::{NodeFacts, PodRef, Publisher, PublisherConfig};
+    use tokio::sync::watch;
+
+    use crate::publish::Feed;
+
+    const NODE: &str = "gpu-node-7";
+    const NAMESPACE: &str = "gpustack-system";
+    let host = host();
+    let data = tempfile::tempdir().unwrap();
+    let rig = Rig::start(host.path(), &data_dir(&data)).await;
+    let api = Arc::new(MemoryApi::new());
+    api.put_node(
+        NODE,
+        NodeFacts {
+            uid: "node-uid-7".into(),
+            labels: BTreeMap::from([
+                ("kubernetes.io/os".to_string(), "linux".to_string()),
+                ("kubernetes.io/arch".to_string(), "amd64".to_string()),
+            ]),
+            ..NodeFacts::default()
+        },
+    );
+    api.set_reachable(false);
+
+    let (_plugins_tx, plugins_rx) = watch::channel(Some(rig.plugins.as_ref().unwrap().handle()));
+    let feed = Feed {
+        grammar: KeyGrammar::default(),
+        slices: Arc::new(|_| true),
+        pods: Arc::new(rig.kubelet.pods().clone()),
+        detected: rig.daemon.published(),
+        plugins: plugins_rx,
+        out: watch::channel(None).0,
+    };
+    let mut config = PublisherConfig::new(NODE, NAMESPACE, [Manufacturer::Nvidia]);
+    config.backoff_initial = Duration::from_millis(20);
+    config.backoff_max = Duration::from_millis(100);
+    let (publisher, mut handle) = Publisher::new(api.clone(), config, feed.out.subscribe());
+    let publisher = tokio::spawn(publisher.run());
+    let feeder = tokio::spawn(feed.run());
+
+    // Down: three Pods are allocated, each Allocate answers.
+    let mut held = BTreeMap::new();
+    for uid in ["uid-a", "uid-b", "uid-c"] {
+        api.put_pod(&PodRef {
+            namespace: "ns".into(),
+            name: format!("trainer-{uid}"),
+            uid: uid.into(),
+        });
+        held.insert(uid, admit_one(&rig, uid).await);
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        !handle.is_caught_up(),
+        "nothing can land while the API is down"
+    );
+    assert!(api.devices_object(NODE).is_none());
+    assert!(
+        api.node_feature_object(NAMESPACE, &format!("{NODE}-gpustack-device-manager"))
+            .is_none()
+    );
+    assert_eq!(
+        api.pod_annotation("ns", "trainer-uid-a", ALLOCATED_ANNOTATION),
+        None
+    );
+
+    // Back: everything lands.
+    api.set_reachable(true);
+    tokio::time::timeout(Duration::from_secs(20), handle.caught_up())
+        .await
+        .expect("everything lands once the API server is back");
+    let feature = api
+        .node_feature_object(NAMESPACE, &format!("{NODE}-gpustack-device-manager"))
+        .expect("the NodeFeature");
+    assert_eq!(
+        feature.spec.labels,
+        accel_core::labels::labels(&rig.daemon.inventory())
+    );
+    for (uid, token) in &held {
+        let value = api
+            .pod_annotation("ns", &format!("trainer-{uid}"), ALLOCATED_ANNOTATION)
+            .unwrap_or_else(|| panic!("{uid}'s annotation landed"));
+        let allocated = annotation::parse(&value).unwrap();
+        assert_eq!(allocated["main"].device_ids, vec![token.clone()], "{uid}");
+    }
+    let devices = api.devices_object(NODE).expect("the Devices object");
+    let status = devices.status.expect("its status");
+    let exclusive = status
+        .accelerators
+        .iter()
+        .filter(|a| a.mode == AllocationMode::Exclusive)
+        .count();
+    assert_eq!(exclusive, 3, "{:?}", status.accelerators);
+    assert!(
+        status.conditions.iter().any(|c| c.type_ == "Detected"),
+        "{:?}",
+        status.conditions
+    );
+    let node = api.node_facts(NODE).unwrap();
+    assert_eq!(
+        node.capacity
+            .get("nvidia.com/gpu.sliced.units")
+            .map(String::as_str),
+        Some("12800000"),
+        "{:?}",
+        node.capacity
+    );
+
+    feeder.abort();
+    publisher.abort();
+    rig.stop().await;
+}

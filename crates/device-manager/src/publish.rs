@@ -1,0 +1,201 @@
+//! What the node daemon shows the cluster, built from what it knows: the detection the loop last
+//! decided to publish, the plugins' ledger and this node's Pods, folded into accel-kube's
+//! [`Desired`] (the NodeFeature's labels, the `Devices` spec and status with their conditions,
+//! the Node's capacity keys, each Pod's `device.gpustack.ai/accelerator.allocated` annotation).
+//!
+//! [`desired`] is a pure function of those inputs; [`Feed`] recomputes it whenever one of them
+//! changes and hands it to the publisher's `watch` channel, which never blocks: Allocate never
+//! waits on the API server (DESIGN.md, "Restart"; issue 5). Before the first detection nothing is
+//! sent, so nothing is published. How the cluster is written is accel-kube's `publish`.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use accel_core::Manufacturer;
+use accel_core::capacity::node_capacity;
+use accel_core::devices::{
+    Condition, DetectionReport, DevicesSpec, DevicesStatus, allocations, settle_conditions,
+};
+use accel_core::inventory::{Inventory, ManufacturerInventory};
+use accel_core::labels::labels;
+use accel_core::ledger::units::slices_per_accelerator;
+use accel_core::ledger::{Ledger, Seat};
+use accel_core::resources::KeyGrammar;
+use accel_kube::publish::{Desired, pod_annotations};
+use accel_plugin::PluginHandle;
+use accel_plugin::pods::{Pod, PodSource};
+use k8s_openapi::chrono::{DateTime, SecondsFormat, Utc};
+use tokio::sync::watch;
+
+use crate::daemon::Published;
+
+/// One moment's inputs of [`desired`].
+#[derive(Debug, Clone, Copy)]
+pub struct Snapshot<'a> {
+    /// The manufacturer this daemon serves.
+    pub manufacturer: Manufacturer,
+    /// The inventory as last detected, health applied (carried forward over a failed pass).
+    pub inventory: &'a Inventory,
+    /// Why the last pass could not measure, when it could not.
+    pub failure: Option<&'a str>,
+    /// When the last pass that measured ran.
+    pub detected_at: SystemTime,
+    /// The plugins' ledger, once they serve.
+    pub ledger: Option<&'a Ledger>,
+    /// This node's Pods as the watch last saw them.
+    pub pods: &'a [Pod],
+    /// Whether logical slices are offered here (the preload library for the node's CUDA major
+    /// is present).
+    pub slices: bool,
+}
+
+/// RFC 3339, to the second, in UTC: the form Kubernetes writes its own times in.
+pub fn rfc3339(time: SystemTime) -> String {
+    DateTime::<Utc>::from(time).to_rfc3339_opts(SecondsFormat::Secs, true)
+}
+
+/// The whole state the cluster should show for `snapshot`. `previous` (what was sent last) keeps
+/// the conditions' transition times and says which Pods had an annotation to remove.
+pub fn desired(
+    snapshot: &Snapshot<'_>,
+    previous: Option<&Desired>,
+    grammar: &KeyGrammar,
+    now: SystemTime,
+) -> Desired {
+    let slices = |m: Manufacturer| {
+        if snapshot.slices {
+            slices_per_accelerator(m)
+        } else {
+            None
+        }
+    };
+    let spec = DevicesSpec::from_inventory(snapshot.inventory, slices);
+    let mut report = DetectionReport {
+        last_detected_at: Some(rfc3339(snapshot.detected_at)),
+        failures: BTreeMap::new(),
+    };
+    if let Some(why) = snapshot.failure {
+        report
+            .failures
+            .insert(snapshot.manufacturer, why.to_string());
+    }
+    let conditions = settle_conditions(
+        previous.map_or(&[][..], |p| &p.devices_status.conditions[..]),
+        [Condition::detection(&report), Condition::health(&spec)],
+        &rfc3339(now),
+    );
+    // Capacity follows what was detected, whether or not the plugins serve yet: the scheduler
+    // needs the budget keys as soon as the tokens appear.
+    let slice_count = slices(snapshot.manufacturer).unwrap_or(0);
+    let seats: Vec<Seat> = snapshot
+        .inventory
+        .manufacturer(snapshot.manufacturer)
+        .map(|section| {
+            section
+                .accelerators
+                .iter()
+                .map(|a| Seat::from_accelerator(a, slice_count))
+                .collect()
+        })
+        .unwrap_or_default();
+    let capacity = node_capacity(grammar, snapshot.manufacturer, &seats, &BTreeMap::new());
+    let empty = BTreeMap::new();
+    let previous_annotations = previous.map_or(&empty, |p| &p.annotations);
+    let (accelerators, annotations) = match snapshot.ledger {
+        Some(ledger) => (
+            allocations(snapshot.manufacturer, ledger, &BTreeMap::new()),
+            pod_annotations(snapshot.pods, ledger.grants(), previous_annotations),
+        ),
+        None => (Vec::new(), BTreeMap::new()),
+    };
+    Desired {
+        node_feature_labels: labels(snapshot.inventory),
+        devices_spec: spec,
+        devices_status: DevicesStatus {
+            accelerators,
+            conditions,
+        },
+        capacity,
+        annotations,
+    }
+}
+
+/// Recomputes [`desired`] whenever the detection, the ledger or the Pods change, and sends it
+/// to the publisher.
+pub struct Feed {
+    pub grammar: KeyGrammar,
+    /// Whether logical slices are offered for a detected section (the preload library for its
+    /// CUDA major is present); asked at each update, as the section may change.
+    pub slices: Arc<dyn Fn(&ManufacturerInventory) -> bool + Send + Sync>,
+    pub pods: Arc<dyn PodSource>,
+    pub detected: watch::Receiver<Option<Published>>,
+    /// The running plugins, once they serve.
+    pub plugins: watch::Receiver<Option<PluginHandle>>,
+    pub out: watch::Sender<Option<Desired>>,
+}
+
+impl Feed {
+    /// Sends the state for what is known now; returns whether it differed from the last one.
+    pub fn update(&self) -> bool {
+        let Some(detected) = self.detected.borrow().clone() else {
+            return false;
+        };
+        let ledger = self.plugins.borrow().as_ref().map(PluginHandle::ledger);
+        let pods = self.pods.pods().unwrap_or_default();
+        let snapshot = Snapshot {
+            manufacturer: detected.manufacturer,
+            inventory: &detected.inventory,
+            failure: detected.failure.as_deref(),
+            detected_at: detected.detected_at,
+            ledger: ledger.as_ref(),
+            pods: &pods,
+            slices: detected
+                .inventory
+                .manufacturer(detected.manufacturer)
+                .is_some_and(|section| (self.slices)(section)),
+        };
+        let previous = self.out.borrow().clone();
+        let next = desired(
+            &snapshot,
+            previous.as_ref(),
+            &self.grammar,
+            SystemTime::now(),
+        );
+        self.out.send_if_modified(|current| {
+            if current.as_ref() == Some(&next) {
+                false
+            } else {
+                *current = Some(next);
+                true
+            }
+        })
+    }
+
+    /// Runs until the detection channel closes.
+    pub async fn run(mut self) {
+        let mut pod_changes = self.pods.changes();
+        let mut ledger_changes: Option<watch::Receiver<u64>> = None;
+        loop {
+            if ledger_changes.is_none() {
+                ledger_changes = self.plugins.borrow().as_ref().map(PluginHandle::changes);
+            }
+            self.update();
+            let ledger_changed = async {
+                match ledger_changes.as_mut() {
+                    Some(rx) => rx.changed().await.is_ok(),
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                changed = self.detected.changed() => if changed.is_err() { return },
+                changed = self.plugins.changed() => {
+                    if changed.is_err() { return }
+                    ledger_changes = None;
+                }
+                changed = pod_changes.changed() => if changed.is_err() { return },
+                alive = ledger_changed => if !alive { ledger_changes = None },
+            }
+        }
+    }
+}
