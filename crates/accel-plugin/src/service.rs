@@ -360,14 +360,17 @@ impl Shared {
 
     /// Releases the grants of Pods that are gone and stops charging finished ones.
     fn reconcile_pods(&self) {
-        let Some(pods) = self.pods.snapshot() else {
-            return;
-        };
-        let by_uid: BTreeMap<&str, &Pod> = pods.iter().map(|p| (p.uid.as_str(), &**p)).collect();
         let mut changed = false;
         let mut gone = Vec::new();
         {
+            // The Pods are read under the ledger lock: a snapshot taken before it could miss a
+            // Pod whose Allocate granted in between, and release that fresh grant as "gone".
             let mut state = self.lock();
+            let Some(pods) = self.pods.snapshot() else {
+                return;
+            };
+            let by_uid: BTreeMap<&str, &Pod> =
+                pods.iter().map(|p| (p.uid.as_str(), &**p)).collect();
             for uid in state.ledger.pod_uids() {
                 match by_uid.get(uid.as_str()) {
                     None => {
