@@ -211,6 +211,17 @@ fn status(pid: u32) -> (u64, u64) {
     (field("VmRSS:"), field("VmHWM:"))
 }
 
+/// The resident set split: anonymous (heap, stacks), file-backed (the binary's pages), shmem.
+fn split(pid: u32) -> String {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    ["RssAnon:", "RssFile:", "RssShmem:", "Threads:"]
+        .iter()
+        .filter_map(|name| text.lines().find(|l| l.starts_with(name)))
+        .map(|l| l.split_whitespace().collect::<Vec<_>>().join(" "))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 struct Serve(Child);
 
 impl Drop for Serve {
@@ -353,5 +364,10 @@ async fn run(root: &Path) {
         rss as f64 / 1024.0,
         hwm as f64 / 1024.0
     );
+    println!("  {}", split(pid));
+    if std::env::var_os("BENCH_SHOW_LOG").is_some() {
+        let log = std::fs::read_to_string(dir.path().join("serve.log")).unwrap_or_default();
+        println!("{log}");
+    }
     drop(serve);
 }
