@@ -7,6 +7,7 @@
 //! candidates the call could not serve, skip those already holding a reservation, take the oldest
 //! (seed 000, "Container identification"). Pure: the caller fetches both answers.
 
+use std::borrow::Borrow;
 use std::collections::BTreeSet;
 
 use accel_core::ledger::GrantKey;
@@ -68,12 +69,37 @@ pub fn kubelet_candidates(
     out
 }
 
+/// The same containers as [`kubelet_candidates`], borrowed from the answer (no copies: this
+/// runs on every Allocate, over every Pod of the node).
+fn kubelet_names<'a>(
+    answer: &'a ListPodResourcesResponse,
+    resource: &str,
+) -> BTreeSet<(&'a str, &'a str, &'a str)> {
+    let mut out = BTreeSet::new();
+    for pod in &answer.pod_resources {
+        for container in &pod.containers {
+            let holds = container
+                .devices
+                .iter()
+                .any(|d| d.resource_name == resource && !d.device_ids.is_empty());
+            if !holds {
+                out.insert((
+                    pod.namespace.as_str(),
+                    pod.name.as_str(),
+                    container.name.as_str(),
+                ));
+            }
+        }
+    }
+    out
+}
+
 /// Names the container an Allocate of `count` tokens of `resource` serves.
 ///
 /// `kubelet` is the pod-resources answer when it could be asked. A container counts only when
 /// its Pod asks for exactly `count` of the resource and `holds` says it has no grant of it yet.
-pub fn identify(
-    pods: Option<&[Pod]>,
+pub fn identify<P: Borrow<Pod>>(
+    pods: Option<&[P]>,
     kubelet: Option<&ListPodResourcesResponse>,
     holds: &dyn Fn(&GrantKey) -> bool,
     resource: &str,
@@ -84,45 +110,40 @@ pub fn identify(
             resource: resource.to_string(),
         });
     };
-    // Every container that could be the one: asks for exactly `count`, holds no grant of it.
-    let mut eligible: Vec<(&Pod, usize, &str)> = Vec::new();
-    for pod in pods {
-        if pod.phase.finished() {
-            continue;
-        }
-        for (position, container) in pod.containers.iter().enumerate() {
-            if container.count(resource) == Some(count as u64)
-                && !holds(&GrantKey::new(pod.uid.clone(), container.name.clone()))
-            {
-                eligible.push((pod, position, container.name.as_str()));
+    // A container that could be the one: its Pod is not finished, it asks for exactly
+    // `count`, it holds no grant of it. `keep` narrows the Pods first (cheap tests before the
+    // grant lookup).
+    let eligible = |keep: &dyn Fn(&Pod, &str) -> bool| -> Vec<(&Pod, usize, &str)> {
+        let mut out = Vec::new();
+        for pod in pods.iter().map(Borrow::borrow) {
+            if pod.phase.finished() {
+                continue;
+            }
+            for (position, container) in pod.containers.iter().enumerate() {
+                if keep(pod, &container.name)
+                    && container.count(resource) == Some(count as u64)
+                    && !holds(&GrantKey::new(pod.uid.clone(), container.name.clone()))
+                {
+                    out.push((pod, position, container.name.as_str()));
+                }
             }
         }
-    }
+        out
+    };
     if let Some(answer) = kubelet {
-        let named = kubelet_candidates(answer, resource);
-        let matched: Vec<&(&Pod, usize, &str)> = eligible
-            .iter()
-            .filter(|(pod, _, container)| {
-                named.contains(&KubeletCandidate {
-                    namespace: pod.namespace.clone(),
-                    pod: pod.name.clone(),
-                    container: container.to_string(),
-                })
-            })
-            .collect();
+        let named = kubelet_names(answer, resource);
+        let matched = eligible(&|pod, container| {
+            named.contains(&(pod.namespace.as_str(), pod.name.as_str(), container))
+        });
         if let [(pod, _, container)] = matched.as_slice() {
             return Ok((GrantKey::new(pod.uid.clone(), *container), Source::Kubelet));
         }
         if matched.len() > 1 {
             // Several: the kubelet narrowed it down; our matching orders what it named.
-            let narrowed: Vec<(&Pod, usize, &str)> = matched.into_iter().copied().collect();
-            return oldest(&narrowed, resource, count);
+            return oldest(&matched, resource, count);
         }
     }
-    let pending: Vec<(&Pod, usize, &str)> = eligible
-        .into_iter()
-        .filter(|(pod, _, _)| pod.phase == Phase::Pending)
-        .collect();
+    let pending = eligible(&|pod, _| pod.phase == Phase::Pending);
     oldest(&pending, resource, count)
 }
 

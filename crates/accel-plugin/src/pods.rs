@@ -73,14 +73,23 @@ pub trait PodSource: Send + Sync {
     /// Every Pod bound to this node, or `None` while the source has not synced (then nothing
     /// is released on its word).
     fn pods(&self) -> Option<Vec<Pod>>;
+    /// The same Pods as shared handles, for Allocate's hot path. The default copies them;
+    /// a source that keeps its Pods behind `Arc` hands them out without copying one.
+    fn snapshot(&self) -> Option<Vec<Arc<Pod>>> {
+        self.pods()
+            .map(|pods| pods.into_iter().map(Arc::new).collect())
+    }
     /// Ticks whenever the set changes.
     fn changes(&self) -> watch::Receiver<u64>;
 }
 
+/// Pods by UID, each behind `Arc` so a snapshot copies no Pod.
+type PodMap = BTreeMap<String, Arc<Pod>>;
+
 /// A hand-fed Pod source: tests and the emulator play the API server with it.
 #[derive(Debug, Clone)]
 pub struct MemoryPods {
-    pods: Arc<Mutex<Option<BTreeMap<String, Pod>>>>,
+    pods: Arc<Mutex<Option<PodMap>>>,
     tick: Arc<watch::Sender<u64>>,
 }
 
@@ -107,7 +116,7 @@ impl MemoryPods {
         }
     }
 
-    fn edit(&self, f: impl FnOnce(&mut BTreeMap<String, Pod>)) {
+    fn edit(&self, f: impl FnOnce(&mut PodMap)) {
         {
             let mut guard = self.pods.lock().unwrap_or_else(PoisonError::into_inner);
             f(guard.get_or_insert_with(BTreeMap::new));
@@ -118,7 +127,7 @@ impl MemoryPods {
     /// Adds or replaces a Pod.
     pub fn upsert(&self, pod: Pod) {
         self.edit(|pods| {
-            pods.insert(pod.uid.clone(), pod);
+            pods.insert(pod.uid.clone(), Arc::new(pod));
         });
     }
 
@@ -126,7 +135,7 @@ impl MemoryPods {
     pub fn set_phase(&self, uid: &str, phase: Phase) {
         self.edit(|pods| {
             if let Some(pod) = pods.get_mut(uid) {
-                pod.phase = phase;
+                Arc::make_mut(pod).phase = phase;
             }
         });
     }
@@ -141,6 +150,13 @@ impl MemoryPods {
 
 impl PodSource for MemoryPods {
     fn pods(&self) -> Option<Vec<Pod>> {
+        let guard = self.pods.lock().unwrap_or_else(PoisonError::into_inner);
+        guard
+            .as_ref()
+            .map(|pods| pods.values().map(|p| Pod::clone(p)).collect())
+    }
+
+    fn snapshot(&self) -> Option<Vec<Arc<Pod>>> {
         let guard = self.pods.lock().unwrap_or_else(PoisonError::into_inner);
         guard.as_ref().map(|pods| pods.values().cloned().collect())
     }

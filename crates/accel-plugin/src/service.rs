@@ -32,7 +32,7 @@ use crate::api::podresources::pod_resources_lister_client::PodResourcesListerCli
 use crate::identify::{self, IdentifyError};
 use crate::journal::{Entry, Journal, JournalError};
 use crate::pods::{Pod, PodSource};
-use crate::pools::{Pool, PoolKind};
+use crate::pools::{AcceleratorState, Pool, PoolKind};
 use crate::responder::{Answer, NvidiaResponder, slice_budget};
 use crate::settings::Settings;
 use crate::socket;
@@ -413,12 +413,17 @@ impl Shared {
 
     /// Releases the grants of Pods that are gone and stops charging finished ones.
     fn reconcile_pods(&self) {
-        let Some(pods) = self.pods.pods() else { return };
-        let by_uid: BTreeMap<&str, &Pod> = pods.iter().map(|p| (p.uid.as_str(), p)).collect();
         let mut changed = false;
         let mut gone = Vec::new();
         {
+            // The Pods are read under the ledger lock: a snapshot taken before it could miss a
+            // Pod whose Allocate granted in between, and release that fresh grant as "gone".
             let mut state = self.lock();
+            let Some(pods) = self.pods.snapshot() else {
+                return;
+            };
+            let by_uid: BTreeMap<&str, &Pod> =
+                pods.iter().map(|p| (p.uid.as_str(), &**p)).collect();
             for uid in state.ledger.pod_uids() {
                 match by_uid.get(uid.as_str()) {
                     None => {
@@ -482,21 +487,9 @@ impl Shared {
         }
     }
 
-    fn device_list(&self, pool: &Pool) -> dp::ListAndWatchResponse {
-        let state = self.lock();
-        dp::ListAndWatchResponse {
-            devices: pool
-                .states(&state.ledger)
-                .into_iter()
-                .map(|t| dp::Device {
-                    id: t.id,
-                    health: if t.healthy { "Healthy" } else { "Unhealthy" }.to_string(),
-                    topology: t.numa_node.map(|n| dp::TopologyInfo {
-                        nodes: vec![dp::NumaNode { id: i64::from(n) }],
-                    }),
-                })
-                .collect(),
-        }
+    /// The state every token of `pool` derives from, read under the lock (a few entries).
+    fn accelerator_states(&self, pool: &Pool) -> Vec<AcceleratorState> {
+        pool.accelerator_states(&self.lock().ledger)
     }
 
     fn preferred(
@@ -518,7 +511,7 @@ impl Shared {
             }
             return ids;
         };
-        let index_of = |id: &String| pool.tokens.get(id).copied();
+        let index_of = |id: &String| pool.accelerator_of(id);
         let candidates: Vec<u32> = request
             .available_device_i_ds
             .iter()
@@ -572,8 +565,8 @@ impl Shared {
         }
         let mut accelerators = Vec::with_capacity(device_ids.len());
         for id in &device_ids {
-            match pool.tokens.get(id) {
-                Some(index) => accelerators.push(*index),
+            match pool.accelerator_of(id) {
+                Some(index) => accelerators.push(index),
                 None => {
                     return Err(Status::invalid_argument(format!(
                         "unknown device ID {id:?} for {}",
@@ -605,7 +598,7 @@ impl Shared {
         } else {
             None
         };
-        let pods = self.pods.pods();
+        let pods = self.pods.snapshot();
         let mut state = self.lock();
         // The accelerators may have been replaced since the IDs were mapped (`reseat` swaps the
         // pools under this lock): an index read from the old pools may name another one now.
@@ -823,11 +816,16 @@ impl DevicePlugin for PoolService {
         let mut changes = shared.changed.subscribe();
         let mut stop = self.stop.clone();
         let stream = async_stream::stream! {
+            // Every grant and release wakes every stream: compare the accelerators' states
+            // (a few entries, under the lock) and build the token list only when they moved.
             let mut last = None;
             loop {
-                let list = shared.device_list(&shared.pools()[index]);
-                if last.as_ref() != Some(&list) {
-                    last = Some(list.clone());
+                let pools = shared.pools();
+                let pool = &pools[index];
+                let states = shared.accelerator_states(pool);
+                if last.as_ref() != Some(&states) {
+                    let list = device_list(pool, &states);
+                    last = Some(states);
                     yield Ok(list);
                 }
                 tokio::select! {
@@ -885,6 +883,23 @@ impl DevicePlugin for PoolService {
         _: tonic::Request<dp::PreStartContainerRequest>,
     ) -> Result<tonic::Response<dp::PreStartContainerResponse>, Status> {
         Ok(tonic::Response::new(dp::PreStartContainerResponse {}))
+    }
+}
+
+/// The ListAndWatch message for `pool` with its accelerators in `states`, built outside the lock.
+fn device_list(pool: &Pool, states: &[AcceleratorState]) -> dp::ListAndWatchResponse {
+    dp::ListAndWatchResponse {
+        devices: pool
+            .states_from(states)
+            .into_iter()
+            .map(|t| dp::Device {
+                id: t.id,
+                health: if t.healthy { "Healthy" } else { "Unhealthy" }.to_string(),
+                topology: t.numa_node.map(|n| dp::TopologyInfo {
+                    nodes: vec![dp::NumaNode { id: i64::from(n) }],
+                }),
+            })
+            .collect(),
     }
 }
 

@@ -8,7 +8,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -46,9 +46,39 @@ struct Inner {
     books: Mutex<Books>,
     pods: MemoryPods,
     registrations: watch::Sender<u64>,
+    /// Calls timed while admitting Pods, for the benchmarks.
+    timings: Mutex<Vec<CallTiming>>,
+}
+
+/// Which plugin call a [`CallTiming`] measured.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Call {
+    GetPreferredAllocation,
+    Allocate,
+}
+
+/// One call the emulator made while admitting a Pod, timed as the kubelet sees it: from the
+/// request being sent to the answer decoded, over the plugin's unix socket.
+#[derive(Debug, Clone)]
+pub struct CallTiming {
+    pub resource: String,
+    pub call: Call,
+    pub elapsed: Duration,
 }
 
 impl Inner {
+    fn timed(&self, resource: &str, call: Call, since: Instant) {
+        let elapsed = since.elapsed();
+        self.timings
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(CallTiming {
+                resource: resource.to_string(),
+                call,
+                elapsed,
+            });
+    }
+
     fn books(&self) -> std::sync::MutexGuard<'_, Books> {
         self.books.lock().unwrap_or_else(PoisonError::into_inner)
     }
@@ -71,6 +101,7 @@ impl Kubelet {
             books: Mutex::new(Books::default()),
             pods,
             registrations: watch::channel(0).0,
+            timings: Mutex::new(Vec::new()),
         });
         let mut kubelet = Kubelet {
             inner,
@@ -282,6 +313,7 @@ impl Kubelet {
                     continue;
                 };
                 let ids = self.pick(resource, &mut plugin, count as usize).await?;
+                let since = Instant::now();
                 let response = plugin
                     .client
                     .allocate(dp::AllocateRequest {
@@ -289,8 +321,9 @@ impl Kubelet {
                             devices_ids: ids.clone(),
                         }],
                     })
-                    .await?
-                    .into_inner();
+                    .await;
+                self.inner.timed(resource, Call::Allocate, since);
+                let response = response?.into_inner();
                 let answer = response
                     .container_responses
                     .into_iter()
@@ -346,17 +379,18 @@ impl Kubelet {
         }
         let mut ids = Vec::with_capacity(count);
         if plugin.options.get_preferred_allocation_available {
-            let preferred = plugin
-                .client
-                .get_preferred_allocation(dp::PreferredAllocationRequest {
-                    container_requests: vec![dp::ContainerPreferredAllocationRequest {
-                        available_device_i_ds: available.clone(),
-                        must_include_device_i_ds: Vec::new(),
-                        allocation_size: count as i32,
-                    }],
-                })
-                .await?
-                .into_inner();
+            let request = dp::PreferredAllocationRequest {
+                container_requests: vec![dp::ContainerPreferredAllocationRequest {
+                    available_device_i_ds: available.clone(),
+                    must_include_device_i_ds: Vec::new(),
+                    allocation_size: count as i32,
+                }],
+            };
+            let since = Instant::now();
+            let preferred = plugin.client.get_preferred_allocation(request).await;
+            self.inner
+                .timed(resource, Call::GetPreferredAllocation, since);
+            let preferred = preferred?.into_inner();
             for id in preferred
                 .container_responses
                 .into_iter()
@@ -376,6 +410,17 @@ impl Kubelet {
             }
         }
         Ok(ids)
+    }
+
+    /// The calls timed while admitting Pods since the last take, oldest first.
+    pub fn take_timings(&self) -> Vec<CallTiming> {
+        std::mem::take(
+            &mut *self
+                .inner
+                .timings
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner),
+        )
     }
 
     /// Calls Allocate directly, as a retrying kubelet would.
