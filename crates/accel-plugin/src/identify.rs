@@ -15,14 +15,6 @@ use accel_core::ledger::GrantKey;
 use crate::api::podresources::ListPodResourcesResponse;
 use crate::pods::{Phase, Pod};
 
-/// A container the kubelet holds without a device of the resource, by namespace/name.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
-pub struct KubeletCandidate {
-    pub namespace: String,
-    pub pod: String,
-    pub container: String,
-}
-
 /// How a container was found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Source {
@@ -45,32 +37,9 @@ pub enum IdentifyError {
     NoCandidate { resource: String, count: usize },
 }
 
-/// The containers of the kubelet's answer that hold no device of `resource`.
-pub fn kubelet_candidates(
-    answer: &ListPodResourcesResponse,
-    resource: &str,
-) -> BTreeSet<KubeletCandidate> {
-    let mut out = BTreeSet::new();
-    for pod in &answer.pod_resources {
-        for container in &pod.containers {
-            let holds = container
-                .devices
-                .iter()
-                .any(|d| d.resource_name == resource && !d.device_ids.is_empty());
-            if !holds {
-                out.insert(KubeletCandidate {
-                    namespace: pod.namespace.clone(),
-                    pod: pod.name.clone(),
-                    container: container.name.clone(),
-                });
-            }
-        }
-    }
-    out
-}
-
-/// The same containers as [`kubelet_candidates`], borrowed from the answer (no copies: this
-/// runs on every Allocate, over every Pod of the node).
+/// The containers of the kubelet's answer that hold no device of `resource`, as (namespace,
+/// Pod, container), borrowed from the answer (no copies: this runs on every Allocate, over every
+/// Pod of the node).
 fn kubelet_names<'a>(
     answer: &'a ListPodResourcesResponse,
     resource: &str,

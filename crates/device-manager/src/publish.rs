@@ -19,8 +19,8 @@ use accel_core::devices::{
 };
 use accel_core::inventory::{Inventory, ManufacturerInventory};
 use accel_core::labels::labels;
+use accel_core::ledger::Ledger;
 use accel_core::ledger::units::slices_per_accelerator;
-use accel_core::ledger::{Ledger, Seat};
 use accel_core::resources::KeyGrammar;
 use accel_kube::publish::{Desired, pod_annotations};
 use accel_plugin::PluginHandle;
@@ -28,7 +28,7 @@ use accel_plugin::pods::{Pod, PodSource};
 use k8s_openapi::chrono::{DateTime, SecondsFormat, Utc};
 use tokio::sync::watch;
 
-use crate::daemon::Published;
+use crate::daemon::{Published, seats_with};
 
 /// One moment's inputs of [`desired`].
 #[derive(Debug, Clone, Copy)]
@@ -87,18 +87,11 @@ pub fn desired(
     );
     // Capacity follows what was detected, whether or not the plugins serve yet: the scheduler
     // needs the budget keys as soon as the tokens appear.
-    let slice_count = slices(snapshot.manufacturer).unwrap_or(0);
-    let seats: Vec<Seat> = snapshot
-        .inventory
-        .manufacturer(snapshot.manufacturer)
-        .map(|section| {
-            section
-                .accelerators
-                .iter()
-                .map(|a| Seat::from_accelerator(a, slice_count))
-                .collect()
-        })
-        .unwrap_or_default();
+    let seats = seats_with(
+        snapshot.inventory,
+        snapshot.manufacturer,
+        slices(snapshot.manufacturer).unwrap_or(0),
+    );
     let capacity = node_capacity(grammar, snapshot.manufacturer, &seats, &BTreeMap::new());
     let empty = BTreeMap::new();
     let previous_annotations = previous.map_or(&empty, |p| &p.annotations);

@@ -548,7 +548,20 @@ fn gpus(inventory: &Inventory) -> impl Iterator<Item = &accel_core::inventory::A
 /// The ledger's seats for the manufacturer's accelerators in `inventory` (none when it is
 /// absent), each with the manufacturer's slice count and its health.
 pub fn seats_of(inventory: &Inventory, manufacturer: Manufacturer) -> Vec<Seat> {
-    let slice_count = slices_per_accelerator(manufacturer).unwrap_or(0);
+    seats_with(
+        inventory,
+        manufacturer,
+        slices_per_accelerator(manufacturer).unwrap_or(0),
+    )
+}
+
+/// The ledger's seats for the manufacturer's accelerators in `inventory`, each offered
+/// `slice_count` logical slices (0: not sliced here).
+pub fn seats_with(
+    inventory: &Inventory,
+    manufacturer: Manufacturer,
+    slice_count: u32,
+) -> Vec<Seat> {
     inventory
         .manufacturer(manufacturer)
         .map(|section| {
