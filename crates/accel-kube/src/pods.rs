@@ -28,12 +28,13 @@ pub enum PodsError {
     Config(#[source] kube::Error),
 }
 
-/// The Pods the source holds: `None` until the first complete listing.
+/// The Pods the source holds: `None` until the first complete listing. Each Pod sits behind
+/// `Arc`, so the snapshot Allocate takes on every call copies no Pod.
 #[derive(Default)]
 struct State {
-    pods: Option<BTreeMap<String, Pod>>,
+    pods: Option<BTreeMap<String, Arc<Pod>>>,
     /// Pods of a listing in progress (a watch restart), swapped in when it completes.
-    relisting: BTreeMap<String, Pod>,
+    relisting: BTreeMap<String, Arc<Pod>>,
 }
 
 /// The Pods bound to one node, from a watch.
@@ -90,7 +91,7 @@ impl NodePods {
                 }
                 watcher::Event::InitApply(pod) => {
                     if let Some(pod) = self.convert(&pod) {
-                        state.relisting.insert(pod.uid.clone(), pod);
+                        state.relisting.insert(pod.uid.clone(), Arc::new(pod));
                     }
                     false
                 }
@@ -104,8 +105,10 @@ impl NodePods {
                 }
                 watcher::Event::Apply(pod) => match (self.convert(&pod), state.pods.as_mut()) {
                     (Some(pod), Some(pods)) => {
-                        let changed = pods.get(&pod.uid) != Some(&pod);
-                        pods.insert(pod.uid.clone(), pod);
+                        let changed = pods.get(&pod.uid).map(Arc::as_ref) != Some(&pod);
+                        if changed {
+                            pods.insert(pod.uid.clone(), Arc::new(pod));
+                        }
                         changed
                     }
                     _ => false,
@@ -138,6 +141,14 @@ impl NodePods {
 
 impl PodSource for NodePods {
     fn pods(&self) -> Option<Vec<Pod>> {
+        let state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        state
+            .pods
+            .as_ref()
+            .map(|pods| pods.values().map(|pod| Pod::clone(pod)).collect())
+    }
+
+    fn snapshot(&self) -> Option<Vec<Arc<Pod>>> {
         let state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         state
             .pods

@@ -61,6 +61,20 @@ async fn lists_this_nodes_pods_syncs_and_follows_the_watch() {
         pods[0].containers[0].count("nvidia.com/gpu.shared"),
         Some(2)
     );
+    // Allocate's snapshot hands out the held Pods themselves, never copies.
+    let first = source.snapshot().expect("synced");
+    let second = source.snapshot().expect("synced");
+    assert_eq!(
+        first.iter().map(|p| (**p).clone()).collect::<Vec<_>>(),
+        pods
+    );
+    assert!(
+        first
+            .iter()
+            .zip(&second)
+            .all(|(a, b)| std::sync::Arc::ptr_eq(a, b)),
+        "each snapshot shares the same Pods"
+    );
 
     // 2. The watch: one Pod runs, another is deleted, a third is bound here.
     let (request, send) = tokio::time::timeout(deadline, handle.next_request())
