@@ -8,6 +8,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
+use accel_host::pci::PciSetFingerprint;
 use accel_host::{KernelLog, KernelLogEntry};
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
@@ -31,6 +32,10 @@ impl Loops {
         let (stop, _) = watch::channel(false);
         let (detections, requests) = mpsc::unbounded_channel();
         let entries = kernel_log.map(read_kernel_log);
+        // The PCI set the next change is measured against, read before the loops start, so a
+        // card that leaves while the detection task is still being scheduled is a change, not
+        // the baseline (a short sysfs scan, once).
+        let pci_baseline = daemon.pci_fingerprint();
         let tasks = vec![
             tokio::spawn(health(
                 daemon.clone(),
@@ -38,7 +43,7 @@ impl Loops {
                 detections,
                 stop.subscribe(),
             )),
-            tokio::spawn(detection(daemon, requests, stop.subscribe())),
+            tokio::spawn(detection(daemon, pci_baseline, requests, stop.subscribe())),
         ];
         Loops { stop, tasks }
     }
@@ -131,6 +136,7 @@ async fn health(
 
 async fn detection(
     daemon: Arc<Daemon>,
+    mut fingerprint: Option<PciSetFingerprint>,
     mut requests: mpsc::UnboundedReceiver<Reason>,
     mut stop: watch::Receiver<bool>,
 ) {
@@ -141,13 +147,6 @@ async fn detection(
     periodic.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut pci_poll = tokio::time::interval_at(start + pci_period, pci_period);
     pci_poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut fingerprint = {
-        let daemon = daemon.clone();
-        tokio::task::spawn_blocking(move || daemon.pci_fingerprint())
-            .await
-            .ok()
-            .flatten()
-    };
     loop {
         let reason = tokio::select! {
             _ = stop.changed() => return,
