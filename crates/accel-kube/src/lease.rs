@@ -7,7 +7,10 @@
 //! resourceVersion it read, so two candidates racing for one Lease cannot both win. A leader that
 //! cannot renew steps down once `renew_deadline` has passed since the start of its last successful
 //! renewal; `renew_deadline` is shorter than the lease duration, so it has stopped before anyone
-//! else can take over.
+//! else can take over. A leader that is told to stop ([`Elector::run_until`]) stops leading first,
+//! then releases the Lease (no holder, a one-second duration) so another replica takes over at
+//! its next try instead of waiting out the lease duration: an upgrade's rolling restart pauses
+//! the controllers for about one retry period.
 //!
 //! The Lease API sits behind [`LeaseApi`]: [`KubeLeases`] is the thin kube-rs edge,
 //! [`MemoryLeases`] the in-memory one the tests race electors on. Durations are parameters.
@@ -174,49 +177,106 @@ impl<A: LeaseApi> Elector<A> {
     /// Campaign for ever, publishing whether this replica leads on `leading`. A leader steps
     /// down (`false`) once `renew_deadline` has passed since the start of its last successful
     /// renewal, even while a renewal is still hanging.
-    pub async fn run(mut self, leading: watch::Sender<bool>) {
+    pub async fn run(self, leading: watch::Sender<bool>) {
+        self.run_until(leading, std::future::pending()).await;
+    }
+
+    /// [`Elector::run`] until `stop` completes; then, if this replica leads, it stops leading
+    /// (`false` on `leading`, so the controllers stop first) and releases the Lease, bounded by
+    /// the renew deadline. Returns once released (or the release has failed, logged).
+    pub async fn run_until(mut self, leading: watch::Sender<bool>, stop: impl Future<Output = ()>) {
         let mut last_renew: Option<Instant> = None;
+        tokio::pin!(stop);
         loop {
-            let started = Instant::now();
-            // A leader's attempt may take no longer than what is left of its deadline.
-            let budget = match last_renew {
-                Some(at) => (at + self.config.renew_deadline).saturating_duration_since(started),
-                None => self.config.renew_deadline,
+            let round = async {
+                let started = Instant::now();
+                // A leader's attempt may take no longer than what is left of its deadline.
+                let budget = match last_renew {
+                    Some(at) => {
+                        (at + self.config.renew_deadline).saturating_duration_since(started)
+                    }
+                    None => self.config.renew_deadline,
+                };
+                let attempt = tokio::time::timeout(budget, self.try_acquire_or_renew()).await;
+                let holds = match attempt {
+                    Ok(Ok(holds)) => holds,
+                    Ok(Err(e)) => {
+                        tracing::warn!(error = %e, "leader election: cannot reach the lease");
+                        false
+                    }
+                    Err(_) => {
+                        tracing::warn!("leader election: the lease request timed out");
+                        false
+                    }
+                };
+                if holds {
+                    last_renew = Some(started);
+                    if !*leading.borrow() {
+                        tracing::info!(identity = %self.config.identity, "leading: starting the controllers");
+                        leading.send_replace(true);
+                    }
+                } else if let Some(at) = last_renew {
+                    if Instant::now() >= at + self.config.renew_deadline {
+                        tracing::warn!(identity = %self.config.identity, "lost the lease: stopping the controllers");
+                        last_renew = None;
+                        leading.send_replace(false);
+                    }
+                }
+                let next = started + self.config.retry_period;
+                match last_renew {
+                    // Never sleep past the deadline while leading: step down on time.
+                    Some(at) => {
+                        tokio::time::sleep_until(next.min(at + self.config.renew_deadline)).await;
+                    }
+                    None => tokio::time::sleep_until(next).await,
+                }
             };
-            let attempt = tokio::time::timeout(budget, self.try_acquire_or_renew()).await;
-            let holds = match attempt {
-                Ok(Ok(holds)) => holds,
-                Ok(Err(e)) => {
-                    tracing::warn!(error = %e, "leader election: cannot reach the lease");
-                    false
-                }
-                Err(_) => {
-                    tracing::warn!("leader election: the lease request timed out");
-                    false
-                }
-            };
-            if holds {
-                last_renew = Some(started);
-                if !*leading.borrow() {
-                    tracing::info!(identity = %self.config.identity, "leading: starting the controllers");
-                    leading.send_replace(true);
-                }
-            } else if let Some(at) = last_renew {
-                if Instant::now() >= at + self.config.renew_deadline {
-                    tracing::warn!(identity = %self.config.identity, "lost the lease: stopping the controllers");
-                    last_renew = None;
-                    leading.send_replace(false);
-                }
-            }
-            let next = started + self.config.retry_period;
-            match last_renew {
-                // Never sleep past the deadline while leading: step down on time.
-                Some(at) => {
-                    tokio::time::sleep_until(next.min(at + self.config.renew_deadline)).await;
-                }
-                None => tokio::time::sleep_until(next).await,
+            tokio::select! {
+                () = round => {}
+                () = &mut stop => break,
             }
         }
+        // A round cut short may have renewed without saying so: ask the Lease, not `leading`.
+        let was_leading = leading.send_replace(false);
+        let released = tokio::time::timeout(self.config.renew_deadline, self.release()).await;
+        match released {
+            Ok(Ok(true)) => {
+                tracing::info!(identity = %self.config.identity, "stopping: released the lease")
+            }
+            Ok(Ok(false)) if was_leading => tracing::warn!(
+                identity = %self.config.identity,
+                "stopping: the lease changed hands while it was being released"
+            ),
+            Ok(Ok(false)) => {}
+            Ok(Err(e)) => tracing::warn!(
+                error = %e,
+                "stopping: cannot release the lease; another replica takes over once it expires"
+            ),
+            Err(_) => tracing::warn!(
+                "stopping: releasing the lease timed out; another replica takes over once it expires"
+            ),
+        }
+    }
+
+    /// Gives the Lease up if this replica holds it: no holder, a one-second duration, so any
+    /// candidate takes it at its next try (client-go's `ReleaseOnCancel`). `Ok(false)` when it
+    /// is not ours (nothing is written) or changed meanwhile.
+    pub async fn release(&mut self) -> Result<bool, LeaseError> {
+        let Some(current) = self.api.get().await? else {
+            return Ok(false);
+        };
+        if current.holder.as_deref() != Some(self.config.identity.as_str()) {
+            return Ok(false);
+        }
+        let now = Utc::now();
+        let record = LeaseRecord {
+            holder: None,
+            lease_duration_seconds: Some(1),
+            acquire_time: Some(now),
+            renew_time: Some(now),
+            ..current
+        };
+        self.api.replace(&record).await
     }
 }
 

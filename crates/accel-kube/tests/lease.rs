@@ -290,3 +290,159 @@ async fn the_controllers_run_only_while_leading() {
     tokio::time::sleep(Duration::from_millis(10)).await;
     assert_eq!(alive.load(std::sync::atomic::Ordering::SeqCst), 0);
 }
+
+#[tokio::test]
+async fn a_leader_told_to_stop_stops_leading_and_releases_the_lease() {
+    let (service, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+    let leases = KubeLeases::new(
+        kube::Client::new(service, "default"),
+        "gpustack-system",
+        "worker",
+    );
+    let (leading_tx, mut leading) = tokio::sync::watch::channel(false);
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let run = tokio::spawn(Elector::new(leases, config("worker-a")).run_until(
+        leading_tx,
+        async move {
+            let _ = stop_rx.await;
+        },
+    ));
+
+    let (request, send) = next(&mut handle, "the Lease read").await;
+    assert_eq!(request.method(), http::Method::GET);
+    respond(send, StatusCode::NOT_FOUND, &status(404, "NotFound"));
+    let (request, send) = next(&mut handle, "the Lease create").await;
+    assert_eq!(request.method(), http::Method::POST);
+    let mut stored = body(request).await;
+    stored["metadata"]["resourceVersion"] = json!("7");
+    respond(send, StatusCode::CREATED, &stored);
+    tokio::time::timeout(Duration::from_secs(10), leading.wait_for(|l| *l))
+        .await
+        .expect("never led after creating the Lease")
+        .unwrap();
+
+    // SIGTERM: the controllers stop, then the Lease is read and given up with the version read.
+    stop_tx.send(()).unwrap();
+    let (request, send) = next(&mut handle, "the Lease read before releasing").await;
+    assert_eq!(request.method(), http::Method::GET);
+    assert!(!*leading.borrow(), "stopped leading before releasing");
+    respond(send, StatusCode::OK, &stored);
+    let (request, send) = next(&mut handle, "the release").await;
+    assert_eq!(request.method(), http::Method::PUT);
+    assert_eq!(request.uri().path(), PATH);
+    let released = body(request).await;
+    assert_eq!(released["metadata"]["resourceVersion"], "7");
+    assert!(
+        released["spec"]["holderIdentity"].is_null(),
+        "no holder after release: {released}"
+    );
+    assert_eq!(released["spec"]["leaseDurationSeconds"], 1);
+    assert_eq!(
+        released["spec"]["leaseTransitions"], 0,
+        "a release is no transition"
+    );
+    respond(send, StatusCode::OK, &released);
+    tokio::time::timeout(Duration::from_secs(10), run)
+        .await
+        .expect("run_until did not return after the release")
+        .unwrap();
+    assert!(
+        !matches!(
+            tokio::time::timeout(Duration::from_millis(100), handle.next_request()).await,
+            Ok(Some(_))
+        ),
+        "nothing written after the release"
+    );
+}
+
+#[tokio::test]
+async fn a_replica_that_does_not_hold_the_lease_writes_nothing_when_it_stops() {
+    let (service, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+    let leases = KubeLeases::new(
+        kube::Client::new(service, "default"),
+        "gpustack-system",
+        "worker",
+    );
+    let mut elector = Elector::new(leases, config("worker-b"));
+    let release = tokio::spawn(async move { elector.release().await.unwrap() });
+    let (request, send) = next(&mut handle, "the Lease read").await;
+    assert_eq!(request.method(), http::Method::GET);
+    respond(
+        send,
+        StatusCode::OK,
+        &json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+            "metadata": {"name": "worker", "namespace": "gpustack-system", "resourceVersion": "9"},
+            "spec": {"holderIdentity": "worker-a", "leaseDurationSeconds": 15}}),
+    );
+    assert!(!release.await.unwrap(), "another's Lease is not released");
+    assert!(
+        !matches!(
+            tokio::time::timeout(Duration::from_millis(100), handle.next_request()).await,
+            Ok(Some(_))
+        ),
+        "no write to another replica's Lease"
+    );
+}
+
+/// How long after the leader goes away the other candidate leads, sampled every 100 ms.
+async fn takeover_after(
+    stop_leader: impl FnOnce(),
+    b: &tokio::sync::watch::Receiver<bool>,
+) -> Duration {
+    let gone = tokio::time::Instant::now();
+    stop_leader();
+    let mut b = b.clone();
+    tokio::time::timeout(Duration::from_secs(60), b.wait_for(|l| *l))
+        .await
+        .expect("the other candidate never took over")
+        .unwrap();
+    gone.elapsed()
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_released_lease_is_taken_at_the_next_try_not_after_the_lease_duration() {
+    for release in [true, false] {
+        let lease = MemoryLeases::default();
+        let (tx_a, rx_a) = tokio::sync::watch::channel(false);
+        let (tx_b, rx_b) = tokio::sync::watch::channel(false);
+        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let a = tokio::spawn(
+            Elector::new(lease.for_candidate("a"), config("a")).run_until(tx_a, async move {
+                let _ = stop_rx.await;
+            }),
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(*rx_a.borrow(), "a leads");
+        let b = tokio::spawn(Elector::new(lease.for_candidate("b"), config("b")).run(tx_b));
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        assert!(!*rx_b.borrow(), "b waits while a leads");
+
+        let took = if release {
+            // An orderly stop: a releases the Lease, b takes it at its next try.
+            let took = takeover_after(|| stop_tx.send(()).unwrap(), &rx_b).await;
+            tokio::time::timeout(Duration::from_secs(1), a)
+                .await
+                .expect("a did not finish releasing")
+                .unwrap();
+            assert!(!*rx_a.borrow());
+            took
+        } else {
+            // A crash: b waits out the lease duration.
+            takeover_after(|| a.abort(), &rx_b).await
+        };
+        let record = lease.current().unwrap();
+        assert_eq!(record.holder.as_deref(), Some("b"));
+        if release {
+            assert!(
+                took <= Duration::from_secs(2),
+                "released, yet b took over only after {took:?} (the retry period is 2 s)"
+            );
+        } else {
+            assert!(
+                took >= Duration::from_secs(13),
+                "not released, yet b took over after {took:?}, before the 15 s lease ran out"
+            );
+        }
+        b.abort();
+    }
+}

@@ -2,7 +2,10 @@
 //! process. Every replica serves the Pod admission webhooks, learning each queue's pool from watch
 //! caches; the replica elected on a coordination.k8s.io Lease also runs the cluster-level
 //! controllers (accel-kube's `worker`: the NodeFeatureRule, the managed mark, the CPU node key,
-//! Devices clean-up), and stops them the moment it stops leading.
+//! Devices clean-up), and stops them the moment it stops leading. On SIGTERM the controllers stop
+//! and the Lease is released at once (another replica leads at its next try, so a rolling upgrade
+//! does not pause the controllers for the lease duration), while the webhooks serve on for
+//! `--shutdown-delay-seconds` as the Service's endpoints drain.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -103,7 +106,20 @@ async fn serve(args: Args) -> anyhow::Result<()> {
         .context("cannot reach the API server (in-cluster config or KUBECONFIG)")?;
     let (pools, fill) = PoolCache::new(client.clone());
     tokio::spawn(fill);
-    tokio::spawn(elect_and_control(client, election_config, &args));
+
+    // SIGTERM (or Ctrl-C) is seen once and told to both the election and the server.
+    let (stopping_tx, stopping) = tokio::sync::watch::channel(false);
+    tokio::spawn(async move {
+        stop_signal().await;
+        stopping_tx.send_replace(true);
+    });
+    let release_bound = election_config.renew_deadline;
+    let election = tokio::spawn(elect_and_control(
+        client,
+        election_config,
+        &args,
+        stopped(stopping.clone()),
+    ));
 
     let config = ServerConfig {
         body_limit: args.body_limit,
@@ -115,14 +131,20 @@ async fn serve(args: Args) -> anyhow::Result<()> {
         .await
         .with_context(|| format!("cannot listen on {}", args.listen))?;
     tracing::info!(listen = %args.listen, "serving the Pod admission webhooks");
-    accel_webhook::serve(
-        listener,
-        tls,
-        app,
-        config,
-        shutdown(Duration::from_secs(args.shutdown_delay_seconds)),
-    )
+    let delay = Duration::from_secs(args.shutdown_delay_seconds);
+    accel_webhook::serve(listener, tls, app, config, async move {
+        stopped(stopping).await;
+        tracing::info!(
+            delay_s = delay.as_secs(),
+            "stopping: serving on while endpoints drain"
+        );
+        tokio::time::sleep(delay).await;
+    })
     .await?;
+    // The release normally finished during the delay; never exit in the middle of it.
+    if tokio::time::timeout(release_bound, election).await.is_err() {
+        tracing::warn!("stopping: the lease release did not finish");
+    }
     Ok(())
 }
 
@@ -150,11 +172,13 @@ fn election(args: &Args) -> anyhow::Result<ElectionConfig> {
     Ok(config)
 }
 
-/// Campaign on the Lease and run the controllers while this replica leads.
+/// Campaign on the Lease and run the controllers while this replica leads, until `stop`; then
+/// stop the controllers and release the Lease.
 fn elect_and_control(
     client: kube::Client,
     config: ElectionConfig,
     args: &Args,
+    stop: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> impl std::future::Future<Output = ()> + Send + 'static {
     let namespace = args
         .lease_namespace
@@ -168,16 +192,24 @@ fn elect_and_control(
     };
     let (leading_tx, leading_rx) = tokio::sync::watch::channel(false);
     async move {
-        tokio::spawn(Elector::new(leases, config).run(leading_tx));
-        lease::while_leading(leading_rx, move || {
+        // The controllers stop as soon as `leading` turns false, and for good once the election
+        // has ended (its sender dropped).
+        tokio::spawn(lease::while_leading(leading_rx, move || {
             controllers::run(client.clone(), loop_config.clone())
-        })
-        .await;
+        }));
+        Elector::new(leases, config)
+            .run_until(leading_tx, stop)
+            .await;
     }
 }
 
-/// SIGTERM (the kubelet stopping the Pod) or Ctrl-C, then `delay` more of serving.
-async fn shutdown(delay: Duration) {
+/// Completes once `stopping` turns true (or its sender is gone).
+async fn stopped(mut stopping: tokio::sync::watch::Receiver<bool>) {
+    let _ = stopping.wait_for(|s| *s).await;
+}
+
+/// SIGTERM (the kubelet stopping the Pod) or Ctrl-C.
+async fn stop_signal() {
     let ctrl_c = async {
         let _ = tokio::signal::ctrl_c().await;
     };
@@ -196,9 +228,4 @@ async fn shutdown(delay: Duration) {
         () = ctrl_c => {}
         () = term => {}
     }
-    tracing::info!(
-        delay_s = delay.as_secs(),
-        "stopping: serving on while endpoints drain"
-    );
-    tokio::time::sleep(delay).await;
 }
