@@ -1,11 +1,12 @@
 //! The pool cache against a recorded API server (tower_test::mock::pair + kube::Client::new): it
-//! lists exactly the five resources it is allowed to read, syncs, and answers a queue's pool from
-//! memory.
+//! looks for Kueue in the group list, lists exactly the five resources it is allowed to read,
+//! syncs, and answers a queue's pool from memory. Without Kueue it says so once, is ready, names
+//! Kueue on `/readyz` and in every queue's unknown pool, and watches Kueue once it appears.
 
 use std::time::Duration;
 
 use accel_kube::PoolCache;
-use accel_webhook::PoolSource;
+use accel_webhook::{PoolSource, Readiness};
 use http::{Request, Response};
 use kube::client::Body;
 use serde_json::{Value, json};
@@ -14,10 +15,28 @@ fn list(api_version: &str, kind: &str, items: Vec<Value>) -> Value {
     json!({"apiVersion": api_version, "kind": kind, "metadata": {"resourceVersion": "100"}, "items": items})
 }
 
+/// The API server's group list (`/apis`), with Kueue's group or without.
+fn groups(with_kueue: bool) -> Value {
+    let group = |name: &str, version: &str| {
+        json!({"name": name, "versions": [{"groupVersion": format!("{name}/{version}"), "version": version}],
+            "preferredVersion": {"groupVersion": format!("{name}/{version}"), "version": version}})
+    };
+    let mut list = vec![
+        group("apps", "v1"),
+        group("gpustack.ai", "v1"),
+        group("coordination.k8s.io", "v1"),
+    ];
+    if with_kueue {
+        list.push(group("kueue.x-k8s.io", "v1beta1"));
+    }
+    json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": list})
+}
+
 /// The list each watcher asks for first, as the API server would answer it.
 fn answer(path: &str) -> Option<Value> {
     let kueue = "kueue.x-k8s.io/v1beta1";
     Some(match path {
+        "/apis" => groups(true),
         "/apis/kueue.x-k8s.io/v1beta1/localqueues" => list(
             kueue,
             "LocalQueueList",
@@ -84,7 +103,7 @@ async fn lists_what_it_may_read_syncs_and_answers_from_memory() {
     let mut listed = Vec::new();
     let mut watches = Vec::new();
     let served = tokio::time::timeout(Duration::from_secs(20), async {
-        while listed.len() < 5 {
+        while listed.len() < 6 {
             let (request, send) = handle
                 .next_request()
                 .await
@@ -127,6 +146,7 @@ async fn lists_what_it_may_read_syncs_and_answers_from_memory() {
         listed,
         vec![
             "/api/v1/nodes",
+            "/apis",
             "/apis/gpustack.ai/v1/devices",
             "/apis/kueue.x-k8s.io/v1beta1/clusterqueues",
             "/apis/kueue.x-k8s.io/v1beta1/localqueues",
@@ -141,6 +161,7 @@ async fn lists_what_it_may_read_syncs_and_answers_from_memory() {
     })
     .await
     .expect("the cache never reported synced");
+    assert_eq!(cache.readiness(), Readiness::Ready(None));
 
     let pool = cache.pool("team-a", "h100");
     let expected: accel_core::pool::Pool = serde_json::from_value(
@@ -153,5 +174,215 @@ async fn lists_what_it_may_read_syncs_and_answers_from_memory() {
         cache.pool("team-b", "h100").reason(),
         "LocalQueue team-b/h100 is not in the watch cache"
     );
+    driver.abort();
+}
+
+/// WARN and ERROR lines logged on this thread while `f` runs.
+async fn warnings_while<T>(f: impl std::future::Future<Output = T>) -> (T, Vec<String>) {
+    #[derive(Clone, Default)]
+    struct Lines(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+    impl std::io::Write for Lines {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let lines = Lines::default();
+    let writer = lines.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(move || writer.clone())
+        .with_ansi(false)
+        .with_max_level(tracing::Level::WARN)
+        .finish();
+    let _guard = tracing::subscriber::set_default(subscriber);
+    let out = f.await;
+    let text = String::from_utf8(lines.0.lock().unwrap().clone()).unwrap();
+    (out, text.lines().map(str::to_string).collect())
+}
+
+#[tokio::test]
+async fn without_kueue_it_says_so_once_is_ready_and_watches_kueue_once_it_appears() {
+    let (service, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+    let client = kube::Client::new(service, "default");
+    let (cache, run) = PoolCache::with_kueue_recheck(client, Duration::from_millis(20));
+    // Everything on this thread (the default test runtime), so the log is captured.
+    let ((), warnings) = warnings_while(async {
+        let driver = tokio::spawn(run);
+        let mut listed = Vec::new();
+        let mut group_lists = 0;
+        let mut watches = Vec::new();
+        let mut kueue_served = false;
+        let served = tokio::time::timeout(Duration::from_secs(20), async {
+            loop {
+                let (request, send) = handle
+                    .next_request()
+                    .await
+                    .expect("the cache stopped asking");
+                let path = request.uri().path().to_string();
+                let query = request.uri().query().unwrap_or("").to_string();
+                if query.contains("watch=true") {
+                    watches.push(send);
+                    continue;
+                }
+                assert!(
+                    kueue_served || !path.contains("kueue"),
+                    "Kueue's objects asked for while it is not served: {path}"
+                );
+                let body = if path == "/apis" {
+                    group_lists += 1;
+                    // Kueue is installed after the fourth look.
+                    kueue_served = group_lists > 4;
+                    if !kueue_served && group_lists == 4 {
+                        // By now the cache has synced without Kueue and says why.
+                        assert!(cache.synced(), "ready without Kueue");
+                        let Readiness::Ready(Some(note)) = cache.readiness() else {
+                            panic!("ready with a note naming Kueue: {:?}", cache.readiness());
+                        };
+                        assert!(note.starts_with("Kueue is not installed"), "{note}");
+                        assert!(note.contains("kueue.x-k8s.io/v1beta1"), "{note}");
+                        assert!(
+                            note.contains("a shared pin, a MiB budget, a partition"),
+                            "{note}"
+                        );
+                        let pool = cache.pool("team-a", "h100");
+                        assert!(
+                            pool.reason()
+                                .starts_with("queue team-a/h100: Kueue is not installed"),
+                            "{}",
+                            pool.reason()
+                        );
+                    }
+                    groups(kueue_served)
+                } else {
+                    answer(&path).unwrap_or_else(|| panic!("unexpected request {path}?{query}"))
+                };
+                send.send_response(
+                    Response::builder()
+                        .body(Body::from(serde_json::to_vec(&body).unwrap()))
+                        .unwrap(),
+                );
+                if path != "/apis" {
+                    listed.push(path);
+                }
+                if listed.len() == 5 {
+                    break;
+                }
+            }
+        })
+        .await;
+        assert!(
+            served.is_ok(),
+            "timed out, got {listed:?} after {group_lists} group lists"
+        );
+        assert_eq!(
+            group_lists, 5,
+            "the group list read until Kueue is served, then no more"
+        );
+        tokio::time::timeout(Duration::from_secs(10), async {
+            while cache.readiness() != Readiness::Ready(None) {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        })
+        .await
+        .expect("Kueue's watches never synced");
+        let pool = cache.pool("team-a", "h100");
+        assert_eq!(
+            pool.group.as_deref(),
+            Some("nvidia-h100-80gb-hbm3"),
+            "{}",
+            pool.reason()
+        );
+        driver.abort();
+    })
+    .await;
+    assert_eq!(
+        warnings.len(),
+        1,
+        "one warning, not one per look: {warnings:#?}"
+    );
+    assert!(
+        warnings[0].contains("Kueue is not installed"),
+        "{warnings:?}"
+    );
+}
+
+#[tokio::test]
+async fn before_the_sync_readyz_names_each_store_it_waits_for_and_its_last_error() {
+    let (service, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+    let client = kube::Client::new(service, "default");
+    let (cache, run) = PoolCache::new(client);
+    let driver = tokio::spawn(run);
+    let Readiness::NotReady(why) = cache.readiness() else {
+        panic!("ready before any listing");
+    };
+    assert!(
+        why.starts_with("the pool caches have not synced yet: waiting for devices, nodes"),
+        "{why}"
+    );
+    // Devices are forbidden; Nodes and the group list answer.
+    let refused = tokio::time::timeout(Duration::from_secs(20), async {
+        let mut answered = 0;
+        while answered < 3 {
+            let (request, send) = handle
+                .next_request()
+                .await
+                .expect("the cache stopped asking");
+            let path = request.uri().path().to_string();
+            if request.uri().query().unwrap_or("").contains("watch=true") {
+                std::mem::forget(send);
+                continue;
+            }
+            let (status, body) = match path.as_str() {
+                "/apis/gpustack.ai/v1/devices" => (
+                    403,
+                    json!({"apiVersion": "v1", "kind": "Status", "status": "Failure",
+                        "reason": "Forbidden", "code": 403,
+                        "message": "devices.gpustack.ai is forbidden"}),
+                ),
+                "/apis" => (200, groups(false)),
+                other => (
+                    200,
+                    answer(other).unwrap_or_else(|| panic!("unexpected {other}")),
+                ),
+            };
+            send.send_response(
+                Response::builder()
+                    .status(status)
+                    .body(Body::from(serde_json::to_vec(&body).unwrap()))
+                    .unwrap(),
+            );
+            answered += 1;
+        }
+    })
+    .await;
+    assert!(
+        refused.is_ok(),
+        "the cache did not ask for devices, nodes and the group list"
+    );
+    tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            if let Readiness::NotReady(why) = cache.readiness() {
+                if why.contains("devices (last error:") && !why.contains("nodes") {
+                    return;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .unwrap_or_else(|_| {
+        panic!(
+            "readiness never named the failing store: {:?}",
+            cache.readiness()
+        )
+    });
+    let Readiness::NotReady(why) = cache.readiness() else {
+        unreachable!()
+    };
+    assert!(why.contains("forbidden"), "{why}");
+    assert!(!cache.synced());
     driver.abort();
 }

@@ -13,6 +13,6 @@ pub mod review;
 pub mod server;
 pub mod tls;
 
-pub use pool::{PoolSource, StaticPool};
+pub use pool::{PoolSource, Readiness, StaticPool};
 pub use server::{ServerConfig, ServerError, router, serve};
 pub use tls::{CertReloader, TlsError};

@@ -10,10 +10,28 @@ pub trait PoolSource: Send + Sync + 'static {
     /// caches do not hold is absent, with [`Pool::unknown_reason`] saying why.
     fn pool(&self, namespace: &str, queue: &str) -> Pool;
 
-    /// Whether the caches have completed their first listing (`/readyz`).
+    /// Whether the caches have completed their first listing.
     fn synced(&self) -> bool {
         true
     }
+
+    /// What `/readyz` answers; by default ready once [`PoolSource::synced`].
+    fn readiness(&self) -> Readiness {
+        if self.synced() {
+            Readiness::Ready(None)
+        } else {
+            Readiness::NotReady("the pool caches have not synced yet".to_string())
+        }
+    }
+}
+
+/// Whether the webhook should receive reviews, and why (the `/readyz` body).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Readiness {
+    /// Ready; the note, when there is one, says what works less well (e.g. Kueue is missing).
+    Ready(Option<String>),
+    /// Not ready, and why.
+    NotReady(String),
 }
 
 /// The same pool for every queue: `admit --pool`, tests and benchmarks.

@@ -1,8 +1,8 @@
 //! The HTTPS server: routes, limits and the accept loop.
 //!
 //! This module owns the HTTP side of the webhook: `/mutate-pods` and `/validate-pods` answer
-//! AdmissionReviews, `/healthz` says the process serves, `/readyz` says the pool caches have
-//! synced, `/metrics` is Prometheus text. A body over the limit is refused with 413, a request
+//! AdmissionReviews, `/healthz` says the process serves, `/readyz` says whether the pool caches
+//! have synced (naming what they wait for, or what is missing while ready), `/metrics` is Prometheus text. A body over the limit is refused with 413, a request
 //! slower than the timeout with 408, an unreadable review with 400 naming what was wrong; none of
 //! them disturbs another connection.
 
@@ -27,7 +27,7 @@ use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
 
 use crate::metrics::{Endpoint, Metrics, Outcome};
-use crate::pool::PoolSource;
+use crate::pool::{PoolSource, Readiness};
 use crate::review;
 
 /// Why the server stopped.
@@ -156,14 +156,12 @@ fn handle(
 }
 
 async fn readyz(State(state): State<AppState>) -> Response {
-    if state.pools.synced() {
-        (StatusCode::OK, "ok\n").into_response()
-    } else {
-        (
-            StatusCode::SERVICE_UNAVAILABLE,
-            "the pool caches have not synced yet\n",
-        )
-            .into_response()
+    match state.pools.readiness() {
+        Readiness::Ready(None) => (StatusCode::OK, "ok\n".to_string()).into_response(),
+        Readiness::Ready(Some(note)) => (StatusCode::OK, format!("ok: {note}\n")).into_response(),
+        Readiness::NotReady(why) => {
+            (StatusCode::SERVICE_UNAVAILABLE, format!("{why}\n")).into_response()
+        }
     }
 }
 

@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use accel_core::pool::Pool;
-use accel_webhook::{PoolSource, ServerConfig, StaticPool};
+use accel_webhook::{PoolSource, Readiness, ServerConfig, StaticPool};
 use base64::Engine as _;
 use common::*;
 use serde_json::{Value, json};
@@ -213,6 +213,56 @@ async fn readyz_waits_for_the_caches() {
         assert_eq!(client.call("GET", "/healthz", vec![]).await.0, 200);
         source.0.store(true, Ordering::SeqCst);
         assert_eq!(client.call("GET", "/readyz", vec![]).await.0, 200);
+    })
+    .await;
+}
+
+/// A pool source that answers `/readyz` as told.
+struct Says(std::sync::Mutex<Readiness>);
+
+impl PoolSource for Says {
+    fn pool(&self, _: &str, _: &str) -> Pool {
+        Pool::unknown("Kueue is not installed")
+    }
+    fn readiness(&self) -> Readiness {
+        self.0.lock().unwrap().clone()
+    }
+}
+
+#[tokio::test]
+async fn readyz_names_what_it_waits_for_and_what_is_missing_while_ready() {
+    within("readyz reasons", async {
+        let cert = cert();
+        let source = Arc::new(Says(std::sync::Mutex::new(Readiness::NotReady(
+            "the pool caches have not synced yet: waiting for devices (last error: forbidden)"
+                .into(),
+        ))));
+        let hook = start(
+            &cert,
+            source.clone(),
+            ServerConfig::default(),
+            Duration::from_secs(60),
+        )
+        .await;
+        let mut client = connect(hook.addr, &[&cert.der]).await;
+        assert_eq!(
+            client.call("GET", "/readyz", vec![]).await,
+            (
+                503,
+                "the pool caches have not synced yet: waiting for devices (last error: forbidden)\n"
+                    .to_string()
+            )
+        );
+        *source.0.lock().unwrap() = Readiness::Ready(Some("Kueue is not installed".into()));
+        assert_eq!(
+            client.call("GET", "/readyz", vec![]).await,
+            (200, "ok: Kueue is not installed\n".to_string())
+        );
+        *source.0.lock().unwrap() = Readiness::Ready(None);
+        assert_eq!(
+            client.call("GET", "/readyz", vec![]).await,
+            (200, "ok\n".to_string())
+        );
     })
     .await;
 }
