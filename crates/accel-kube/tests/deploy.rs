@@ -654,7 +654,7 @@ fn the_image_carries_each_cuda_majors_library_where_the_init_container_copies_fr
         std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     for major in CUDA_MAJORS {
         // The host path the responder mounts, and the image path staged onto it.
-        let host = format!("{}/{PRELOAD_LIBRARY}", NvidiaResponder::library_dir(major));
+        let host = NvidiaResponder::library_path(Path::new(HOST_LIBRARY_DIR), major);
         let image = host.replace(HOST_LIBRARY_DIR, "/opt/gpustack/lib");
         let line = format!("COPY --from=hami-cuda-{major} /out/{PRELOAD_LIBRARY} {image}");
         assert!(dockerfile.contains(&line), "Dockerfile lacks: {line}");

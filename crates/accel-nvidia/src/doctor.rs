@@ -119,6 +119,8 @@ pub struct Options {
     pub kubelet_dir: String,
     /// The preload library directory, relative to the host root.
     pub library_dir: String,
+    /// The kernel log, when it is not `dev/kmsg` under the host root (`--kmsg-path`).
+    pub kmsg: Option<std::path::PathBuf>,
     /// `Some`: diagnose these GPUs (empty: every GPU nvidia-smi lists).
     pub gpus: Option<Vec<String>>,
 }
@@ -129,6 +131,7 @@ impl Default for Options {
             deadlines: Deadlines::default(),
             kubelet_dir: KUBELET_DIR.to_string(),
             library_dir: LIBRARY_DIR.to_string(),
+            kmsg: None,
             gpus: None,
         }
     }
@@ -161,7 +164,7 @@ pub fn run(host: &dyn Host, commands: &dyn Commands, options: &Options) -> Repor
         paravirtual,
         driver_present || !bus.is_empty(),
     ));
-    checks.push(kmsg_check(host));
+    checks.push(kmsg_check(host, options.kmsg.as_deref()));
     checks.extend(kubelet_checks(host, &options.kubelet_dir));
     checks.push(cdi_check(host, gpus));
     checks.push(preload_check(host, &snapshot, &options.library_dir));
@@ -425,14 +428,17 @@ fn host_check(host: &dyn Host, paravirtual: bool, gpu_expected: bool) -> Check {
     Check::ok(NAME, "no NVIDIA device nodes (no NVIDIA GPU on this node)")
 }
 
-fn kmsg_check(host: &dyn Host) -> Check {
+fn kmsg_check(host: &dyn Host, kmsg: Option<&std::path::Path>) -> Check {
     const NAME: &str = "kmsg";
-    let path = host.root().join(KMSG_PATH);
+    let (path, shown) = match kmsg {
+        Some(path) => (path.to_path_buf(), path.display().to_string()),
+        None => (host.root().join(KMSG_PATH), "/dev/kmsg".to_string()),
+    };
     match std::fs::File::open(&path) {
-        Ok(_) => Check::ok(NAME, "/dev/kmsg is readable: XIDs are watched"),
+        Ok(_) => Check::ok(NAME, format!("{shown} is readable: XIDs are watched")),
         Err(e) => Check::warn(
             NAME,
-            format!("/dev/kmsg: {e}: XIDs cannot be watched"),
+            format!("{shown}: {e}: XIDs cannot be watched"),
             "mount /dev/kmsg into the DaemonSet's container and give it CAP_SYSLOG (or run it privileged)",
         ),
     }

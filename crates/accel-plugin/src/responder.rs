@@ -18,7 +18,8 @@ use crate::api::deviceplugin::{ContainerAllocateResponse, Mount};
 use crate::pods::{Container, Pod};
 use crate::settings::InjectionStrategy;
 
-/// Where the init container stages the preload libraries on the host.
+/// Where the init container stages the preload libraries on the host, unless `serve
+/// --library-dir` says otherwise ([`NvidiaResponder::library_dir`]).
 pub const HOST_LIBRARY_DIR: &str = "/var/lib/gpustack/operator/lib";
 /// HAMi-core's library file name.
 pub const PRELOAD_LIBRARY: &str = "libvgpu.so";
@@ -114,13 +115,21 @@ pub struct NvidiaResponder {
     pub pod_dir_root: PathBuf,
     /// Where the `ld.so.preload` files the containers mount are kept (a hostPath).
     pub preload_dir: PathBuf,
+    /// The host directory the preload libraries are staged in, one `cuda-<major>/` each
+    /// ([`HOST_LIBRARY_DIR`] by default): the kubelet mounts the library from there.
+    pub library_dir: PathBuf,
     pub engine: EngineFacts,
 }
 
 impl NvidiaResponder {
-    /// The host path of the preload library for a CUDA major.
-    pub fn library_dir(major: u32) -> String {
-        format!("{HOST_LIBRARY_DIR}/cuda-{major}")
+    /// The host path of the preload library for a CUDA major, under the library directory
+    /// `library_dir`.
+    pub fn library_path(library_dir: &Path, major: u32) -> String {
+        path_text(
+            &library_dir
+                .join(format!("cuda-{major}"))
+                .join(PRELOAD_LIBRARY),
+        )
     }
 
     /// The answer for one container.
@@ -212,7 +221,7 @@ impl NvidiaResponder {
         );
         response.mounts.push(Mount {
             container_path: format!("{CONTAINER_LIBRARY_DIR}/{PRELOAD_LIBRARY}"),
-            host_path: format!("{}/{PRELOAD_LIBRARY}", Self::library_dir(major)),
+            host_path: Self::library_path(&self.library_dir, major),
             read_only: true,
         });
         response.mounts.push(Mount {
@@ -331,6 +340,7 @@ mod tests {
             cuda_major: Some(13),
             pod_dir_root: dir.join("pods"),
             preload_dir: dir.join("preload"),
+            library_dir: PathBuf::from(HOST_LIBRARY_DIR),
             engine: EngineFacts::default(),
         }
     }
@@ -363,6 +373,33 @@ mod tests {
         );
         assert_eq!(r.mounts[1].container_path, "/etc/ld.so.preload");
         assert!(dir.path().join("pods/uid-1").is_dir());
+    }
+
+    #[test]
+    fn a_slice_mounts_the_library_from_the_configured_host_directory() {
+        let dir = tempfile::tempdir().unwrap();
+        let (pod, container) = pod(&[]);
+        let a = seat(0);
+        let seats = [&a];
+        let responder = NvidiaResponder {
+            library_dir: PathBuf::from("/opt/gpustack/staged"),
+            ..responder(dir.path(), InjectionStrategy::Envvar)
+        };
+        let r = responder
+            .respond(&Answer {
+                family: Some(Family::Sliced),
+                seats: &seats,
+                slice_units: 400_000,
+                cores_percentage: None,
+                pod: &pod,
+                container: Some(&container),
+            })
+            .unwrap();
+        assert_eq!(
+            r.mounts[0].host_path,
+            "/opt/gpustack/staged/cuda-13/libvgpu.so"
+        );
+        assert_eq!(r.mounts[0].container_path, "/usr/local/vgpu/libvgpu.so");
     }
 
     #[test]

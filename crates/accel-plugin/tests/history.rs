@@ -81,6 +81,7 @@ fn config(dir: &std::path::Path) -> Config {
             cuda_major: Some(13),
             pod_dir_root: dir.join("data/pods"),
             preload_dir: dir.join("data/preload"),
+            library_dir: accel_plugin::responder::HOST_LIBRARY_DIR.into(),
             engine: EngineFacts::default(),
         },
         poll_interval: Duration::from_millis(20),

@@ -63,6 +63,7 @@ impl Rig {
                 cuda_major: Some(13),
                 pod_dir_root: dir.path().join("data/pods"),
                 preload_dir: dir.path().join("data/preload"),
+                library_dir: accel_plugin::responder::HOST_LIBRARY_DIR.into(),
                 engine: EngineFacts::default(),
             },
             poll_interval: Duration::from_millis(20),

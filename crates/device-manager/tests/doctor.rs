@@ -35,6 +35,8 @@ fn doctor(host: &Path, extra: &[&str]) -> Run {
         .args(extra)
         .env_remove("HOST_ROOT")
         .env_remove("KUBELET_DIR")
+        .env_remove("LIBRARY_DIR")
+        .env_remove("KMSG_PATH")
         .env_remove("GPUSTACK_NVIDIA_DEVICE_INJECTION_STRATEGY")
         .output()
         .expect("device-manager runs");
@@ -235,4 +237,58 @@ fn a_host_root_that_does_not_exist_is_one_clear_line() {
     assert_eq!(run.status, 2);
     assert_eq!(run.stderr.trim().lines().count(), 1, "{}", run.stderr);
     assert!(run.stderr.contains("/nonexistent/host"), "{}", run.stderr);
+}
+
+#[test]
+fn doctor_looks_for_the_library_and_the_kernel_log_where_serve_does() {
+    let dir = tempfile::tempdir().unwrap();
+    let host = dir.path().join("host");
+    copy_tree(&hosts_dir().join("dual-rtx-a5000"), &host);
+    write(&host.join("root/opt/staged/cuda-13/libvgpu.so"), "");
+    let kmsg = dir.path().join("kmsg");
+    write(&kmsg, "");
+    let check = |run: &Run, name: &str| -> serde_json::Value {
+        let value: serde_json::Value = serde_json::from_str(&run.stdout).unwrap();
+        value["checks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["name"] == name)
+            .cloned()
+            .unwrap_or_else(|| panic!("no {name} check: {value}"))
+    };
+    // The defaults: neither is under the recorded root.
+    let run = doctor(&host, &["-o", "json"]);
+    assert_eq!(check(&run, "preload")["status"], "warn");
+    assert_eq!(check(&run, "kmsg")["status"], "warn");
+    // The DaemonSet's environment (LIBRARY_DIR, KMSG_PATH), as flags.
+    let run = doctor(
+        &host,
+        &[
+            "-o",
+            "json",
+            "--library-dir",
+            "/opt/staged",
+            "--kmsg-path",
+            kmsg.to_str().unwrap(),
+        ],
+    );
+    let preload = check(&run, "preload");
+    assert_eq!(preload["status"], "ok", "{preload}");
+    assert!(
+        preload["reason"]
+            .as_str()
+            .unwrap()
+            .contains("/opt/staged/cuda-13 holds libvgpu.so"),
+        "{preload}"
+    );
+    let kernel_log = check(&run, "kmsg");
+    assert_eq!(kernel_log["status"], "ok", "{kernel_log}");
+    assert!(
+        kernel_log["reason"]
+            .as_str()
+            .unwrap()
+            .starts_with(kmsg.to_str().unwrap()),
+        "{kernel_log}"
+    );
 }

@@ -129,3 +129,81 @@ fn serve_on_a_node_without_accelerators_keeps_running() {
         assert_eq!(exited, None, "serve exited on a node with no accelerator");
     }
 }
+
+/// A copy of a recorded host (links kept), to add files to.
+fn copy_host(name: &str, to: &std::path::Path) {
+    let from = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../testdata/hosts")
+        .join(name);
+    assert!(from.is_dir(), "missing {}", from.display());
+    let status = Command::new("cp")
+        .arg("-a")
+        .arg(format!("{}/.", from.display()))
+        .arg(to)
+        .status()
+        .unwrap();
+    assert!(status.success());
+}
+
+#[tokio::test]
+async fn slicing_follows_the_library_directory_the_daemon_is_given() {
+    let dir = tempfile::tempdir().unwrap();
+    let host = dir.path().join("host");
+    std::fs::create_dir_all(&host).unwrap();
+    copy_host("hgx-h100-8gpu", &host);
+    // Staged somewhere else than the default (the recorded host reports CUDA 13.1).
+    let staged = host.join("root/opt/gpustack/staged/cuda-13");
+    std::fs::create_dir_all(&staged).unwrap();
+    std::fs::write(staged.join("libvgpu.so"), "").unwrap();
+
+    for (library_dir, sliced) in [(None, false), (Some("/opt/gpustack/staged"), true)] {
+        let run = tempfile::tempdir().unwrap();
+        let kubelet = Kubelet::start(&run.path().join("kubelet"), MemoryPods::new()).await;
+        let mut command = Command::new(env!("CARGO_BIN_EXE_device-manager"));
+        command
+            .args(["serve", "--node-name", "node-a", "--host-root"])
+            .arg(&host)
+            .arg("--kubelet-dir")
+            .arg(run.path().join("kubelet"))
+            .arg("--data-dir")
+            .arg(run.path().join("data"))
+            .env_remove("LIBRARY_DIR")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        if let Some(library_dir) = library_dir {
+            // As the DaemonSet passes it.
+            command.env("LIBRARY_DIR", library_dir);
+        }
+        let mut child = command.spawn().unwrap();
+        let mut wanted = vec!["nvidia.com/gpu", "device.gpustack.ai/nvidia.visibility"];
+        if sliced {
+            wanted.push("nvidia.com/gpu.sliced");
+        }
+        kubelet.wait_for(&wanted).await;
+        let slices = kubelet.devices("nvidia.com/gpu.sliced").len();
+        let _ = child.kill();
+        let _ = child.wait();
+        if sliced {
+            assert_eq!(slices, 8 * 128, "LIBRARY_DIR={library_dir:?}");
+        } else {
+            assert_eq!(slices, 0, "the default directory holds no library here");
+        }
+    }
+
+    // A relative directory cannot be handed to the kubelet: refused in one line.
+    let out = Command::new(env!("CARGO_BIN_EXE_device-manager"))
+        .args(["serve", "--node-name", "node-a", "--host-root"])
+        .arg(&host)
+        .arg("--data-dir")
+        .arg(dir.path().join("data"))
+        .args(["--library-dir", "opt/staged"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("--library-dir opt/staged: not an absolute path"),
+        "{stderr}"
+    );
+}

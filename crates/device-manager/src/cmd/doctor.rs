@@ -31,6 +31,12 @@ pub struct Args {
     /// The kubelet's directory (its sockets are device-plugins/ and pod-resources/kubelet.sock).
     #[arg(long, env = "KUBELET_DIR", default_value = "/var/lib/kubelet")]
     pub kubelet_dir: String,
+    /// The host directory the preload (slicing) libraries are staged in, as `serve` reads it.
+    #[arg(long, env = "LIBRARY_DIR", default_value = accel_plugin::responder::HOST_LIBRARY_DIR)]
+    pub library_dir: String,
+    /// The kernel log, as `serve` reads it (default: `<host-root>/dev/kmsg`).
+    #[arg(long, env = "KMSG_PATH")]
+    pub kmsg_path: Option<PathBuf>,
     /// Seconds each nvidia-smi query may take (the whole snapshot gets twice this).
     #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=600))]
     pub nvidia_smi_timeout: u64,
@@ -50,8 +56,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             snapshot: Duration::from_secs(args.nvidia_smi_timeout * 2),
         },
         kubelet_dir: args.kubelet_dir.clone(),
+        library_dir: args.library_dir.trim_start_matches('/').to_string(),
+        kmsg: args.kmsg_path.clone(),
         gpus: args.gpus.clone(),
-        ..Options::default()
     };
     let mut report = doctor::run(node.host.as_ref(), node.commands.as_ref(), &options);
     let settings = Settings::from_env()?;

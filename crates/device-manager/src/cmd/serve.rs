@@ -20,7 +20,7 @@ use accel_nvidia::reset::RESET_DEADLINE;
 use accel_nvidia::xid::XidClasses;
 use accel_plugin::Config;
 use accel_plugin::pods::{MemoryPods, PodSource};
-use accel_plugin::responder::{NvidiaResponder, PRELOAD_LIBRARY};
+use accel_plugin::responder::{HOST_LIBRARY_DIR, NvidiaResponder};
 use accel_plugin::settings::Settings;
 use anyhow::Context;
 use tokio::sync::watch;
@@ -50,6 +50,14 @@ pub struct Args {
         default_value = "/var/lib/gpustack/operator/device-manager"
     )]
     pub data_dir: PathBuf,
+    /// The host directory the preload (slicing) libraries are staged in, one `cuda-<major>/`
+    /// each: looked for under the host root, and handed to the kubelet as a host path.
+    #[arg(long, env = "LIBRARY_DIR", default_value = HOST_LIBRARY_DIR)]
+    pub library_dir: PathBuf,
+    /// The kernel log watched for XIDs (default: `<host-root>/dev/kmsg`). The DaemonSet mounts
+    /// the host's at `/dev/kmsg` apart from the host root, which may be a read-only recording.
+    #[arg(long, env = "KMSG_PATH")]
+    pub kmsg_path: Option<PathBuf>,
     /// PCI class prefixes the bus scan reads (comma-separated hex).
     #[arg(long, env = node::PCI_CLASS_PREFIXES_ENV)]
     pub pci_class_prefixes: Option<String>,
@@ -74,6 +82,12 @@ pub struct Args {
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     daemon::check_detectable(args.manufacturer)?;
+    if !args.library_dir.is_absolute() {
+        anyhow::bail!(
+            "--library-dir {}: not an absolute path (it is a host path the kubelet mounts from)",
+            args.library_dir.display()
+        );
+    }
     let settings = Settings::from_env()?;
     std::fs::create_dir_all(&args.data_dir)
         .with_context(|| format!("creating the data directory {}", args.data_dir.display()))?;
@@ -123,8 +137,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             grammar: KeyGrammar::default(),
             slices: {
                 let daemon = daemon.clone();
+                let library_dir = args.library_dir.clone();
                 Arc::new(move |section: &ManufacturerInventory| {
-                    slices_offered(&daemon, section).1
+                    slices_offered(&daemon, &library_dir, section).1
                 })
             },
             pods: pods.clone(),
@@ -152,7 +167,10 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 "NOTHING IS PUBLISHED: no cluster configuration, so no NodeFeature, Devices, Pod annotations or capacity"
             ),
         }
-        let loops = Loops::start(daemon.clone(), daemon.open_kernel_log());
+        let loops = Loops::start(
+            daemon.clone(),
+            daemon.open_kernel_log(args.kmsg_path.as_deref()),
+        );
         let path = server.path().to_path_buf();
         let admin = server
             .spawn(daemon.clone())
@@ -197,12 +215,12 @@ fn plugin_config(
     daemon: &Daemon,
     section: &ManufacturerInventory,
 ) -> Config {
-    let (cuda_major, slices) = slices_offered(daemon, section);
+    let (cuda_major, slices) = slices_offered(daemon, &args.library_dir, section);
     if !slices {
         match cuda_major {
             Some(major) => tracing::warn!(
-                "logical slices are not advertised: no preload library at {}/{PRELOAD_LIBRARY} for CUDA {major}",
-                NvidiaResponder::library_dir(major)
+                "logical slices are not advertised: no preload library at {} under the host root for CUDA {major} (--library-dir)",
+                NvidiaResponder::library_path(&args.library_dir, major)
             ),
             None => tracing::warn!(
                 "logical slices are not advertised: the driver reports no CUDA version"
@@ -223,6 +241,7 @@ fn plugin_config(
             cuda_major,
             pod_dir_root: args.data_dir.join("pods"),
             preload_dir: args.data_dir.join("preload"),
+            library_dir: args.library_dir.clone(),
             engine,
         },
         poll_interval: Duration::from_secs(1),
@@ -230,19 +249,20 @@ fn plugin_config(
 }
 
 /// The node's CUDA major and whether logical slices are offered: the preload library for that
-/// major is present under the host's library directory (DESIGN.md, "Slicing needs its
-/// library").
-fn slices_offered(daemon: &Daemon, section: &ManufacturerInventory) -> (Option<u32>, bool) {
+/// major is present in the library directory under the host root (DESIGN.md, "Slicing needs
+/// its library").
+fn slices_offered(
+    daemon: &Daemon,
+    library_dir: &std::path::Path,
+    section: &ManufacturerInventory,
+) -> (Option<u32>, bool) {
     let cuda_major = section
         .runtime_version
         .as_deref()
         .and_then(|v| v.split('.').next())
         .and_then(|m| m.parse::<u32>().ok());
     let present = cuda_major.is_some_and(|major| {
-        daemon.host_exists(&format!(
-            "{}/{PRELOAD_LIBRARY}",
-            NvidiaResponder::library_dir(major)
-        ))
+        daemon.host_exists(&NvidiaResponder::library_path(library_dir, major))
     });
     (cuda_major, present)
 }

@@ -283,7 +283,7 @@ impl Daemon {
                         );
                     }
                     state.faults.apply(&mut fresh);
-                    log_changes(&state.inventory, &fresh);
+                    log_inventory(state.detected_at.is_none(), &state.inventory, &fresh);
                     state.inventory = fresh;
                     state.failure = None;
                     state.detected_at = Some(SystemTime::now());
@@ -365,11 +365,16 @@ impl Daemon {
         self.sync_plugins();
     }
 
-    /// Opens `/dev/kmsg` under the host root. When it cannot be opened the daemon goes on
-    /// without XIDs (counters still count at each collection), and says so loudly once.
-    pub fn open_kernel_log(&self) -> Option<Box<dyn KernelLog>> {
+    /// Opens the kernel log: `path` when given (`--kmsg-path`), else `/dev/kmsg` under the host
+    /// root. When it cannot be opened the daemon goes on without XIDs (counters still count at
+    /// each collection), and says so loudly once.
+    pub fn open_kernel_log(&self, path: Option<&std::path::Path>) -> Option<Box<dyn KernelLog>> {
         let root = lock(&self.collector).host.root().to_path_buf();
-        match KmsgReader::open_host(&FsHost::new(&root)) {
+        let opened = match path {
+            Some(path) => KmsgReader::open(path),
+            None => KmsgReader::open_host(&FsHost::new(&root)),
+        };
+        match opened {
             Ok(reader) => Some(Box::new(reader)),
             Err(e) => {
                 tracing::error!(
@@ -522,18 +527,64 @@ fn collect(node: &Node, options: &DaemonOptions) -> Result<Inventory, String> {
     }
 }
 
-fn log_changes(old: &Inventory, new: &Inventory) {
-    let uuids = |inventory: &Inventory| -> Vec<String> {
-        gpus(inventory).filter_map(|a| a.uuid.clone()).collect()
-    };
-    let (before, after) = (uuids(old), uuids(new));
-    if before != after {
-        tracing::warn!(
-            "the node's accelerators changed ({} → {}): {:?}",
-            before.len(),
-            after.len(),
-            after
-        );
+/// What the log says about a pass that replaced the inventory.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum InventoryNote {
+    /// The first detection since start: what was found (information, not a change).
+    Found(Vec<String>),
+    /// A later pass whose accelerators differ from the last ones (a warning).
+    Changed { before: usize, after: Vec<String> },
+}
+
+impl InventoryNote {
+    /// The note for a pass that replaced `old` with `new`; `first` when nothing had been
+    /// detected before (the empty inventory the daemon starts with is no reading).
+    fn of(first: bool, old: &Inventory, new: &Inventory) -> Option<InventoryNote> {
+        let uuids = |inventory: &Inventory| -> Vec<String> {
+            gpus(inventory).filter_map(|a| a.uuid.clone()).collect()
+        };
+        let after = uuids(new);
+        if first {
+            return Some(InventoryNote::Found(after));
+        }
+        let before = uuids(old);
+        if before == after {
+            return None;
+        }
+        Some(InventoryNote::Changed {
+            before: before.len(),
+            after,
+        })
+    }
+}
+
+impl std::fmt::Display for InventoryNote {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            InventoryNote::Found(uuids) if uuids.is_empty() => {
+                write!(f, "first detection: no accelerator")
+            }
+            InventoryNote::Found(uuids) => {
+                write!(
+                    f,
+                    "first detection: {} accelerators: {uuids:?}",
+                    uuids.len()
+                )
+            }
+            InventoryNote::Changed { before, after } => write!(
+                f,
+                "the node's accelerators changed ({before} → {}): {after:?}",
+                after.len()
+            ),
+        }
+    }
+}
+
+fn log_inventory(first: bool, old: &Inventory, new: &Inventory) {
+    match InventoryNote::of(first, old, new) {
+        Some(note @ InventoryNote::Found(_)) => tracing::info!("{note}"),
+        Some(note @ InventoryNote::Changed { .. }) => tracing::warn!("{note}"),
+        None => {}
     }
 }
 

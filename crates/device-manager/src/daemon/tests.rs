@@ -169,6 +169,7 @@ fn plugin_config(kubelet_dir: &Path, data: &Path, section: &ManufacturerInventor
             cuda_major: Some(13),
             pod_dir_root: data.join("pods"),
             preload_dir: data.join("preload"),
+            library_dir: accel_plugin::responder::HOST_LIBRARY_DIR.into(),
             engine: EngineFacts::default(),
         },
         poll_interval: Duration::from_millis(50),
@@ -932,4 +933,108 @@ async fn allocate_answers_through_an_api_outage_and_everything_lands_once_it_is_
     feeder.abort();
     publisher.abort();
     rig.stop().await;
+}
+
+/// Log lines written while `f` runs on this thread, as plain text.
+fn logged<T>(f: impl FnOnce() -> T) -> (T, String) {
+    #[derive(Clone, Default)]
+    struct Lines(Arc<Mutex<Vec<u8>>>);
+    impl std::io::Write for Lines {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let lines = Lines::default();
+    let writer = lines.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(move || writer.clone())
+        .with_ansi(false)
+        .with_max_level(tracing::Level::INFO)
+        .finish();
+    let out = tracing::subscriber::with_default(subscriber, f);
+    let text = String::from_utf8(lines.0.lock().unwrap().clone()).unwrap();
+    (out, text)
+}
+
+#[test]
+fn the_first_detection_is_logged_as_what_was_found_not_as_a_change() {
+    let host = host();
+    let data = tempfile::tempdir().unwrap();
+    let ((daemon, _commands), log) = logged(|| prepare(host.path(), options(data.path())));
+    let found: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("first detection"))
+        .collect();
+    assert_eq!(found.len(), 1, "{log}");
+    assert!(found[0].contains(" INFO "), "{log}");
+    assert!(
+        found[0].contains("first detection: 8 accelerators"),
+        "{log}"
+    );
+    assert!(found[0].contains(GPU0), "{log}");
+    assert!(
+        !log.contains("changed"),
+        "a first start is no change: {log}"
+    );
+    assert!(!log.contains("WARN"), "{log}");
+
+    // A later pass that finds the same accelerators says nothing; one that finds others warns.
+    let inventory = daemon.inventory();
+    assert_eq!(
+        InventoryNote::of(false, &inventory, &inventory),
+        None,
+        "an unchanged pass"
+    );
+    let mut fewer = inventory.clone();
+    fewer.manufacturers[0].accelerators.truncate(6);
+    let note = InventoryNote::of(false, &inventory, &fewer).unwrap();
+    assert!(matches!(note, InventoryNote::Changed { before: 8, .. }));
+    assert!(note.to_string().contains("changed (8 → 6)"), "{note}");
+    let ((), log) = logged(|| log_inventory(false, &inventory, &fewer));
+    assert!(
+        log.contains(" WARN ") && log.contains("changed (8 → 6)"),
+        "{log}"
+    );
+    // The empty first result (--no-fast-failed on a node without accelerators).
+    assert_eq!(
+        InventoryNote::of(true, &Inventory::default(), &Inventory::default())
+            .unwrap()
+            .to_string(),
+        "first detection: no accelerator"
+    );
+}
+
+#[test]
+fn the_kernel_log_is_read_where_kmsg_path_says_not_only_under_the_host_root() {
+    use std::io::Write as _;
+    let host = host();
+    let data = tempfile::tempdir().unwrap();
+    let (daemon, _commands) = prepare(host.path(), options(data.path()));
+    // The recording holds no dev/kmsg: without a path, XIDs are not watched.
+    assert!(daemon.open_kernel_log(None).is_none());
+    assert!(
+        daemon
+            .open_kernel_log(Some(&data.path().join("no-such-kmsg")))
+            .is_none()
+    );
+    // The DaemonSet's own mount of the host's kernel log, beside a read-only host root.
+    let kmsg = data.path().join("kmsg");
+    std::fs::write(&kmsg, "6,1,100,-;an old record\n").unwrap();
+    let mut log = daemon
+        .open_kernel_log(Some(&kmsg))
+        .expect("the kernel log at --kmsg-path opens");
+    std::fs::OpenOptions::new()
+        .append(true)
+        .open(&kmsg)
+        .unwrap()
+        .write_all(format!("3,2,200,-;{HARDWARE_XID_GPU0}\n").as_bytes())
+        .unwrap();
+    match log.next_entry().unwrap() {
+        Some(KernelLogEntry::Record(record)) => assert_eq!(record.message, HARDWARE_XID_GPU0),
+        other => panic!("expected the record written after opening, got {other:?}"),
+    }
 }
