@@ -10,10 +10,11 @@
 //! daemon's publisher of the NodeFeature, `Devices`, the Pods' allocation annotations and the
 //! Node's capacity keys. [`worker`] holds the worker's cluster-level controllers (the managed
 //! mark, the CPU node key, Devices clean-up, [`nfr`]'s NodeFeatureRule), run on the replica
-//! [`lease`] elects.
+//! [`lease`] elects. [`cleanup`] removes what the daemons and the worker created, on uninstall.
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 pub mod cache;
+pub mod cleanup;
 pub mod crd;
 pub mod lease;
 pub mod nfr;

@@ -1,10 +1,15 @@
 //! The device-manager binary: argument parsing, wiring and exit codes. Logic lives in the
 //! libraries; each subcommand is a module under `cmd/`.
+//!
+//! Logs go to stderr, filtered by `RUST_LOG` (default `warn`): plain text, coloured only when
+//! stderr is a terminal and `NO_COLOR` is unset, or one JSON object a line with
+//! `--log-format json` (`LOG_FORMAT=json`), for log collectors.
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
+use std::io::IsTerminal as _;
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{Parser, Subcommand, ValueEnum};
 
 mod admin;
 mod cmd;
@@ -16,8 +21,26 @@ mod publish;
 #[derive(Debug, Parser)]
 #[command(name = "device-manager", version, about)]
 struct Cli {
+    /// How logs are written to stderr: plain text, or one JSON object a line.
+    #[arg(
+        long,
+        global = true,
+        env = "LOG_FORMAT",
+        value_enum,
+        default_value = "text"
+    )]
+    log_format: LogFormat,
     #[command(subcommand)]
     command: Command,
+}
+
+/// The log formats.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum LogFormat {
+    /// Human-readable lines; colour codes only on a terminal.
+    Text,
+    /// One JSON object a line (`timestamp`, `level`, `target`, `fields.message`, …).
+    Json,
 }
 
 #[derive(Debug, Subcommand)]
@@ -45,17 +68,31 @@ enum Command {
     Reset(cmd::reset::Args),
     /// Run the node daemon: the kubelet device plugins on one ledger.
     Serve(cmd::serve::Args),
+    /// Remove what the daemons and the worker created at run time (the chart's uninstall hook).
+    Cleanup(cmd::cleanup::Args),
+}
+
+/// Sends logs to stderr in `format`, filtered by `RUST_LOG`.
+fn init_logging(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let builder = tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(filter);
+    match format {
+        LogFormat::Json => builder.json().with_current_span(false).init(),
+        LogFormat::Text => {
+            // Colour codes only for a person at a terminal: a file, a pipe or a container log
+            // gets plain text.
+            let colour = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
+            builder.with_ansi(colour).init();
+        }
+    }
 }
 
 fn main() -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
-        )
-        .init();
     let cli = Cli::parse();
+    init_logging(cli.log_format);
     let result = match cli.command {
         Command::Detect(args) => cmd::detect::run(args),
         Command::Labels(args) => cmd::labels::run(args),
@@ -68,6 +105,7 @@ fn main() -> ExitCode {
         Command::Refresh(args) => cmd::refresh::run(args),
         Command::Reset(args) => cmd::reset::run(args),
         Command::Serve(args) => cmd::serve::run(args),
+        Command::Cleanup(args) => cmd::cleanup::run(args),
     };
     match result {
         Ok(code) => code,

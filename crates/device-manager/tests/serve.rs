@@ -207,3 +207,88 @@ async fn slicing_follows_the_library_directory_the_daemon_is_given() {
         "{stderr}"
     );
 }
+
+/// `serve` without a cluster until it has logged `marker`: its stderr up to there.
+fn serve_log_until(marker: &str, envs: &[(&str, &str)]) -> String {
+    use std::io::BufRead as _;
+    let host = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../testdata/hosts/no-driver"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let mut command = Command::new(env!("CARGO_BIN_EXE_device-manager"));
+    command
+        .args(["serve", "--node-name", "node-a", "--host-root", host])
+        .arg("--kubelet-dir")
+        .arg(dir.path().join("kubelet"))
+        .arg("--data-dir")
+        .arg(dir.path().join("data"))
+        // No cluster: the daemon says so at once, at ERROR.
+        .env("KUBECONFIG", dir.path().join("no-kubeconfig"))
+        .env_remove("KUBERNETES_SERVICE_HOST")
+        .env_remove("LOG_FORMAT")
+        .env_remove("NO_COLOR")
+        .env("RUST_LOG", "info")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    for (k, v) in envs {
+        command.env(k, v);
+    }
+    let mut child = command.spawn().unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let marker = marker.to_string();
+    std::thread::spawn(move || {
+        let mut seen = String::new();
+        for line in std::io::BufReader::new(stderr).lines() {
+            let Ok(line) = line else { break };
+            seen.push_str(&line);
+            seen.push('\n');
+            if line.contains(&marker) {
+                break;
+            }
+        }
+        let _ = tx.send(seen);
+    });
+    let seen = rx.recv_timeout(std::time::Duration::from_secs(30));
+    let _ = child.kill();
+    let _ = child.wait();
+    seen.expect("serve never logged the marker within 30 s")
+}
+
+#[test]
+fn logs_are_plain_text_off_a_terminal_and_json_on_request() {
+    let text = serve_log_until("NOTHING IS PUBLISHED", &[]);
+    assert!(text.contains("NOTHING IS PUBLISHED"), "{text}");
+    assert!(
+        !text.contains('\u{1b}'),
+        "colour codes in a log that is not a terminal: {text:?}"
+    );
+    assert!(text.contains("ERROR"), "{text}");
+
+    let json = serve_log_until("NOTHING IS PUBLISHED", &[("LOG_FORMAT", "json")]);
+    let lines: Vec<serde_json::Value> = json
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not a JSON line ({e}): {l}")))
+        .collect();
+    let last = lines.last().expect("a line");
+    assert_eq!(last["level"], "ERROR", "{last}");
+    assert!(
+        last["fields"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("NOTHING IS PUBLISHED"),
+        "{last}"
+    );
+    assert!(last["timestamp"].is_string(), "{last}");
+    assert!(last["target"].is_string(), "{last}");
+
+    // The flag is global: it reads the same before or after the subcommand; a bad one is refused.
+    let out = Command::new(env!("CARGO_BIN_EXE_device-manager"))
+        .args(["--log-format", "yaml", "detect"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("invalid value 'yaml'"));
+}

@@ -1,6 +1,7 @@
 //! One module per subcommand: its arguments and its `run`.
 
 pub mod admit;
+pub mod cleanup;
 pub mod cpu_key;
 pub mod detect;
 pub mod doctor;
