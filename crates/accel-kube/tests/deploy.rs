@@ -2,9 +2,12 @@
 //! template` renders: the webhook's RBAC is read-only on exactly what the pool cache watches, the
 //! webhook configurations select, fail and time out as seed 003 and the issue require, each
 //! component's RBAC is what it touches, DaemonSets are rendered only for the manufacturers this
-//! project can detect (on the NFD PCI label, with the host mounts the daemon needs), every
-//! `GPUSTACK_*` setting the code reads has a value, and the image's library layout is the one the
-//! responder mounts.
+//! project can detect (on the NFD PCI label, with the host mounts the daemon needs), the host root,
+//! kernel log and library directory are values that reach the daemon, every `GPUSTACK_*` setting
+//! the code reads has a value and each env name is passed once (a per-manufacturer override
+//! replaces the chart's entry; "" is passed empty without `value: ""`), the uninstall hook runs
+//! `cleanup` with exactly the rights it needs, the log format is a value, and the image's library
+//! layout is the one the responder mounts.
 //!
 //! Helm comes from `$HELM` or the `PATH` (`.ci/run` installs it). Without it these tests fail when
 //! `CI` is set, and otherwise say they were skipped and pass, so `cargo test` on a fresh machine
@@ -162,21 +165,48 @@ fn container<'a>(spec: &'a Value, list: &str, name: &str) -> &'a Value {
         .unwrap_or_else(|| panic!("no {list} entry {name}"))
 }
 
-/// A container's env entries by name.
+/// A container's env entries by name; fails when a name is passed twice (`helm upgrade` then
+/// fails: "The order in patch list … doesn't match $setElementOrder list").
 fn env(container: &Value) -> BTreeMap<String, Value> {
-    container["env"]
-        .as_array()
-        .expect("env")
-        .iter()
-        .map(|e| (e["name"].as_str().expect("env name").to_string(), e.clone()))
-        .collect()
+    let mut entries = BTreeMap::new();
+    for e in container["env"].as_array().expect("env") {
+        let name = e["name"].as_str().expect("env name").to_string();
+        assert!(
+            entries.insert(name.clone(), e.clone()).is_none(),
+            "{}: env {name} is passed twice",
+            container["name"]
+        );
+    }
+    entries
 }
 
+/// A plain env entry's value: `""` for an entry with neither `value` nor `valueFrom` (set
+/// empty), which is how the chart renders an empty setting.
 fn env_value(container: &Value, name: &str) -> String {
-    env(container)
+    let entries = env(container);
+    let entry = entries
         .get(name)
-        .and_then(|e| e["value"].as_str().map(String::from))
-        .unwrap_or_else(|| panic!("env {name} has no plain value"))
+        .unwrap_or_else(|| panic!("{}: no env {name}", container["name"]));
+    assert!(
+        entry["valueFrom"].is_null(),
+        "env {name} is not a plain value"
+    );
+    match &entry["value"] {
+        Value::Null => String::new(),
+        Value::String(text) => {
+            assert!(!text.is_empty(), "env {name} is rendered as value: \"\"");
+            text.clone()
+        }
+        other => panic!("env {name}: value {other} is not text"),
+    }
+}
+
+fn daemon(docs: &[Value]) -> &Value {
+    container(
+        pod_spec(docs, "DaemonSet", &daemonset_name(Manufacturer::Nvidia)),
+        "containers",
+        "device-manager",
+    )
 }
 
 /// The mount of `volume` in `container`, and the volume's hostPath.
@@ -202,6 +232,7 @@ fn daemonset_name(m: Manufacturer) -> String {
 
 const WORKER: &str = "gpustack-operator-device-manager-worker";
 const NODE_ACCOUNT: &str = "gpustack-operator-device-manager";
+const CLEANUP: &str = "gpustack-operator-device-manager-cleanup";
 
 #[test]
 fn the_webhooks_rbac_is_read_only_on_exactly_what_the_pool_lookup_reads() {
@@ -373,16 +404,21 @@ fn the_node_daemon_mounts_what_it_needs_from_the_host() {
     let daemon = container(spec, "containers", "device-manager");
     assert_eq!(daemon["args"], json!(["serve"]));
 
+    // The node's root is the host's `/`, read-only at the HOST_ROOT the nvidia-smi wrapper
+    // chroots into.
     let host_root = env_value(daemon, "HOST_ROOT");
+    assert_eq!(host_root, "/host");
     let (mount, source) = host_mount(spec, daemon, "host-root");
     assert_eq!(
         (&mount["mountPath"], &mount["readOnly"], &source["path"]),
         (&json!(host_root), &json!(true), &json!("/"))
     );
+    assert_eq!(mount["mountPropagation"], "HostToContainer");
 
-    // The kernel log is read as <host-root>/dev/kmsg.
+    // The kernel log on its own mount, outside the host root, where KMSG_PATH says.
     let (mount, source) = host_mount(spec, daemon, "kmsg");
-    assert_eq!(mount["mountPath"], format!("{host_root}/dev/kmsg"));
+    assert_eq!(mount["mountPath"], env_value(daemon, "KMSG_PATH"));
+    assert!(!env_value(daemon, "KMSG_PATH").starts_with(&host_root));
     assert_eq!(mount["readOnly"], true);
     assert_eq!(
         (&source["path"], &source["type"]),
@@ -430,7 +466,8 @@ fn the_node_daemon_mounts_what_it_needs_from_the_host() {
         "true"
     );
 
-    // The init container stages the image's libraries where the responder looks for them.
+    // The init container stages the image's libraries where the daemon looks for them.
+    assert_eq!(env_value(daemon, "LIBRARY_DIR"), HOST_LIBRARY_DIR);
     let init = container(spec, "initContainers", "stage-libraries");
     assert_eq!(
         init["command"],
@@ -529,13 +566,40 @@ fn each_component_is_granted_what_it_touches_and_no_more() {
         expect_grants(&[("coordination.k8s.io/leases", &["get", "create", "update"])])
     );
 
+    // The uninstall hook's identity: what `cleanup` deletes and reads, nothing more.
+    let cleanup_roles = bound_to(&docs, "ClusterRoleBinding", CLEANUP, CLEANUP);
+    assert_eq!(
+        grants(cleanup_roles),
+        expect_grants(&[
+            ("gpustack.ai/devices", &["list", "delete"]),
+            ("nfd.k8s-sigs.io/nodefeaturerules", &["delete"]),
+            ("/nodes", &["list"]),
+            ("/nodes/status", &["patch"]),
+        ])
+    );
+    let cleanup_namespaced = bound_to(&docs, "RoleBinding", CLEANUP, CLEANUP);
+    assert_eq!(cleanup_namespaced["metadata"]["namespace"], NAMESPACE);
+    assert_eq!(
+        grants(cleanup_namespaced),
+        expect_grants(&[
+            ("/pods", &["list"]),
+            ("nfd.k8s-sigs.io/nodefeatures", &["list", "delete"]),
+            ("coordination.k8s.io/leases", &["delete"]),
+        ])
+    );
+
     // Nothing else is bound to anyone.
-    let bindings: BTreeSet<&str> = docs
+    let bindings: BTreeSet<(&str, &str)> = docs
         .iter()
         .filter(|d| d["kind"] == "ClusterRoleBinding" || d["kind"] == "RoleBinding")
-        .map(|d| d["metadata"]["name"].as_str().expect("name"))
+        .map(|d| {
+            (
+                d["kind"].as_str().expect("kind"),
+                d["metadata"]["name"].as_str().expect("name"),
+            )
+        })
         .collect();
-    assert_eq!(bindings.len(), 5, "{bindings:?}");
+    assert_eq!(bindings.len(), 7, "{bindings:?}");
 }
 
 #[test]
@@ -645,6 +709,264 @@ fn every_setting_the_code_reads_has_a_value_and_reaches_both_components() {
         "worker",
     );
     assert!(!env(worker).contains_key("GPUSTACK_RESOURCE_BASES"));
+}
+
+#[test]
+fn the_host_root_is_a_value_so_a_recorded_host_needs_no_post_renderer() {
+    let Some(helm) = helm() else { return };
+    let recorded = "/srv/hosts/hgx-h100-8gpu";
+    let docs = render(
+        &helm,
+        &[
+            &format!("deviceManager.hostRoot={recorded}"),
+            "image.pullPolicy=Never",
+        ],
+    );
+    let spec = pod_spec(&docs, "DaemonSet", &daemonset_name(Manufacturer::Nvidia));
+    let daemon = daemon(&docs);
+    // The folder is mounted where the daemon and the nvidia-smi wrapper look, read-only.
+    let (mount, source) = host_mount(spec, daemon, "host-root");
+    assert_eq!(source["path"], recorded);
+    assert_eq!(source["type"], "Directory");
+    assert_eq!(mount["mountPath"], env_value(daemon, "HOST_ROOT"));
+    assert_eq!(mount["readOnly"], true);
+    // The kernel log is mounted outside it: no mount point is made inside a read-only folder.
+    let (mount, source) = host_mount(spec, daemon, "kmsg");
+    assert_eq!(source["path"], "/dev/kmsg");
+    assert_eq!(mount["mountPath"], env_value(daemon, "KMSG_PATH"));
+    for m in daemon["volumeMounts"].as_array().expect("mounts") {
+        let path = m["mountPath"].as_str().expect("mountPath");
+        assert!(
+            m["name"] == "host-root" || !path.starts_with("/host/") && path != "/host",
+            "{path} is mounted inside the host root"
+        );
+    }
+    // Every container of the release runs the image as imported, never pulled.
+    for (kind, name) in [
+        ("DaemonSet", daemonset_name(Manufacturer::Nvidia)),
+        ("Deployment", WORKER.to_string()),
+        ("Job", CLEANUP.to_string()),
+    ] {
+        let spec = pod_spec(&docs, kind, &name);
+        for list in ["initContainers", "containers"] {
+            for c in spec[list].as_array().into_iter().flatten() {
+                assert_eq!(c["imagePullPolicy"], "Never", "{kind} {name} {}", c["name"]);
+            }
+        }
+    }
+
+    // No kernel log: no mount and no KMSG_PATH (the daemon reads <host root>/dev/kmsg).
+    let without = render(&helm, &["deviceManager.kernelLog="]);
+    let spec = pod_spec(&without, "DaemonSet", &daemonset_name(Manufacturer::Nvidia));
+    let daemon_without = container(spec, "containers", "device-manager");
+    assert!(!env(daemon_without).contains_key("KMSG_PATH"));
+    assert!(
+        !spec["volumes"]
+            .as_array()
+            .expect("volumes")
+            .iter()
+            .any(|v| v["name"] == "kmsg")
+    );
+
+    for set in [
+        "deviceManager.hostRoot=srv/hosts/x",
+        "deviceManager.libraryDir=lib",
+        "deviceManager.kernelLog=dev/kmsg",
+    ] {
+        let refused = try_render(&helm, &[set]).expect_err(set);
+        assert!(
+            refused.contains("not an absolute host path"),
+            "{set}: {refused}"
+        );
+    }
+}
+
+#[test]
+fn the_library_directory_reaches_the_daemon_the_init_container_and_the_kubelets_mounts() {
+    let Some(helm) = helm() else { return };
+    let moved = "/opt/gpustack/staged";
+    let docs = render(&helm, &[&format!("deviceManager.libraryDir={moved}")]);
+    let spec = pod_spec(&docs, "DaemonSet", &daemonset_name(Manufacturer::Nvidia));
+    // The daemon looks there (under the host root) and hands it to the kubelet.
+    assert_eq!(env_value(daemon(&docs), "LIBRARY_DIR"), moved);
+    let init = container(spec, "initContainers", "stage-libraries");
+    assert_eq!(
+        init["command"],
+        json!(["/usr/local/bin/stage-libraries", "/opt/gpustack/lib", moved])
+    );
+    let (mount, source) = host_mount(spec, init, "library-dir");
+    assert_eq!(
+        (&mount["mountPath"], &source["path"]),
+        (&json!(moved), &json!(moved))
+    );
+
+    // An image without the libraries (a test cluster's): no init container, the daemon still
+    // told where to look.
+    let bare = render(&helm, &["deviceManager.stageLibraries=false"]);
+    let spec = pod_spec(&bare, "DaemonSet", &daemonset_name(Manufacturer::Nvidia));
+    assert!(
+        spec["initContainers"].is_null(),
+        "{}",
+        spec["initContainers"]
+    );
+    assert!(
+        !spec["volumes"]
+            .as_array()
+            .expect("volumes")
+            .iter()
+            .any(|v| v["name"] == "library-dir")
+    );
+    assert_eq!(env_value(daemon(&bare), "LIBRARY_DIR"), HOST_LIBRARY_DIR);
+}
+
+#[test]
+fn a_manufacturers_env_replaces_the_charts_entry_and_empty_settings_render_without_a_value() {
+    let Some(helm) = helm() else { return };
+    let docs = render(
+        &helm,
+        &[
+            "global.manufacturers.nvidia.env.GPUSTACK_NVIDIA_DEVICE_INJECTION_STRATEGY=auto",
+            "global.manufacturers.nvidia.env.GPUSTACK_PCI_CLASS_PREFIXES=null",
+            "global.manufacturers.nvidia.env.EXTRA=1",
+            "settings.GPUSTACK_NVIDIA_XID_APPLICATION=",
+        ],
+    );
+    // `env` (the helper) fails on a name passed twice.
+    let daemon = daemon(&docs);
+    assert_eq!(
+        env_value(daemon, "GPUSTACK_NVIDIA_DEVICE_INJECTION_STRATEGY"),
+        "auto"
+    );
+    assert_eq!(env_value(daemon, "EXTRA"), "1");
+    assert!(
+        !env(daemon).contains_key("GPUSTACK_PCI_CLASS_PREFIXES"),
+        "null removes the chart's entry"
+    );
+    // "" is passed set empty ("no application-class XIDs"), as a bare name.
+    let entry = &env(daemon)["GPUSTACK_NVIDIA_XID_APPLICATION"];
+    assert_eq!(entry, &json!({"name": "GPUSTACK_NVIDIA_XID_APPLICATION"}));
+    // The override is the daemon's only; the worker keeps the setting.
+    let worker = container(
+        pod_spec(&docs, "Deployment", WORKER),
+        "containers",
+        "worker",
+    );
+    assert_eq!(
+        env_value(worker, "GPUSTACK_NVIDIA_DEVICE_INJECTION_STRATEGY"),
+        "envvar"
+    );
+    assert_eq!(
+        env_value(worker, "GPUSTACK_PCI_CLASS_PREFIXES"),
+        "02,03,0b,12"
+    );
+    assert!(!env(worker).contains_key("EXTRA"));
+
+    // Nowhere in the default render is an empty value written out.
+    let mut command = Command::new(&helm);
+    command
+        .arg("template")
+        .arg("dm")
+        .arg(chart())
+        .args(["--namespace", NAMESPACE]);
+    let text = String::from_utf8(command.output().expect("helm runs").stdout).expect("UTF-8");
+    assert!(!text.contains("value: \"\""), "{text}");
+    for d in render(&helm, &[]) {
+        for list in ["initContainers", "containers"] {
+            for c in d["spec"]["template"]["spec"][list]
+                .as_array()
+                .into_iter()
+                .flatten()
+            {
+                if !c["env"].is_null() {
+                    env(c);
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn uninstall_runs_the_cleanup_after_the_release_is_deleted() {
+    let Some(helm) = helm() else { return };
+    let docs = render(&helm, &[]);
+    let job = find(&docs, "Job", CLEANUP);
+    assert_eq!(
+        job["metadata"]["annotations"]["helm.sh/hook"],
+        "post-delete"
+    );
+    let spec = pod_spec(&docs, "Job", CLEANUP);
+    assert_eq!(spec["serviceAccountName"], CLEANUP);
+    assert_eq!(spec["restartPolicy"], "Never");
+    let cleanup = container(spec, "containers", "cleanup");
+    assert_eq!(cleanup["args"], json!(["cleanup"]));
+    assert_eq!(env_value(cleanup, "RELEASE"), "dm");
+    assert_eq!(
+        env(cleanup)["POD_NAMESPACE"]["valueFrom"]["fieldRef"]["fieldPath"],
+        "metadata.namespace"
+    );
+    // Its identity is a hook too (the release's is gone by then), removed once it succeeded.
+    for (kind, name) in [
+        ("ServiceAccount", CLEANUP),
+        ("ClusterRole", CLEANUP),
+        ("ClusterRoleBinding", CLEANUP),
+        ("Role", CLEANUP),
+        ("RoleBinding", CLEANUP),
+        ("Job", CLEANUP),
+    ] {
+        let annotations = &find(&docs, kind, name)["metadata"]["annotations"];
+        assert_eq!(annotations["helm.sh/hook"], "post-delete", "{kind}");
+        assert!(
+            annotations["helm.sh/hook-delete-policy"]
+                .as_str()
+                .is_some_and(|p| p.contains("hook-succeeded")),
+            "{kind}: {annotations}"
+        );
+    }
+    // The Pods it waits for carry the labels its selector names.
+    let selector = accel_kube::cleanup::release_pods_selector("dm");
+    assert_eq!(
+        selector,
+        "app.kubernetes.io/instance=dm,app.kubernetes.io/component in (device-manager,worker)"
+    );
+    for (kind, name, component) in [
+        (
+            "DaemonSet",
+            daemonset_name(Manufacturer::Nvidia),
+            "device-manager",
+        ),
+        ("Deployment", WORKER.to_string(), "worker"),
+    ] {
+        let labels = &find(&docs, kind, &name)["spec"]["template"]["metadata"]["labels"];
+        assert_eq!(labels["app.kubernetes.io/instance"], "dm", "{kind}");
+        assert_eq!(labels["app.kubernetes.io/component"], component, "{kind}");
+    }
+    let cleanup_labels = &job["spec"]["template"]["metadata"]["labels"];
+    assert_eq!(cleanup_labels["app.kubernetes.io/component"], "cleanup");
+
+    let off = render(&helm, &["cleanup.enabled=false"]);
+    assert!(of_kind(&off, "Job").is_empty());
+    assert!(!off.iter().any(|d| d["metadata"]["name"] == CLEANUP));
+}
+
+#[test]
+fn the_log_format_is_a_value_for_each_component() {
+    let Some(helm) = helm() else { return };
+    let docs = render(&helm, &[]);
+    let worker = |docs: &[Value]| {
+        container(pod_spec(docs, "Deployment", WORKER), "containers", "worker").clone()
+    };
+    assert_eq!(env_value(daemon(&docs), "LOG_FORMAT"), "text");
+    assert_eq!(env_value(&worker(&docs), "LOG_FORMAT"), "text");
+    let json_logs = render(
+        &helm,
+        &["deviceManager.logFormat=json", "worker.logFormat=json"],
+    );
+    assert_eq!(env_value(daemon(&json_logs), "LOG_FORMAT"), "json");
+    assert_eq!(env_value(&worker(&json_logs), "LOG_FORMAT"), "json");
+    for set in ["deviceManager.logFormat=yaml", "worker.logFormat=xml"] {
+        let refused = try_render(&helm, &[set]).expect_err(set);
+        assert!(refused.contains("is neither text nor json"), "{refused}");
+    }
 }
 
 #[test]

@@ -37,12 +37,32 @@ app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- end -}}
 
-{{/* The GPUSTACK_* settings as container env entries (null: not passed). */}}
-{{- define "dm.settings.env" -}}
-{{- range $name, $value := .Values.settings }}
-{{- if not (kindIs "invalid" $value) }}
+{{/*
+Container env entries from a map NAME → value, in name order, one entry per name (so an override
+replaces the chart's entry rather than adding a second one, which `helm upgrade` refuses):
+- text, a number or a boolean: passed as text;
+- "": passed set to the empty string, rendered as a bare `- name:` (what the API server stores
+  for an empty value, so a later upgrade finds nothing to change);
+- a map: the entry's body as written (`valueFrom: …`);
+- null: not passed at all.
+*/}}
+{{- define "dm.env" -}}
+{{- $env := . }}
+{{- range $name := keys $env | sortAlpha }}
+{{- $value := index $env $name }}
+{{- if kindIs "map" $value }}
 - name: {{ $name }}
+  {{- toYaml $value | nindent 2 }}
+{{- else if not (kindIs "invalid" $value) }}
+- name: {{ $name }}
+{{- if ne (toString $value) "" }}
   value: {{ $value | toString | quote }}
 {{- end }}
 {{- end }}
+{{- end }}
+{{- end -}}
+
+{{/* A downward-API env value: the Pod's field at this path. */}}
+{{- define "dm.fieldRef" -}}
+{{- toJson (dict "valueFrom" (dict "fieldRef" (dict "fieldPath" .))) -}}
 {{- end -}}
