@@ -37,7 +37,7 @@ pub struct Args {
     /// This node's name (the Pods it serves are those bound to it).
     #[arg(long, env = "NODE_NAME")]
     pub node_name: String,
-    /// The node's root, or a recorded host folder.
+    /// The node's root, or a recorded host folder (one carrying recorded-host.json).
     #[arg(long, env = "HOST_ROOT", default_value = "/")]
     pub host_root: PathBuf,
     /// The kubelet's directory (device-plugins/ and pod-resources/ sockets).
