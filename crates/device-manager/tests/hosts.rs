@@ -2,7 +2,7 @@
 //! binary, snapshotted with insta; plus the hosts' special cases (a hanging nvidia-smi, a host
 //! root that does not exist, passthrough with and without the daemon's memory).
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
