@@ -12,6 +12,7 @@ pub mod host;
 pub mod kmsg;
 pub mod pci;
 pub mod record;
+pub mod recording;
 
 pub use atomic::{AtomicWriteError, STATE_FILE_MODE, write_atomic};
 pub use commands::{
@@ -28,3 +29,4 @@ pub use pci::{
     PciError, PciFunction, PciScan, PciSetFingerprint, pci_set_fingerprint, scan_pci,
 };
 pub use record::{CommandRecord, ROOT_DIR, RecordError, Recorder};
+pub use recording::{HostRoot, MARK_FILE, Mark, MarkError};

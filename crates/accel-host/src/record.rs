@@ -16,6 +16,7 @@ use std::time::Duration;
 use crate::commands::recorded::{COMMANDS_DIR, SIGNAL_STATUS};
 use crate::commands::{CommandError, CommandOutput, Commands, TIMED_OUT_MARKER};
 use crate::host::{EntryKind, FsHost, Host, HostError};
+use crate::recording::{MARK_FILE, Mark};
 
 /// The folder of a recording that holds the node's files.
 pub const ROOT_DIR: &str = "root";
@@ -167,9 +168,10 @@ fn normalise(path: &str) -> String {
 }
 
 impl Recorder {
-    /// A recorder writing into `dir`, which must be absent or empty; creates `DIR/root` and
-    /// `DIR/commands`.
-    pub fn new(dir: impl Into<PathBuf>) -> Result<Self, RecordError> {
+    /// A recorder writing into `dir`, which must be absent or empty; creates `DIR/root`,
+    /// `DIR/commands` and the mark that makes the folder a recording ([`MARK_FILE`], carrying
+    /// `mark`), first, so even a recording cut short is never read as a live root.
+    pub fn new(dir: impl Into<PathBuf>, mark: &Mark) -> Result<Self, RecordError> {
         let dir = dir.into();
         let io = |path: &Path| {
             let path = path.to_path_buf();
@@ -188,6 +190,7 @@ impl Recorder {
             let path = dir.join(sub);
             std::fs::create_dir_all(&path).map_err(io(&path))?;
         }
+        write_file(&dir.join(MARK_FILE), mark.to_json().as_bytes())?;
         Ok(Recorder {
             root: FsHost::new(dir.join(ROOT_DIR)),
             dir,
@@ -631,6 +634,22 @@ mod tests {
         fake
     }
 
+    fn test_mark() -> Mark {
+        Mark::new(Some("record tests".into()), Some("/".into()))
+    }
+
+    #[test]
+    fn a_recording_is_marked_from_its_first_moment() {
+        let out = tempfile::tempdir().unwrap();
+        let dir = out.path().join("recorded");
+        let _recorder = Recorder::new(&dir, &test_mark()).unwrap();
+        // Nothing recorded yet, and the folder is already a recording, never a live root.
+        match crate::recording::HostRoot::classify(&dir).unwrap() {
+            crate::recording::HostRoot::Recorded { mark, .. } => assert_eq!(mark, test_mark()),
+            live => panic!("a fresh recording must carry its mark, got {live:?}"),
+        }
+    }
+
     #[test]
     fn a_recording_replays_as_the_node_answered() {
         let node = sample_node();
@@ -638,7 +657,7 @@ mod tests {
         let fake = fake_nvidia_smi();
         let out = tempfile::tempdir().unwrap();
         let dir = out.path().join("recorded");
-        let mut recorder = Recorder::new(&dir).unwrap();
+        let mut recorder = Recorder::new(&dir, &test_mark()).unwrap();
 
         recorder.copy_tree(&host, "/sys/bus/pci/devices").unwrap();
         recorder.copy_tree(&host, "proc/driver/nvidia").unwrap();
@@ -760,11 +779,11 @@ mod tests {
         let out = tempfile::tempdir().unwrap();
         std::fs::write(out.path().join("old"), "x").unwrap();
         assert!(matches!(
-            Recorder::new(out.path()),
+            Recorder::new(out.path(), &test_mark()),
             Err(RecordError::NotEmpty { .. })
         ));
         let empty = tempfile::tempdir().unwrap();
-        let mut recorder = Recorder::new(empty.path()).unwrap();
+        let mut recorder = Recorder::new(empty.path(), &test_mark()).unwrap();
         let fake = fake_nvidia_smi();
         let second = Duration::from_secs(1);
         recorder
@@ -801,7 +820,7 @@ mod tests {
         // A link out of the root is kept as a link but not followed.
         link(node.path(), "etc/cdi/outside", "../../../../outside");
         let out = tempfile::tempdir().unwrap();
-        let mut recorder = Recorder::new(out.path()).unwrap();
+        let mut recorder = Recorder::new(out.path(), &test_mark()).unwrap();
         let host = FsHost::new(node.path());
         recorder.copy_tree(&host, "etc/cdi").unwrap();
         let replayed = FsHost::new(out.path().join(ROOT_DIR));
@@ -827,7 +846,7 @@ mod tests {
     fn an_absent_tree_is_a_note() {
         let node = tempfile::tempdir().unwrap();
         let out = tempfile::tempdir().unwrap();
-        let mut recorder = Recorder::new(out.path()).unwrap();
+        let mut recorder = Recorder::new(out.path(), &test_mark()).unwrap();
         recorder
             .copy_tree(&FsHost::new(node.path()), "proc/driver/nvidia")
             .unwrap();
@@ -862,7 +881,7 @@ mod tests {
     fn records_this_machines_pci_bus() {
         let live = FsHost::new(crate::host::DEFAULT_ROOT);
         let out = tempfile::tempdir().unwrap();
-        let mut recorder = Recorder::new(out.path()).unwrap();
+        let mut recorder = Recorder::new(out.path(), &test_mark()).unwrap();
         let started = Instant::now();
         recorder.copy_tree(&live, "sys/bus/pci/devices").unwrap();
         assert!(started.elapsed() < Duration::from_secs(60));

@@ -3,22 +3,29 @@
 //! identifies containers and reads budgets without an API round trip ([`PodSource`]).
 //!
 //! This module owns the watch, the conversion from the API's Pod (its
-//! `device.gpustack.ai/accelerator.allocated` annotation kept raw, for the ledger's rebuild) and
-//! the synced flag. It decides
-//! nothing about grants; it needs read-only `list`/`watch` on Pods.
+//! `device.gpustack.ai/accelerator.allocated` annotation kept raw, for the ledger's rebuild),
+//! the synced flag, and the direct read of one Pod ([`PodSource::lookup`], a bounded GET) the
+//! plugin makes when the kubelet admits a Pod before the watch has delivered it. It decides
+//! nothing about grants; it needs read-only `get`/`list`/`watch` on Pods.
 
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
 
 use accel_core::ledger::annotation::ALLOCATED_ANNOTATION;
-use accel_plugin::pods::{Container, Phase, Pod, PodSource};
+use accel_plugin::pods::{Container, LookupError, Phase, Pod, PodLookup, PodSource};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1 as core;
 use kube::Client;
 use kube::api::Api;
 use kube::runtime::{WatchStreamExt, watcher};
 use tokio::sync::watch;
+
+/// The longest a direct read of one Pod may take. The plugin bounds its whole wait for a Pod
+/// more tightly (`accel_plugin::service::IDENTIFY_WAIT`); this keeps any other caller from
+/// hanging on an API server that accepts the connection and never answers.
+pub const POD_GET_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Why the Pod watch could not start.
 #[derive(Debug, thiserror::Error)]
@@ -40,6 +47,8 @@ struct State {
 /// The Pods bound to one node, from a watch.
 pub struct NodePods {
     node: String,
+    /// For direct reads of one Pod.
+    client: Client,
     state: Mutex<State>,
     tick: watch::Sender<u64>,
 }
@@ -54,6 +63,7 @@ impl NodePods {
     ) -> (Arc<NodePods>, impl Future<Output = ()> + Send + 'static) {
         let source = Arc::new(NodePods {
             node: node.to_string(),
+            client: client.clone(),
             state: Mutex::new(State::default()),
             tick: watch::channel(0).0,
         });
@@ -158,6 +168,36 @@ impl PodSource for NodePods {
 
     fn changes(&self) -> watch::Receiver<u64> {
         self.tick.subscribe()
+    }
+
+    /// A GET of `namespaces/<namespace>/pods/<name>`, bounded by [`POD_GET_TIMEOUT`]. A Pod of
+    /// that name bound to another node (or to none yet) is not this node's: `None`, as for one
+    /// that does not exist.
+    fn lookup<'a>(&'a self, namespace: &'a str, name: &'a str) -> PodLookup<'a> {
+        Box::pin(async move {
+            let unavailable = |reason: String| LookupError::Unavailable {
+                namespace: namespace.to_string(),
+                name: name.to_string(),
+                reason,
+            };
+            let api = Api::<core::Pod>::namespaced(self.client.clone(), namespace);
+            let pod = match tokio::time::timeout(POD_GET_TIMEOUT, api.get_opt(name)).await {
+                Ok(Ok(pod)) => pod,
+                Ok(Err(e)) => return Err(unavailable(e.to_string())),
+                Err(_) => {
+                    return Err(unavailable(format!("no answer within {POD_GET_TIMEOUT:?}")));
+                }
+            };
+            let Some(pod) = pod else {
+                return Ok(None);
+            };
+            let bound_here = pod
+                .spec
+                .as_ref()
+                .and_then(|s| s.node_name.as_deref())
+                .is_some_and(|n| n == self.node);
+            Ok(if bound_here { self.convert(&pod) } else { None })
+        })
     }
 }
 

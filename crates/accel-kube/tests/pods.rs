@@ -114,3 +114,82 @@ async fn lists_this_nodes_pods_syncs_and_follows_the_watch() {
 
     driver.abort();
 }
+
+/// The plugin reads one Pod the kubelet admits before the watch delivers it: a GET of exactly
+/// that Pod, and only a Pod bound to this node counts.
+#[tokio::test]
+async fn looks_up_one_pod_of_this_node_by_namespace_and_name() {
+    let (service, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+    let client = kube::Client::new(service, "default");
+    // The watch is never driven: the read goes straight to the API server.
+    let (source, _run) = NodePods::new(client, "node-1");
+    let deadline = Duration::from_secs(20);
+
+    let answers = [
+        (Some(pod("u9", "a", "Pending", "20")), Some("u9")),
+        (
+            Some({
+                let mut elsewhere = pod("u8", "a", "Pending", "21");
+                elsewhere["spec"]["nodeName"] = json!("node-2");
+                elsewhere
+            }),
+            None,
+        ),
+        (None, None),
+    ];
+    for (answer, expected) in answers {
+        let lookup = source.lookup("team-a", "a");
+        let server = async {
+            let (request, send) = tokio::time::timeout(deadline, handle.next_request())
+                .await
+                .expect("the lookup never asked")
+                .expect("the lookup stopped asking");
+            assert_eq!(request.method(), http::Method::GET);
+            assert_eq!(request.uri().path(), "/api/v1/namespaces/team-a/pods/a");
+            match answer {
+                Some(body) => respond(send, serde_json::to_vec(&body).unwrap()),
+                None => send.send_response(
+                    Response::builder()
+                        .status(404)
+                        .body(Body::from(
+                            serde_json::to_vec(&json!({"kind": "Status", "apiVersion": "v1",
+                                "status": "Failure", "reason": "NotFound", "code": 404,
+                                "message": "pods \"a\" not found"}))
+                            .unwrap(),
+                        ))
+                        .unwrap(),
+                ),
+            }
+        };
+        let (found, ()) = tokio::join!(lookup, server);
+        let found = found.expect("the read succeeded");
+        assert_eq!(found.as_ref().map(|p| p.uid.as_str()), expected);
+    }
+}
+
+/// An API server that never answers: the read gives up within its bound and says why.
+#[tokio::test(start_paused = true)]
+async fn a_lookup_the_api_server_never_answers_gives_up_within_its_bound() {
+    let (service, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+    let client = kube::Client::new(service, "default");
+    let (source, _run) = NodePods::new(client, "node-1");
+    let started = tokio::time::Instant::now();
+    let lookup = source.lookup("team-a", "a");
+    let server = async {
+        // Take the request and hold on to it without answering.
+        let pending = handle.next_request().await;
+        std::future::pending::<()>().await;
+        drop(pending);
+    };
+    let answer = tokio::select! {
+        answer = lookup => answer,
+        () = server => unreachable!("the silent API server never returns"),
+    };
+    let err = answer.expect_err("a read that got no answer fails");
+    assert!(
+        err.to_string()
+            .starts_with("cannot read Pod team-a/a from the API server: no answer within"),
+        "{err}"
+    );
+    assert_eq!(started.elapsed(), accel_kube::pods::POD_GET_TIMEOUT);
+}

@@ -5,7 +5,14 @@
 //! resource yet. That answer outranks our own matching, because creation timestamps keep whole
 //! seconds only. When it names none or several, the node's pending Pods are matched here: drop
 //! candidates the call could not serve, skip those already holding a reservation, take the oldest
-//! (seed 000, "Container identification"). Pure: the caller fetches both answers.
+//! (seed 000, "Container identification").
+//!
+//! The kubelet adds and admits a Pod as soon as its own watch sees it, often before the
+//! plugin's watch has delivered it. When the kubelet names none of the Pods we know but lists
+//! Pods we do not, those are reported ([`IdentifyError::NotDelivered`]) rather than matched
+//! around: the caller reads them and asks again, because taking the oldest pending Pod we know
+//! instead would charge the grant to the wrong Pod. Pure: the caller fetches every answer and
+//! does the waiting (`service/identity.rs`).
 
 use std::borrow::Borrow;
 use std::collections::BTreeSet;
@@ -35,6 +42,28 @@ pub enum IdentifyError {
     /// No pending container asks for this many.
     #[error("no pending container on this node asks for {count} {resource} without a grant")]
     NoCandidate { resource: String, count: usize },
+    /// A retried call's container belongs to a Pod that is no longer on this node.
+    #[error("{key}: the Pod is no longer on this node")]
+    PodGone { key: GrantKey },
+    /// The kubelet names none of the Pods we know, and lists these (namespace, name) that the
+    /// Pod watch has not delivered: the container is probably one of theirs.
+    #[error(
+        "the kubelet admits {} which the node's Pod watch has not delivered; cannot tell which container asks for {count} {resource}",
+        names(pods)
+    )]
+    NotDelivered {
+        resource: String,
+        count: usize,
+        pods: Vec<(String, String)>,
+    },
+}
+
+fn names(pods: &[(String, String)]) -> String {
+    let names: Vec<String> = pods
+        .iter()
+        .map(|(ns, name)| format!("{ns}/{name}"))
+        .collect();
+    names.join(", ")
 }
 
 /// The containers of the kubelet's answer that hold no device of `resource`, as (namespace,
@@ -67,12 +96,15 @@ fn kubelet_names<'a>(
 ///
 /// `kubelet` is the pod-resources answer when it could be asked. A container counts only when
 /// its Pod asks for exactly `count` of the resource and `holds` says it has no grant of it yet.
+/// `looked_up` says which (namespace, name) the caller has already tried to read directly:
+/// those are not reported as undelivered again.
 pub fn identify<P: Borrow<Pod>>(
     pods: Option<&[P]>,
     kubelet: Option<&ListPodResourcesResponse>,
     holds: &dyn Fn(&GrantKey) -> bool,
     resource: &str,
     count: usize,
+    looked_up: &dyn Fn(&str, &str) -> bool,
 ) -> Result<(GrantKey, Source), IdentifyError> {
     let Some(pods) = pods else {
         return Err(IdentifyError::PodsUnknown {
@@ -111,6 +143,29 @@ pub fn identify<P: Borrow<Pod>>(
             // Several: the kubelet narrowed it down; our matching orders what it named.
             return oldest(&matched, resource, count);
         }
+        // None of ours: the kubelet may be admitting a Pod the watch has not delivered. Only
+        // now (off the common path) are its Pods compared with ours.
+        let known: BTreeSet<(&str, &str)> = pods
+            .iter()
+            .map(Borrow::borrow)
+            .map(|p| (p.namespace.as_str(), p.name.as_str()))
+            .collect();
+        let mut missing: Vec<(String, String)> = Vec::new();
+        for (namespace, name, _) in &named {
+            let new = missing
+                .last()
+                .is_none_or(|(n, m)| (n.as_str(), m.as_str()) != (*namespace, *name));
+            if new && !known.contains(&(*namespace, *name)) && !looked_up(namespace, name) {
+                missing.push((namespace.to_string(), name.to_string()));
+            }
+        }
+        if !missing.is_empty() {
+            return Err(IdentifyError::NotDelivered {
+                resource: resource.to_string(),
+                count,
+                pods: missing,
+            });
+        }
     }
     let pending = eligible(&|pod, _| pod.phase == Phase::Pending);
     oldest(&pending, resource, count)
@@ -134,4 +189,105 @@ fn oldest(
             resource: resource.to_string(),
             count,
         })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+    use crate::api::podresources::{ContainerResources, PodResources};
+    use crate::pods::Container;
+
+    const GPU: &str = "nvidia.com/gpu";
+
+    fn pod(uid: &str, created: i64, phase: Phase) -> Pod {
+        Pod {
+            uid: uid.into(),
+            namespace: "ns".into(),
+            name: format!("pod-{uid}"),
+            created,
+            phase,
+            runtime_class: None,
+            allocated: None,
+            containers: vec![Container {
+                name: "main".into(),
+                limits: BTreeMap::from([(GPU.to_string(), "1".to_string())]),
+                env: BTreeMap::new(),
+            }],
+        }
+    }
+
+    /// The kubelet's answer listing these Pods, none of their containers holding a device yet.
+    fn kubelet(uids: &[&str]) -> ListPodResourcesResponse {
+        ListPodResourcesResponse {
+            pod_resources: uids
+                .iter()
+                .map(|uid| PodResources {
+                    name: format!("pod-{uid}"),
+                    namespace: "ns".into(),
+                    containers: vec![
+                        ContainerResources {
+                            name: "main".into(),
+                            ..Default::default()
+                        },
+                        ContainerResources {
+                            name: "logs".into(),
+                            ..Default::default()
+                        },
+                    ],
+                })
+                .collect(),
+        }
+    }
+
+    fn run(
+        pods: &[Pod],
+        answer: Option<&ListPodResourcesResponse>,
+        looked_up: &dyn Fn(&str, &str) -> bool,
+    ) -> Result<(GrantKey, Source), IdentifyError> {
+        identify(Some(pods), answer, &|_| false, GPU, 1, looked_up)
+    }
+
+    #[test]
+    fn a_pod_the_kubelet_admits_but_the_watch_lacks_is_reported_not_matched_around() {
+        // An older pending Pod we know, which the kubelet has not added: taking it would charge
+        // the grant to the wrong Pod.
+        let known = [pod("old", 1, Phase::Pending)];
+        let answer = kubelet(&["new"]);
+        assert_eq!(
+            run(&known, Some(&answer), &|_, _| false),
+            Err(IdentifyError::NotDelivered {
+                resource: GPU.into(),
+                count: 1,
+                pods: vec![("ns".into(), "pod-new".into())],
+            })
+        );
+        // Once read (found or not), our own matching decides.
+        let (key, source) = run(&known, Some(&answer), &|_, _| true).unwrap();
+        assert_eq!((key.pod_uid.as_str(), source), ("old", Source::PendingPods));
+        // With the Pod read, the kubelet's answer names it.
+        let both = [pod("old", 1, Phase::Pending), pod("new", 2, Phase::Pending)];
+        let (key, source) = run(&both, Some(&answer), &|_, _| true).unwrap();
+        assert_eq!((key.pod_uid.as_str(), source), ("new", Source::Kubelet));
+    }
+
+    #[test]
+    fn the_common_path_names_the_container_without_reporting_unknown_pods() {
+        // The kubelet also lists a Pod the watch no longer has (deleted, still terminating);
+        // the container is named all the same.
+        let known = [pod("a", 1, Phase::Pending)];
+        let answer = kubelet(&["a", "gone"]);
+        let (key, source) = run(&known, Some(&answer), &|_, _| false).unwrap();
+        assert_eq!((key.pod_uid.as_str(), source), ("a", Source::Kubelet));
+    }
+
+    #[test]
+    fn the_error_names_every_pod_the_watch_lacks() {
+        let e = run(&[], Some(&kubelet(&["x", "y"])), &|_, name| name == "pod-y").unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "the kubelet admits ns/pod-x which the node's Pod watch has not delivered; cannot tell which container asks for 1 nvidia.com/gpu"
+        );
+    }
 }

@@ -1,10 +1,13 @@
 //! The node's Pods as the plugin needs them: who asked for what, when, with which `env:`,
 //! whether they are still alive, and the grants the cluster recorded on them (the
-//! `accelerator.allocated` annotation). The API server sits behind [`PodSource`] (the kube-rs watch of
-//! this node's Pods comes with the cluster issue); [`MemoryPods`] feeds tests directly.
-//! This module holds no accounting.
+//! `accelerator.allocated` annotation). The API server sits behind [`PodSource`]: a watch of
+//! this node's Pods (accel-kube's `NodePods`) and a direct read of one Pod
+//! ([`PodSource::lookup`]) for a Pod the kubelet admits before the watch delivers it;
+//! [`MemoryPods`] feeds tests directly. This module holds no accounting.
 
 use std::collections::BTreeMap;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use tokio::sync::watch;
@@ -68,6 +71,23 @@ impl Pod {
     }
 }
 
+/// Why one Pod could not be read from the API server.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LookupError {
+    /// The API server did not answer, or answered with an error.
+    #[error("cannot read Pod {namespace}/{name} from the API server: {reason}")]
+    Unavailable {
+        namespace: String,
+        name: String,
+        reason: String,
+    },
+}
+
+/// A direct read of one Pod ([`PodSource::lookup`]): `Ok(None)` when no such Pod is bound to
+/// this node.
+pub type PodLookup<'a> =
+    Pin<Box<dyn Future<Output = Result<Option<Pod>, LookupError>> + Send + 'a>>;
+
 /// Where the plugin learns the node's Pods.
 pub trait PodSource: Send + Sync {
     /// Every Pod bound to this node, or `None` while the source has not synced (then nothing
@@ -81,6 +101,19 @@ pub trait PodSource: Send + Sync {
     }
     /// Ticks whenever the set changes.
     fn changes(&self) -> watch::Receiver<u64>;
+    /// Reads one Pod of this node by namespace and name from the API server itself rather than
+    /// the watch: the kubelet admits a Pod as soon as its own watch sees it, often before ours
+    /// has delivered it. Called only when the kubelet names a Pod the watch lacks; the caller
+    /// bounds the wait. The default answers from what the source holds (a source that cannot
+    /// read the API server directly).
+    fn lookup<'a>(&'a self, namespace: &'a str, name: &'a str) -> PodLookup<'a> {
+        let found = self.snapshot().and_then(|pods| {
+            pods.iter()
+                .find(|p| p.namespace == namespace && p.name == name)
+                .map(|p| Pod::clone(p))
+        });
+        Box::pin(std::future::ready(Ok(found)))
+    }
 }
 
 /// Pods by UID, each behind `Arc` so a snapshot copies no Pod.
@@ -146,6 +179,22 @@ impl MemoryPods {
             pods.remove(uid);
         });
     }
+
+    /// Ticks the change signal without changing a Pod (a view over this source, such as the
+    /// emulator's lagging watch, changed what it shows).
+    pub fn touch(&self) {
+        self.tick.send_modify(|n| *n += 1);
+    }
+
+    /// The Pod named `namespace/name`, as the API server holds it now.
+    pub fn get(&self, namespace: &str, name: &str) -> Option<Pod> {
+        let guard = self.pods.lock().unwrap_or_else(PoisonError::into_inner);
+        guard.as_ref().and_then(|pods| {
+            pods.values()
+                .find(|p| p.namespace == namespace && p.name == name)
+                .map(|p| Pod::clone(p))
+        })
+    }
 }
 
 impl PodSource for MemoryPods {
@@ -163,6 +212,11 @@ impl PodSource for MemoryPods {
 
     fn changes(&self) -> watch::Receiver<u64> {
         self.tick.subscribe()
+    }
+
+    /// Every Pod the source holds is the API server's: a direct read sees the same.
+    fn lookup<'a>(&'a self, namespace: &'a str, name: &'a str) -> PodLookup<'a> {
+        Box::pin(std::future::ready(Ok(self.get(namespace, name))))
     }
 }
 

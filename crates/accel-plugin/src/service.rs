@@ -3,13 +3,20 @@
 //! the kubelet and register again when it restarts.
 //!
 //! Allocate: map the device IDs to accelerators, recognise a retry, identify the container
-//! (pod-resources, then pending Pods), let the ledger decide, answer with the responder, give the
-//! grant back if the responder refuses, journal it before answering, and tell every
-//! ListAndWatch stream. Errors become `tonic::Status` here and nowhere else.
+//! (pod-resources, then pending Pods; a Pod the watch has not delivered is read from the API
+//! server or waited for, bounded: [`identity`]), let the ledger decide, answer with the
+//! responder, give the grant back if the responder refuses, journal it before answering, and
+//! tell every ListAndWatch stream. Every refusal is logged at warn naming the Pod, the container
+//! and the reason ([`refused`]). Errors become `tonic::Status` here and nowhere else.
 //!
-//! Two pieces the daemon drives live in child modules, apart from the hot path: [`reseat`]
-//! replaces the accelerators served when a detection finds them changed, and [`rebuild`]
-//! settles the ledger after the journal against the Pods' annotations and the kubelet.
+//! GetPreferredAllocation for a slice identifies its container the same way and offers only
+//! accelerators its own budget fits ([`Shared::preferred_slice`]); other families' hints read
+//! the ledger alone.
+//!
+//! Pieces apart from the hot path live in child modules: [`identity`] waits for a Pod the watch
+//! lags on, [`reseat`] replaces the accelerators served when a detection finds them changed, and
+//! [`rebuild`] settles the ledger after the journal against the Pods' annotations and the
+//! kubelet.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -21,6 +28,7 @@ use accel_core::ledger::placement::{self, Request};
 use accel_core::ledger::{Claim, Family, Grant, GrantKey, Ledger, Policy, Refusal, Seat};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
+use tokio::time::Instant;
 use tokio_stream::Stream;
 use tonic::{Code, Status};
 
@@ -29,7 +37,7 @@ use crate::api::deviceplugin::device_plugin_server::{DevicePlugin, DevicePluginS
 use crate::api::deviceplugin::registration_client::RegistrationClient;
 use crate::api::podresources::ListPodResourcesResponse;
 use crate::api::podresources::pod_resources_lister_client::PodResourcesListerClient;
-use crate::identify::{self, IdentifyError};
+use crate::identify::IdentifyError;
 use crate::journal::{Entry, Journal, JournalError};
 use crate::pods::{Pod, PodSource};
 use crate::pools::{AcceleratorState, Pool, PoolKind};
@@ -37,9 +45,11 @@ use crate::responder::{Answer, NvidiaResponder, slice_budget};
 use crate::settings::Settings;
 use crate::socket;
 
+mod identity;
 mod rebuild;
 mod reseat;
 
+pub use identity::{DIRECT_GRACE, IDENTIFY_WAIT};
 pub use reseat::DroppedGrant;
 
 /// The API version the plugins register with.
@@ -92,6 +102,9 @@ struct State {
     journal: Journal,
     /// Visibility sidecars served, by container, with the device IDs they were given.
     visibility: BTreeMap<GrantKey, Vec<String>>,
+    /// Pods read directly from the API server that hold a grant, by UID, until the watch
+    /// delivers them ([`identity`]).
+    direct: BTreeMap<String, identity::Direct>,
 }
 
 struct Shared {
@@ -144,6 +157,7 @@ impl DevicePlugins {
                 ledger: Ledger::new(config.seats.clone(), policy),
                 journal,
                 visibility: BTreeMap::new(),
+                direct: BTreeMap::new(),
             }),
             changed: watch::channel(0).0,
             pools: RwLock::new(pools),
@@ -418,14 +432,23 @@ impl Shared {
         {
             // The Pods are read under the ledger lock: a snapshot taken before it could miss a
             // Pod whose Allocate granted in between, and release that fresh grant as "gone".
-            let mut state = self.lock();
+            let mut guard = self.lock();
+            let state = &mut *guard;
             let Some(pods) = self.pods.snapshot() else {
                 return;
             };
             let by_uid: BTreeMap<&str, &Pod> =
                 pods.iter().map(|p| (p.uid.as_str(), &**p)).collect();
+            // A Pod read directly for a grant is confirmed once the watch delivers it; until
+            // then, for DIRECT_GRACE, its absence from the watch does not mean it is gone.
+            let now = Instant::now();
+            state.direct.retain(|uid, direct| {
+                !by_uid.contains_key(uid.as_str())
+                    && now.duration_since(direct.since) < DIRECT_GRACE
+            });
             for uid in state.ledger.pod_uids() {
                 match by_uid.get(uid.as_str()) {
+                    None if state.direct.contains_key(&uid) => {}
                     None => {
                         for (key, grant) in state.ledger.pod_gone(&uid) {
                             tracing::info!(
@@ -459,9 +482,10 @@ impl Shared {
                     Some(_) => {}
                 }
             }
-            state
-                .visibility
-                .retain(|k, _| by_uid.contains_key(k.pod_uid.as_str()));
+            let direct = &state.direct;
+            state.visibility.retain(|k, _| {
+                by_uid.contains_key(k.pod_uid.as_str()) || direct.contains_key(&k.pod_uid)
+            });
         }
         for uid in gone {
             self.config.responder.reclaim(&uid);
@@ -492,7 +516,7 @@ impl Shared {
         pool.accelerator_states(&self.lock().ledger)
     }
 
-    fn preferred(
+    async fn preferred(
         &self,
         pool: &Pool,
         request: &dp::ContainerPreferredAllocationRequest,
@@ -522,18 +546,19 @@ impl Shared {
             .iter()
             .filter_map(index_of)
             .collect();
-        let state = self.lock();
-        let accelerators = placement::prefer(
-            &state.ledger,
-            &Request {
-                family,
-                candidates: &candidates,
-                must_include: &must,
-                size,
-                slice_units: 1,
-            },
-        );
-        drop(state);
+        let placing = Request {
+            family,
+            candidates: &candidates,
+            must_include: &must,
+            size,
+            // Only a slice's fit depends on its container; it is read per accelerator below.
+            slice_units: 0,
+        };
+        let accelerators = if family == Family::Sliced {
+            self.preferred_slice(pool, &placing).await
+        } else {
+            placement::prefer(&self.lock().ledger, &placing)
+        };
         // One token per chosen accelerator: the must-include one where given, else the first
         // available one.
         let mut ids = Vec::with_capacity(size);
@@ -552,26 +577,88 @@ impl Shared {
         ids
     }
 
+    /// The hint for a slice reads the container's real request: the container is identified as
+    /// Allocate identifies it (the kubelet calls the hint for the same container just before
+    /// Allocate), its budget is folded against each candidate's VRAM by [`budget`], the function
+    /// Allocate charges with, and only accelerators where that budget fits the room
+    /// `Ledger::fits` reads are offered (seed 000, "Placement preference"). A hint that cannot
+    /// name the container still answers, the call being advisory: the accelerators with a free
+    /// slot and any room, the most room first, where an unknown slice is likeliest to fit.
+    async fn preferred_slice(&self, pool: &Pool, placing: &Request<'_>) -> Vec<u32> {
+        let started = Instant::now();
+        let kubelet = if self.config.settings.identify_by_kubelet {
+            self.list_pod_resources().await
+        } else {
+            None
+        };
+        let chosen = self
+            .identified(
+                pool,
+                placing.size,
+                None,
+                kubelet.as_ref(),
+                started,
+                |state, pod, key| {
+                    let memory_mib = |i: u32| state.ledger.seat(i).and_then(|s| s.memory_mib);
+                    let units_on = |index: u32| {
+                        budget(
+                            Family::Sliced,
+                            pod,
+                            &key.container,
+                            pool,
+                            memory_mib,
+                            &[index],
+                        )
+                        .0
+                    };
+                    (
+                        placement::prefer_by(&state.ledger, placing, &units_on),
+                        false,
+                    )
+                },
+            )
+            .await;
+        match chosen {
+            Ok(accelerators) => accelerators,
+            Err(e) => {
+                tracing::info!(
+                    "{}: preference without the container's budget ({e}); offering the accelerators with the most room",
+                    pool.resource
+                );
+                placement::roomiest(&self.lock().ledger, placing)
+            }
+        }
+    }
+
     async fn allocate(
         &self,
         pool: &Pool,
         device_ids: Vec<String>,
     ) -> Result<dp::ContainerAllocateResponse, Status> {
+        let started = Instant::now();
         if device_ids.is_empty() {
-            return Err(Status::invalid_argument(format!(
-                "allocate for {} names no device IDs",
-                pool.resource
-            )));
+            return Err(refused(
+                &pool.resource,
+                "a container",
+                Status::invalid_argument(format!(
+                    "allocate for {} names no device IDs",
+                    pool.resource
+                )),
+            ));
         }
         let mut accelerators = Vec::with_capacity(device_ids.len());
         for id in &device_ids {
             match pool.accelerator_of(id) {
                 Some(index) => accelerators.push(index),
                 None => {
-                    return Err(Status::invalid_argument(format!(
-                        "unknown device ID {id:?} for {}",
-                        pool.resource
-                    )));
+                    return Err(refused(
+                        &pool.resource,
+                        "a container",
+                        Status::invalid_argument(format!(
+                            "unknown device ID {id:?} for {}",
+                            pool.resource
+                        )),
+                    ));
                 }
             }
         }
@@ -598,47 +685,61 @@ impl Shared {
         } else {
             None
         };
-        let pods = self.pods.snapshot();
-        let mut state = self.lock();
+        let count = device_ids.len();
+        let answer = self
+            .identified(
+                pool,
+                count,
+                retry,
+                kubelet.as_ref(),
+                started,
+                |state, pod, key| {
+                    let answer = self.grant(state, pool, pod, key, device_ids, accelerators);
+                    let granted = answer.is_ok();
+                    (answer, granted)
+                },
+            )
+            .await;
+        match answer {
+            Ok(Ok((response, fresh))) => {
+                if fresh {
+                    self.notify();
+                }
+                Ok(response)
+            }
+            Ok(Err(status)) => Err(status),
+            Err(e) => {
+                let status = match e {
+                    IdentifyError::PodsUnknown { .. } => Status::unavailable(e.to_string()),
+                    _ => Status::failed_precondition(e.to_string()),
+                };
+                Err(refused(&pool.resource, "an unidentified container", status))
+            }
+        }
+    }
+
+    /// Grants `device_ids` to the identified container under the ledger lock: the ledger
+    /// decides, the responder answers (the grant is given back if it refuses), and the grant is
+    /// journalled before the answer. Returns the answer and whether the grant is new.
+    fn grant(
+        &self,
+        state: &mut State,
+        pool: &Pool,
+        pod: &Pod,
+        key: GrantKey,
+        device_ids: Vec<String>,
+        accelerators: Vec<u32>,
+    ) -> Result<(dp::ContainerAllocateResponse, bool), Status> {
+        let who = format!("{}/{} container {}", pod.namespace, pod.name, key.container);
+        let refuse = |status: Status| refused(&pool.resource, &who, status);
         // The accelerators may have been replaced since the IDs were mapped (`reseat` swaps the
         // pools under this lock): an index read from the old pools may name another one now.
         if !self.pools().iter().any(|p| std::ptr::eq(p, pool)) {
-            return Err(Status::unavailable(format!(
+            return Err(refuse(Status::unavailable(format!(
                 "the accelerators behind {} changed during the call; retry",
                 pool.resource
-            )));
+            ))));
         }
-        let key = match retry {
-            Some(key) => key,
-            None => {
-                let holds = |key: &GrantKey| match pool.family() {
-                    Some(_) => state
-                        .ledger
-                        .grant(key)
-                        .is_some_and(|g| g.resource == pool.resource),
-                    None => state.visibility.contains_key(key),
-                };
-                identify::identify(
-                    pods.as_deref(),
-                    kubelet.as_ref(),
-                    &holds,
-                    &pool.resource,
-                    device_ids.len(),
-                )
-                .map_err(|e| match e {
-                    IdentifyError::PodsUnknown { .. } => Status::unavailable(e.to_string()),
-                    IdentifyError::NoCandidate { .. } => Status::failed_precondition(e.to_string()),
-                })?
-                .0
-            }
-        };
-        let pod = pods
-            .as_deref()
-            .and_then(|p| p.iter().find(|p| p.uid == key.pod_uid))
-            .cloned()
-            .ok_or_else(|| {
-                Status::failed_precondition(format!("{key}: the Pod is no longer on this node"))
-            })?;
         let container = pod.container(&key.container);
         let Some(family) = pool.family() else {
             // The sidecar sees exactly its owner's accelerators; it takes no ledger capacity.
@@ -650,10 +751,9 @@ impl Shared {
                 .min_by_key(|(k, g)| (g.accelerators.len() != device_ids.len(), (*k).clone()))
                 .map(|(_, g)| g.accelerators.clone())
                 .ok_or_else(|| {
-                    Status::failed_precondition(format!(
-                        "{}/{} container {}: no other container of the Pod holds accelerators to make visible",
-                        pod.namespace, pod.name, key.container
-                    ))
+                    refuse(Status::failed_precondition(format!(
+                        "{who}: no other container of the Pod holds accelerators to make visible"
+                    )))
                 })?;
             let seats: Vec<&Seat> = owner.iter().filter_map(|i| state.ledger.seat(*i)).collect();
             let response = self
@@ -664,18 +764,18 @@ impl Shared {
                     seats: &seats,
                     slice_units: 0,
                     cores_percentage: None,
-                    pod: &pod,
+                    pod,
                     container,
                 })
-                .map_err(|e| Status::failed_precondition(e.to_string()))?;
-            let mut sorted = device_ids.clone();
+                .map_err(|e| refuse(Status::failed_precondition(format!("{who}: {e}"))))?;
+            let mut sorted = device_ids;
             sorted.sort();
             state.visibility.insert(key, sorted);
-            return Ok(response);
+            return Ok((response, false));
         };
         let (units, cores) = budget(
             family,
-            &pod,
+            pod,
             &key.container,
             pool,
             |i| state.ledger.seat(i).and_then(|s| s.memory_mib),
@@ -685,7 +785,7 @@ impl Shared {
             key: key.clone(),
             family,
             resource: pool.resource.clone(),
-            device_ids: device_ids.clone(),
+            device_ids,
             accelerators,
             slice_units: units,
             cores_percentage: cores,
@@ -693,7 +793,7 @@ impl Shared {
         let receipt = state
             .ledger
             .allocate(claim)
-            .map_err(|r| refusal_status(&pod, &key, &r))?;
+            .map_err(|r| refuse(refusal_status(pod, &key, &r)))?;
         let grant = state.ledger.grant(&key).cloned();
         let Some(grant) = grant else {
             return Err(Status::internal(format!(
@@ -710,22 +810,15 @@ impl Shared {
             seats: &seats,
             slice_units: grant.units,
             cores_percentage: grant.cores_percentage,
-            pod: &pod,
+            pod,
             container,
         });
         let response = match answered {
             Ok(response) => response,
             Err(e) => {
                 state.ledger.give_back(&receipt);
-                tracing::warn!(
-                    "{}/{} {key}: responder refused, grant given back: {e}",
-                    pod.namespace,
-                    pod.name
-                );
-                return Err(Status::failed_precondition(format!(
-                    "{}/{} container {}: {e}",
-                    pod.namespace, pod.name, key.container
-                )));
+                tracing::warn!("{who}: responder refused, grant given back");
+                return Err(refuse(Status::failed_precondition(format!("{who}: {e}"))));
             }
         };
         if receipt.fresh {
@@ -735,17 +828,24 @@ impl Shared {
             }) {
                 state.ledger.give_back(&receipt);
                 tracing::error!("ledger journal: {e}; grant of {key} given back");
-                return Err(Status::unavailable(format!(
+                return Err(refuse(Status::unavailable(format!(
                     "the grant could not be made durable: {e}"
-                )));
+                ))));
             }
         }
-        drop(state);
-        if receipt.fresh {
-            self.notify();
-        }
-        Ok(response)
+        Ok((response, receipt.fresh))
     }
+}
+
+/// Logs a refusal at warn, naming the resource, who asked (the Pod and container when known)
+/// and the reason, and returns it: every refusal the kubelet sees is in the node's log.
+fn refused(resource: &str, who: &str, status: Status) -> Status {
+    tracing::warn!(
+        "{resource}: refused {who} ({:?}): {}",
+        status.code(),
+        status.message()
+    );
+    status
 }
 
 /// A slice's units and cores for this container (exclusive and shared carry none).
@@ -843,14 +943,13 @@ impl DevicePlugin for PoolService {
     ) -> Result<tonic::Response<dp::PreferredAllocationResponse>, Status> {
         let pools = self.shared.pools();
         let pool = &pools[self.index];
-        let container_responses = request
-            .into_inner()
-            .container_requests
-            .iter()
-            .map(|r| dp::ContainerPreferredAllocationResponse {
-                device_i_ds: self.shared.preferred(pool, r),
-            })
-            .collect();
+        let requests = request.into_inner().container_requests;
+        let mut container_responses = Vec::with_capacity(requests.len());
+        for r in &requests {
+            container_responses.push(dp::ContainerPreferredAllocationResponse {
+                device_i_ds: self.shared.preferred(pool, r).await,
+            });
+        }
         Ok(tonic::Response::new(dp::PreferredAllocationResponse {
             container_responses,
         }))

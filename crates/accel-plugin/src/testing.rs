@@ -3,10 +3,14 @@
 //! that registers, and admits Pods one at a time the way the kubelet does (healthy tokens only,
 //! GetPreferredAllocation, then Allocate per container). It can restart (removing every plugin
 //! socket and recreating its own), vanish, finish Pods and delete them. It also plays the API
-//! server through a [`MemoryPods`]. Behind the `testing` feature; never in production paths.
+//! server through a [`MemoryPods`], and the plugin's watch of it through a [`PodWatch`] that can
+//! deliver a Pod late or never, the way a real watch lags the kubelet's own (the kubelet adds
+//! and admits a Pod as soon as its watch sees it). Behind the `testing` feature; never in
+//! production paths.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -21,7 +25,7 @@ use crate::api::podresources as pr;
 use crate::api::podresources::pod_resources_lister_server::{
     PodResourcesLister, PodResourcesListerServer,
 };
-use crate::pods::{MemoryPods, Phase, Pod, PodSource};
+use crate::pods::{LookupError, MemoryPods, Phase, Pod, PodLookup, PodSource};
 use crate::socket;
 
 /// One registered plugin as the emulator sees it.
@@ -48,6 +52,10 @@ struct Inner {
     registrations: watch::Sender<u64>,
     /// Calls timed while admitting Pods, for the benchmarks.
     timings: Mutex<Vec<CallTiming>>,
+    /// How many pod-resources List calls were answered.
+    lists: watch::Sender<usize>,
+    /// The plugin's watch of `pods`.
+    watch: PodWatch,
 }
 
 /// Which plugin call a [`CallTiming`] measured.
@@ -99,9 +107,11 @@ impl Kubelet {
         let inner = Arc::new(Inner {
             dir: dir.to_path_buf(),
             books: Mutex::new(Books::default()),
+            watch: PodWatch::over(pods.clone()),
             pods,
             registrations: watch::channel(0).0,
             timings: Mutex::new(Vec::new()),
+            lists: watch::channel(0).0,
         });
         let mut kubelet = Kubelet {
             inner,
@@ -186,6 +196,17 @@ impl Kubelet {
     /// The API server's Pods.
     pub fn pods(&self) -> &MemoryPods {
         &self.inner.pods
+    }
+
+    /// The plugin's watch of the API server's Pods (one shared view: every clone holds back the
+    /// same Pods).
+    pub fn watch(&self) -> PodWatch {
+        self.inner.watch.clone()
+    }
+
+    /// How many pod-resources List calls the kubelet has answered.
+    pub fn lists(&self) -> usize {
+        *self.inner.lists.borrow()
     }
 
     /// Waits until every resource has registered and listed its tokens.
@@ -568,6 +589,7 @@ impl PodResourcesLister for PodResourcesService {
         &self,
         _: Request<pr::ListPodResourcesRequest>,
     ) -> Result<Response<pr::ListPodResourcesResponse>, Status> {
+        self.inner.lists.send_modify(|n| *n += 1);
         let pods = self.inner.pods.pods().unwrap_or_default();
         let books = self.inner.books();
         let pod_resources = pods
@@ -618,5 +640,125 @@ impl PodResourcesLister for PodResourcesService {
         _: Request<pr::GetPodResourcesRequest>,
     ) -> Result<Response<pr::GetPodResourcesResponse>, Status> {
         Err(Status::unimplemented("the emulator answers List only"))
+    }
+}
+
+/// The plugin's watch of the emulated API server's Pods. It shows every Pod of the API server
+/// except those held back ([`PodWatch::hold`]) until they are delivered ([`PodWatch::deliver`]):
+/// a watch that lags the kubelet's, which adds and admits a Pod as soon as its own watch sees it.
+/// A direct read ([`PodSource::lookup`]) sees the API server as it stands, held Pods included,
+/// as a GET does, unless direct reads are made to fail. It counts what the plugin asks of it,
+/// so a test can wait for the plugin to be waiting on the watch, and can show that the common
+/// path reads nothing directly.
+#[derive(Clone)]
+pub struct PodWatch {
+    api: MemoryPods,
+    state: Arc<WatchState>,
+}
+
+struct WatchState {
+    /// UIDs of Pods the watch has not delivered.
+    held: Mutex<BTreeSet<String>>,
+    /// Direct reads fail (the API server cannot be reached).
+    lookups_fail: AtomicBool,
+    /// Direct reads asked for, answered or not.
+    lookups: watch::Sender<usize>,
+    /// Subscriptions to the watch's changes (the plugin's start, then each wait for a Pod).
+    subscriptions: watch::Sender<usize>,
+}
+
+impl PodWatch {
+    /// A watch over `api` that delivers everything at once until told otherwise.
+    pub fn over(api: MemoryPods) -> PodWatch {
+        PodWatch {
+            api,
+            state: Arc::new(WatchState {
+                held: Mutex::new(BTreeSet::new()),
+                lookups_fail: AtomicBool::new(false),
+                lookups: watch::channel(0).0,
+                subscriptions: watch::channel(0).0,
+            }),
+        }
+    }
+
+    fn held(&self) -> std::sync::MutexGuard<'_, BTreeSet<String>> {
+        self.state
+            .held
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The watch will not show the Pod `uid` (created or not yet) until [`PodWatch::deliver`].
+    pub fn hold(&self, uid: &str) {
+        self.held().insert(uid.to_string());
+    }
+
+    /// The watch delivers the Pod `uid` now.
+    pub fn deliver(&self, uid: &str) {
+        self.held().remove(uid);
+        self.api.touch();
+    }
+
+    /// Makes direct reads fail (`true`) or answer again (`false`).
+    pub fn fail_lookups(&self, fail: bool) {
+        self.state.lookups_fail.store(fail, Ordering::SeqCst);
+    }
+
+    /// How many direct reads the plugin asked for.
+    pub fn lookups(&self) -> usize {
+        *self.state.lookups.borrow()
+    }
+
+    /// How many times the plugin subscribed to the watch's changes.
+    pub fn subscriptions(&self) -> usize {
+        *self.state.subscriptions.borrow()
+    }
+
+    /// Waits until the plugin has subscribed to the watch's changes `count` times in all.
+    pub async fn wait_for_subscriptions(&self, count: usize) {
+        let mut rx = self.state.subscriptions.subscribe();
+        if tokio::time::timeout(Duration::from_secs(10), rx.wait_for(|n| *n >= count))
+            .await
+            .is_err()
+        {
+            panic!("the plugin never waited on the Pod watch ({count} subscriptions expected)");
+        }
+    }
+
+    fn visible(&self, pods: Vec<Arc<Pod>>) -> Vec<Arc<Pod>> {
+        let held = self.held();
+        pods.into_iter()
+            .filter(|p| !held.contains(&p.uid))
+            .collect()
+    }
+}
+
+impl PodSource for PodWatch {
+    fn pods(&self) -> Option<Vec<Pod>> {
+        self.snapshot()
+            .map(|pods| pods.iter().map(|p| Pod::clone(p)).collect())
+    }
+
+    fn snapshot(&self) -> Option<Vec<Arc<Pod>>> {
+        self.api.snapshot().map(|pods| self.visible(pods))
+    }
+
+    fn changes(&self) -> watch::Receiver<u64> {
+        self.state.subscriptions.send_modify(|n| *n += 1);
+        self.api.changes()
+    }
+
+    fn lookup<'a>(&'a self, namespace: &'a str, name: &'a str) -> PodLookup<'a> {
+        self.state.lookups.send_modify(|n| *n += 1);
+        let answer = if self.state.lookups_fail.load(Ordering::SeqCst) {
+            Err(LookupError::Unavailable {
+                namespace: namespace.to_string(),
+                name: name.to_string(),
+                reason: "the emulated API server refuses direct reads".to_string(),
+            })
+        } else {
+            Ok(self.api.get(namespace, name))
+        };
+        Box::pin(std::future::ready(answer))
     }
 }

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use accel_core::inventory::{Detection, Inventory};
 use accel_host::pci::{self, PciClassPrefixes};
-use accel_host::{Commands, FsHost, Host, RecordedCommands, SystemCommands};
+use accel_host::{Commands, FsHost, Host, HostRoot, RecordedCommands, SystemCommands};
 use accel_nvidia::detector::{self, Deadlines, DetectOptions};
 use accel_nvidia::faults::{self, FaultRecord};
 use accel_nvidia::passthrough::{self, GpuMemory, PciCandidate};
@@ -18,7 +18,7 @@ pub use accel_host::pci::PCI_CLASS_PREFIXES_ENV;
 /// The flags every command that reads the node shares.
 #[derive(Debug, Clone, clap::Args)]
 pub struct NodeArgs {
-    /// The node's root, or a recorded host folder (DIR/root + DIR/commands).
+    /// The node's root, or a recorded host folder (one carrying recorded-host.json).
     #[arg(long, env = "HOST_ROOT", default_value = "/")]
     pub host_root: PathBuf,
     /// The daemon's data directory: with it, GPUs passed through to VMs are listed (and
@@ -50,12 +50,15 @@ impl NodeArgs {
 pub struct Node {
     pub host: Box<dyn Host>,
     pub commands: Box<dyn Commands>,
+    /// What `--host-root` named: a live root or a recording.
+    pub kind: HostRoot,
 }
 
 impl Node {
-    /// Opens `--host-root DIR`: a recorded host when `DIR/root` or `DIR/commands` exists, else a
-    /// plain root directory read with the real programs (`/` on the node itself, or `/host` in a
-    /// container that mounts it).
+    /// Opens `--host-root DIR`: a recorded host when DIR carries the recording mark
+    /// (`recorded-host.json`, written by `record`), else a live root read with the real programs
+    /// (`/` on the node itself, or `/host` in a container that mounts it). The folder's shape
+    /// decides nothing: every Linux `/` holds `/root`.
     pub fn open(host_root: &Path) -> anyhow::Result<Node> {
         if !host_root.is_dir() {
             bail!(
@@ -63,20 +66,28 @@ impl Node {
                 host_root.display()
             );
         }
-        let files = host_root.join("root");
-        let recorded = host_root.join("commands");
-        if files.is_dir() || recorded.is_dir() {
-            let commands = RecordedCommands::load(host_root)
-                .with_context(|| format!("recorded host {}", host_root.display()))?;
-            return Ok(Node {
-                host: Box::new(FsHost::new(&files)),
-                commands: Box::new(commands),
-            });
+        let kind = HostRoot::classify(host_root)?;
+        if let Some(note) = kind.unmarked_recording_note() {
+            tracing::warn!("{note}");
         }
+        let host = FsHost::new(kind.files());
+        let commands: Box<dyn Commands> = match &kind {
+            HostRoot::Recorded { dir, .. } => Box::new(
+                RecordedCommands::load(dir)
+                    .with_context(|| format!("recorded host {}", dir.display()))?,
+            ),
+            HostRoot::Live { .. } => Box::new(SystemCommands::new()),
+        };
         Ok(Node {
-            host: Box::new(FsHost::new(host_root)),
-            commands: Box::new(SystemCommands::new()),
+            host: Box::new(host),
+            commands,
+            kind,
         })
+    }
+
+    /// Whether this node is a recording (its programs replayed, not run).
+    pub fn is_recorded(&self) -> bool {
+        matches!(self.kind, HostRoot::Recorded { .. })
     }
 
     /// Runs every detector; today NVIDIA's. `data_dir` holds the passthrough memory: when given,

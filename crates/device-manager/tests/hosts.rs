@@ -2,13 +2,12 @@
 //! binary, snapshotted with insta; plus the hosts' special cases (a hanging nvidia-smi, a host
 //! root that does not exist, passthrough with and without the daemon's memory).
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-fn hosts_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata/hosts")
-}
+mod support;
+use support::{copy_tree, hosts as hosts_dir};
 
 fn host(name: &str) -> PathBuf {
     let dir = hosts_dir().join(name);
@@ -209,6 +208,7 @@ fn xml_that_is_not_xml_never_makes_up_an_accelerator() {
     let cmd = dir.path().join("commands/q-x");
     std::fs::create_dir_all(&cmd).unwrap();
     std::fs::create_dir_all(dir.path().join("root")).unwrap();
+    std::fs::write(dir.path().join("recorded-host.json"), "{\"format\": 1}").unwrap();
     std::fs::write(cmd.join("argv"), "nvidia-smi\n-q\n-x\n").unwrap();
     std::fs::write(cmd.join("stdout"), "this is not xml <<<").unwrap();
     let run = device_manager(&[
@@ -231,23 +231,7 @@ fn xml_that_is_not_xml_never_makes_up_an_accelerator() {
 
 #[test]
 fn detect_with_the_data_dir_shows_the_faults_of_this_boot() {
-    use std::os::unix::fs::symlink;
     // A copy of a recorded host with a boot id, and a data dir holding the daemon's faults.
-    fn copy_tree(from: &Path, to: &Path) {
-        std::fs::create_dir_all(to).unwrap();
-        for entry in std::fs::read_dir(from).unwrap() {
-            let entry = entry.unwrap();
-            let target = to.join(entry.file_name());
-            let kind = entry.file_type().unwrap();
-            if kind.is_symlink() {
-                symlink(std::fs::read_link(entry.path()).unwrap(), &target).unwrap();
-            } else if kind.is_dir() {
-                copy_tree(&entry.path(), &target);
-            } else {
-                std::fs::copy(entry.path(), &target).unwrap();
-            }
-        }
-    }
     let work = tempfile::tempdir().unwrap();
     let node = work.path().join("node");
     copy_tree(&host("dual-rtx-a5000"), &node);

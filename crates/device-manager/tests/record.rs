@@ -2,36 +2,11 @@
 //! from a recorded host is recorded, and `detect` on the recording says exactly what `detect`
 //! on the original says.
 
-use std::os::unix::fs::PermissionsExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
-fn hosts() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata/hosts")
-}
-
-/// Writes an `nvidia-smi` script that prints, for each argv recorded under `host/commands`, what
-/// the recording says (stdout, stderr, status).
-fn stand_in_nvidia_smi(host: &Path, bin: &Path) {
-    let mut script = String::from("#!/bin/sh\ncase \"$*\" in\n");
-    for entry in std::fs::read_dir(host.join("commands")).unwrap() {
-        let dir = entry.unwrap().path();
-        let argv = std::fs::read_to_string(dir.join("argv")).unwrap();
-        let args: Vec<&str> = argv.lines().skip(1).collect();
-        let status = std::fs::read_to_string(dir.join("status")).unwrap_or_else(|_| "0".into());
-        script.push_str(&format!(
-            "  '{}') cat '{}' 2>/dev/null; cat '{}' >&2 2>/dev/null; exit {} ;;\n",
-            args.join(" "),
-            dir.join("stdout").display(),
-            dir.join("stderr").display(),
-            status.trim()
-        ));
-    }
-    script.push_str("  *) echo \"unknown query: $*\" >&2; exit 2 ;;\nesac\n");
-    let path = bin.join("nvidia-smi");
-    std::fs::write(&path, script).unwrap();
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
-}
+mod support;
+use support::{hosts, path_with, stand_in_nvidia_smi};
 
 fn run(args: &[&str], path: &str) -> (i32, String, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_device-manager"))
@@ -53,11 +28,7 @@ fn a_recorded_node_detects_like_the_original() {
     let original = hosts().join("hgx-h100-8gpu");
     let bin = tempfile::tempdir().unwrap();
     stand_in_nvidia_smi(&original, bin.path());
-    let path = format!(
-        "{}:{}",
-        bin.path().display(),
-        std::env::var("PATH").unwrap_or_default()
-    );
+    let path = path_with(bin.path());
     let out = tempfile::tempdir().unwrap();
     let recording = out.path().join("node");
 
@@ -73,6 +44,12 @@ fn a_recorded_node_detects_like_the_original() {
     );
     assert_eq!(status, 0, "record failed: {stderr}");
     assert!(recording.join("commands").is_dir());
+    let mark: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(recording.join("recorded-host.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(mark["format"], 1, "{mark}");
+    assert_eq!(mark["hostRoot"], root.to_str().unwrap(), "{mark}");
     assert!(recording.join("root/proc/driver/nvidia/version").is_file());
 
     let detect = |dir: &Path| {

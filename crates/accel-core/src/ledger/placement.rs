@@ -5,7 +5,11 @@
 //! by position, so identical requests against identical state place identically (seed 000,
 //! "Placement preference"). Beyond the seed, a multi-accelerator exclusive request prefers a set
 //! on one NUMA node and, where the topology shows it, NVLink-connected. It stays a preference:
-//! the allocation check is the guard. Pure and deterministic; no I/O.
+//! the allocation check is the guard. "Still fits" is [`Ledger::fits`], the function the
+//! allocation refuses with, fed the slice's own units on each accelerator ([`prefer_by`]); the
+//! caller folds those from the container's budget as the allocation does. When the caller
+//! cannot tell the budget, [`roomiest`] offers the most room instead. Pure and deterministic;
+//! no I/O.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -36,12 +40,24 @@ pub struct Request<'a> {
 /// The preferred accelerators, best first: `must_include`, then the best of the rest, at most
 /// `size` distinct ones. Fewer come back when fewer fit; the kubelet then picks the rest.
 pub fn prefer(ledger: &Ledger, request: &Request<'_>) -> Vec<u32> {
+    prefer_by(ledger, request, &|_| request.slice_units)
+}
+
+/// [`prefer`], a slice's units read per accelerator (`units_on(index)`) instead of from
+/// `request.slice_units`: a MiB budget folds to different units on accelerators of different
+/// VRAM. An accelerator is offered only where those units fit ([`Ledger::fits`], the room the
+/// allocation itself reads).
+pub fn prefer_by(
+    ledger: &Ledger,
+    request: &Request<'_>,
+    units_on: &dyn Fn(u32) -> u64,
+) -> Vec<u32> {
     let must: Vec<u32> = dedup(request.must_include);
     let must_set: BTreeSet<u32> = must.iter().copied().collect();
     let fitting: Vec<u32> = dedup(request.candidates)
         .into_iter()
         .filter(|i| !must_set.contains(i))
-        .filter(|i| fits(ledger, *i, request.family, request.slice_units))
+        .filter(|i| fits(ledger, *i, request.family, units_on(*i)))
         .collect();
     let wanted = request.size.saturating_sub(must.len());
     let rest = match request.family {
@@ -61,6 +77,26 @@ pub fn prefer(ledger: &Ledger, request: &Request<'_>) -> Vec<u32> {
         }
     };
     must.into_iter().chain(rest).collect()
+}
+
+/// For a slice whose budget is unknown (the hint could not name its container): `must_include`,
+/// then the accelerators with a free slot and any room, the most room first (ties by position),
+/// where a slice of unknown size is likeliest to fit. The allocation, which knows the budget,
+/// stays the guard.
+pub fn roomiest(ledger: &Ledger, request: &Request<'_>) -> Vec<u32> {
+    let must: Vec<u32> = dedup(request.must_include);
+    let must_set: BTreeSet<u32> = must.iter().copied().collect();
+    let mut fitting: Vec<u32> = dedup(request.candidates)
+        .into_iter()
+        .filter(|i| !must_set.contains(i))
+        .filter(|i| fits(ledger, *i, request.family, 1))
+        .collect();
+    fitting.sort_by_key(|i| {
+        let o = ledger.occupancy(*i).copied().unwrap_or(Occupancy::FREE);
+        (o.used_units, o.holders, *i)
+    });
+    fitting.truncate(request.size.saturating_sub(must.len()));
+    must.into_iter().chain(fitting).collect()
 }
 
 fn dedup(list: &[u32]) -> Vec<u32> {

@@ -285,6 +285,54 @@ fn slices_pack_onto_the_most_occupied_accelerator_that_fits() {
 }
 
 #[test]
+fn a_slice_is_offered_only_where_its_own_units_fit_on_each_accelerator() {
+    use super::placement::prefer_by;
+    // 0 holds 60 % (640,000 left); 1 is pristine. A 50 % slice (800,000) fits only on 1.
+    let mut l = ledger(2);
+    l.allocate(claim("a", Family::Sliced, &[0], 960_000))
+        .unwrap();
+    let request = Request {
+        family: Family::Sliced,
+        candidates: &[0, 1],
+        must_include: &[],
+        size: 1,
+        slice_units: 1,
+    };
+    assert_eq!(
+        prefer(&l, &request),
+        vec![0],
+        "ranked with 1 unit, 0 looks best"
+    );
+    assert_eq!(prefer_by(&l, &request, &|_| 800_000), vec![1]);
+    // Per accelerator: the same MiB budget is 500,000 units on 0 and 1,000,000 on 1 (half the
+    // VRAM), so 0 — fuller, and with room for it — is offered.
+    let units_on = |i: u32| if i == 0 { 500_000 } else { 1_000_000 };
+    assert_eq!(prefer_by(&l, &request, &units_on), vec![0]);
+    // Nowhere fits: nothing is offered (the kubelet picks; Allocate refuses).
+    assert_eq!(prefer_by(&l, &request, &|_| 1_600_001), Vec::<u32>::new());
+}
+
+#[test]
+fn a_slice_of_unknown_size_is_offered_the_most_room_first() {
+    use super::placement::roomiest;
+    let mut l = ledger(3);
+    l.allocate(claim("a", Family::Sliced, &[0], 960_000))
+        .unwrap();
+    l.allocate(claim("b", Family::Sliced, &[2], 1_600_000))
+        .unwrap();
+    let request = |size| Request {
+        family: Family::Sliced,
+        candidates: &[0, 1, 2],
+        must_include: &[],
+        size,
+        slice_units: 0,
+    };
+    assert_eq!(roomiest(&l, &request(1)), vec![1]);
+    // 2 is full: never offered.
+    assert_eq!(roomiest(&l, &request(3)), vec![1, 0]);
+}
+
+#[test]
 fn exclusive_sets_prefer_one_numa_node_and_nvlink() {
     // 0-3 on NUMA 0, 4-7 on NUMA 1; 1 is taken, so NUMA 1 holds a whole set of three.
     let mut l = ledger(8);
@@ -376,6 +424,27 @@ fn restart(l: &Ledger) -> Ledger {
 }
 
 proptest! {
+    /// The hint and the allocation read one room: every accelerator the hint offers a slice of
+    /// `units` is one the allocation grants that slice on, and every one it leaves out, it
+    /// refuses.
+    #[test]
+    fn an_offered_accelerator_is_always_granted(
+        held in prop::collection::vec((0u32..4, 1u64..=1_600_000), 0..12),
+        units in 1u64..=1_600_000,
+    ) {
+        use super::placement::prefer_by;
+        let mut l = Ledger::new((0..4).map(|i| Seat { slice_capacity: 3, ..seat(i, 0) }), Policy::default());
+        for (n, (index, u)) in held.iter().enumerate() {
+            let _ = l.allocate(claim(&format!("held{n}"), Family::Sliced, &[*index], *u));
+        }
+        let request = Request { family: Family::Sliced, candidates: &[0, 1, 2, 3], must_include: &[], size: 4, slice_units: 0 };
+        let offered = prefer_by(&l, &request, &|_| units);
+        for index in 0..4 {
+            let granted = l.clone().allocate(claim("new", Family::Sliced, &[index], units)).is_ok();
+            prop_assert_eq!(offered.contains(&index), granted, "accelerator {}", index);
+        }
+    }
+
     #[test]
     fn histories_keep_every_invariant(
         ops in prop::collection::vec(op(), 1..60),

@@ -25,7 +25,7 @@ pub enum Format {
 /// Arguments of `doctor`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// The node's root, or a recorded host folder (DIR/root + DIR/commands).
+    /// The node's root, or a recorded host folder (one carrying recorded-host.json).
     #[arg(long, env = "HOST_ROOT", default_value = "/")]
     pub host_root: PathBuf,
     /// The kubelet's directory (its sockets are device-plugins/ and pod-resources/kubelet.sock).

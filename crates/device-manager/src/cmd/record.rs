@@ -1,6 +1,9 @@
 //! `device-manager record DIR`: captures this node into the recorded-host format (DESIGN.md,
 //! "A recorded host"), so a host that misbehaves can be sent in and become a test.
 //!
+//! The folder carries the mark that makes it a recording (`recorded-host.json`): without it,
+//! `--host-root DIR` reads DIR as a live root.
+//!
 //! It copies what the detectors read (procfs, the PCI functions in sysfs, `/dev` markers, CDI
 //! specs, the boot id) and records every vendor command they run, each with its deadline; a
 //! program that hangs is recorded as a hang.
@@ -10,7 +13,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use accel_host::record::{CommandRecord, Recorder};
-use accel_host::{FsHost, Host, SystemCommands};
+use accel_host::{FsHost, Host, Mark, SystemCommands};
 use accel_nvidia::detector;
 use anyhow::Context;
 
@@ -59,7 +62,11 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             args.host_root.display()
         );
     }
-    let mut recorder = Recorder::new(&args.dir)
+    let mark = Mark::new(
+        Some(format!("device-manager {}", env!("CARGO_PKG_VERSION"))),
+        Some(args.host_root.display().to_string()),
+    );
+    let mut recorder = Recorder::new(&args.dir, &mark)
         .with_context(|| format!("cannot record into {}", args.dir.display()))?;
     for file in FILES {
         recorder.copy_file(&host, file)?;

@@ -37,7 +37,7 @@ pub struct Args {
     /// This node's name (the Pods it serves are those bound to it).
     #[arg(long, env = "NODE_NAME")]
     pub node_name: String,
-    /// The node's root, or a recorded host folder.
+    /// The node's root, or a recorded host folder (one carrying recorded-host.json).
     #[arg(long, env = "HOST_ROOT", default_value = "/")]
     pub host_root: PathBuf,
     /// The kubelet's directory (device-plugins/ and pod-resources/ sockets).
@@ -92,6 +92,12 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     std::fs::create_dir_all(&args.data_dir)
         .with_context(|| format!("creating the data directory {}", args.data_dir.display()))?;
     let node = Node::open(&args.host_root)?;
+    if node.is_recorded() {
+        tracing::warn!(
+            "{}: a recorded host: its files and programs are replayed, not this node's",
+            args.host_root.display()
+        );
+    }
     // The container engine's configuration and the vendor's CDI specs, read once: they decide
     // what `auto` injects.
     let engine = accel_plugin::engine::engine_facts(node.host.as_ref());

@@ -25,7 +25,7 @@ use accel_nvidia::detector::Deadlines;
 use accel_nvidia::reset::{ResetError, reset_argv};
 use accel_nvidia::xid::XidClasses;
 use accel_plugin::pods::{Container, MemoryPods, Phase, Pod};
-use accel_plugin::responder::{EngineFacts, NvidiaResponder};
+use accel_plugin::responder::{EngineFacts, HOST_LIBRARY_DIR, NvidiaResponder};
 use accel_plugin::settings::{InjectionStrategy, Settings};
 use accel_plugin::testing::Kubelet;
 use accel_plugin::{Config, DevicePlugins};
@@ -1037,4 +1037,164 @@ fn the_kernel_log_is_read_where_kmsg_path_says_not_only_under_the_host_root() {
         Some(KernelLogEntry::Record(record)) => assert_eq!(record.message, HARDWARE_XID_GPU0),
         other => panic!("expected the record written after opening, got {other:?}"),
     }
+}
+
+/// The recorded 8-GPU host's files as a live-looking root (no recording mark, no `commands/`),
+/// with decoys under its `root/` — where a live root misread as a recording would look — that
+/// contradict every fact the test reads at the top. The programs stay the recorded ones: which
+/// programs a live root runs is the binary tests' business (`tests/live_root.rs`).
+const LIVE_BOOT: &str = "1ae0b07c-5c8f-4d55-9e51-7c3a0c1f2e4d";
+const DECOY_BOOT: &str = "dec0dec0-0000-4000-8000-000000000000";
+
+fn live_host() -> tempfile::TempDir {
+    let recorded = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata/hosts/hgx-h100-8gpu");
+    let dir = tempfile::tempdir().unwrap();
+    let status = std::process::Command::new("cp")
+        .arg("-a")
+        .arg(format!("{}/root/.", recorded.display()))
+        .arg(dir.path())
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let write = |path: &str, text: &str| {
+        let path = dir.path().join(path.trim_start_matches('/'));
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, text).unwrap();
+    };
+    write(
+        accel_nvidia::faults::BOOT_ID_PATH,
+        &format!("{LIVE_BOOT}\n"),
+    );
+    write("dev/kmsg", "");
+    write(
+        "etc/containerd/config.toml",
+        "version = 2\n[plugins.\"io.containerd.grpc.v1.cri\"]\n  enable_cdi = true\n  cdi_spec_dirs = [\"/etc/cdi\"]\n",
+    );
+    write(
+        "etc/cdi/nvidia.yaml",
+        &format!(
+            "cdiVersion: 0.5.0\nkind: nvidia.com/gpu\ndevices:\n  - name: {GPU0}\n    containerEdits: {{}}\n"
+        ),
+    );
+    write(
+        &NvidiaResponder::library_path(Path::new(HOST_LIBRARY_DIR), 13),
+        "stand-in",
+    );
+    // The decoys: another boot, NVIDIA's runtime as the default, no CDI.
+    write(
+        &format!("root/{}", accel_nvidia::faults::BOOT_ID_PATH),
+        &format!("{DECOY_BOOT}\n"),
+    );
+    write(
+        "root/etc/containerd/config.toml",
+        "version = 2\n[plugins.\"io.containerd.grpc.v1.cri\".containerd]\n  default_runtime_name = \"nvidia\"\n",
+    );
+    write(
+        &format!(
+            "root{}",
+            NvidiaResponder::library_path(Path::new(HOST_LIBRARY_DIR), 12)
+        ),
+        "decoy",
+    );
+    assert!(!dir.path().join(accel_host::MARK_FILE).exists());
+    dir
+}
+
+/// The live root opened as `serve` opens it, with the recorded host's programs.
+fn open_live(root: &Path) -> Node {
+    let mut node = Node::open(root).unwrap();
+    assert!(!node.is_recorded(), "no mark: a live root");
+    let recorded = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata/hosts/hgx-h100-8gpu");
+    node.commands = Box::new(RecordedCommands::load(&recorded).unwrap());
+    node
+}
+
+#[test]
+fn a_live_roots_boot_id_engine_and_cdi_are_read_at_its_top() {
+    let live = live_host();
+    let node = open_live(live.path());
+    assert_eq!(
+        accel_nvidia::faults::read_boot_id(node.host.as_ref()).unwrap(),
+        LIVE_BOOT
+    );
+    let engine = accel_plugin::engine::engine_facts(node.host.as_ref());
+    assert!(engine.readable, "{engine:?}");
+    assert!(engine.cdi_enabled, "{engine:?}");
+    assert!(
+        !engine.default_runtime_is_vendor,
+        "the decoy's runtime: {engine:?}"
+    );
+    assert_eq!(
+        engine.cdi_devices.iter().collect::<Vec<_>>(),
+        vec![&format!("nvidia.com/gpu={GPU0}")],
+        "{engine:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_daemon_on_a_live_root_reads_its_faults_kernel_log_and_library_there() {
+    let live = live_host();
+    let data = tempfile::tempdir().unwrap();
+    let data_dir = data_dir(&data);
+    // This boot's fault on GPU 0, recorded by an earlier daemon: it applies only when the boot id
+    // is read at the top of the root.
+    let mut record = accel_nvidia::faults::FaultRecord::new(LIVE_BOOT);
+    let node = open_live(live.path());
+    let (inventory, _) = node
+        .collect(
+            None,
+            &PciClassPrefixes::default(),
+            options(&data_dir).deadlines,
+        )
+        .unwrap();
+    let event = accel_nvidia::xid::parse_message(HARDWARE_XID_GPU0).expect("an XID line");
+    record.record(&event, &inventory, &XidClasses::default());
+    record
+        .save(&data_dir.join(accel_nvidia::faults::FILE_NAME))
+        .unwrap();
+
+    let daemon = Daemon::prepare(node, options(&data_dir)).unwrap();
+    let gpu0 = daemon
+        .inventory()
+        .manufacturers
+        .first()
+        .and_then(|m| {
+            m.accelerators
+                .iter()
+                .find(|a| a.uuid.as_deref() == Some(GPU0))
+        })
+        .cloned()
+        .expect("GPU 0 detected on the live root");
+    assert!(!gpu0.healthy, "this boot's fault applies: {gpu0:?}");
+
+    // The kernel log is <root>/dev/kmsg: a record written there after it was opened is read.
+    let mut log = daemon
+        .open_kernel_log(None)
+        .expect("the live root's dev/kmsg opens");
+    let kmsg = live.path().join("dev/kmsg");
+    let mut file = std::fs::OpenOptions::new()
+        .append(true)
+        .open(&kmsg)
+        .unwrap();
+    std::io::Write::write_all(
+        &mut file,
+        format!("3,4242,1000000,-;{APPLICATION_XID_GPU0}\n").as_bytes(),
+    )
+    .unwrap();
+    match log.next_entry().unwrap() {
+        Some(KernelLogEntry::Record(record)) => {
+            assert_eq!(record.sequence, 4242);
+            assert_eq!(record.message, APPLICATION_XID_GPU0);
+        }
+        other => panic!(
+            "expected the record written to {}: {other:?}",
+            kmsg.display()
+        ),
+    }
+
+    // The preload library for the node's CUDA major (13.1) is looked for under the root's own
+    // /var/lib/gpustack/operator/lib.
+    let library = NvidiaResponder::library_path(Path::new(HOST_LIBRARY_DIR), 13);
+    assert!(daemon.host_exists(&library));
+    assert!(!daemon.host_exists(&format!("root{library}")));
 }

@@ -1,0 +1,327 @@
+//! A live root is read as a live root (issue: "On a real node nothing is detected"): a folder
+//! without the recording mark is never taken for a recording, whatever it holds — every Linux
+//! `/` holds `/root` — and its programs are the real ones found on `PATH`.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+mod support;
+use support::{hosts, live_root_from, path_with, stand_in_nvidia_smi};
+
+struct Run {
+    status: i32,
+    stdout: String,
+    stderr: String,
+}
+
+fn device_manager(args: &[&str], path: &str) -> Run {
+    let out = Command::new(env!("CARGO_BIN_EXE_device-manager"))
+        .args(args)
+        .env("PATH", path)
+        .env_remove("HOST_ROOT")
+        .env_remove("DATA_DIR")
+        .env_remove("GPUSTACK_PCI_CLASS_PREFIXES")
+        .output()
+        .expect("device-manager runs");
+    Run {
+        status: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+fn detect_json(args: &[&str], path: &str) -> serde_json::Value {
+    let run = device_manager(args, path);
+    assert_eq!(run.status, 0, "{args:?}: {}", run.stderr);
+    serde_json::from_str(&run.stdout)
+        .unwrap_or_else(|e| panic!("{args:?}: not JSON ({e}): {}", run.stdout))
+}
+
+fn gpus(json: &serde_json::Value) -> Vec<serde_json::Value> {
+    json["manufacturers"]
+        .as_array()
+        .and_then(|m| m.first())
+        .and_then(|m| m["accelerators"].as_array())
+        .cloned()
+        .unwrap_or_default()
+}
+
+#[test]
+fn a_live_looking_root_is_read_with_the_real_programs() {
+    let recorded = hosts().join("hgx-h100-8gpu");
+    let work = tempfile::tempdir().unwrap();
+    let live = work.path().join("live");
+    live_root_from(&recorded, &live);
+    let bin = work.path().join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    stand_in_nvidia_smi(&recorded, &bin);
+
+    let live_arg = live.to_str().unwrap();
+    let args = ["detect", "--host-root", live_arg, "-o", "json"];
+    let got = detect_json(&args, &path_with(&bin));
+    // The same node, replayed from its recording: the live read must say exactly the same.
+    let want = detect_json(
+        &[
+            "detect",
+            "--host-root",
+            recorded.to_str().unwrap(),
+            "-o",
+            "json",
+        ],
+        "/nonexistent",
+    );
+    assert_eq!(gpus(&got).len(), 8, "{got}");
+    assert_eq!(got, want);
+
+    // Without nvidia-smi on PATH the live root's procfs still lists the GPUs (read at the top of
+    // the root, not under its root/), and the missing program is said on stderr: programs are
+    // looked up for real, never replayed.
+    let run = device_manager(&args, "/nonexistent");
+    assert_eq!(run.status, 0, "{}", run.stderr);
+    let procfs_only: serde_json::Value = serde_json::from_str(&run.stdout).unwrap();
+    assert_eq!(gpus(&procfs_only).len(), 8, "{procfs_only}");
+    assert!(
+        run.stderr.contains("nvidia-smi not found"),
+        "stderr: {}",
+        run.stderr
+    );
+    assert!(
+        !run.stderr.contains("recorded-host.json"),
+        "a folder without commands/ is not noted as an unmarked recording: {}",
+        run.stderr
+    );
+}
+
+#[test]
+fn a_recording_without_its_mark_is_read_live_and_says_so() {
+    let recorded = hosts().join("dual-rtx-a5000");
+    let work = tempfile::tempdir().unwrap();
+    let copy = work.path().join("copy");
+    support::copy_tree(&recorded, &copy);
+    std::fs::remove_file(copy.join("recorded-host.json")).unwrap();
+    let run = device_manager(
+        &[
+            "detect",
+            "--host-root",
+            copy.to_str().unwrap(),
+            "-o",
+            "json",
+        ],
+        "/nonexistent",
+    );
+    assert_eq!(run.status, 0, "{}", run.stderr);
+    let json: serde_json::Value = serde_json::from_str(&run.stdout).unwrap();
+    assert!(
+        gpus(&json).is_empty(),
+        "read live, copy/ has no proc/driver/nvidia at its top: {json}"
+    );
+    assert!(
+        run.stderr.contains("recorded-host.json") && run.stderr.contains("live host"),
+        "the operator is told why: {}",
+        run.stderr
+    );
+
+    // A mark of another format is refused with one line naming the file, not guessed at.
+    std::fs::write(copy.join("recorded-host.json"), "{\"format\": 9}").unwrap();
+    let run = device_manager(&["detect", "--host-root", copy.to_str().unwrap()], "/x");
+    assert_eq!(run.status, 2, "{}", run.stderr);
+    assert_eq!(run.stderr.trim().lines().count(), 1, "{}", run.stderr);
+    assert!(run.stderr.contains("recorded-host.json"), "{}", run.stderr);
+}
+
+/// `detect --host-root /` on this machine: the boot id is read from `/proc`, not `/root/proc`
+/// (shown through the faults the daemon recorded for this boot), and nvidia-smi is the program
+/// on `PATH`.
+#[test]
+fn detect_on_slash_reads_proc_not_root_proc() {
+    let boot_path = Path::new("/proc/sys/kernel/random/boot_id");
+    let boot_id = std::fs::read_to_string(boot_path).expect("every Linux has a boot id");
+    let boot_id = boot_id.trim();
+    assert!(
+        !Path::new("/root/proc/sys/kernel/random/boot_id").exists(),
+        "this test needs a machine whose /root is not a recording"
+    );
+    let recorded = hosts().join("hgx-h100-8gpu");
+    let work = tempfile::tempdir().unwrap();
+    let bin = work.path().join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    stand_in_nvidia_smi(&recorded, &bin);
+    let data = work.path().join("data");
+    std::fs::create_dir_all(&data).unwrap();
+
+    let args = ["detect", "--host-root", "/", "-o", "json"];
+    let plain = detect_json(&args, &path_with(&bin));
+    let listed = gpus(&plain);
+    assert_eq!(
+        listed.len(),
+        8,
+        "the stand-in nvidia-smi on PATH ran: {plain}"
+    );
+    let first = listed[0]["uuid"].as_str().unwrap().to_string();
+    let bus = listed[0]["busId"].as_str().unwrap().to_string();
+
+    let faults = serde_json::json!({
+        "bootId": boot_id,
+        "faults": [{"type": "Xid79", "status": true, "deviceId": first,
+                    "message": "GPU has fallen off the bus.", "xid": 79, "busId": bus,
+                    "class": "hardware", "count": 1}]
+    });
+    std::fs::write(data.join("faults.json"), faults.to_string()).unwrap();
+    let with_data = detect_json(
+        &[
+            "detect",
+            "--host-root",
+            "/",
+            "--data-dir",
+            data.to_str().unwrap(),
+            "-o",
+            "json",
+        ],
+        &path_with(&bin),
+    );
+    let gpu = &gpus(&with_data)[0];
+    assert_eq!(gpu["uuid"], first.as_str());
+    assert_eq!(
+        gpu["healthy"], false,
+        "this boot's fault applies only when /proc's boot id was read: {with_data}"
+    );
+}
+
+/// vfio: a GPU passed through to a VM is found in the live root's own sysfs (its function bound
+/// to vfio-pci), with the daemon's memory, exactly as on the recording.
+#[test]
+fn a_passed_through_gpu_is_found_in_a_live_roots_sysfs() {
+    let recorded = hosts().join("passthrough-l4");
+    let work = tempfile::tempdir().unwrap();
+    let live = work.path().join("live");
+    live_root_from(&recorded, &live);
+    let bin = work.path().join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    stand_in_nvidia_smi(&recorded, &bin);
+    let detect = |root: &Path, path: &str| {
+        let data = tempfile::tempdir().unwrap();
+        std::fs::copy(
+            recorded.join("data/gpus-seen.json"),
+            data.path().join("gpus-seen.json"),
+        )
+        .unwrap();
+        detect_json(
+            &[
+                "detect",
+                "--host-root",
+                root.to_str().unwrap(),
+                "--data-dir",
+                data.path().to_str().unwrap(),
+                "-o",
+                "json",
+            ],
+            path,
+        )
+    };
+    let live_read = detect(&live, &path_with(&bin));
+    let listed = gpus(&live_read);
+    let passed = listed
+        .iter()
+        .find(|g| g["source"] == "passthrough")
+        .unwrap_or_else(|| panic!("the vfio-pci GPU is listed: {live_read}"));
+    assert_eq!(passed["grantable"], "nothing");
+    // The same accelerators as the recording (the notes differ: the stand-in answers an
+    // unrecorded query with an error where replay says the program is missing).
+    assert_eq!(gpus(&live_read), gpus(&detect(&recorded, "/nonexistent")));
+}
+
+/// doctor on a live root: the kernel log, the kubelet's sockets, the CDI specs and the preload
+/// library are looked for at the top of the root; copies of them under its `root/` (where a live
+/// root read as a recording would look) count for nothing.
+#[test]
+fn doctor_reads_a_live_roots_kmsg_kubelet_sockets_cdi_and_library() {
+    let recorded = hosts().join("hgx-h100-8gpu");
+    let work = tempfile::tempdir().unwrap();
+    let live = work.path().join("live");
+    live_root_from(&recorded, &live);
+    let bin = work.path().join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    stand_in_nvidia_smi(&recorded, &bin);
+    let inventory = detect_json(
+        &[
+            "detect",
+            "--host-root",
+            live.to_str().unwrap(),
+            "-o",
+            "json",
+        ],
+        &path_with(&bin),
+    );
+    let uuids: Vec<String> = gpus(&inventory)
+        .iter()
+        .map(|g| g["uuid"].as_str().unwrap().to_string())
+        .collect();
+    let major = inventory["manufacturers"][0]["runtimeVersion"]
+        .as_str()
+        .and_then(|v| v.split('.').next())
+        .expect("the recorded host reports a CUDA version")
+        .to_string();
+    let write = |path: PathBuf, text: &str| {
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, text).unwrap();
+    };
+    let devices: String = uuids
+        .iter()
+        .map(|u| format!("  - name: {u}\n    containerEdits: {{}}\n"))
+        .collect();
+    let spec = format!("cdiVersion: 0.5.0\nkind: nvidia.com/gpu\ndevices:\n{devices}");
+    let place = |under: &Path| {
+        write(under.join("dev/kmsg"), "");
+        for socket in [
+            "var/lib/kubelet/device-plugins/kubelet.sock",
+            "var/lib/kubelet/pod-resources/kubelet.sock",
+        ] {
+            write(under.join(socket), "");
+        }
+        write(under.join("etc/cdi/nvidia.yaml"), &spec);
+        write(
+            under.join(format!(
+                "var/lib/gpustack/operator/lib/cuda-{major}/libvgpu.so"
+            )),
+            "stand-in",
+        );
+    };
+    const CHECKS: [&str; 5] = [
+        "kmsg",
+        "kubelet-device-plugins",
+        "kubelet-pod-resources",
+        "cdi",
+        "preload",
+    ];
+    let doctor = || {
+        let run = device_manager(
+            &[
+                "doctor",
+                "--host-root",
+                live.to_str().unwrap(),
+                "-o",
+                "json",
+            ],
+            &path_with(&bin),
+        );
+        let report: serde_json::Value = serde_json::from_str(&run.stdout)
+            .unwrap_or_else(|e| panic!("doctor -o json ({e}): {}{}", run.stdout, run.stderr));
+        CHECKS.map(|name| {
+            report["checks"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|c| c["name"] == name)
+                .map(|c| c["status"].as_str().unwrap().to_string())
+                .unwrap_or_else(|| panic!("no {name} check: {report}"))
+        })
+    };
+    place(&live.join("root"));
+    assert_eq!(
+        doctor(),
+        ["warn"; 5].map(String::from),
+        "what sits under root/ is not the live root's"
+    );
+    place(&live);
+    assert_eq!(doctor(), ["ok"; 5].map(String::from), "{CHECKS:?}");
+}

@@ -1,0 +1,71 @@
+//! Helpers the binary's integration tests share: a stand-in `nvidia-smi` answering from a
+//! recorded host, and copies of recorded hosts (as recordings, or as live-looking roots).
+#![allow(dead_code)] // each test file uses its own subset
+
+use std::os::unix::fs::{PermissionsExt, symlink};
+use std::path::{Path, PathBuf};
+
+/// The recorded hosts the project ships.
+pub fn hosts() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata/hosts")
+}
+
+/// Writes an `nvidia-smi` script into `bin` that prints, for each argv recorded under
+/// `host/commands`, what the recording says (stdout, stderr, status), and fails loudly on any
+/// other query.
+pub fn stand_in_nvidia_smi(host: &Path, bin: &Path) {
+    let mut script = String::from("#!/bin/sh\ncase \"$*\" in\n");
+    for entry in std::fs::read_dir(host.join("commands")).unwrap() {
+        let dir = entry.unwrap().path();
+        let argv = std::fs::read_to_string(dir.join("argv")).unwrap();
+        let args: Vec<&str> = argv.lines().skip(1).collect();
+        let status = std::fs::read_to_string(dir.join("status")).unwrap_or_else(|_| "0".into());
+        script.push_str(&format!(
+            "  '{}') cat '{}' 2>/dev/null; cat '{}' >&2 2>/dev/null; exit {} ;;\n",
+            args.join(" "),
+            dir.join("stdout").display(),
+            dir.join("stderr").display(),
+            status.trim()
+        ));
+    }
+    script.push_str("  *) echo \"unknown query: $*\" >&2; exit 2 ;;\nesac\n");
+    let path = bin.join("nvidia-smi");
+    std::fs::write(&path, script).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+}
+
+/// `PATH` with `bin` first.
+pub fn path_with(bin: &Path) -> String {
+    format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    )
+}
+
+/// Copies a tree, links as links (recorded sysfs links are relative, so they still resolve).
+pub fn copy_tree(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        let kind = entry.file_type().unwrap();
+        if kind.is_symlink() {
+            symlink(std::fs::read_link(entry.path()).unwrap(), &target).unwrap();
+        } else if kind.is_dir() {
+            copy_tree(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), &target).unwrap();
+        }
+    }
+}
+
+/// A live-looking root made from a recorded host's files: what the node showed under `/` sits
+/// at the top (`proc/driver/nvidia/…`, `sys/…`, `dev/…`), beside an empty `root/` as on every
+/// Linux, and there is no recording mark and no `commands/`.
+pub fn live_root_from(recorded: &Path, into: &Path) {
+    copy_tree(&recorded.join("root"), into);
+    std::fs::create_dir_all(into.join("root")).unwrap();
+    assert!(!into.join("recorded-host.json").exists());
+    assert!(!into.join("commands").exists());
+}

@@ -1,0 +1,117 @@
+#!/usr/bin/env bash
+# rig-allocate.sh — "Allocate on a real kubelet", checked on the rig's real kubelet (../shared/rig):
+#   1. churn: N Pods one after another for each of nvidia.com/gpu, nvidia.com/gpu.shared and
+#      nvidia.com/gpu.sliced (../shared/rig/churn.sh); none may be rejected;
+#   2. the slice pair: a 60 % slice, then a 50 % slice — both must run, on different GPUs;
+#   3. with PEER=1, NVIDIA's device plugin on the same kubelet right after, for the figures.
+# The node is a copy of testdata/hosts/hgx-h100-8gpu with a stand-in preload library staged in
+# its root/var/lib/gpustack/operator/lib/cuda-13/ (so slices are advertised) and at the same
+# absolute path on this machine (so the kubelet's bind mount of it resolves; a static busybox
+# ignores the preload).
+#
+#   cargo build --release -p device-manager
+#   N=100 PEER=1 scripts/rig-allocate.sh
+#
+# Needs root and the rig built (../shared/rig/build.sh). CI cannot run it: a person runs it and
+# keeps what it printed. Leaves the rig stopped.
+set -u
+HERE=$(cd "$(dirname "$0")" && pwd)
+REPO=$(cd "$HERE/.." && pwd)
+RIGSRC=${RIGSRC:-$REPO/../shared/rig}
+K=/tmp/k8s
+export KUBECONFIG=$K/kubeconfig
+KC=$K/bin/kubectl
+BIN=$(readlink -f "${BIN:-$REPO/target/release/device-manager}")
+N=${N:-100}
+PEER=${PEER:-0}
+[ -x "$BIN" ] || { echo "no binary $BIN (cargo build --release -p device-manager)"; exit 2; }
+[ -x $K/up.sh ] || { echo "no rig at $K (run $RIGSRC/build.sh)"; exit 2; }
+
+LIB=/var/lib/gpustack/operator/lib/cuda-13/libvgpu.so
+WORK=$(mktemp -d /tmp/rig-allocate.XXXXXX)
+HOST=$WORK/hgx-h100-8gpu
+cp -a "$REPO/testdata/hosts/hgx-h100-8gpu" "$HOST"
+mkdir -p "$HOST/root$(dirname $LIB)"
+echo "stand-in preload library (rig-allocate.sh)" > "$HOST/root$LIB"
+staged_here=0
+if [ ! -e "$LIB" ]; then
+  mkdir -p "$(dirname $LIB)"
+  cp "$HOST/root$LIB" "$LIB"
+  staged_here=1
+fi
+cleanup() {
+  [ "$staged_here" = 1 ] && rm -f "$LIB"
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+failed=0
+for res in nvidia.com/gpu nvidia.com/gpu.shared nvidia.com/gpu.sliced; do
+  echo "=== churn: $N Pods of 1 $res"
+  peer=0
+  # NVIDIA's plugin serves only nvidia.com/gpu: the side-by-side figure is for that resource.
+  [ "$res" = nvidia.com/gpu ] && peer=$PEER
+  if ! BIN=$BIN HOST=$HOST N=$N RES=$res PEER=$peer "$RIGSRC/churn.sh"; then
+    failed=1
+  fi
+  cp /tmp/churn-serve.log "$WORK/../rig-allocate-serve-${res//\//_}.log" 2>/dev/null
+done
+
+echo "=== the slice pair: 60 %, then 50 %"
+WITH_KCM=1 WITH_SCHED=1 $K/up.sh >/tmp/rig-allocate-up.log 2>&1 && $K/node-up.sh >/tmp/rig-allocate-node.log 2>&1 || {
+  echo "rig did not come up (/tmp/rig-allocate-*.log)"; exit 2; }
+D=$(mktemp -d)
+"$BIN" serve --node-name rig-node --host-root "$HOST" --kubelet-dir $K/kubelet --data-dir "$D" \
+  >/tmp/rig-allocate-pair-serve.log 2>&1 &
+SERVE=$!
+stop() { kill $SERVE 2>/dev/null; wait $SERVE 2>/dev/null; $K/node-down.sh >/dev/null 2>&1; $K/down.sh >/dev/null 2>&1; cleanup; }
+trap stop EXIT
+cap() { $KC get node rig-node -o jsonpath="{.status.allocatable.nvidia\.com/gpu\.sliced\.units}" 2>/dev/null; }
+for _ in $(seq 1 90); do [ -n "$(cap)" ] && [ "$(cap)" != 0 ] && break; sleep 1; done
+$KC delete pod --all --wait=true --timeout=60s >/dev/null 2>&1
+slice() { # name percentage
+  local units=$(($2 * 16000))
+  cat <<EOT | $KC apply -f - >/dev/null
+apiVersion: v1
+kind: Pod
+metadata: {name: $1, namespace: default}
+spec:
+  hostNetwork: true
+  restartPolicy: Never
+  terminationGracePeriodSeconds: 0
+  containers:
+  - name: c
+    image: localhost/rig/busybox:1.0
+    imagePullPolicy: Never
+    command: ["sleep", "3600"]
+    resources:
+      limits:
+        nvidia.com/gpu.sliced: "1"
+        nvidia.com/gpu.sliced.memory-percentage: "$2"
+        nvidia.com/gpu.sliced.cores-percentage: "100"
+        nvidia.com/gpu.sliced.units: "$units"
+EOT
+  if $KC wait --for=condition=Ready "pod/$1" --timeout=60s >/dev/null 2>&1; then
+    echo "$1 ($2 %): Running"
+  else
+    echo "$1 ($2 %): NOT RUNNING: $($KC get pod "$1" -o jsonpath='{.status.reason}: {.status.message}')"
+    failed=1
+  fi
+}
+slice slice-60 60
+slice slice-50 50
+gpu_of() { # the accelerators the Pod's annotation records for its container c
+  $KC get pod "$1" -o jsonpath='{.metadata.annotations.device\.gpustack\.ai/accelerator\.allocated}' \
+    | python3 -c 'import json,sys; t=sys.stdin.read().strip(); print(json.loads(t)["c"]["accelerators"] if t else "")' 2>/dev/null
+}
+for _ in $(seq 1 30); do [ -n "$(gpu_of slice-50)" ] && break; sleep 1; done
+a60=$(gpu_of slice-60); a50=$(gpu_of slice-50)
+echo "slice-60 holds accelerators $a60; slice-50 holds $a50"
+if [ -z "$a60" ] || [ -z "$a50" ] || [ "$a60" = "$a50" ]; then
+  echo "the pair is not on two GPUs (or its grants were not published)"
+  failed=1
+fi
+$KC delete pod slice-60 slice-50 --wait=true --timeout=60s >/dev/null 2>&1
+
+if [ "$failed" = 0 ]; then echo "rig-allocate: OK"; else echo "rig-allocate: FAILED"; fi
+exit $failed
