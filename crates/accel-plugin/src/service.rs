@@ -5,7 +5,9 @@
 //! Allocate: map the device IDs to accelerators, recognise a retry, identify the container
 //! (pod-resources, then pending Pods), let the ledger decide, answer with the responder, give the
 //! grant back if the responder refuses, journal it before answering, and tell every
-//! ListAndWatch stream. Errors become `tonic::Status` here and nowhere else.
+//! ListAndWatch stream. Errors become `tonic::Status` here and nowhere else; each refusal's
+//! `Status` is marked with its reason, and the handlers time every call and count the refusals
+//! ([`crate::metrics`]).
 //!
 //! Two pieces the daemon drives live in child modules, apart from the hot path: [`reseat`]
 //! replaces the accelerators served when a detection finds them changed, and [`rebuild`]
@@ -15,7 +17,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use accel_core::ledger::placement::{self, Request};
 use accel_core::ledger::{Claim, Family, Grant, GrantKey, Ledger, Policy, Refusal, Seat};
@@ -31,6 +33,7 @@ use crate::api::podresources::ListPodResourcesResponse;
 use crate::api::podresources::pod_resources_lister_client::PodResourcesListerClient;
 use crate::identify::{self, IdentifyError};
 use crate::journal::{Entry, Journal, JournalError};
+use crate::metrics::{PluginMetrics, RefusalReason, Refuse, ResourceMetrics};
 use crate::pods::{Pod, PodSource};
 use crate::pools::{AcceleratorState, Pool, PoolKind};
 use crate::responder::{Answer, NvidiaResponder, slice_budget};
@@ -62,6 +65,8 @@ pub struct Config {
     pub responder: NvidiaResponder,
     /// How often the servers look for a kubelet restart.
     pub poll_interval: Duration,
+    /// Where Allocate's latency, refusals and grants are counted.
+    pub metrics: PluginMetrics,
 }
 
 impl Config {
@@ -105,6 +110,8 @@ struct Shared {
     pod_resources: PodResourcesListerClient<tonic::transport::Channel>,
     /// What the ledger's rebuild found worth saying (each names the Pod), for the log and tests.
     rebuild_notes: Mutex<Vec<String>>,
+    /// Each pool's metric handles, by pool index (a pool's resource never changes).
+    resource_metrics: Vec<ResourceMetrics>,
 }
 
 /// The running plugin: a handle to its state and tasks.
@@ -139,6 +146,10 @@ impl DevicePlugins {
         let (journal, replay) = Journal::open(&config.data_dir)?;
         let pod_resources =
             PodResourcesListerClient::new(socket::lazy_channel(config.pod_resources_socket()));
+        let resource_metrics = pools
+            .iter()
+            .map(|p| config.metrics.for_resource(&p.resource))
+            .collect();
         let shared = Arc::new(Shared {
             state: Mutex::new(State {
                 ledger: Ledger::new(config.seats.clone(), policy),
@@ -150,6 +161,7 @@ impl DevicePlugins {
             pods,
             pod_resources,
             rebuild_notes: Mutex::new(Vec::new()),
+            resource_metrics,
             config,
         });
         if replay.torn_tail {
@@ -606,7 +618,8 @@ impl Shared {
             return Err(Status::unavailable(format!(
                 "the accelerators behind {} changed during the call; retry",
                 pool.resource
-            )));
+            ))
+            .refused(RefusalReason::SeatsChanged));
         }
         let key = match retry {
             Some(key) => key,
@@ -625,9 +638,14 @@ impl Shared {
                     &pool.resource,
                     device_ids.len(),
                 )
-                .map_err(|e| match e {
-                    IdentifyError::PodsUnknown { .. } => Status::unavailable(e.to_string()),
-                    IdentifyError::NoCandidate { .. } => Status::failed_precondition(e.to_string()),
+                .map_err(|e| {
+                    match e {
+                        IdentifyError::PodsUnknown { .. } => Status::unavailable(e.to_string()),
+                        IdentifyError::NoCandidate { .. } => {
+                            Status::failed_precondition(e.to_string())
+                        }
+                    }
+                    .refused((&e).into())
                 })?
                 .0
             }
@@ -638,6 +656,7 @@ impl Shared {
             .cloned()
             .ok_or_else(|| {
                 Status::failed_precondition(format!("{key}: the Pod is no longer on this node"))
+                    .refused(RefusalReason::PodGone)
             })?;
         let container = pod.container(&key.container);
         let Some(family) = pool.family() else {
@@ -654,6 +673,7 @@ impl Shared {
                         "{}/{} container {}: no other container of the Pod holds accelerators to make visible",
                         pod.namespace, pod.name, key.container
                     ))
+                    .refused(RefusalReason::NoOwner)
                 })?;
             let seats: Vec<&Seat> = owner.iter().filter_map(|i| state.ledger.seat(*i)).collect();
             let response = self
@@ -667,10 +687,14 @@ impl Shared {
                     pod: &pod,
                     container,
                 })
-                .map_err(|e| Status::failed_precondition(e.to_string()))?;
+                .map_err(|e| {
+                    Status::failed_precondition(e.to_string()).refused(RefusalReason::Responder)
+                })?;
             let mut sorted = device_ids.clone();
             sorted.sort();
-            state.visibility.insert(key, sorted);
+            if state.visibility.insert(key, sorted).is_none() {
+                self.config.metrics.granted(None);
+            }
             return Ok(response);
         };
         let (units, cores) = budget(
@@ -725,7 +749,8 @@ impl Shared {
                 return Err(Status::failed_precondition(format!(
                     "{}/{} container {}: {e}",
                     pod.namespace, pod.name, key.container
-                )));
+                ))
+                .refused(RefusalReason::Responder));
             }
         };
         if receipt.fresh {
@@ -737,11 +762,13 @@ impl Shared {
                 tracing::error!("ledger journal: {e}; grant of {key} given back");
                 return Err(Status::unavailable(format!(
                     "the grant could not be made durable: {e}"
-                )));
+                ))
+                .refused(RefusalReason::Journal));
             }
         }
         drop(state);
         if receipt.fresh {
+            self.config.metrics.granted(Some(family));
             self.notify();
         }
         Ok(response)
@@ -783,6 +810,7 @@ fn refusal_status(pod: &Pod, key: &GrantKey, refusal: &Refusal) -> Status {
             pod.namespace, pod.name, key.container
         ),
     )
+    .refused(refusal.into())
 }
 
 /// The DevicePlugin service of one pool.
@@ -841,6 +869,7 @@ impl DevicePlugin for PoolService {
         &self,
         request: tonic::Request<dp::PreferredAllocationRequest>,
     ) -> Result<tonic::Response<dp::PreferredAllocationResponse>, Status> {
+        let received = Instant::now();
         let pools = self.shared.pools();
         let pool = &pools[self.index];
         let container_responses = request
@@ -851,18 +880,46 @@ impl DevicePlugin for PoolService {
                 device_i_ds: self.shared.preferred(pool, r),
             })
             .collect();
-        Ok(tonic::Response::new(dp::PreferredAllocationResponse {
+        let answer = dp::PreferredAllocationResponse {
             container_responses,
-        }))
+        };
+        self.metrics().preferred(received.elapsed());
+        Ok(tonic::Response::new(answer))
     }
 
     async fn allocate(
         &self,
         request: tonic::Request<dp::AllocateRequest>,
     ) -> Result<tonic::Response<dp::AllocateResponse>, Status> {
+        let received = Instant::now();
+        let answer = self.answer_allocate(request.into_inner()).await;
+        self.metrics()
+            .allocated(received.elapsed(), answer.as_ref().err());
+        answer.map(tonic::Response::new)
+    }
+
+    async fn pre_start_container(
+        &self,
+        _: tonic::Request<dp::PreStartContainerRequest>,
+    ) -> Result<tonic::Response<dp::PreStartContainerResponse>, Status> {
+        Ok(tonic::Response::new(dp::PreStartContainerResponse {}))
+    }
+}
+
+impl PoolService {
+    /// This pool's metric handles.
+    fn metrics(&self) -> &ResourceMetrics {
+        &self.shared.resource_metrics[self.index]
+    }
+
+    /// Allocate's answer for every container of the call (timed by the handler).
+    async fn answer_allocate(
+        &self,
+        request: dp::AllocateRequest,
+    ) -> Result<dp::AllocateResponse, Status> {
         let pools = self.shared.pools();
         let pool = &pools[self.index];
-        let requests = request.into_inner().container_requests;
+        let requests = request.container_requests;
         if requests.is_empty() {
             return Err(Status::invalid_argument(format!(
                 "allocate for {} carries no container request",
@@ -873,16 +930,9 @@ impl DevicePlugin for PoolService {
         for r in requests {
             container_responses.push(self.shared.allocate(pool, r.devices_ids).await?);
         }
-        Ok(tonic::Response::new(dp::AllocateResponse {
+        Ok(dp::AllocateResponse {
             container_responses,
-        }))
-    }
-
-    async fn pre_start_container(
-        &self,
-        _: tonic::Request<dp::PreStartContainerRequest>,
-    ) -> Result<tonic::Response<dp::PreStartContainerResponse>, Status> {
-        Ok(tonic::Response::new(dp::PreStartContainerResponse {}))
+        })
     }
 }
 

@@ -9,6 +9,7 @@ use clap::{Parser, Subcommand};
 mod admin;
 mod cmd;
 mod daemon;
+mod metrics;
 mod node;
 mod publish;
 
