@@ -494,6 +494,49 @@ fn the_node_daemon_mounts_what_it_needs_from_the_host() {
 }
 
 #[test]
+fn the_node_daemon_serves_metrics_with_a_port_and_scrape_annotations_unless_turned_off() {
+    let Some(helm) = helm() else { return };
+    let name = daemonset_name(Manufacturer::Nvidia);
+    let template = |docs: &[Value]| find(docs, "DaemonSet", &name)["spec"]["template"].clone();
+
+    // On by default: METRICS_LISTEN on every address at the port, the port named, and the
+    // annotations a Prometheus scrape config keys on, next to the user's own.
+    let docs = render(&helm, &["deviceManager.podAnnotations.team=ml"]);
+    let pod = template(&docs);
+    let daemon = container(&pod["spec"], "containers", "device-manager");
+    assert_eq!(env_value(daemon, "METRICS_LISTEN"), "0.0.0.0:9402");
+    assert_eq!(
+        daemon["ports"],
+        json!([{"name": "metrics", "containerPort": 9402, "protocol": "TCP"}])
+    );
+    assert_eq!(
+        pod["metadata"]["annotations"],
+        json!({
+            "prometheus.io/scrape": "true",
+            "prometheus.io/port": "9402",
+            "prometheus.io/path": "/metrics",
+            "team": "ml",
+        })
+    );
+
+    // The port moves everything with it.
+    let docs = render(&helm, &["deviceManager.metrics.port=9500"]);
+    let pod = template(&docs);
+    let daemon = container(&pod["spec"], "containers", "device-manager");
+    assert_eq!(env_value(daemon, "METRICS_LISTEN"), "0.0.0.0:9500");
+    assert_eq!(daemon["ports"][0]["containerPort"], 9500);
+    assert_eq!(pod["metadata"]["annotations"]["prometheus.io/port"], "9500");
+
+    // Off: nothing served, nothing announced (the binary's default).
+    let docs = render(&helm, &["deviceManager.metrics.enabled=false"]);
+    let pod = template(&docs);
+    let daemon = container(&pod["spec"], "containers", "device-manager");
+    assert!(!env(daemon).contains_key("METRICS_LISTEN"));
+    assert!(daemon.get("ports").is_none(), "{}", daemon["ports"]);
+    assert!(pod["metadata"].get("annotations").is_none());
+}
+
+#[test]
 fn each_component_is_granted_what_it_touches_and_no_more() {
     let Some(helm) = helm() else { return };
     let docs = render(&helm, &[]);

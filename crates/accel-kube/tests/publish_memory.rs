@@ -341,3 +341,66 @@ async fn a_devices_object_deleted_under_the_publisher_is_written_again() {
     assert_eq!(devices.status, Some(next.devices_status));
     assert!(devices.metadata.owner_references.is_some());
 }
+
+#[tokio::test(start_paused = true)]
+async fn the_backlog_counts_what_waits_and_what_retries_through_an_outage() {
+    use accel_kube::publish::PublishMetrics;
+    use accel_plugin::metrics::exposition::Samples;
+    use prometheus_client::registry::Registry;
+
+    let mut registry = Registry::with_prefix("device_manager");
+    let metrics = PublishMetrics::register(&mut registry);
+    let backlog = || {
+        let mut text = String::new();
+        prometheus_client::encoding::prometheus_text::encode(&mut text, &registry).unwrap();
+        let samples = Samples::parse(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+        let mut by_part = BTreeMap::new();
+        for (labels, value) in samples.all("device_manager_publish_backlog") {
+            by_part.insert((labels["part"].clone(), labels["state"].clone()), value);
+        }
+        by_part
+    };
+    let pending = |backlog: &BTreeMap<(String, String), f64>| -> Vec<(String, String, f64)> {
+        backlog
+            .iter()
+            .filter(|(_, v)| **v > 0.0)
+            .map(|((p, s), v)| (p.clone(), s.clone(), *v))
+            .collect()
+    };
+    let api = api();
+    api.set_reachable(false);
+    let (tx, rx) = watch::channel(None);
+    let (publisher, mut handle) = Publisher::new(api.clone(), config(), rx);
+    tokio::spawn(publisher.with_metrics(metrics).run());
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let before = backlog();
+    assert_eq!(
+        before.len(),
+        12,
+        "every part and state, from the start: {before:?}"
+    );
+    assert!(
+        pending(&before).is_empty(),
+        "nothing desired, nothing pending"
+    );
+
+    tx.send_replace(Some(desired()));
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    let entry = |part: &str, state: &str, n: f64| (part.to_string(), state.to_string(), n);
+    assert_eq!(
+        pending(&backlog()),
+        vec![
+            entry("capacity", "retrying", 1.0),
+            // Behind the Node's read, never tried.
+            entry("devices", "waiting", 1.0),
+            entry("devices_status", "waiting", 1.0),
+            entry("node", "retrying", 1.0),
+            entry("node_feature", "waiting", 1.0),
+            entry("pod_annotation", "retrying", 2.0),
+        ]
+    );
+
+    api.set_reachable(true);
+    caught_up(&mut handle, "after the outage").await;
+    assert!(pending(&backlog()).is_empty(), "{:?}", backlog());
+}

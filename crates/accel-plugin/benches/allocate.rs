@@ -85,6 +85,7 @@ fn config(dir: &Path) -> Config {
             engine: EngineFacts::default(),
         },
         poll_interval: Duration::from_secs(1),
+        metrics: Default::default(),
     }
 }
 

@@ -11,6 +11,7 @@ pub mod api;
 pub mod engine;
 pub mod identify;
 pub mod journal;
+pub mod metrics;
 pub mod pods;
 pub mod pools;
 pub mod responder;
@@ -20,4 +21,5 @@ pub mod socket;
 #[cfg(feature = "testing")]
 pub mod testing;
 
+pub use metrics::PluginMetrics;
 pub use service::{Config, DevicePlugins, PluginHandle, StartError};

@@ -7,7 +7,9 @@
 //! server or waited for, bounded: [`identity`]), let the ledger decide, answer with the
 //! responder, give the grant back if the responder refuses, journal it before answering, and
 //! tell every ListAndWatch stream. Every refusal is logged at warn naming the Pod, the container
-//! and the reason ([`refused`]). Errors become `tonic::Status` here and nowhere else.
+//! and the reason ([`refused`]). Errors become `tonic::Status` here and nowhere else; each
+//! refusal's `Status` is marked with its reason, and the handlers time every call and count the
+//! refusals ([`crate::metrics`]).
 //!
 //! GetPreferredAllocation for a slice identifies its container the same way and offers only
 //! accelerators its own budget fits ([`Shared::preferred_slice`]); other families' hints read
@@ -39,6 +41,7 @@ use crate::api::podresources::ListPodResourcesResponse;
 use crate::api::podresources::pod_resources_lister_client::PodResourcesListerClient;
 use crate::identify::IdentifyError;
 use crate::journal::{Entry, Journal, JournalError};
+use crate::metrics::{PluginMetrics, RefusalReason, Refuse, ResourceMetrics};
 use crate::pods::{Pod, PodSource};
 use crate::pools::{AcceleratorState, Pool, PoolKind};
 use crate::responder::{Answer, NvidiaResponder, slice_budget};
@@ -72,6 +75,8 @@ pub struct Config {
     pub responder: NvidiaResponder,
     /// How often the servers look for a kubelet restart.
     pub poll_interval: Duration,
+    /// Where Allocate's latency, refusals and grants are counted.
+    pub metrics: PluginMetrics,
 }
 
 impl Config {
@@ -118,6 +123,8 @@ struct Shared {
     pod_resources: PodResourcesListerClient<tonic::transport::Channel>,
     /// What the ledger's rebuild found worth saying (each names the Pod), for the log and tests.
     rebuild_notes: Mutex<Vec<String>>,
+    /// Each pool's metric handles, by pool index (a pool's resource never changes).
+    resource_metrics: Vec<ResourceMetrics>,
 }
 
 /// The running plugin: a handle to its state and tasks.
@@ -152,6 +159,10 @@ impl DevicePlugins {
         let (journal, replay) = Journal::open(&config.data_dir)?;
         let pod_resources =
             PodResourcesListerClient::new(socket::lazy_channel(config.pod_resources_socket()));
+        let resource_metrics = pools
+            .iter()
+            .map(|p| config.metrics.for_resource(&p.resource))
+            .collect();
         let shared = Arc::new(Shared {
             state: Mutex::new(State {
                 ledger: Ledger::new(config.seats.clone(), policy),
@@ -164,6 +175,7 @@ impl DevicePlugins {
             pods,
             pod_resources,
             rebuild_notes: Mutex::new(Vec::new()),
+            resource_metrics,
             config,
         });
         if replay.torn_tail {
@@ -712,7 +724,8 @@ impl Shared {
                 let status = match e {
                     IdentifyError::PodsUnknown { .. } => Status::unavailable(e.to_string()),
                     _ => Status::failed_precondition(e.to_string()),
-                };
+                }
+                .refused((&e).into());
                 Err(refused(&pool.resource, "an unidentified container", status))
             }
         }
@@ -735,10 +748,13 @@ impl Shared {
         // The accelerators may have been replaced since the IDs were mapped (`reseat` swaps the
         // pools under this lock): an index read from the old pools may name another one now.
         if !self.pools().iter().any(|p| std::ptr::eq(p, pool)) {
-            return Err(refuse(Status::unavailable(format!(
-                "the accelerators behind {} changed during the call; retry",
-                pool.resource
-            ))));
+            return Err(refuse(
+                Status::unavailable(format!(
+                    "the accelerators behind {} changed during the call; retry",
+                    pool.resource
+                ))
+                .refused(RefusalReason::SeatsChanged),
+            ));
         }
         let container = pod.container(&key.container);
         let Some(family) = pool.family() else {
@@ -751,9 +767,12 @@ impl Shared {
                 .min_by_key(|(k, g)| (g.accelerators.len() != device_ids.len(), (*k).clone()))
                 .map(|(_, g)| g.accelerators.clone())
                 .ok_or_else(|| {
-                    refuse(Status::failed_precondition(format!(
-                        "{who}: no other container of the Pod holds accelerators to make visible"
-                    )))
+                    refuse(
+                        Status::failed_precondition(format!(
+                            "{who}: no other container of the Pod holds accelerators to make visible"
+                        ))
+                        .refused(RefusalReason::NoOwner),
+                    )
                 })?;
             let seats: Vec<&Seat> = owner.iter().filter_map(|i| state.ledger.seat(*i)).collect();
             let response = self
@@ -767,10 +786,17 @@ impl Shared {
                     pod,
                     container,
                 })
-                .map_err(|e| refuse(Status::failed_precondition(format!("{who}: {e}"))))?;
+                .map_err(|e| {
+                    refuse(
+                        Status::failed_precondition(format!("{who}: {e}"))
+                            .refused(RefusalReason::Responder),
+                    )
+                })?;
             let mut sorted = device_ids;
             sorted.sort();
-            state.visibility.insert(key, sorted);
+            if state.visibility.insert(key, sorted).is_none() {
+                self.config.metrics.granted(None);
+            }
             return Ok((response, false));
         };
         let (units, cores) = budget(
@@ -818,7 +844,10 @@ impl Shared {
             Err(e) => {
                 state.ledger.give_back(&receipt);
                 tracing::warn!("{who}: responder refused, grant given back");
-                return Err(refuse(Status::failed_precondition(format!("{who}: {e}"))));
+                return Err(refuse(
+                    Status::failed_precondition(format!("{who}: {e}"))
+                        .refused(RefusalReason::Responder),
+                ));
             }
         };
         if receipt.fresh {
@@ -828,10 +857,14 @@ impl Shared {
             }) {
                 state.ledger.give_back(&receipt);
                 tracing::error!("ledger journal: {e}; grant of {key} given back");
-                return Err(refuse(Status::unavailable(format!(
-                    "the grant could not be made durable: {e}"
-                ))));
+                return Err(refuse(
+                    Status::unavailable(format!("the grant could not be made durable: {e}"))
+                        .refused(RefusalReason::Journal),
+                ));
             }
+        }
+        if receipt.fresh {
+            self.config.metrics.granted(Some(family));
         }
         Ok((response, receipt.fresh))
     }
@@ -883,6 +916,7 @@ fn refusal_status(pod: &Pod, key: &GrantKey, refusal: &Refusal) -> Status {
             pod.namespace, pod.name, key.container
         ),
     )
+    .refused(refusal.into())
 }
 
 /// The DevicePlugin service of one pool.
@@ -941,6 +975,7 @@ impl DevicePlugin for PoolService {
         &self,
         request: tonic::Request<dp::PreferredAllocationRequest>,
     ) -> Result<tonic::Response<dp::PreferredAllocationResponse>, Status> {
+        let received = Instant::now();
         let pools = self.shared.pools();
         let pool = &pools[self.index];
         let requests = request.into_inner().container_requests;
@@ -950,18 +985,46 @@ impl DevicePlugin for PoolService {
                 device_i_ds: self.shared.preferred(pool, r).await,
             });
         }
-        Ok(tonic::Response::new(dp::PreferredAllocationResponse {
+        let answer = dp::PreferredAllocationResponse {
             container_responses,
-        }))
+        };
+        self.metrics().preferred(received.elapsed());
+        Ok(tonic::Response::new(answer))
     }
 
     async fn allocate(
         &self,
         request: tonic::Request<dp::AllocateRequest>,
     ) -> Result<tonic::Response<dp::AllocateResponse>, Status> {
+        let received = Instant::now();
+        let answer = self.answer_allocate(request.into_inner()).await;
+        self.metrics()
+            .allocated(received.elapsed(), answer.as_ref().err());
+        answer.map(tonic::Response::new)
+    }
+
+    async fn pre_start_container(
+        &self,
+        _: tonic::Request<dp::PreStartContainerRequest>,
+    ) -> Result<tonic::Response<dp::PreStartContainerResponse>, Status> {
+        Ok(tonic::Response::new(dp::PreStartContainerResponse {}))
+    }
+}
+
+impl PoolService {
+    /// This pool's metric handles.
+    fn metrics(&self) -> &ResourceMetrics {
+        &self.shared.resource_metrics[self.index]
+    }
+
+    /// Allocate's answer for every container of the call (timed by the handler).
+    async fn answer_allocate(
+        &self,
+        request: dp::AllocateRequest,
+    ) -> Result<dp::AllocateResponse, Status> {
         let pools = self.shared.pools();
         let pool = &pools[self.index];
-        let requests = request.into_inner().container_requests;
+        let requests = request.container_requests;
         if requests.is_empty() {
             return Err(Status::invalid_argument(format!(
                 "allocate for {} carries no container request",
@@ -972,16 +1035,9 @@ impl DevicePlugin for PoolService {
         for r in requests {
             container_responses.push(self.shared.allocate(pool, r.devices_ids).await?);
         }
-        Ok(tonic::Response::new(dp::AllocateResponse {
+        Ok(dp::AllocateResponse {
             container_responses,
-        }))
-    }
-
-    async fn pre_start_container(
-        &self,
-        _: tonic::Request<dp::PreStartContainerRequest>,
-    ) -> Result<tonic::Response<dp::PreStartContainerResponse>, Status> {
-        Ok(tonic::Response::new(dp::PreStartContainerResponse {}))
+        })
     }
 }
 

@@ -85,6 +85,7 @@ fn config(dir: &std::path::Path) -> Config {
             engine: EngineFacts::default(),
         },
         poll_interval: Duration::from_millis(20),
+        metrics: Default::default(),
     }
 }
 

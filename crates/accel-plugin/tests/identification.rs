@@ -72,6 +72,7 @@ impl Rig {
                 engine: EngineFacts::default(),
             },
             poll_interval: Duration::from_millis(20),
+            metrics: Default::default(),
         };
         let watch = kubelet.watch();
         let plugins = DevicePlugins::start(config, Arc::new(watch.clone()))

@@ -67,6 +67,7 @@ impl Rig {
                 engine: EngineFacts::default(),
             },
             poll_interval: Duration::from_millis(20),
+            metrics: Default::default(),
         };
         let mut rig = Rig {
             dir,

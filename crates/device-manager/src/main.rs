@@ -14,6 +14,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 mod admin;
 mod cmd;
 mod daemon;
+mod metrics;
 mod node;
 mod publish;
 

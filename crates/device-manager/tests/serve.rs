@@ -292,3 +292,89 @@ fn logs_are_plain_text_off_a_terminal_and_json_on_request() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("invalid value 'yaml'"));
 }
+
+/// One HTTP/1.1 request on a fresh connection: the status line, the headers and the body.
+fn http_get(addr: std::net::SocketAddr, method: &str, path: &str) -> std::io::Result<String> {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(addr)?;
+    stream.set_read_timeout(Some(std::time::Duration::from_secs(10)))?;
+    write!(
+        stream,
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )?;
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer)?;
+    Ok(answer)
+}
+
+#[tokio::test]
+async fn serve_answers_prometheus_metrics_on_its_listen_address() {
+    let host = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../testdata/hosts/hgx-h100-8gpu"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let kubelet = Kubelet::start(&dir.path().join("kubelet"), MemoryPods::new()).await;
+    // A port free now (the daemon binds it a moment later).
+    let addr = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_device-manager"))
+        .args(["serve", "--node-name", "node-a", "--host-root", host])
+        .arg("--kubelet-dir")
+        .arg(dir.path().join("kubelet"))
+        .arg("--data-dir")
+        .arg(dir.path().join("data"))
+        .env("METRICS_LISTEN", addr.to_string())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    // The plugins register once the first detection has answered; the listener is up before.
+    kubelet.wait_for(&["nvidia.com/gpu"]).await;
+    let metrics = http_get(addr, "GET", "/metrics");
+    let head = http_get(addr, "HEAD", "/metrics");
+    let missing = http_get(addr, "GET", "/");
+    let _ = child.kill();
+    let _ = child.wait();
+    let metrics = metrics.expect("serve answers on --metrics-listen");
+    let (headers, body) = metrics.split_once("\r\n\r\n").expect("an HTTP answer");
+    assert!(headers.starts_with("HTTP/1.1 200 OK"), "{headers}");
+    assert!(
+        headers
+            .to_ascii_lowercase()
+            .contains("content-type: text/plain; version=0.0.4; charset=utf-8"),
+        "{headers}"
+    );
+    let samples = accel_plugin::metrics::exposition::Samples::parse(body)
+        .unwrap_or_else(|e| panic!("{e}\n{body}"));
+    // Each crate's metrics are in the one registry, under the one prefix.
+    assert_eq!(
+        samples.get(
+            "device_manager_detection_passes_total",
+            &[("outcome", "measured")]
+        ),
+        Some(1.0),
+        "{body}"
+    );
+    assert_eq!(samples.all("device_manager_accelerator_healthy").len(), 8);
+    assert_eq!(
+        samples.get(
+            "device_manager_allocate_duration_seconds_count",
+            &[("resource", "nvidia.com/gpu")]
+        ),
+        Some(0.0)
+    );
+    assert_eq!(
+        samples.get("device_manager_grants_total", &[("family", "exclusive")]),
+        Some(0.0)
+    );
+    assert_eq!(
+        samples.kind("device_manager_publish_backlog"),
+        Some("gauge")
+    );
+    assert!(head.unwrap().starts_with("HTTP/1.1 200 OK"));
+    assert!(missing.unwrap().starts_with("HTTP/1.1 404"));
+}

@@ -14,7 +14,8 @@
 //!   when they drifted (a kubelet restart rewrites the Node's status), ours removed when they go.
 //!
 //! A part that fails is retried with capped exponential backoff; the others carry on. The
-//! [`PublisherHandle`] tells when everything desired has landed.
+//! [`PublisherHandle`] tells when everything desired has landed; [`PublishMetrics`] counts what
+//! is still waiting or retrying after each round.
 //!
 //! This module owns the reconciliation and its timing; the calls are [`ClusterApi`]'s, the
 //! shapes accel-core's.
@@ -22,6 +23,7 @@
 pub mod api;
 pub mod kube;
 pub mod memory;
+pub mod metrics;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -40,6 +42,9 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 pub use api::{ApiError, CapacityPatch, ClusterApi, NodeFacts, PodRef};
+pub use metrics::PublishMetrics;
+
+use metrics::Part as BacklogPart;
 
 use crate::crd::{
     Devices, DevicesBody, NFD_NODE_NAME_LABEL, NodeFeature, NodeFeatureSpec, node_feature_name,
@@ -242,6 +247,7 @@ pub struct Publisher<A> {
     pods: BTreeMap<PodRef, PodPart>,
     next_capacity_check: Instant,
     next_resync: Instant,
+    metrics: PublishMetrics,
 }
 
 impl<A: ClusterApi> Publisher<A> {
@@ -273,8 +279,15 @@ impl<A: ClusterApi> Publisher<A> {
             status: Part::default(),
             capacity: Part::default(),
             pods: BTreeMap::new(),
+            metrics: PublishMetrics::default(),
         };
         (publisher, handle)
+    }
+
+    /// Records the backlog into `metrics` (the daemon's registry) after every round.
+    pub fn with_metrics(mut self, metrics: PublishMetrics) -> Publisher<A> {
+        self.metrics = metrics;
+        self
     }
 
     /// Reconciles until the desired-state sender is dropped.
@@ -296,6 +309,7 @@ impl<A: ClusterApi> Publisher<A> {
             if let Some(want) = &desired {
                 self.reconcile(want).await;
             }
+            self.record_backlog(desired.as_ref());
             let caught_up = desired.as_ref().is_none_or(|d| self.caught_up(d));
             self.progress.send_replace(if caught_up {
                 Progress::CaughtUp(desired.clone())
@@ -335,6 +349,63 @@ impl<A: ClusterApi> Publisher<A> {
             wake = wake.min(retry.due);
         }
         wake
+    }
+
+    /// Sets the backlog gauges: per part, what has not landed, waiting or retrying.
+    fn record_backlog(&self, want: Option<&Desired>) {
+        let Some(want) = want else {
+            for part in BacklogPart::ALL {
+                self.metrics.set(part, 0, 0);
+            }
+            return;
+        };
+        let one = |pending: bool, retry: Option<Retry>| match (pending, retry) {
+            (false, _) => (0, 0),
+            (true, None) => (1, 0),
+            (true, Some(_)) => (0, 1),
+        };
+        let parts = [
+            (
+                BacklogPart::Node,
+                one(self.node.landed.is_none(), self.node.retry),
+            ),
+            (
+                BacklogPart::NodeFeature,
+                one(
+                    !self.node_feature.is(&want.node_feature_labels),
+                    self.node_feature.retry,
+                ),
+            ),
+            (
+                BacklogPart::Devices,
+                one(
+                    !self.devices.is(&self.devices_shape(want)),
+                    self.devices.retry,
+                ),
+            ),
+            (
+                BacklogPart::DevicesStatus,
+                one(!self.status.is(&want.devices_status), self.status.retry),
+            ),
+            (
+                BacklogPart::Capacity,
+                one(!self.capacity.is(&want.capacity), self.capacity.retry),
+            ),
+        ];
+        for (part, (waiting, retrying)) in parts {
+            self.metrics.set(part, waiting, retrying);
+        }
+        let (mut waiting, mut retrying) = (0, 0);
+        for (pod, value) in &want.annotations {
+            let (w, r) = match self.pods.get(pod) {
+                None => (1, 0),
+                Some(state) => one(!state.gone && !state.part.is(value), state.part.retry),
+            };
+            waiting += w;
+            retrying += r;
+        }
+        self.metrics
+            .set(BacklogPart::PodAnnotation, waiting, retrying);
     }
 
     fn caught_up(&self, want: &Desired) -> bool {

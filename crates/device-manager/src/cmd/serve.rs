@@ -3,8 +3,10 @@
 //! per resource) on one ledger with its journal in `--data-dir` once they have answered, watches
 //! their health (`crate::daemon`: the kernel log, the detection cadence, what a pass means) and
 //! answers the admin socket, until SIGTERM or Ctrl-C. A node that does not answer never ends
-//! the process: it keeps detecting every period.
+//! the process: it keeps detecting every period. With `--metrics-listen` it serves `/metrics`
+//! (`crate::metrics`) from one registry the plugins, the daemon and the publisher record into.
 
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -14,22 +16,24 @@ use accel_core::Manufacturer;
 use accel_core::inventory::ManufacturerInventory;
 use accel_core::resources::KeyGrammar;
 use accel_kube::publish::kube::KubeApi;
-use accel_kube::publish::{Publisher, PublisherConfig};
+use accel_kube::publish::{PublishMetrics, Publisher, PublisherConfig};
 use accel_nvidia::detector::Deadlines;
 use accel_nvidia::reset::RESET_DEADLINE;
 use accel_nvidia::xid::XidClasses;
-use accel_plugin::Config;
 use accel_plugin::pods::{MemoryPods, PodSource};
 use accel_plugin::responder::{HOST_LIBRARY_DIR, NvidiaResponder};
 use accel_plugin::settings::Settings;
+use accel_plugin::{Config, PluginMetrics};
 use anyhow::Context;
+use prometheus_client::registry::Registry;
 use tokio::sync::watch;
 
 use crate::admin::server::AdminServer;
 use crate::daemon::loops::Loops;
+use crate::daemon::metrics::DaemonMetrics;
 use crate::daemon::{self, Daemon, DaemonOptions};
 use crate::node::{self, Node};
-use crate::publish;
+use crate::{metrics, publish};
 
 /// Arguments of `serve`.
 #[derive(Debug, clap::Args)]
@@ -78,6 +82,9 @@ pub struct Args {
     /// its own through the downward API); the cluster configuration's default when unset.
     #[arg(long, env = "POD_NAMESPACE")]
     pub namespace: Option<String>,
+    /// Serve Prometheus metrics at http://ADDR/metrics (e.g. 0.0.0.0:9402); off when unset.
+    #[arg(long, env = "METRICS_LISTEN", value_name = "ADDR")]
+    pub metrics_listen: Option<SocketAddr>,
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
@@ -106,6 +113,11 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         per_query: Duration::from_secs(30),
         snapshot: Duration::from_secs(60),
     };
+    // One registry, each crate registering its own metrics; served only with --metrics-listen.
+    let mut registry = Registry::with_prefix(metrics::PREFIX);
+    let daemon_metrics = DaemonMetrics::register(&mut registry);
+    let plugin_metrics = PluginMetrics::register(&mut registry);
+    let publish_metrics = PublishMetrics::register(&mut registry);
     let daemon = Arc::new(Daemon::prepare(
         node,
         DaemonOptions {
@@ -118,8 +130,11 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             pci_poll_interval: daemon::PCI_POLL_INTERVAL,
             reset_deadline: RESET_DEADLINE,
             xid_classes: XidClasses::from_env()?,
+            metrics: daemon_metrics,
         },
     )?);
+    registry.register_collector(Box::new(daemon.health_metrics()));
+    let registry = Arc::new(registry);
     // Bound before the plugins register, so a second daemon on this data directory stops here
     // and a `refresh` sent as soon as the kubelet sees us waits in the backlog.
     let server = AdminServer::bind(&args.data_dir)?;
@@ -138,6 +153,19 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         None => Arc::new(MemoryPods::unsynced()),
     };
     runtime.block_on(async move {
+        let (metrics_stop, metrics_stopped) = watch::channel(false);
+        let metrics_server = match args.metrics_listen {
+            Some(addr) => {
+                let listener = metrics::bind(addr).await?;
+                tracing::info!("metrics at http://{addr}/metrics");
+                Some(tokio::spawn(metrics::serve(
+                    listener,
+                    registry,
+                    metrics_stopped,
+                )))
+            }
+            None => None,
+        };
         let (plugins_tx, plugins_rx) = watch::channel(None);
         let feed = publish::Feed {
             grammar: KeyGrammar::default(),
@@ -166,6 +194,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                     config,
                     feed.out.subscribe(),
                 );
+                let publisher = publisher.with_metrics(publish_metrics);
                 tokio::spawn(publisher.run());
                 tokio::spawn(feed.run());
             }
@@ -188,7 +217,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         let started = {
             let daemon = daemon.clone();
             let start = daemon.start_plugins(
-                |section| plugin_config(&args, settings, engine, &daemon, section),
+                |section| plugin_config(&args, settings, engine, plugin_metrics, &daemon, section),
                 pods,
             );
             tokio::select! {
@@ -202,6 +231,10 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             shutdown.await;
         }
         admin.shutdown();
+        let _ = metrics_stop.send(true);
+        if let Some(server) = metrics_server {
+            let _ = server.await;
+        }
         loops.stop().await;
         if let Some(plugins) = started {
             plugins.stop().await;
@@ -218,6 +251,7 @@ fn plugin_config(
     args: &Args,
     settings: Settings,
     engine: accel_plugin::responder::EngineFacts,
+    metrics: PluginMetrics,
     daemon: &Daemon,
     section: &ManufacturerInventory,
 ) -> Config {
@@ -251,6 +285,7 @@ fn plugin_config(
             engine,
         },
         poll_interval: Duration::from_secs(1),
+        metrics,
     }
 }
 
@@ -303,5 +338,40 @@ async fn shutdown_signal() {
     tokio::select! {
         _ = term => {}
         _ = tokio::signal::ctrl_c() => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::Args;
+
+    #[derive(Debug, Parser)]
+    struct Serve {
+        #[command(flatten)]
+        args: Args,
+    }
+
+    #[test]
+    fn metrics_are_off_unless_an_address_is_given() {
+        let parse = |extra: &[&str]| {
+            let argv = ["serve", "--node-name", "n"].iter().chain(extra);
+            Serve::try_parse_from(argv).map(|s| s.args.metrics_listen)
+        };
+        if std::env::var_os("METRICS_LISTEN").is_none() {
+            assert_eq!(parse(&[]).unwrap(), None);
+        }
+        assert_eq!(
+            parse(&["--metrics-listen", "0.0.0.0:9402"]).unwrap(),
+            Some("0.0.0.0:9402".parse().unwrap())
+        );
+        let bad = parse(&["--metrics-listen", "9402"])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            bad.contains("invalid value '9402' for '--metrics-listen <ADDR>'"),
+            "{bad}"
+        );
     }
 }

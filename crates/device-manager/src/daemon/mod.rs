@@ -53,8 +53,10 @@ use tokio::sync::watch;
 
 use crate::admin::{AdminHandler, Refreshed};
 use crate::node::Node;
+use metrics::{AcceleratorHealth, DaemonMetrics, PassOutcome};
 
 pub mod loops;
+pub mod metrics;
 #[cfg(test)]
 mod tests;
 
@@ -100,6 +102,8 @@ pub struct DaemonOptions {
     /// How long one `nvidia-smi --gpu-reset` may take.
     pub reset_deadline: Duration,
     pub xid_classes: XidClasses,
+    /// Where XIDs and detection passes are counted.
+    pub metrics: DaemonMetrics,
 }
 
 /// Why a detection runs (for the log).
@@ -214,6 +218,13 @@ impl Daemon {
     /// last detected (see the module doc).
     pub fn published(&self) -> watch::Receiver<Option<Published>> {
         self.published.subscribe()
+    }
+
+    /// The accelerator-health gauge, read from what is published at each scrape.
+    pub fn health_metrics(&self) -> AcceleratorHealth {
+        AcceleratorHealth {
+            published: self.published(),
+        }
     }
 
     /// The reasons of the last passes run, oldest first.
@@ -394,6 +405,10 @@ impl Daemon {
                 inventory, faults, ..
             } = &mut *guard;
             let outcome = faults.on_entry(entry, inventory, now);
+            if let Some(event) = &outcome.event {
+                let class = self.options.xid_classes.classify(event);
+                self.options.metrics.xid(event.xid, class);
+            }
             if outcome.changed.is_some() {
                 faults.apply(inventory);
                 self.publish(&guard);
@@ -508,7 +523,22 @@ impl Daemon {
 }
 
 /// One detection pass as the daemon takes it: `Err` when any detector could not measure.
+/// Counted by outcome and timed.
 fn collect(node: &Node, options: &DaemonOptions) -> Result<Inventory, String> {
+    let started = Instant::now();
+    let pass = collect_untimed(node, options);
+    let outcome = match &pass {
+        Ok(inventory) if inventory.manufacturer(options.manufacturer).is_some() => {
+            PassOutcome::Measured
+        }
+        Ok(_) => PassOutcome::Empty,
+        Err(_) => PassOutcome::Failed,
+    };
+    options.metrics.pass(outcome, started.elapsed());
+    pass
+}
+
+fn collect_untimed(node: &Node, options: &DaemonOptions) -> Result<Inventory, String> {
     let (inventory, detections) = node
         .collect(
             Some(&options.data_dir),

@@ -30,7 +30,10 @@ use accel_plugin::settings::{InjectionStrategy, Settings};
 use accel_plugin::testing::Kubelet;
 use accel_plugin::{Config, DevicePlugins};
 
+use accel_plugin::metrics::exposition::Samples;
+
 use super::loops::Loops;
+use super::metrics::DaemonMetrics;
 use super::*;
 use crate::admin::AdminHandler;
 
@@ -95,6 +98,7 @@ fn options(data_dir: &Path) -> DaemonOptions {
         pci_poll_interval: PCI_POLL_INTERVAL,
         reset_deadline: Duration::from_secs(5),
         xid_classes: XidClasses::default(),
+        metrics: DaemonMetrics::default(),
     }
 }
 
@@ -173,6 +177,7 @@ fn plugin_config(kubelet_dir: &Path, data: &Path, section: &ManufacturerInventor
             engine: EngineFacts::default(),
         },
         poll_interval: Duration::from_millis(50),
+        metrics: Default::default(),
     }
 }
 
@@ -1197,4 +1202,131 @@ async fn the_daemon_on_a_live_root_reads_its_faults_kernel_log_and_library_there
     let library = NvidiaResponder::library_path(Path::new(HOST_LIBRARY_DIR), 13);
     assert!(daemon.host_exists(&library));
     assert!(!daemon.host_exists(&format!("root{library}")));
+}
+
+/// The registry's exposition as Prometheus would scrape it, parsed.
+fn scrape(registry: &prometheus_client::registry::Registry) -> Samples {
+    let mut text = String::new();
+    prometheus_client::encoding::prometheus_text::encode(&mut text, registry).unwrap();
+    Samples::parse(&text).unwrap_or_else(|e| panic!("{e}\n{text}"))
+}
+
+/// The daemon with its metrics registered as `serve` registers them.
+async fn metered(host: &Path, data: &Path) -> (Rig, prometheus_client::registry::Registry) {
+    let mut registry = prometheus_client::registry::Registry::with_prefix("device_manager");
+    let mut options = options(data);
+    options.metrics = DaemonMetrics::register(&mut registry);
+    let rig = Rig::start_with(host, options).await;
+    registry.register_collector(Box::new(rig.daemon.health_metrics()));
+    (rig, registry)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn detection_passes_are_counted_by_outcome_and_timed() {
+    let host = host();
+    let data = tempfile::tempdir().unwrap();
+    let (rig, registry) = metered(host.path(), &data_dir(&data)).await;
+    let passes = |samples: &Samples, outcome: &str| {
+        samples
+            .get(
+                "device_manager_detection_passes_total",
+                &[("outcome", outcome)],
+            )
+            .unwrap_or_else(|| panic!("no detection_passes_total{{outcome={outcome}}}"))
+    };
+    let count = |samples: &Samples| {
+        samples
+            .get("device_manager_detection_duration_seconds_count", &[])
+            .expect("the duration histogram")
+    };
+    // The first pass ran at start, before any scrape; every accelerator is healthy.
+    let samples = scrape(&registry);
+    assert_eq!(
+        [
+            passes(&samples, "measured"),
+            passes(&samples, "empty"),
+            passes(&samples, "failed")
+        ],
+        [1.0, 0.0, 0.0]
+    );
+    assert_eq!(count(&samples), 1.0);
+    let healthy = samples.all("device_manager_accelerator_healthy");
+    assert_eq!(healthy.len(), 8, "{healthy:?}");
+    assert!(healthy.iter().all(|(_, v)| *v == 1.0));
+    assert_eq!(
+        samples.get(
+            "device_manager_accelerator_healthy",
+            &[("index", "1"), ("uuid", GPU1)]
+        ),
+        Some(1.0)
+    );
+
+    refresh(&rig.daemon).await;
+    wedge_driver(host.path(), &rig.commands);
+    refresh(&rig.daemon).await;
+    let samples = scrape(&registry);
+    assert_eq!(
+        [passes(&samples, "measured"), passes(&samples, "failed")],
+        [2.0, 1.0]
+    );
+    // A pass that could not measure keeps the last inventory, and so its health.
+    assert_eq!(samples.all("device_manager_accelerator_healthy").len(), 8);
+
+    remove_driver(host.path(), &rig.commands);
+    refresh(&rig.daemon).await;
+    let samples = scrape(&registry);
+    assert_eq!(passes(&samples, "empty"), 1.0);
+    assert_eq!(count(&samples), 4.0, "every pass is timed");
+    assert!(
+        samples.all("device_manager_accelerator_healthy").is_empty(),
+        "an undetected manufacturer has no accelerator to report"
+    );
+    rig.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn xids_are_counted_by_code_and_class_and_health_follows() {
+    let host = host();
+    let data = tempfile::tempdir().unwrap();
+    let (mut rig, registry) = metered(host.path(), &data_dir(&data)).await;
+    rig.line(APPLICATION_XID_GPU0);
+    rig.line(APPLICATION_XID_GPU0);
+    rig.line("an unrelated kernel line");
+    // Entries are taken in order: once GPU 1 is unhealthy, the lines before were counted.
+    rig.line(HARDWARE_XID_GPU1);
+    rig.wait_health(GPU1, "Unhealthy", SETTLE).await;
+    let samples = scrape(&registry);
+    assert_eq!(
+        samples.all("device_manager_xids_total"),
+        vec![
+            (
+                BTreeMap::from([
+                    ("class".to_string(), "application".to_string()),
+                    ("code".to_string(), "13".to_string())
+                ]),
+                2.0
+            ),
+            (
+                BTreeMap::from([
+                    ("class".to_string(), "hardware".to_string()),
+                    ("code".to_string(), "48".to_string())
+                ]),
+                1.0
+            ),
+        ]
+    );
+    assert_eq!(samples.kind("device_manager_xids_total"), Some("counter"));
+    let health = |index: &str, uuid: &str| {
+        samples.get(
+            "device_manager_accelerator_healthy",
+            &[("index", index), ("uuid", uuid)],
+        )
+    };
+    assert_eq!(health("1", GPU1), Some(0.0), "a hardware XID");
+    assert_eq!(
+        health("0", GPU0),
+        Some(1.0),
+        "an application XID leaves it in service"
+    );
+    rig.stop().await;
 }
