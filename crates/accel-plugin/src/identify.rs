@@ -171,6 +171,69 @@ pub fn identify<P: Borrow<Pod>>(
     oldest(&pending, resource, count)
 }
 
+/// The one pending container of the node's Pods that asks for exactly `count` of `resource`
+/// and holds no grant of it (`holds`); `None` when there is none, or more than one (then only the
+/// kubelet can tell). The watch's own answer, for a grant whose response does not depend on its
+/// container: the kubelet's word is checked right after ([`crate::service`], verification).
+pub fn sole_pending<P: Borrow<Pod>>(
+    pods: &[P],
+    holds: &dyn Fn(&GrantKey) -> bool,
+    resource: &str,
+    count: usize,
+) -> Option<GrantKey> {
+    let mut found = None;
+    for pod in pods.iter().map(Borrow::borrow) {
+        if pod.phase != Phase::Pending {
+            continue;
+        }
+        for container in &pod.containers {
+            if container.count(resource) != Some(count as u64) {
+                continue;
+            }
+            let key = GrantKey::new(pod.uid.clone(), container.name.clone());
+            if holds(&key) {
+                continue;
+            }
+            if found.is_some() {
+                return None;
+            }
+            found = Some(key);
+        }
+    }
+    found
+}
+
+/// The container the kubelet's answer says holds exactly `device_ids` (sorted) of `resource`,
+/// as (namespace, Pod, container).
+pub fn holder<'a>(
+    answer: &'a ListPodResourcesResponse,
+    resource: &str,
+    device_ids: &[String],
+) -> Option<(&'a str, &'a str, &'a str)> {
+    for pod in &answer.pod_resources {
+        for container in &pod.containers {
+            let mut held: Vec<&str> = container
+                .devices
+                .iter()
+                .filter(|d| d.resource_name == resource)
+                .flat_map(|d| d.device_ids.iter().map(String::as_str))
+                .collect();
+            if held.len() != device_ids.len() {
+                continue;
+            }
+            held.sort_unstable();
+            if held.iter().zip(device_ids).all(|(a, b)| *a == b.as_str()) {
+                return Some((
+                    pod.namespace.as_str(),
+                    pod.name.as_str(),
+                    container.name.as_str(),
+                ));
+            }
+        }
+    }
+    None
+}
+
 fn oldest(
     candidates: &[(&Pod, usize, &str)],
     resource: &str,
@@ -239,6 +302,63 @@ mod tests {
                 })
                 .collect(),
         }
+    }
+
+    #[test]
+    fn sole_pending_names_only_an_unambiguous_container() {
+        let one = [pod("a", 1, Phase::Pending), pod("b", 1, Phase::Running)];
+        assert_eq!(
+            sole_pending(&one, &|_| false, GPU, 1),
+            Some(GrantKey::new("a", "main"))
+        );
+        // Two pending candidates: only the kubelet can tell.
+        let two = [pod("a", 1, Phase::Pending), pod("b", 2, Phase::Pending)];
+        assert_eq!(sole_pending(&two, &|_| false, GPU, 1), None);
+        // One of them already holds its grant: the other is the one.
+        let holds = |k: &GrantKey| k.pod_uid == "a";
+        assert_eq!(
+            sole_pending(&two, &holds, GPU, 1),
+            Some(GrantKey::new("b", "main"))
+        );
+        // Another count, another resource, or nobody pending: none.
+        assert_eq!(sole_pending(&one, &|_| false, GPU, 2), None);
+        assert_eq!(
+            sole_pending(&one, &|_| false, "nvidia.com/gpu.shared", 1),
+            None
+        );
+        assert_eq!(sole_pending::<Pod>(&[], &|_| false, GPU, 1), None);
+    }
+
+    #[test]
+    fn the_holder_is_the_container_holding_exactly_those_ids() {
+        use crate::api::podresources::ContainerDevices;
+        let mut answer = kubelet(&["x", "y"]);
+        let devices = |ids: &[&str]| ContainerDevices {
+            resource_name: GPU.into(),
+            device_ids: ids.iter().map(|i| i.to_string()).collect(),
+            ..Default::default()
+        };
+        answer.pod_resources[0].containers[0].devices = vec![devices(&["GPU-b", "GPU-a"])];
+        answer.pod_resources[1].containers[1].devices = vec![devices(&["GPU-c"])];
+        let ids = |v: &[&str]| v.iter().map(|i| i.to_string()).collect::<Vec<_>>();
+        assert_eq!(
+            holder(&answer, GPU, &ids(&["GPU-a", "GPU-b"])),
+            Some(("ns", "pod-x", "main"))
+        );
+        assert_eq!(
+            holder(&answer, GPU, &ids(&["GPU-c"])),
+            Some(("ns", "pod-y", "logs"))
+        );
+        // A subset, a superset, or another resource's IDs are not a match.
+        assert_eq!(holder(&answer, GPU, &ids(&["GPU-a"])), None);
+        assert_eq!(
+            holder(&answer, GPU, &ids(&["GPU-a", "GPU-b", "GPU-c"])),
+            None
+        );
+        assert_eq!(
+            holder(&answer, "nvidia.com/gpu.shared", &ids(&["GPU-c"])),
+            None
+        );
     }
 
     fn run(

@@ -23,6 +23,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
 use std::time::Duration;
 
@@ -51,6 +52,7 @@ use crate::socket;
 mod identity;
 mod rebuild;
 mod reseat;
+mod verify;
 
 pub use identity::{DIRECT_GRACE, IDENTIFY_WAIT};
 pub use reseat::DroppedGrant;
@@ -59,6 +61,14 @@ pub use reseat::DroppedGrant;
 pub const API_VERSION: &str = "v1beta1";
 /// How long the pod-resources lookup may take before identification falls back.
 const KUBELET_LOOKUP_TIMEOUT: Duration = Duration::from_millis(500);
+
+/// How long after a grant's answer the ListAndWatch streams and the publisher hear of it. On a
+/// real kubelet, health updates sent with the answer cost each Allocate about 1.4 ms (the
+/// kubelet takes each stream update, rewrites and fsyncs its checkpoint file while the answer is
+/// in flight: issue 10's rig runs). A few milliseconds later the kubelet has the answer; the
+/// update still precedes any next admission, and the allocation check refuses a cross-mode
+/// token regardless.
+const NOTIFY_AFTER_ANSWER: Duration = Duration::from_millis(2);
 
 /// What the plugin serves and where.
 #[derive(Debug, Clone)]
@@ -110,6 +120,9 @@ struct State {
     /// Pods read directly from the API server that hold a grant, by UID, until the watch
     /// delivers them ([`identity`]).
     direct: BTreeMap<String, identity::Direct>,
+    /// Grants made from the Pod watch's answer alone, until the kubelet confirms their
+    /// container ([`verify`]).
+    unverified: Vec<verify::Unverified>,
 }
 
 struct Shared {
@@ -119,6 +132,10 @@ struct Shared {
     pools: RwLock<Arc<[Pool]>>,
     state: Mutex<State>,
     changed: watch::Sender<u64>,
+    /// A notification after an answer is scheduled ([`Shared::notify_after_answer`]).
+    notify_pending: Arc<AtomicBool>,
+    /// Wakes the verifier after a grant made from the watch ([`verify`]).
+    verify_wake: tokio::sync::Notify,
     pods: Arc<dyn PodSource>,
     pod_resources: PodResourcesListerClient<tonic::transport::Channel>,
     /// What the ledger's rebuild found worth saying (each names the Pod), for the log and tests.
@@ -169,8 +186,11 @@ impl DevicePlugins {
                 journal,
                 visibility: BTreeMap::new(),
                 direct: BTreeMap::new(),
+                unverified: Vec::new(),
             }),
             changed: watch::channel(0).0,
+            notify_pending: Arc::new(AtomicBool::new(false)),
+            verify_wake: tokio::sync::Notify::new(),
             pools: RwLock::new(pools),
             pods,
             pod_resources,
@@ -226,12 +246,20 @@ impl DevicePlugins {
                                 shared.settle().await;
                                 settled = true;
                             }
+                            if !shared.lock().unverified.is_empty() {
+                                // A Pod that left may hold a grant the watch attributed: let
+                                // the kubelet say whose it is before the Pod's word counts.
+                                shared.verify_once().await;
+                            }
                             shared.reconcile_pods();
                         }
                     }
                 }
             }));
         }
+        tasks.push(tokio::spawn(
+            shared.clone().verify_loop(shutdown.subscribe()),
+        ));
         Ok(DevicePlugins {
             shared,
             shutdown,
@@ -280,6 +308,13 @@ impl DevicePlugins {
     /// Settles the ledger against the Pods now (the watcher does it on every change).
     pub fn reconcile_pods(&self) {
         self.shared.reconcile_pods();
+    }
+
+    /// Asks the kubelet about every grant made from the Pod watch's answer alone until each is
+    /// confirmed or moved to the container the kubelet names (the verifier does it by itself a
+    /// few milliseconds after each such grant; until then the grant does not follow its Pod).
+    pub async fn verify_grants(&self) {
+        self.shared.verify_all().await;
     }
 
     /// A handle on the running plugins' health and ledger, for the daemon's health and
@@ -346,6 +381,21 @@ impl Shared {
 
     fn notify(&self) {
         self.changed.send_modify(|n| *n = n.wrapping_add(1));
+    }
+
+    /// Tells the ListAndWatch streams and the publisher about a grant once its answer is on its
+    /// way ([`NOTIFY_AFTER_ANSWER`]), every grant of that moment in one wake-up.
+    fn notify_after_answer(&self) {
+        if self.notify_pending.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let changed = self.changed.clone();
+        let pending = self.notify_pending.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(NOTIFY_AFTER_ANSWER).await;
+            pending.store(false, Ordering::Release);
+            changed.send_modify(|n| *n = n.wrapping_add(1));
+        });
     }
 
     fn restore(&self, grants: BTreeMap<GrantKey, Grant>) {
@@ -458,7 +508,13 @@ impl Shared {
                 !by_uid.contains_key(uid.as_str())
                     && now.duration_since(direct.since) < DIRECT_GRACE
             });
+            // A grant the watch attributed is not released on its Pod's word until the kubelet
+            // confirmed whose it is ([`verify`]).
+            let unverified = Self::unverified_pods(state);
             for uid in state.ledger.pod_uids() {
+                if unverified.contains(&uid) {
+                    continue;
+                }
                 match by_uid.get(uid.as_str()) {
                     None if state.direct.contains_key(&uid) => {}
                     None => {
@@ -692,6 +748,19 @@ impl Shared {
                 }
             }
         };
+        if retry.is_none() && self.answers_alike(pool) {
+            if let Some((response, fresh)) = self.grant_from_watch(pool, &device_ids, &accelerators)
+            {
+                if fresh {
+                    self.notify_after_answer();
+                }
+                return Ok(response);
+            }
+        }
+        if pool.family().is_none() && !self.lock().unverified.is_empty() {
+            // A sidecar finds its owner's grant by Pod: settle the grants the watch attributed.
+            self.verify_once().await;
+        }
         let kubelet = if retry.is_none() && self.config.settings.identify_by_kubelet {
             self.list_pod_resources().await
         } else {
@@ -706,7 +775,8 @@ impl Shared {
                 kubelet.as_ref(),
                 started,
                 |state, pod, key| {
-                    let answer = self.grant(state, pool, pod, key, device_ids, accelerators);
+                    let answer =
+                        self.grant(state, pool, pod, key, (device_ids, accelerators), true);
                     let granted = answer.is_ok();
                     (answer, granted)
                 },
@@ -715,7 +785,7 @@ impl Shared {
         match answer {
             Ok(Ok((response, fresh))) => {
                 if fresh {
-                    self.notify();
+                    self.notify_after_answer();
                 }
                 Ok(response)
             }
@@ -731,20 +801,29 @@ impl Shared {
         }
     }
 
-    /// Grants `device_ids` to the identified container under the ledger lock: the ledger
+    /// Grants the tokens (device IDs and their accelerators) to the identified container under
+    /// the ledger lock: the ledger
     /// decides, the responder answers (the grant is given back if it refuses), and the grant is
-    /// journalled before the answer. Returns the answer and whether the grant is new.
+    /// journalled before the answer. Returns the answer and whether the grant is new. A refusal
+    /// is logged when `log_refusal` (a grant tried on the watch's word alone is retried through
+    /// the kubelet, which names the right container in the log).
     fn grant(
         &self,
         state: &mut State,
         pool: &Pool,
         pod: &Pod,
         key: GrantKey,
-        device_ids: Vec<String>,
-        accelerators: Vec<u32>,
+        (device_ids, accelerators): (Vec<String>, Vec<u32>),
+        log_refusal: bool,
     ) -> Result<(dp::ContainerAllocateResponse, bool), Status> {
         let who = format!("{}/{} container {}", pod.namespace, pod.name, key.container);
-        let refuse = |status: Status| refused(&pool.resource, &who, status);
+        let refuse = |status: Status| {
+            if log_refusal {
+                refused(&pool.resource, &who, status)
+            } else {
+                status
+            }
+        };
         // The accelerators may have been replaced since the IDs were mapped (`reseat` swaps the
         // pools under this lock): an index read from the old pools may name another one now.
         if !self.pools().iter().any(|p| std::ptr::eq(p, pool)) {

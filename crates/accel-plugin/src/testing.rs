@@ -54,6 +54,11 @@ struct Inner {
     timings: Mutex<Vec<CallTiming>>,
     /// How many pod-resources List calls were answered.
     lists: watch::Sender<usize>,
+    /// Plugin calls (GetPreferredAllocation, Allocate) in flight now.
+    calls_in_flight: std::sync::atomic::AtomicUsize,
+    /// pod-resources List calls answered while a plugin call was in flight: the plugin asked
+    /// the kubelet on that call's path.
+    lists_in_calls: std::sync::atomic::AtomicUsize,
     /// The plugin's watch of `pods`.
     watch: PodWatch,
 }
@@ -74,7 +79,22 @@ pub struct CallTiming {
     pub elapsed: Duration,
 }
 
+/// One plugin call in flight, counted while it lives.
+struct InFlight<'a>(&'a std::sync::atomic::AtomicUsize);
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
 impl Inner {
+    fn in_flight(&self) -> InFlight<'_> {
+        self.calls_in_flight
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        InFlight(&self.calls_in_flight)
+    }
+
     fn timed(&self, resource: &str, call: Call, since: Instant) {
         let elapsed = since.elapsed();
         self.timings
@@ -112,6 +132,8 @@ impl Kubelet {
             registrations: watch::channel(0).0,
             timings: Mutex::new(Vec::new()),
             lists: watch::channel(0).0,
+            calls_in_flight: std::sync::atomic::AtomicUsize::new(0),
+            lists_in_calls: std::sync::atomic::AtomicUsize::new(0),
         });
         let mut kubelet = Kubelet {
             inner,
@@ -207,6 +229,14 @@ impl Kubelet {
     /// How many pod-resources List calls the kubelet has answered.
     pub fn lists(&self) -> usize {
         *self.inner.lists.borrow()
+    }
+
+    /// How many of them arrived while a GetPreferredAllocation or Allocate call was in flight
+    /// (asked on that call's path, before it answered).
+    pub fn lists_in_calls(&self) -> usize {
+        self.inner
+            .lists_in_calls
+            .load(std::sync::atomic::Ordering::SeqCst)
     }
 
     /// Waits until every resource has registered and listed its tokens.
@@ -335,6 +365,7 @@ impl Kubelet {
                 };
                 let ids = self.pick(resource, &mut plugin, count as usize).await?;
                 let since = Instant::now();
+                let flight = self.inner.in_flight();
                 let response = plugin
                     .client
                     .allocate(dp::AllocateRequest {
@@ -343,6 +374,7 @@ impl Kubelet {
                         }],
                     })
                     .await;
+                drop(flight);
                 self.inner.timed(resource, Call::Allocate, since);
                 let response = response?.into_inner();
                 let answer = response
@@ -408,7 +440,9 @@ impl Kubelet {
                 }],
             };
             let since = Instant::now();
+            let flight = self.inner.in_flight();
             let preferred = plugin.client.get_preferred_allocation(request).await;
+            drop(flight);
             self.inner
                 .timed(resource, Call::GetPreferredAllocation, since);
             let preferred = preferred?.into_inner();
@@ -590,6 +624,16 @@ impl PodResourcesLister for PodResourcesService {
         _: Request<pr::ListPodResourcesRequest>,
     ) -> Result<Response<pr::ListPodResourcesResponse>, Status> {
         self.inner.lists.send_modify(|n| *n += 1);
+        if self
+            .inner
+            .calls_in_flight
+            .load(std::sync::atomic::Ordering::SeqCst)
+            > 0
+        {
+            self.inner
+                .lists_in_calls
+                .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
         let pods = self.inner.pods.pods().unwrap_or_default();
         let books = self.inner.books();
         let pod_resources = pods

@@ -206,7 +206,10 @@ async fn history(ops: Vec<Op>) {
             }
             Op::Admit(_) | Op::Finish(_) | Op::Delete(_) => {}
         }
-        // The Pod watcher settles asynchronously; settle now so the check sees this step.
+        // The Pod watcher settles asynchronously; settle now so the check sees this step: an
+        // exclusive or shared grant made from the watch's answer follows its Pod once the
+        // kubelet has confirmed its container (a few milliseconds after the grant).
+        plugins.verify_grants().await;
         plugins.reconcile_pods();
         check(&plugins, &held, &live);
     }

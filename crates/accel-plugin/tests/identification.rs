@@ -412,25 +412,40 @@ async fn a_refused_slice_is_logged_naming_the_pod_container_and_reason() {
     );
 }
 
-/// The common path is what it was: one pod-resources List per identifying call, no direct read
-/// of the API server, no wait on the watch.
+/// The common path: an exclusive Allocate the watch can attribute answers without asking the
+/// kubelet (it is asked right after, to confirm the container); a slice, whose answer depends on
+/// its container, asks on the path of its hint and of its Allocate. No direct read of the API
+/// server, no wait on the watch.
 #[tokio::test]
 async fn the_common_path_lists_once_per_call_and_reads_no_pod_directly() {
     let rig = Rig::new(seats(8), Settings::default()).await;
     let subscribed = rig.watch.subscriptions();
+    let on_path = rig.kubelet.lists_in_calls();
     let lists = rig.kubelet.lists();
     rig.kubelet.create(pod("a", 1, &[(GPU, "1")]));
     rig.kubelet.admit("a").await.unwrap();
     assert_eq!(
-        rig.kubelet.lists() - lists,
-        1,
-        "Allocate lists once; an exclusive hint does not identify"
+        rig.kubelet.lists_in_calls() - on_path,
+        0,
+        "an exclusive Allocate the watch attributes answers before asking the kubelet"
+    );
+    rig.plugins.verify_grants().await;
+    assert!(
+        rig.kubelet.lists() > lists,
+        "the kubelet is asked after the answer, to confirm the container"
+    );
+    assert_eq!(
+        rig.plugins
+            .ledger()
+            .grant(&GrantKey::new("a", "main"))
+            .map(|g| g.device_ids.len()),
+        Some(1)
     );
     rig.kubelet.create(pod("b", 2, &slice("30")));
     rig.kubelet.admit("b").await.unwrap();
     assert_eq!(
-        rig.kubelet.lists() - lists,
-        3,
+        rig.kubelet.lists_in_calls() - on_path,
+        2,
         "a slice's hint and Allocate list once each"
     );
     assert_eq!(rig.watch.lookups(), 0);
@@ -540,4 +555,137 @@ async fn churn_of_pods_the_watch_delivers_late_rejects_none() {
         );
         ledger.verify().unwrap();
     }
+}
+
+/// The watch's answer is checked against the kubelet's right after: a Pod the kubelet never
+/// admitted (still Pending in the watch, say rejected a moment ago) is the watch's only
+/// candidate while the kubelet admits another Pod the watch has not delivered. The exclusive
+/// grant answers at once, charged to the watch's candidate; the kubelet then names the holder,
+/// and the grant moves there, in the ledger and in the journal. The stale Pod's own admission
+/// later gets a grant of its own.
+#[tokio::test]
+async fn a_grant_the_watch_gave_the_wrong_pod_moves_to_the_one_the_kubelet_names() {
+    let (logs, _guard) = Logs::capture();
+    let rig = Rig::new(seats(8), Settings::default()).await;
+    rig.kubelet.create(pod("stale", 1, &[(GPU, "1")]));
+    rig.watch.hold("new");
+    rig.kubelet.create(pod("new", 2, &[(GPU, "1")]));
+    let on_path = rig.kubelet.lists_in_calls();
+    rig.kubelet.admit("new").await.unwrap();
+    assert_eq!(
+        rig.kubelet.lists_in_calls() - on_path,
+        0,
+        "answered from the watch"
+    );
+    let held = rig.kubelet.held("new", "main", GPU);
+    assert_eq!(
+        rig.plugins
+            .ledger()
+            .grant(&GrantKey::new("stale", "main"))
+            .map(|g| g.device_ids.clone()),
+        Some(held.clone()),
+        "the watch's candidate was charged first"
+    );
+    rig.plugins.verify_grants().await;
+    let ledger = rig.plugins.ledger();
+    assert_eq!(ledger.grant(&GrantKey::new("stale", "main")), None);
+    assert_eq!(
+        ledger
+            .grant(&GrantKey::new("new", "main"))
+            .map(|g| g.device_ids.clone()),
+        Some(held.clone()),
+        "the kubelet's word moved it"
+    );
+    assert_eq!(
+        rig.watch.lookups(),
+        1,
+        "the holder was read from the API server"
+    );
+    assert!(
+        logs.text()
+            .contains("the kubelet says pod new container main holds"),
+        "{}",
+        logs.text()
+    );
+    // Until the watch delivers it, the moved grant's Pod is kept (not released as gone).
+    rig.plugins.reconcile_pods();
+    assert!(
+        rig.plugins
+            .ledger()
+            .grant(&GrantKey::new("new", "main"))
+            .is_some()
+    );
+    rig.watch.deliver("new");
+    // The stale Pod, admitted after all, gets a grant of its own on another accelerator.
+    rig.kubelet.admit("stale").await.unwrap();
+    rig.plugins.verify_grants().await;
+    let ledger = rig.plugins.ledger();
+    let stale = ledger.grant(&GrantKey::new("stale", "main")).unwrap();
+    let new = ledger.grant(&GrantKey::new("new", "main")).unwrap();
+    assert_ne!(stale.accelerators, new.accelerators);
+    ledger.verify().unwrap();
+    // The journal, replayed as a restart replays it, says the same.
+    let journal = rig
+        ._dir
+        .path()
+        .join("data")
+        .join(accel_plugin::journal::FILE_NAME);
+    let (replayed, _) =
+        accel_plugin::journal::replay_bytes(&std::fs::read(journal).unwrap()).unwrap();
+    assert_eq!(
+        replayed
+            .get(&GrantKey::new("new", "main"))
+            .map(|g| g.device_ids.clone()),
+        Some(held)
+    );
+    assert_eq!(replayed.get(&GrantKey::new("stale", "main")), Some(stale));
+}
+
+/// A Pod deleted before the kubelet confirmed its grant keeps the grant until then (its Pod's
+/// word alone could free an accelerator another Pod holds, were the watch's answer wrong), and
+/// loses it as soon as the kubelet shows nobody holds its devices.
+#[tokio::test]
+async fn a_pod_gone_before_its_grant_is_confirmed_releases_it_once_confirmed() {
+    let rig = Rig::new(seats(8), Settings::default()).await;
+    rig.kubelet.create(pod("a", 1, &[(GPU, "1")]));
+    rig.kubelet.admit("a").await.unwrap();
+    rig.kubelet.delete("a");
+    rig.plugins.verify_grants().await;
+    rig.plugins.reconcile_pods();
+    assert!(rig.plugins.ledger().grants().is_empty());
+    rig.plugins.ledger().verify().unwrap();
+}
+
+/// The protection the unverified state gives: the watch charged a stale Pod with a grant another
+/// Pod holds; that stale Pod leaves before the kubelet was asked. Its departure must not free the
+/// accelerator (the other Pod runs on it): the grant waits, then moves to the real holder.
+#[tokio::test]
+async fn a_wrongly_charged_pod_leaving_does_not_free_what_another_holds() {
+    let rig = Rig::new(seats(8), Settings::default()).await;
+    rig.kubelet.create(pod("stale", 1, &[(GPU, "1")]));
+    rig.watch.hold("new");
+    rig.kubelet.create(pod("new", 2, &[(GPU, "1")]));
+    rig.kubelet.admit("new").await.unwrap();
+    let held = rig.kubelet.held("new", "main", GPU);
+    rig.kubelet.delete("stale");
+    rig.plugins.reconcile_pods();
+    assert_eq!(
+        rig.plugins
+            .ledger()
+            .grant(&GrantKey::new("stale", "main"))
+            .map(|g| g.device_ids.clone()),
+        Some(held.clone()),
+        "not released on the stale Pod's departure before the kubelet spoke"
+    );
+    rig.plugins.verify_grants().await;
+    rig.plugins.reconcile_pods();
+    let ledger = rig.plugins.ledger();
+    assert_eq!(
+        ledger
+            .grant(&GrantKey::new("new", "main"))
+            .map(|g| g.device_ids.clone()),
+        Some(held)
+    );
+    assert_eq!(ledger.grants().len(), 1);
+    ledger.verify().unwrap();
 }

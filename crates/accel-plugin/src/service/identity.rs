@@ -55,7 +55,7 @@ pub(super) struct Direct {
 }
 
 /// Whether `key` already holds what `pool` grants (a container holding it is not a candidate).
-fn holds(state: &State, pool: &Pool, key: &GrantKey) -> bool {
+pub(super) fn holds(state: &State, pool: &Pool, key: &GrantKey) -> bool {
     match pool.family() {
         Some(_) => state
             .ledger
@@ -174,7 +174,7 @@ impl Shared {
 
     /// Reads one Pod the kubelet lists from the API server, bounded by `deadline`. `Err(())`:
     /// the read failed (logged), so the watch is worth waiting for.
-    async fn read_pod(
+    pub(super) async fn read_pod(
         &self,
         namespace: &str,
         name: &str,
@@ -209,7 +209,11 @@ impl Shared {
 /// The watch's Pods, plus the Pods read directly (kept for grants, or by this call) that the
 /// watch has not delivered. The watch's own copy wins once it has one. The common path (nothing
 /// read directly) hands the watch's snapshot back as it is.
-fn with_direct(mut watched: Vec<Arc<Pod>>, state: &State, read: &[Arc<Pod>]) -> Vec<Arc<Pod>> {
+pub(super) fn with_direct(
+    mut watched: Vec<Arc<Pod>>,
+    state: &State,
+    read: &[Arc<Pod>],
+) -> Vec<Arc<Pod>> {
     if state.direct.is_empty() && read.is_empty() {
         return watched;
     }
