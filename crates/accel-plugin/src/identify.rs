@@ -171,16 +171,26 @@ pub fn identify<P: Borrow<Pod>>(
     oldest(&pending, resource, count)
 }
 
-/// The one pending container of the node's Pods that asks for exactly `count` of `resource`
-/// and holds no grant of it (`holds`); `None` when there is none, or more than one (then only the
-/// kubelet can tell). The watch's own answer, for a grant whose response does not depend on its
-/// container: the kubelet's word is checked right after ([`crate::service`], verification).
+/// What the watch alone says about which container an Allocate serves.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WatchAnswer {
+    /// No pending container asks for it (the watch may not have delivered the Pod yet).
+    Nobody,
+    /// Exactly one pending container asks for it and holds no grant of it.
+    One(GrantKey),
+    /// Several could be the one: only the kubelet can tell.
+    Several,
+}
+
+/// Which pending container of the node's Pods asks for exactly `count` of `resource` and holds
+/// no grant of it (`holds`). The watch's own answer, for a grant whose response does not depend
+/// on its container: the kubelet's word is checked right after ([`crate::service`]).
 pub fn sole_pending<P: Borrow<Pod>>(
     pods: &[P],
     holds: &dyn Fn(&GrantKey) -> bool,
     resource: &str,
     count: usize,
-) -> Option<GrantKey> {
+) -> WatchAnswer {
     let mut found = None;
     for pod in pods.iter().map(Borrow::borrow) {
         if pod.phase != Phase::Pending {
@@ -195,12 +205,12 @@ pub fn sole_pending<P: Borrow<Pod>>(
                 continue;
             }
             if found.is_some() {
-                return None;
+                return WatchAnswer::Several;
             }
             found = Some(key);
         }
     }
-    found
+    found.map_or(WatchAnswer::Nobody, WatchAnswer::One)
 }
 
 /// The container the kubelet's answer says holds exactly `device_ids` (sorted) of `resource`,
@@ -309,24 +319,27 @@ mod tests {
         let one = [pod("a", 1, Phase::Pending), pod("b", 1, Phase::Running)];
         assert_eq!(
             sole_pending(&one, &|_| false, GPU, 1),
-            Some(GrantKey::new("a", "main"))
+            WatchAnswer::One(GrantKey::new("a", "main"))
         );
         // Two pending candidates: only the kubelet can tell.
         let two = [pod("a", 1, Phase::Pending), pod("b", 2, Phase::Pending)];
-        assert_eq!(sole_pending(&two, &|_| false, GPU, 1), None);
+        assert_eq!(sole_pending(&two, &|_| false, GPU, 1), WatchAnswer::Several);
         // One of them already holds its grant: the other is the one.
         let holds = |k: &GrantKey| k.pod_uid == "a";
         assert_eq!(
             sole_pending(&two, &holds, GPU, 1),
-            Some(GrantKey::new("b", "main"))
+            WatchAnswer::One(GrantKey::new("b", "main"))
         );
-        // Another count, another resource, or nobody pending: none.
-        assert_eq!(sole_pending(&one, &|_| false, GPU, 2), None);
+        // Another count, another resource, or nobody pending: nobody.
+        assert_eq!(sole_pending(&one, &|_| false, GPU, 2), WatchAnswer::Nobody);
         assert_eq!(
             sole_pending(&one, &|_| false, "nvidia.com/gpu.shared", 1),
-            None
+            WatchAnswer::Nobody
         );
-        assert_eq!(sole_pending::<Pod>(&[], &|_| false, GPU, 1), None);
+        assert_eq!(
+            sole_pending::<Pod>(&[], &|_| false, GPU, 1),
+            WatchAnswer::Nobody
+        );
     }
 
     #[test]

@@ -255,6 +255,40 @@ struct GrantLabels {
     family: GrantKind,
 }
 
+/// Who named the container a grant was made for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Attribution {
+    /// The Pod watch's sole candidate, before the kubelet was asked (exclusive and shared).
+    Watch,
+    /// The kubelet's pod-resources answer, or the pending-Pod matching when it could not tell.
+    Kubelet,
+    /// A grant the watch attributed, moved to the container the kubelet then named.
+    Moved,
+}
+
+impl Attribution {
+    const ALL: [Attribution; 3] = [Attribution::Watch, Attribution::Kubelet, Attribution::Moved];
+
+    fn label(self) -> &'static str {
+        match self {
+            Attribution::Watch => "watch",
+            Attribution::Kubelet => "kubelet",
+            Attribution::Moved => "moved",
+        }
+    }
+}
+
+impl EncodeLabelValue for Attribution {
+    fn encode(&self, encoder: &mut LabelValueEncoder) -> Result<(), std::fmt::Error> {
+        std::fmt::Write::write_str(encoder, self.label())
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct AttributionLabels {
+    by: Attribution,
+}
+
 type HistogramSeries = Series<ResourceLabels, Histogram, fn() -> Histogram>;
 
 fn latency_histogram() -> Histogram {
@@ -271,12 +305,19 @@ pub struct PluginMetrics {
     grants_series: Series<GrantLabels, Counter>,
     /// One handle per [`GRANT_KINDS`], made once.
     grants: [Counter; GRANT_KINDS.len()],
+    attributed_series: Series<AttributionLabels, Counter>,
+    /// One handle per [`Attribution`], made once.
+    attributed: [Counter; Attribution::ALL.len()],
 }
 
 impl Default for PluginMetrics {
     fn default() -> Self {
         let grants_series: Series<GrantLabels, Counter> = Series::default();
+        let attributed_series: Series<AttributionLabels, Counter> = Series::default();
         PluginMetrics {
+            attributed: Attribution::ALL
+                .map(|by| attributed_series.get_or_create_owned(&AttributionLabels { by })),
+            attributed_series,
             allocate: Series::new_with_constructor(latency_histogram as fn() -> Histogram),
             preferred: Series::new_with_constructor(latency_histogram as fn() -> Histogram),
             refusals: Series::default(),
@@ -312,7 +353,27 @@ impl PluginMetrics {
             "Grants recorded (a retried Allocate is not counted again), by family: exclusive, shared, sliced, partitioned, visibility",
             metrics.grants_series.clone(),
         );
+        registry.register(
+            "grants_attributed",
+            "Who named the container of each new exclusive, shared or sliced grant: watch (the Pod watch's sole candidate, answered before asking the kubelet), kubelet (pod-resources first), moved (a watch attribution the kubelet then corrected)",
+            metrics.attributed_series.clone(),
+        );
         metrics
+    }
+
+    /// Counts one grant's attribution.
+    pub fn attributed(&self, by: Attribution) {
+        if let Some(i) = Attribution::ALL.iter().position(|a| *a == by) {
+            self.attributed[i].inc();
+        }
+    }
+
+    /// How many grants were attributed `by` so far (for tests and the daemon's own checks).
+    pub fn attributed_count(&self, by: Attribution) -> u64 {
+        Attribution::ALL
+            .iter()
+            .position(|a| *a == by)
+            .map_or(0, |i| self.attributed[i].get())
     }
 
     /// The handles of one resource, made once per pool when the plugins start.

@@ -42,7 +42,7 @@ use crate::api::podresources::ListPodResourcesResponse;
 use crate::api::podresources::pod_resources_lister_client::PodResourcesListerClient;
 use crate::identify::IdentifyError;
 use crate::journal::{Entry, Journal, JournalError};
-use crate::metrics::{PluginMetrics, RefusalReason, Refuse, ResourceMetrics};
+use crate::metrics::{Attribution, PluginMetrics, RefusalReason, Refuse, ResourceMetrics};
 use crate::pods::{Pod, PodSource};
 use crate::pools::{AcceleratorState, Pool, PoolKind};
 use crate::responder::{Answer, NvidiaResponder, slice_budget};
@@ -749,7 +749,9 @@ impl Shared {
             }
         };
         if retry.is_none() && self.answers_alike(pool) {
-            if let Some((response, fresh)) = self.grant_from_watch(pool, &device_ids, &accelerators)
+            if let Some((response, fresh)) = self
+                .grant_from_watch(pool, &device_ids, &accelerators)
+                .await
             {
                 if fresh {
                     self.notify_after_answer();
@@ -775,8 +777,14 @@ impl Shared {
                 kubelet.as_ref(),
                 started,
                 |state, pod, key| {
-                    let answer =
-                        self.grant(state, pool, pod, key, (device_ids, accelerators), true);
+                    let answer = self.grant(
+                        state,
+                        pool,
+                        pod,
+                        key,
+                        (device_ids, accelerators),
+                        Attribution::Kubelet,
+                    );
                     let granted = answer.is_ok();
                     (answer, granted)
                 },
@@ -804,9 +812,9 @@ impl Shared {
     /// Grants the tokens (device IDs and their accelerators) to the identified container under
     /// the ledger lock: the ledger
     /// decides, the responder answers (the grant is given back if it refuses), and the grant is
-    /// journalled before the answer. Returns the answer and whether the grant is new. A refusal
-    /// is logged when `log_refusal` (a grant tried on the watch's word alone is retried through
-    /// the kubelet, which names the right container in the log).
+    /// journalled before the answer. Returns the answer and whether the grant is new. `by` says
+    /// who named the container; a refusal is logged unless it is the watch alone (such a grant
+    /// is retried through the kubelet, which names the right container in the log).
     fn grant(
         &self,
         state: &mut State,
@@ -814,11 +822,11 @@ impl Shared {
         pod: &Pod,
         key: GrantKey,
         (device_ids, accelerators): (Vec<String>, Vec<u32>),
-        log_refusal: bool,
+        by: Attribution,
     ) -> Result<(dp::ContainerAllocateResponse, bool), Status> {
         let who = format!("{}/{} container {}", pod.namespace, pod.name, key.container);
         let refuse = |status: Status| {
-            if log_refusal {
+            if by != Attribution::Watch {
                 refused(&pool.resource, &who, status)
             } else {
                 status
@@ -944,6 +952,7 @@ impl Shared {
         }
         if receipt.fresh {
             self.config.metrics.granted(Some(family));
+            self.config.metrics.attributed(by);
         }
         Ok((response, receipt.fresh))
     }

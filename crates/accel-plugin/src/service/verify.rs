@@ -25,11 +25,26 @@ use tokio::time::Instant;
 
 use super::identity::{holds, with_direct};
 use super::{Shared, State};
-use crate::identify;
+use crate::identify::{self, WatchAnswer};
 use crate::journal::Entry;
+use crate::metrics::Attribution;
 use crate::pods::Pod;
 use crate::pools::Pool;
 use crate::settings::InjectionStrategy;
+
+/// How long an Allocate waits for the watch to deliver the Pod the kubelet is admitting before it
+/// asks the kubelet instead: the watch is usually a few milliseconds behind the kubelet's own,
+/// and the kubelet's List plus a read of the Pod from the API server cost more than that.
+pub const WATCH_CATCH_UP: Duration = Duration::from_millis(20);
+
+/// What one look at the watch did.
+enum Tried {
+    Granted((crate::api::deviceplugin::ContainerAllocateResponse, bool)),
+    /// Nobody yet: worth waiting for the watch.
+    Nobody,
+    /// Several candidates, not synced, or refused: the kubelet decides.
+    CannotTell,
+}
 
 /// How long after a grant made from the watch the kubelet is asked who holds its devices: the
 /// kubelet records them right after our answer arrives.
@@ -62,35 +77,74 @@ impl Shared {
             && self.config.responder.strategy != InjectionStrategy::Auto
     }
 
-    /// Grants `device_ids` to the watch's sole candidate, when there is one. `None`: the watch
-    /// cannot tell (not synced, no candidate or several), or the grant was refused (the caller
-    /// asks the kubelet, and the refusal it logs names the container the kubelet names).
-    pub(super) fn grant_from_watch(
+    /// Grants `device_ids` to the watch's sole candidate. When the watch shows nobody yet (the
+    /// kubelet admits a Pod as soon as its own watch sees it, ours often delivers it a few
+    /// milliseconds later), waits for it up to [`WATCH_CATCH_UP`]. `None`: the watch cannot tell
+    /// (not synced, several candidates, nobody in time), or the grant was refused; the caller
+    /// asks the kubelet (and a refusal it logs names the container the kubelet names).
+    pub(super) async fn grant_from_watch(
         &self,
         pool: &Pool,
         device_ids: &[String],
         accelerators: &[u32],
     ) -> Option<(crate::api::deviceplugin::ContainerAllocateResponse, bool)> {
-        let watched = self.pods.snapshot()?;
+        let deadline = Instant::now() + WATCH_CATCH_UP;
+        let mut changes = None;
+        loop {
+            match self.try_grant_from_watch(pool, device_ids, accelerators) {
+                Tried::Granted(answer) => return Some(answer),
+                Tried::CannotTell => return None,
+                Tried::Nobody => {}
+            }
+            // Subscribe, then look once more before waiting, so a Pod delivered in between is
+            // not missed (the common path subscribes to nothing).
+            let Some(receiver) = changes.as_mut() else {
+                changes = Some(self.pods.changes());
+                continue;
+            };
+            match tokio::time::timeout_at(deadline, receiver.changed()).await {
+                Ok(Ok(())) => {}
+                Ok(Err(_)) | Err(_) => return None,
+            }
+        }
+    }
+
+    fn try_grant_from_watch(
+        &self,
+        pool: &Pool,
+        device_ids: &[String],
+        accelerators: &[u32],
+    ) -> Tried {
+        let Some(watched) = self.pods.snapshot() else {
+            return Tried::CannotTell;
+        };
         let mut state = self.lock();
         let pods = with_direct(watched, &state, &[]);
-        let key = identify::sole_pending(
+        let key = match identify::sole_pending(
             &pods,
             &|key| holds(&state, pool, key),
             &pool.resource,
             device_ids.len(),
-        )?;
-        let pod: Arc<Pod> = pods.iter().find(|p| p.uid == key.pod_uid)?.clone();
+        ) {
+            WatchAnswer::One(key) => key,
+            WatchAnswer::Nobody => return Tried::Nobody,
+            WatchAnswer::Several => return Tried::CannotTell,
+        };
+        let Some(pod) = pods.iter().find(|p| p.uid == key.pod_uid).cloned() else {
+            return Tried::CannotTell;
+        };
         let answer = self.grant(
             &mut state,
             pool,
             &pod,
             key.clone(),
             (device_ids.to_vec(), accelerators.to_vec()),
-            false,
+            Attribution::Watch,
         );
         // Refused: asked again through the kubelet, so the refusal names the right Pod.
-        let (response, fresh) = answer.ok()?;
+        let Ok((response, fresh)) = answer else {
+            return Tried::CannotTell;
+        };
         if fresh {
             let mut sorted = device_ids.to_vec();
             sorted.sort();
@@ -103,7 +157,7 @@ impl Shared {
             drop(state);
             self.verify_wake.notify_one();
         }
-        Some((response, fresh))
+        Tried::Granted((response, fresh))
     }
 
     /// The Pod UIDs with a grant still unverified (the reconciler leaves them alone).
@@ -223,6 +277,7 @@ impl Shared {
         for (from, to, grant) in taken {
             let restored = match state.ledger.restore(to.clone(), grant.clone()) {
                 Ok(()) => {
+                    self.config.metrics.attributed(Attribution::Moved);
                     tracing::warn!(
                         "{}: the Pod watch named {from}, the kubelet says {to} holds {:?}: the grant moves to {to}",
                         grant.resource,
