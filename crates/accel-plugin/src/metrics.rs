@@ -264,16 +264,29 @@ pub enum Attribution {
     Kubelet,
     /// A grant the watch attributed, moved to the container the kubelet then named.
     Moved,
+    /// Answered before any container was named (exclusive and shared, the watch not showing
+    /// one candidate yet).
+    Unnamed,
+    /// An unnamed grant given the container the kubelet then named.
+    Named,
 }
 
 impl Attribution {
-    const ALL: [Attribution; 3] = [Attribution::Watch, Attribution::Kubelet, Attribution::Moved];
+    const ALL: [Attribution; 5] = [
+        Attribution::Watch,
+        Attribution::Kubelet,
+        Attribution::Moved,
+        Attribution::Unnamed,
+        Attribution::Named,
+    ];
 
     fn label(self) -> &'static str {
         match self {
             Attribution::Watch => "watch",
             Attribution::Kubelet => "kubelet",
             Attribution::Moved => "moved",
+            Attribution::Unnamed => "unnamed",
+            Attribution::Named => "named",
         }
     }
 }
@@ -355,7 +368,7 @@ impl PluginMetrics {
         );
         registry.register(
             "grants_attributed",
-            "Who named the container of each new exclusive, shared or sliced grant: watch (the Pod watch's sole candidate, answered before asking the kubelet), kubelet (pod-resources first), moved (a watch attribution the kubelet then corrected)",
+            "How each new exclusive, shared or sliced grant got its container: watch (the Pod watch's sole candidate, answered before asking the kubelet), kubelet (pod-resources first), unnamed (answered before any container was named); then moved (a watch attribution the kubelet corrected) and named (an unnamed grant given the container the kubelet names)",
             metrics.attributed_series.clone(),
         );
         metrics

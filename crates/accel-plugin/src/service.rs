@@ -212,6 +212,7 @@ impl DevicePlugins {
             None => replay.grants,
         };
         shared.restore(grants);
+        shared.adopt_unattributed();
         // The journal first; then what the cluster recorded, once the Pods are known (else
         // the Pod watcher settles at its first sync: Allocate cannot identify a container
         // before then, so nothing is granted in between).
@@ -748,10 +749,11 @@ impl Shared {
                 }
             }
         };
+        if let Some(key) = retry.clone().filter(GrantKey::is_unattributed) {
+            return self.regrant_unattributed(pool, key, &device_ids, &accelerators);
+        }
         if retry.is_none() && self.answers_alike(pool) {
-            if let Some((response, fresh)) = self
-                .grant_from_watch(pool, &device_ids, &accelerators)
-                .await
+            if let Some((response, fresh)) = self.grant_from_watch(pool, &device_ids, &accelerators)
             {
                 if fresh {
                     self.notify_after_answer();
@@ -826,7 +828,7 @@ impl Shared {
     ) -> Result<(dp::ContainerAllocateResponse, bool), Status> {
         let who = format!("{}/{} container {}", pod.namespace, pod.name, key.container);
         let refuse = |status: Status| {
-            if by != Attribution::Watch {
+            if by == Attribution::Kubelet {
                 refused(&pool.resource, &who, status)
             } else {
                 status

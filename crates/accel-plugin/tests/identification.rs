@@ -67,7 +67,7 @@ impl Rig {
             seats,
             slices: true,
             responder: NvidiaResponder {
-                strategy: InjectionStrategy::Envvar,
+                strategy: settings.nvidia_injection,
                 cuda_major: Some(13),
                 pod_dir_root: dir.path().join("data/pods"),
                 preload_dir: dir.path().join("data/preload"),
@@ -104,6 +104,15 @@ impl Rig {
             .grant(&GrantKey::new(uid, "main"))
             .map(|g| g.accelerators.clone())
             .unwrap_or_default()
+    }
+}
+
+/// Settings under which every Allocate asks the kubelet first: `auto` injection reads the Pod,
+/// so no grant is answered before its container is known (the road slices always take).
+fn kubelet_first() -> Settings {
+    Settings {
+        nvidia_injection: InjectionStrategy::Auto,
+        ..Settings::default()
     }
 }
 
@@ -209,7 +218,7 @@ async fn a_sixty_then_a_fifty_percent_slice_land_on_different_accelerators() {
 /// it; the API server already has it. The plugin reads that one Pod and grants.
 #[tokio::test]
 async fn a_pod_the_kubelet_admits_before_the_watch_delivers_it_is_read_from_the_api_server() {
-    let rig = Rig::new(seats(8), Settings::default()).await;
+    let rig = Rig::new(seats(8), kubelet_first()).await;
     rig.watch.hold("a");
     rig.kubelet.create(pod("a", 1, &[(GPU, "1")]));
     let admitted = rig.kubelet.admit("a").await;
@@ -222,7 +231,7 @@ async fn a_pod_the_kubelet_admits_before_the_watch_delivers_it_is_read_from_the_
 /// directly: the plugin waits for the watch instead of refusing.
 #[tokio::test]
 async fn a_pod_the_watch_delivers_late_is_waited_for() {
-    let rig = Rig::new(seats(8), Settings::default()).await;
+    let rig = Rig::new(seats(8), kubelet_first()).await;
     rig.watch.fail_lookups(true);
     rig.watch.hold("a");
     rig.kubelet.create(pod("a", 1, &[(GPU, "1")]));
@@ -371,7 +380,7 @@ async fn without_the_kubelet_a_pod_the_watch_delivers_late_is_waited_for() {
 #[tokio::test(start_paused = true)]
 async fn a_pod_never_delivered_nor_readable_is_refused_after_the_bound_naming_it() {
     let (logs, _guard) = Logs::capture();
-    let rig = Rig::new(seats(8), Settings::default()).await;
+    let rig = Rig::new(seats(8), kubelet_first()).await;
     rig.watch.fail_lookups(true);
     rig.watch.hold("a");
     rig.kubelet.create(pod("a", 1, &[(GPU, "1")]));
@@ -474,7 +483,7 @@ async fn the_common_path_lists_once_per_call_and_reads_no_pod_directly() {
 /// it without reading it again, and once delivered and deleted its grants go.
 #[tokio::test]
 async fn a_pod_read_directly_keeps_its_grants_until_the_watch_delivers_it() {
-    let rig = Rig::new(seats(8), Settings::default()).await;
+    let rig = Rig::new(seats(8), kubelet_first()).await;
     rig.watch.hold("a");
     rig.kubelet.create(pod_of(
         "a",
@@ -510,7 +519,7 @@ async fn a_pod_read_directly_keeps_its_grants_until_the_watch_delivers_it() {
 /// once the grace has passed.
 #[tokio::test(start_paused = true)]
 async fn a_pod_deleted_before_the_watch_delivered_it_is_released_after_the_grace() {
-    let rig = Rig::new(seats(8), Settings::default()).await;
+    let rig = Rig::new(seats(8), kubelet_first()).await;
     rig.watch.hold("a");
     rig.kubelet.create(pod("a", 1, &[(GPU, "1")]));
     rig.kubelet.admit("a").await.unwrap();
@@ -703,28 +712,49 @@ async fn a_wrongly_charged_pod_leaving_does_not_free_what_another_holds() {
     ledger.verify().unwrap();
 }
 
-/// The kubelet admits a Pod as soon as its own watch sees it; ours is a moment behind. An
-/// exclusive Allocate waits that moment for the watch (it subscribes only then) rather than ask
-/// the kubelet and read the Pod from the API server. (Time is paused: on a loaded machine the
-/// real 20 ms could pass before the delivering task runs, and the test is about the order.)
-#[tokio::test(start_paused = true)]
-async fn a_pod_the_watch_delivers_a_moment_late_is_granted_from_the_watch() {
+/// The kubelet admits a Pod as soon as its own watch sees it; ours is often a moment behind. An
+/// exclusive Allocate does not wait for it nor ask the kubelet first: it answers under an
+/// unattributed key (the answer is the same for every container), and the kubelet's record
+/// names the container right after (the Pod read from the API server, the watch lacking it).
+#[tokio::test]
+async fn an_exclusive_pod_the_watch_has_not_delivered_is_answered_then_named() {
     let rig = Rig::new(seats(8), Settings::default()).await;
     rig.watch.hold("a");
     rig.kubelet.create(pod("a", 1, &[(GPU, "1")]));
     let subscribed = rig.watch.subscriptions();
-    let watch = rig.watch.clone();
-    let deliver = tokio::spawn(async move {
-        watch.wait_for_subscriptions(subscribed + 1).await;
-        watch.deliver("a");
-    });
     rig.kubelet.admit("a").await.unwrap();
-    deliver.await.unwrap();
+    assert_eq!(rig.attributed(Attribution::Unnamed), 1);
     assert_eq!(
-        rig.attributed(Attribution::Watch),
-        1,
-        "granted from the watch, without asking the kubelet first"
+        rig.watch.subscriptions(),
+        subscribed,
+        "no wait on the watch"
     );
-    assert_eq!(rig.watch.lookups(), 0, "no read of the API server");
-    assert_eq!(rig.accelerators_of("a").len(), 1);
+    let held = rig.kubelet.held("a", "main", GPU);
+    assert!(
+        rig.plugins
+            .ledger()
+            .grant(&GrantKey::unattributed(GPU, &held))
+            .is_some(),
+        "charged before the container is named"
+    );
+    // The Pod reconciler does not release a grant whose container is not named yet.
+    rig.plugins.reconcile_pods();
+    assert_eq!(rig.plugins.ledger().grants().len(), 1);
+    rig.plugins.verify_grants().await;
+    assert_eq!(rig.attributed(Attribution::Named), 1);
+    assert_eq!(rig.watch.lookups(), 1, "the Pod the kubelet names is read");
+    let ledger = rig.plugins.ledger();
+    assert_eq!(ledger.grants().len(), 1);
+    assert_eq!(
+        ledger
+            .grant(&GrantKey::new("a", "main"))
+            .map(|g| g.device_ids.clone()),
+        Some(held)
+    );
+    // Once named and delivered, it is the Pod's grant like any other: deleted, released.
+    rig.watch.deliver("a");
+    rig.plugins.reconcile_pods();
+    rig.kubelet.delete("a");
+    rig.plugins.reconcile_pods();
+    assert!(rig.plugins.ledger().grants().is_empty());
 }

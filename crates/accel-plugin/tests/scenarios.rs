@@ -8,7 +8,7 @@ use std::time::Duration;
 use accel_core::Manufacturer;
 use accel_core::inventory::Grantable;
 use accel_core::ledger::annotation;
-use accel_core::ledger::{Family, Mode, Seat};
+use accel_core::ledger::{Family, GrantKey, Mode, Seat};
 use accel_plugin::pods::{Container, MemoryPods, Phase, Pod, PodSource};
 use accel_plugin::responder::{EngineFacts, NvidiaResponder};
 use accel_plugin::settings::{InjectionStrategy, Settings};
@@ -714,4 +714,50 @@ async fn the_annotations_are_read_when_the_pods_first_sync_after_start() {
         plugins.rebuild_notes()
     );
     plugins.stop().await;
+}
+
+/// A restart finds a grant the journal holds unattributed (answered before its container was
+/// named, the daemon stopped before the kubelet named it): the kubelet's record names it at
+/// start, nothing is charged twice, and a grant nobody holds any more is released.
+#[tokio::test]
+async fn a_restart_names_the_grants_the_journal_holds_unattributed() {
+    use accel_plugin::journal::{Entry, FILE_NAME, replay_bytes};
+    let mut rig = Rig::new(seats(2), Settings::default()).await;
+    rig.kubelet.create(pod("a", 1, &[("main", &[(GPU, "1")])]));
+    rig.kubelet.admit("a").await.unwrap();
+    rig.plugins().verify_grants().await;
+    rig.plugins.take().unwrap().stop().await;
+    // The journal as a daemon stopped right after its answer would have left it: a's grant
+    // unattributed, and one more on the other GPU that nobody holds (its Pod's admission
+    // failed after the answer).
+    let journal = rig.dir.path().join("data").join(FILE_NAME);
+    let (grants, _) = replay_bytes(&std::fs::read(&journal).unwrap()).unwrap();
+    let a = grants[&GrantKey::new("a", "main")].clone();
+    let mut orphan = a.clone();
+    orphan.device_ids = vec![uuid(1)];
+    orphan.accelerators = vec![1];
+    let mut text = String::new();
+    for (key, grant) in [
+        (GrantKey::unattributed(GPU, &a.device_ids), a.clone()),
+        (GrantKey::unattributed(GPU, &orphan.device_ids), orphan),
+    ] {
+        text.push_str(&serde_json::to_string(&Entry::Grant { key, grant }).unwrap());
+        text.push('\n');
+    }
+    std::fs::write(&journal, text).unwrap();
+    rig.start_plugins().await;
+    rig.plugins().verify_grants().await;
+    rig.plugins().reconcile_pods();
+    let ledger = rig.plugins().ledger();
+    assert_eq!(
+        ledger.grants().keys().cloned().collect::<Vec<_>>(),
+        vec![GrantKey::new("a", "main")],
+        "named from the kubelet's record; the one nobody holds released"
+    );
+    assert_eq!(
+        ledger.grants()[&GrantKey::new("a", "main")].device_ids,
+        a.device_ids
+    );
+    assert_eq!(ledger.occupancy(1).unwrap().mode, Mode::Free);
+    ledger.verify().unwrap();
 }

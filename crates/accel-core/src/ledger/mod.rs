@@ -54,11 +54,38 @@ impl GrantKey {
             container: container.into(),
         }
     }
+
+    /// The key of a grant answered before its container was named (an exclusive or shared
+    /// grant, whose answer is the same for every container): no Pod, and the resource with its
+    /// sorted device IDs in the container's place, which no two live grants share. The plugin
+    /// renames it as soon as the kubelet names the container holding those devices.
+    pub fn unattributed(resource: &str, device_ids: &[String]) -> GrantKey {
+        let mut ids = device_ids.to_vec();
+        ids.sort();
+        GrantKey {
+            pod_uid: String::new(),
+            container: format!("{resource}={}", ids.join(",")),
+        }
+    }
+
+    /// Whether this is an [`GrantKey::unattributed`] key (no Pod UID: the API gives every Pod
+    /// one, so no real container has an empty one).
+    pub fn is_unattributed(&self) -> bool {
+        self.pod_uid.is_empty()
+    }
 }
 
 impl fmt::Display for GrantKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "pod {} container {}", self.pod_uid, self.container)
+        if self.is_unattributed() {
+            write!(
+                f,
+                "the grant of {} (container not named yet)",
+                self.container
+            )
+        } else {
+            write!(f, "pod {} container {}", self.pod_uid, self.container)
+        }
     }
 }
 

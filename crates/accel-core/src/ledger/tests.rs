@@ -518,3 +518,38 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn an_unattributed_key_names_no_pod_and_one_set_of_devices() {
+    let ids = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    let a = GrantKey::unattributed("nvidia.com/gpu", &ids(&["GPU-b", "GPU-a"]));
+    assert!(a.is_unattributed());
+    assert_eq!(a.pod_uid, "");
+    // The same devices in any order are the same key; other devices or another resource are not.
+    assert_eq!(
+        a,
+        GrantKey::unattributed("nvidia.com/gpu", &ids(&["GPU-a", "GPU-b"]))
+    );
+    assert_ne!(
+        a,
+        GrantKey::unattributed("nvidia.com/gpu", &ids(&["GPU-a"]))
+    );
+    assert_ne!(
+        a,
+        GrantKey::unattributed("nvidia.com/gpu.shared", &ids(&["GPU-a", "GPU-b"]))
+    );
+    assert!(!GrantKey::new("uid", "main").is_unattributed());
+    assert_eq!(
+        a.to_string(),
+        "the grant of nvidia.com/gpu=GPU-a,GPU-b (container not named yet)"
+    );
+    // The ledger holds it like any other grant, and moves it to its container.
+    let mut l = ledger(2);
+    let mut c = claim("x", Family::Exclusive, &[1], 0);
+    c.key = a.clone();
+    l.allocate(c).unwrap();
+    let grant = l.release(&a).unwrap();
+    l.restore(GrantKey::new("pod", "main"), grant).unwrap();
+    assert!(l.grant(&a).is_none());
+    l.verify().unwrap();
+}

@@ -76,6 +76,11 @@ impl Shared {
         let Some(pods) = self.pods.pods() else {
             return;
         };
+        // Grants the journal holds unattributed get their containers' names first, so the
+        // kubelet's record below is not taken for grants the ledger lacks.
+        if !self.lock().unverified.is_empty() {
+            self.verify_once().await;
+        }
         let from_annotations = self.annotation_grants(&pods);
         self.adopt(from_annotations, Source::Annotation);
         let names: BTreeMap<&str, String> =

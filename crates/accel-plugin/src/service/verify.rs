@@ -20,7 +20,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use accel_core::ledger::{Family, GrantKey};
+use accel_core::ledger::{Family, Grant, GrantKey};
 use tokio::time::Instant;
 
 use super::identity::{holds, with_direct};
@@ -28,23 +28,14 @@ use super::{Shared, State};
 use crate::identify::{self, WatchAnswer};
 use crate::journal::Entry;
 use crate::metrics::Attribution;
-use crate::pods::Pod;
+use crate::pods::{Phase, Pod};
 use crate::pools::Pool;
 use crate::settings::InjectionStrategy;
 
-/// How long an Allocate waits for the watch to deliver the Pod the kubelet is admitting before it
-/// asks the kubelet instead: the watch is usually a few milliseconds behind the kubelet's own,
-/// and the kubelet's List plus a read of the Pod from the API server cost more than that.
-pub const WATCH_CATCH_UP: Duration = Duration::from_millis(20);
-
-/// What one look at the watch did.
-enum Tried {
-    Granted((crate::api::deviceplugin::ContainerAllocateResponse, bool)),
-    /// Nobody yet: worth waiting for the watch.
-    Nobody,
-    /// Several candidates, not synced, or refused: the kubelet decides.
-    CannotTell,
-}
+/// How long a grant answered before its container was named waits, at most, for the kubelet to
+/// record who holds its devices before it is released as nobody's (the Pod's admission failed
+/// after our answer). Longer than a watch-attributed grant's wait: there is no Pod to follow.
+pub const UNNAMED_GRACE: Duration = Duration::from_secs(1);
 
 /// How long after a grant made from the watch the kubelet is asked who holds its devices: the
 /// kubelet records them right after our answer arrives.
@@ -77,61 +68,48 @@ impl Shared {
             && self.config.responder.strategy != InjectionStrategy::Auto
     }
 
-    /// Grants `device_ids` to the watch's sole candidate. When the watch shows nobody yet (the
-    /// kubelet admits a Pod as soon as its own watch sees it, ours often delivers it a few
-    /// milliseconds later), waits for it up to [`WATCH_CATCH_UP`]. `None`: the watch cannot tell
-    /// (not synced, several candidates, nobody in time), or the grant was refused; the caller
-    /// asks the kubelet (and a refusal it logs names the container the kubelet names).
-    pub(super) async fn grant_from_watch(
+    /// Grants `device_ids` without asking the kubelet first: to the watch's sole candidate, or,
+    /// when the watch shows nobody yet or several (the kubelet admits a Pod as soon as its own
+    /// watch sees it, ours is often a few milliseconds behind), under an unattributed key that
+    /// the verifier renames once the kubelet names the container. `None`: the Pods are not
+    /// synced yet, or the grant was refused; the caller asks the kubelet (and a refusal it
+    /// logs names the container the kubelet names).
+    pub(super) fn grant_from_watch(
         &self,
         pool: &Pool,
         device_ids: &[String],
         accelerators: &[u32],
     ) -> Option<(crate::api::deviceplugin::ContainerAllocateResponse, bool)> {
-        let deadline = Instant::now() + WATCH_CATCH_UP;
-        let mut changes = None;
-        loop {
-            match self.try_grant_from_watch(pool, device_ids, accelerators) {
-                Tried::Granted(answer) => return Some(answer),
-                Tried::CannotTell => return None,
-                Tried::Nobody => {}
-            }
-            // Subscribe, then look once more before waiting, so a Pod delivered in between is
-            // not missed (the common path subscribes to nothing).
-            let Some(receiver) = changes.as_mut() else {
-                changes = Some(self.pods.changes());
-                continue;
-            };
-            match tokio::time::timeout_at(deadline, receiver.changed()).await {
-                Ok(Ok(())) => {}
-                Ok(Err(_)) | Err(_) => return None,
-            }
-        }
-    }
-
-    fn try_grant_from_watch(
-        &self,
-        pool: &Pool,
-        device_ids: &[String],
-        accelerators: &[u32],
-    ) -> Tried {
-        let Some(watched) = self.pods.snapshot() else {
-            return Tried::CannotTell;
-        };
+        let watched = self.pods.snapshot()?;
         let mut state = self.lock();
         let pods = with_direct(watched, &state, &[]);
-        let key = match identify::sole_pending(
+        let candidate = identify::sole_pending(
             &pods,
             &|key| holds(&state, pool, key),
             &pool.resource,
             device_ids.len(),
-        ) {
-            WatchAnswer::One(key) => key,
-            WatchAnswer::Nobody => return Tried::Nobody,
-            WatchAnswer::Several => return Tried::CannotTell,
+        );
+        // While a grant of this resource waits for its container's name, a Pod it may belong
+        // to still looks like a candidate: the watch's one candidate is not trusted then.
+        let unnamed_waiting = state
+            .unverified
+            .iter()
+            .any(|u| u.key.is_unattributed() && u.resource == pool.resource);
+        let named = match candidate {
+            WatchAnswer::One(_) if unnamed_waiting => None,
+            WatchAnswer::One(key) => pods
+                .iter()
+                .find(|p| p.uid == key.pod_uid)
+                .map(|pod| (key, pod.clone())),
+            WatchAnswer::Nobody | WatchAnswer::Several => None,
         };
-        let Some(pod) = pods.iter().find(|p| p.uid == key.pod_uid).cloned() else {
-            return Tried::CannotTell;
+        let (key, pod, by) = match named {
+            Some((key, pod)) => (key, pod, Attribution::Watch),
+            None => (
+                GrantKey::unattributed(&pool.resource, device_ids),
+                Arc::new(unnamed_pod()),
+                Attribution::Unnamed,
+            ),
         };
         let answer = self.grant(
             &mut state,
@@ -139,12 +117,10 @@ impl Shared {
             &pod,
             key.clone(),
             (device_ids.to_vec(), accelerators.to_vec()),
-            Attribution::Watch,
+            by,
         );
         // Refused: asked again through the kubelet, so the refusal names the right Pod.
-        let Ok((response, fresh)) = answer else {
-            return Tried::CannotTell;
-        };
+        let (response, fresh) = answer.ok()?;
         if fresh {
             let mut sorted = device_ids.to_vec();
             sorted.sort();
@@ -157,7 +133,55 @@ impl Shared {
             drop(state);
             self.verify_wake.notify_one();
         }
-        Tried::Granted((response, fresh))
+        Some((response, fresh))
+    }
+
+    /// A retried Allocate of a grant still unattributed: the same answer again (the grant is
+    /// not charged twice).
+    pub(super) fn regrant_unattributed(
+        &self,
+        pool: &Pool,
+        key: GrantKey,
+        device_ids: &[String],
+        accelerators: &[u32],
+    ) -> Result<crate::api::deviceplugin::ContainerAllocateResponse, tonic::Status> {
+        let mut state = self.lock();
+        self.grant(
+            &mut state,
+            pool,
+            &unnamed_pod(),
+            key,
+            (device_ids.to_vec(), accelerators.to_vec()),
+            Attribution::Unnamed,
+        )
+        .map(|(response, _)| response)
+    }
+
+    /// Puts the unattributed grants the journal held at start in the verifier's hands, as if
+    /// made long enough ago that the kubelet's record is final: the first look names their
+    /// containers, or releases those nobody holds.
+    pub(super) fn adopt_unattributed(&self) {
+        let mut state = self.lock();
+        let keys: Vec<(GrantKey, Grant)> = state
+            .ledger
+            .grants()
+            .iter()
+            .filter(|(k, _)| k.is_unattributed())
+            .map(|(k, g)| (k.clone(), g.clone()))
+            .collect();
+        let long_ago = Instant::now()
+            .checked_sub(UNNAMED_GRACE)
+            .unwrap_or_else(Instant::now);
+        for (key, grant) in keys {
+            let mut sorted = grant.device_ids.clone();
+            sorted.sort();
+            state.unverified.push(Unverified {
+                key,
+                resource: grant.resource.clone(),
+                device_ids: sorted,
+                since: long_ago,
+            });
+        }
     }
 
     /// The Pod UIDs with a grant still unverified (the reconciler leaves them alone).
@@ -226,7 +250,12 @@ impl Shared {
                 continue;
             }
             let Some((ns, name, container)) = holder else {
-                let recorded_by_now = u.since.elapsed() >= VERIFY_AFTER;
+                let recorded_by_now = u.since.elapsed()
+                    >= if u.key.is_unattributed() {
+                        UNNAMED_GRACE
+                    } else {
+                        VERIFY_AFTER
+                    };
                 if recorded_by_now && !live.contains(&u.key.pod_uid) {
                     // Nobody holds the devices and the Pod is gone or finished: the grant
                     // follows its Pod (the reconciler releases it).
@@ -254,7 +283,11 @@ impl Shared {
             settled.insert(u.key.clone());
         }
         let moved = !moves.is_empty();
-        self.move_grants(&mut state, &moves, &read);
+        // A move that could not be made (its container holds another grant that a later look
+        // moves away) stays unverified: it is tried again, and never released on a Pod's word.
+        for failed in self.move_grants(&mut state, &moves, &read) {
+            settled.remove(&failed);
+        }
         state.unverified.retain(|u| !settled.contains(&u.key));
         let more = !state.unverified.is_empty();
         drop(state);
@@ -267,7 +300,13 @@ impl Shared {
     /// Moves grants the watch attributed to the wrong container to the container the kubelet
     /// says holds their devices: all taken out first, then all put back (two guesses may have
     /// swapped places), each move journalled as a release and a grant.
-    fn move_grants(&self, state: &mut State, moves: &[(GrantKey, GrantKey)], read: &[Arc<Pod>]) {
+    fn move_grants(
+        &self,
+        state: &mut State,
+        moves: &[(GrantKey, GrantKey)],
+        read: &[Arc<Pod>],
+    ) -> Vec<GrantKey> {
+        let mut failed = Vec::new();
         let mut taken = Vec::with_capacity(moves.len());
         for (from, to) in moves {
             if let Some(grant) = state.ledger.release(from) {
@@ -277,23 +316,29 @@ impl Shared {
         for (from, to, grant) in taken {
             let restored = match state.ledger.restore(to.clone(), grant.clone()) {
                 Ok(()) => {
-                    self.config.metrics.attributed(Attribution::Moved);
-                    tracing::warn!(
-                        "{}: the Pod watch named {from}, the kubelet says {to} holds {:?}: the grant moves to {to}",
-                        grant.resource,
-                        grant.device_ids
-                    );
+                    if from.is_unattributed() {
+                        self.config.metrics.attributed(Attribution::Named);
+                        tracing::debug!("{from}: the kubelet says {to} holds it");
+                    } else {
+                        self.config.metrics.attributed(Attribution::Moved);
+                        tracing::warn!(
+                            "{}: the Pod watch named {from}, the kubelet says {to} holds {:?}: the grant moves to {to}",
+                            grant.resource,
+                            grant.device_ids
+                        );
+                    }
                     true
                 }
                 Err(refusal) => {
-                    tracing::error!(
-                        "{}: the kubelet says {to} holds {:?}, but the ledger cannot move the grant from {from} ({refusal}); it stays with {from}",
+                    tracing::info!(
+                        "{}: the kubelet says {to} holds {:?}, but the grant cannot move from {from} yet ({refusal}); asked again",
                         grant.resource,
                         grant.device_ids
                     );
                     if let Err(again) = state.ledger.restore(from.clone(), grant.clone()) {
                         tracing::error!("{from}: the grant could not be put back: {again}");
                     }
+                    failed.push(from.clone());
                     false
                 }
             };
@@ -322,6 +367,7 @@ impl Shared {
                 );
             }
         }
+        failed
     }
 
     /// The verifier task: after each grant made from the watch, asks the kubelet
@@ -355,5 +401,19 @@ impl Shared {
         while self.verify_once().await && Instant::now() < until {
             tokio::time::sleep(VERIFY_RETRY.min(VERIFY_AFTER)).await;
         }
+    }
+}
+
+/// The Pod an unattributed grant is answered for: nobody's (the answer does not depend on it).
+fn unnamed_pod() -> Pod {
+    Pod {
+        uid: String::new(),
+        namespace: String::new(),
+        name: String::new(),
+        created: 0,
+        phase: Phase::Pending,
+        runtime_class: None,
+        containers: Vec::new(),
+        allocated: None,
     }
 }
