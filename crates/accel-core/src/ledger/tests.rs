@@ -857,3 +857,80 @@ fn verify_bounds_slots_and_units_only_while_the_slice_gate_is_on() {
     assert_eq!(err, "accelerator 0 is over-committed");
     forced([two_slots()], open, slices(&over)).verify().unwrap();
 }
+
+#[test]
+fn one_exclusive_accelerator_goes_to_the_numa_node_with_the_fewest_free() {
+    // 0-3 on NUMA 0, 4-7 on NUMA 1; 5 is taken, so NUMA 1 has 3 free and NUMA 0 stays whole.
+    let mut l = ledger(8);
+    l.allocate(claim("a", Family::Exclusive, &[5], 0)).unwrap();
+    let request = Request {
+        family: Family::Exclusive,
+        candidates: &[0, 1, 2, 3, 4, 5, 6, 7],
+        must_include: &[],
+        size: 1,
+        slice_units: 0,
+    };
+    assert_eq!(prefer(&l, &request), vec![4]);
+}
+
+/// 32 accelerators, 0-15 on NUMA 0 and 16-31 on NUMA 1, with 0-3 NVLinked to each other and
+/// 16-19 held: 28 candidates.
+fn large_node() -> Ledger {
+    let mut seats: Vec<Seat> = (0..32).map(|i| seat(i, i / 16)).collect();
+    for a in 0..4u32 {
+        for b in (0..4u32).filter(|b| *b != a) {
+            seats[a as usize].peers.insert(b, "NV18".into());
+        }
+    }
+    let mut l = Ledger::new(seats, Policy::default());
+    for i in 16..20 {
+        l.allocate(claim(&format!("t{i}"), Family::Exclusive, &[i], 0))
+            .unwrap();
+    }
+    l
+}
+
+#[test]
+fn past_20000_candidate_sets_the_exclusive_preference_turns_greedy() {
+    let l = large_node();
+    let all: Vec<u32> = (0..32).collect();
+    let request = |size| Request {
+        family: Family::Exclusive,
+        candidates: &all,
+        must_include: &[],
+        size,
+        slice_units: 0,
+    };
+    // 3 of 28 is 3,276 sets, all scored: the NVLinked ones win.
+    assert_eq!(prefer(&l, &request(3)), vec![0, 1, 2]);
+    // 4 of 28 is 20,475 sets: greedy, the NUMA node with the fewest free accelerators that holds
+    // the request, by position; NVLink is not weighed.
+    assert_eq!(prefer(&l, &request(4)), vec![20, 21, 22, 23]);
+    // No NUMA node holds 20: positions in order.
+    let first_twenty: Vec<u32> = (0..16).chain(20..24).collect();
+    assert_eq!(prefer(&l, &request(20)), first_twenty);
+}
+
+#[test]
+fn exactly_20000_candidate_sets_are_still_scored() {
+    // One accelerator to join a required one: as many sets as candidates. 0 (required) and most
+    // candidates are on NUMA 0, the last ten on NUMA 1. Scored, the partner shares 0's NUMA node;
+    // greedy, it would come from NUMA 1, the node with the fewest free.
+    for (candidates, want) in [(20_000u32, 1u32), (20_001, 19_992)] {
+        let seats = (0..=candidates).map(|i| seat(i, u32::from(i + 10 > candidates)));
+        let l = Ledger::new(seats, Policy::default());
+        let all: Vec<u32> = (1..=candidates).collect();
+        let request = Request {
+            family: Family::Exclusive,
+            candidates: &all,
+            must_include: &[0],
+            size: 2,
+            slice_units: 0,
+        };
+        assert_eq!(
+            prefer(&l, &request),
+            vec![0, want],
+            "{candidates} candidates"
+        );
+    }
+}
