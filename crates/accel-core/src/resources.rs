@@ -460,6 +460,26 @@ mod tests {
     }
 
     #[test]
+    fn a_profile_segment_starts_and_ends_alphanumeric() {
+        for profile in ["1g.10gb", "3g.40gb", "a", "1g-10gb_x"] {
+            assert!(is_profile_segment(profile), "{profile}");
+        }
+        for profile in ["", "-1g", ".1g", "1g.", "1g-", "1g.10gb+me", "1g 10gb"] {
+            assert!(!is_profile_segment(profile), "{profile}");
+        }
+    }
+
+    #[test]
+    fn a_resource_name_is_a_qualified_name_of_at_most_63_characters() {
+        let local = |n: usize| format!("example.com/{}", "a".repeat(n));
+        assert!(is_qualified_name("nvidia.com/gpu"));
+        assert!(is_qualified_name(&local(63)));
+        assert!(!is_qualified_name(&local(64)));
+        assert!(!is_qualified_name("example.com/gpu+x"));
+        assert!(!is_qualified_name("example.com/-gpu"));
+    }
+
+    #[test]
     fn what_is_not_a_key() {
         for name in [
             "cpu",
