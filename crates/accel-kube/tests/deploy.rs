@@ -657,6 +657,18 @@ fn each_component_is_granted_what_it_touches_and_no_more() {
             &["get", "create", "update", "patch"]
         )])
     );
+    // Events about the Node (a hardware-class GPU fault), where Node events live.
+    let events = bound_to(
+        &docs,
+        "RoleBinding",
+        &format!("{NODE_ACCOUNT}-events"),
+        NODE_ACCOUNT,
+    );
+    assert_eq!(
+        events["metadata"]["namespace"],
+        accel_kube::publish::NODE_EVENT_NAMESPACE
+    );
+    assert_eq!(grants(events), expect_grants(&[("/events", &["create"])]));
 
     assert_eq!(
         pod_spec(&docs, "Deployment", WORKER)["serviceAccountName"],
@@ -727,7 +739,7 @@ fn each_component_is_granted_what_it_touches_and_no_more() {
             )
         })
         .collect();
-    assert_eq!(bindings.len(), 7, "{bindings:?}");
+    assert_eq!(bindings.len(), 8, "{bindings:?}");
 }
 
 #[test]
