@@ -255,6 +255,17 @@ impl Daemon {
         self.published.subscribe()
     }
 
+    /// Takes one live usage sample of the GPUs (blocking: each query is bounded by the
+    /// snapshot's per-query deadline). Shares the collector with detection, so nvidia-smi never
+    /// runs twice at once.
+    pub fn sample_usage(&self) -> Result<Samples, SampleError> {
+        let collector = lock(&self.collector);
+        samples::sample(
+            collector.commands.as_ref(),
+            self.options.deadlines.per_query,
+        )
+    }
+
     /// The accelerator-health gauge, read from what is published at each scrape.
     pub fn health_metrics(&self) -> AcceleratorHealth {
         AcceleratorHealth {
