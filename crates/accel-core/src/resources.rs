@@ -293,6 +293,30 @@ impl KeyGrammar {
     }
 }
 
+impl KeyGrammar {
+    /// The manufacturer of a name that would be a `.partitioned*` key under its base, when that
+    /// manufacturer has no hardware partitioning (`amd.com/gpu.partitioned`): not a key of this
+    /// system ([`KeyGrammar::parse`] answers `None`), yet plainly an accelerator request no node
+    /// can ever serve, so admission names it rather than letting it through unseen.
+    pub fn unpartitioned_key(&self, name: &str) -> Option<Manufacturer> {
+        if !is_qualified_name(name) || self.parse(name).is_some() {
+            return None;
+        }
+        let mut candidates: Vec<(Manufacturer, &str)> = self
+            .bases
+            .iter()
+            .filter(|(_, base)| name.starts_with(base.as_str()))
+            .map(|(m, base)| (*m, base.as_str()))
+            .collect();
+        candidates.sort_by_key(|(_, base)| std::cmp::Reverse(base.len()));
+        candidates.into_iter().find_map(|(m, base)| {
+            let rest = name[base.len()..].strip_prefix(".partitioned")?;
+            let partition_shaped = rest.is_empty() || rest.starts_with('.');
+            (partition_shaped && partition_kind(m).is_none()).then_some(m)
+        })
+    }
+}
+
 fn parse_suffix(
     manufacturer: Manufacturer,
     suffix: &str,
@@ -386,6 +410,33 @@ mod tests {
             manufacturer: m,
             key,
         })
+    }
+
+    #[test]
+    fn partition_keys_of_a_manufacturer_without_partitioning_are_named_not_parsed() {
+        let grammar = KeyGrammar::default();
+        for name in [
+            "amd.com/gpu.partitioned",
+            "amd.com/gpu.partitioned.units",
+            "amd.com/gpu.partitioned.mig-1g.10gb",
+            "huawei.com/npu.partitioned.vir02",
+        ] {
+            assert_eq!(parse(name), None, "{name}");
+            assert!(grammar.unpartitioned_key(name).is_some(), "{name}");
+        }
+        assert_eq!(
+            grammar.unpartitioned_key("amd.com/gpu.partitioned"),
+            Some(Manufacturer::Amd)
+        );
+        for name in [
+            "nvidia.com/gpu.partitioned",
+            "amd.com/gpu",
+            "amd.com/gpu.partitionedx",
+            "amd.com/gpu.sliced.mig-1g.10gb",
+            "cpu",
+        ] {
+            assert_eq!(grammar.unpartitioned_key(name), None, "{name}");
+        }
     }
 
     #[test]
