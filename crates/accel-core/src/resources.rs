@@ -511,6 +511,21 @@ mod tests {
     }
 
     #[test]
+    fn only_a_qualified_resource_name_is_named_unpartitioned() {
+        // The API server refuses a resource name that is not a qualified name before admission
+        // sees it, so such a name is never reported as a partition key.
+        let grammar = KeyGrammar::default();
+        for name in ["amd.com/gpu.partitioned.1g+me", "amd.com/gpu.partitioned."] {
+            assert_eq!(grammar.unpartitioned_key(name), None, "{name}");
+        }
+        assert!(
+            grammar
+                .unpartitioned_key("amd.com/gpu.partitioned.x")
+                .is_some()
+        );
+    }
+
+    #[test]
     fn a_profile_segment_starts_and_ends_alphanumeric() {
         for profile in ["1g.10gb", "3g.40gb", "a", "1g-10gb_x"] {
             assert!(is_profile_segment(profile), "{profile}");
