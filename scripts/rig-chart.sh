@@ -71,6 +71,9 @@ trap teardown EXIT
 ctr --address $K/containerd/containerd.sock -n k8s.io images import "$WORK/image.tar" >/dev/null \
   || { echo "image import failed"; exit 2; }
 $KC apply -f "$RIGSRC/nfd-crds.yaml" -f "$RIGSRC/kueue-crds.yaml" >/dev/null
+# An earlier run's Devices CRD stays in etcd and Helm never upgrades crds/: apply this checkout's
+# (deploy/README.md, "Upgrading").
+$KC apply --server-side --force-conflicts -f "$CHART/crds/" >/dev/null
 for _ in $(seq 1 60); do $KC get node rig-node >/dev/null 2>&1 && break; sleep 1; done
 $KC label node rig-node feature.node.kubernetes.io/pci-10de.present=true --overwrite >/dev/null
 $KC create namespace $NS >/dev/null 2>&1

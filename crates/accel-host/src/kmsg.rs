@@ -9,8 +9,10 @@
 //! `EPIPE` once and is moved to the oldest record still held: the records in between are lost,
 //! and [`KernelLogEntry::Overrun`] says how many. Kernels before 4.9 could split one message into
 //! fragments (flag `c`, then `+`); those pass through as separate records with their flag, since
-//! the driver prints each XID line in one call. This module reads and splits records; it must
-//! not interpret their text (accel-nvidia finds the XIDs in them).
+//! the driver prints each XID line in one call. A regular file in the device's place (a saved
+//! log, a test cluster's `--kmsg-path`) holds the same records one per line and is followed as
+//! it grows ([`FollowedFile`]). This module reads and splits records; it must not interpret
+//! their text (accel-nvidia finds the XIDs in them).
 
 use std::collections::VecDeque;
 use std::fs::File;
@@ -109,17 +111,98 @@ pub struct KmsgReader<S> {
     pending: VecDeque<KernelLogEntry>,
 }
 
-impl KmsgReader<File> {
+/// How long a followed file is left alone after its end is reached before it is read again.
+pub const FOLLOW_POLL: std::time::Duration = std::time::Duration::from_millis(250);
+
+/// Records kept in a regular file, one per line in `/dev/kmsg`'s own format (a log saved with
+/// `cat /dev/kmsg`, a test cluster's stand-in for the device, a replayed incident): read line by
+/// line and followed as the file grows, as `tail -f` does. The device hands out one record per
+/// read and blocks at its end; a file hands out whatever bytes it holds and reports its end, so it
+/// is split into lines here and its end is waited out ([`FOLLOW_POLL`]) rather than taken for the
+/// end of the log. Dictionary lines (starting with a space) are skipped: the messages carry the
+/// XIDs. A file cut shorter than the position read so far (rotated, truncated) is read again from
+/// its start.
+pub struct FollowedFile {
+    file: io::BufReader<File>,
+    line: Vec<u8>,
+    position: u64,
+}
+
+impl FollowedFile {
+    fn rewind_if_truncated(&mut self) -> io::Result<()> {
+        let length = self.file.get_ref().metadata()?.len();
+        if length < self.position {
+            self.file.seek(SeekFrom::Start(0))?;
+            self.position = 0;
+            self.line.clear();
+        }
+        Ok(())
+    }
+}
+
+impl RecordSource for FollowedFile {
+    fn read_record(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        use std::io::BufRead;
+        loop {
+            let read = self.file.read_until(b'\n', &mut self.line)?;
+            self.position += read as u64;
+            if self.line.last() != Some(&b'\n') {
+                // The end of what is written so far (maybe mid-line): wait for more.
+                std::thread::sleep(FOLLOW_POLL);
+                self.rewind_if_truncated()?;
+                continue;
+            }
+            let line = std::mem::take(&mut self.line);
+            if line.starts_with(b" ") || line.iter().all(u8::is_ascii_whitespace) {
+                continue;
+            }
+            let n = line.len().min(buf.len());
+            buf[..n].copy_from_slice(&line[..n]);
+            return Ok(n);
+        }
+    }
+}
+
+/// The source [`KmsgReader::open`] picks for a path: the kernel's device, or a regular file
+/// followed as it grows.
+pub enum KmsgSource {
+    /// `/dev/kmsg` (or any character device answering one record per read).
+    Device(File),
+    /// A regular file of records, one per line.
+    Followed(FollowedFile),
+}
+
+impl RecordSource for KmsgSource {
+    fn read_record(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        match self {
+            KmsgSource::Device(file) => file.read(buf),
+            KmsgSource::Followed(file) => file.read_record(buf),
+        }
+    }
+}
+
+impl KmsgReader<KmsgSource> {
     /// Opens the kernel log at `path` and moves to its end, so only records written from now on
-    /// are read (faults seen before are in `faults.json`).
+    /// are read (faults seen before are in `faults.json`). A regular file there is followed as
+    /// it grows ([`FollowedFile`]), never taken to have ended.
     pub fn open(path: &Path) -> Result<Self, KmsgError> {
         let open_error = |source| KmsgError::Open {
             path: path.to_path_buf(),
             source,
         };
         let mut file = File::open(path).map_err(open_error)?;
-        file.seek(SeekFrom::End(0)).map_err(open_error)?;
-        Ok(KmsgReader::new(file))
+        let end = file.seek(SeekFrom::End(0)).map_err(open_error)?;
+        let regular = file.metadata().map_err(open_error)?.is_file();
+        let source = if regular {
+            KmsgSource::Followed(FollowedFile {
+                file: io::BufReader::new(file),
+                line: Vec::new(),
+                position: end,
+            })
+        } else {
+            KmsgSource::Device(file)
+        };
+        Ok(KmsgReader::new(source))
     }
 
     /// Opens `dev/kmsg` under a host root (the node itself when the root is `/`).
@@ -423,14 +506,62 @@ mod tests {
         assert!(e.to_string().contains("dev/kmsg"), "{e}");
     }
 
+    fn message(entry: Option<KernelLogEntry>) -> String {
+        match entry {
+            Some(KernelLogEntry::Record(record)) => record.message,
+            other => panic!("expected a record, got {other:?}"),
+        }
+    }
+
     #[test]
-    fn reads_a_real_file_from_its_end() {
-        // A plain file stands in for the device: seeking to the end skips what was there.
+    fn a_regular_file_is_read_from_its_end_and_followed_as_it_grows() {
+        // A plain file stands in for the device (a test cluster's --kmsg-path): what was there
+        // is skipped, and its end is the end of what is written so far, not of the log.
+        use std::io::Write;
         let dir = tempfile::tempdir().unwrap();
         std::fs::create_dir_all(dir.path().join("dev")).unwrap();
-        std::fs::write(dir.path().join("dev/kmsg"), "4,1,1,-;old\n").unwrap();
+        let path = dir.path().join("dev/kmsg");
+        std::fs::write(&path, "4,1,1,-;old\n").unwrap();
         let mut reader = KmsgReader::open_host(&FsHost::new(dir.path())).unwrap();
-        assert_eq!(reader.next_entry().unwrap(), None);
+        let writer = {
+            let path = path.clone();
+            std::thread::spawn(move || {
+                let mut file = std::fs::OpenOptions::new().append(true).open(path).unwrap();
+                // Written after the reader has met the end at least once.
+                std::thread::sleep(FOLLOW_POLL * 2);
+                // Two records in one write, a dictionary line, then a record in two halves.
+                file.write_all(b"3,2,10,-;first\n SUBSYSTEM=pci\n3,3,11,-;second\n3,4,1")
+                    .unwrap();
+                file.flush().unwrap();
+                std::thread::sleep(FOLLOW_POLL * 2);
+                file.write_all(b"2,-;third\n").unwrap();
+            })
+        };
+        assert_eq!(message(reader.next_entry().unwrap()), "first");
+        assert_eq!(message(reader.next_entry().unwrap()), "second");
+        assert_eq!(message(reader.next_entry().unwrap()), "third");
+        writer.join().unwrap();
+    }
+
+    #[test]
+    fn a_followed_file_cut_short_is_read_again_from_its_start() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("kmsg");
+        std::fs::write(
+            &path,
+            "4,1,1,-;an old record, longer than what replaces it\n",
+        )
+        .unwrap();
+        let mut reader = KmsgReader::open(&path).unwrap();
+        let writer = {
+            let path = path.clone();
+            std::thread::spawn(move || {
+                std::thread::sleep(FOLLOW_POLL * 2);
+                std::fs::write(path, "3,1,5,-;after the rotation\n").unwrap();
+            })
+        };
+        assert_eq!(message(reader.next_entry().unwrap()), "after the rotation");
+        writer.join().unwrap();
     }
 
     #[test]
