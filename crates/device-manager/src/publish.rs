@@ -18,7 +18,7 @@ use accel_core::devices::{
     Condition, DetectionReport, DevicesSpec, DevicesStatus, allocations, settle_conditions,
 };
 use accel_core::inventory::{Inventory, ManufacturerInventory};
-use accel_core::labels::labels;
+use accel_core::labels::{GroupNaming, labels_with};
 use accel_core::ledger::Ledger;
 use accel_core::ledger::units::slices_per_accelerator;
 use accel_core::resources::KeyGrammar;
@@ -48,6 +48,8 @@ pub struct Snapshot<'a> {
     /// Whether logical slices are offered here (the preload library for the node's CUDA major
     /// is present).
     pub slices: bool,
+    /// How group ids are formed (`GPUSTACK_DEVICES_GROUP_ID_WITH_MEMORY`).
+    pub naming: GroupNaming,
 }
 
 /// RFC 3339, to the second, in UTC: the form Kubernetes writes its own times in.
@@ -70,7 +72,7 @@ pub fn desired(
             None
         }
     };
-    let spec = DevicesSpec::from_inventory(snapshot.inventory, slices);
+    let spec = DevicesSpec::from_inventory_with(snapshot.inventory, slices, snapshot.naming);
     let mut report = DetectionReport {
         last_detected_at: Some(rfc3339(snapshot.detected_at)),
         failures: BTreeMap::new(),
@@ -103,7 +105,7 @@ pub fn desired(
         None => (Vec::new(), BTreeMap::new()),
     };
     Desired {
-        node_feature_labels: labels(snapshot.inventory),
+        node_feature_labels: labels_with(snapshot.inventory, snapshot.naming),
         devices_spec: spec,
         devices_status: DevicesStatus {
             accelerators,
@@ -124,6 +126,8 @@ pub const FEED_SETTLE: Duration = Duration::from_millis(100);
 /// changes once, [`FEED_SETTLE`] after it began), and sends it to the publisher.
 pub struct Feed {
     pub grammar: KeyGrammar,
+    /// How group ids are formed (`GPUSTACK_DEVICES_GROUP_ID_WITH_MEMORY`).
+    pub naming: GroupNaming,
     /// Whether logical slices are offered for a detected section (the preload library for its
     /// CUDA major is present); asked at each update, as the section may change.
     pub slices: Arc<dyn Fn(&ManufacturerInventory) -> bool + Send + Sync>,
@@ -153,6 +157,7 @@ impl Feed {
                 .inventory
                 .manufacturer(detected.manufacturer)
                 .is_some_and(|section| (self.slices)(section)),
+            naming: self.naming,
         };
         let previous = self.out.borrow().clone();
         let next = desired(
@@ -203,5 +208,64 @@ impl Feed {
                 rx.borrow_and_update();
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+    use std::path::Path;
+    use std::time::SystemTime;
+
+    use accel_core::Manufacturer;
+    use accel_host::pci::PciClassPrefixes;
+    use accel_nvidia::detector::Deadlines;
+
+    use super::{Snapshot, desired};
+    use crate::node::Node;
+    use crate::settings::Settings;
+
+    /// The capacity the node publishes follows the resource name setting, as the plugins'
+    /// resources do (one grammar from one settings value).
+    #[test]
+    fn published_capacity_follows_the_resource_name_setting() {
+        let host = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata/hosts/hgx-h100-8gpu");
+        let node = Node::open(&host).unwrap();
+        let (inventory, _) = node
+            .collect(None, &PciClassPrefixes::default(), Deadlines::default())
+            .unwrap();
+        let settings = Settings::from_vars(&BTreeMap::from([(
+            "GPUSTACK_NVIDIA_ACCELERATABLE_RESOURCE_NAME".to_string(),
+            "example.com/gpu".to_string(),
+        )]))
+        .unwrap();
+        let snapshot = Snapshot {
+            manufacturer: Manufacturer::Nvidia,
+            inventory: &inventory,
+            failure: None,
+            detected_at: SystemTime::UNIX_EPOCH,
+            ledger: None,
+            pods: &[],
+            slices: true,
+            naming: Default::default(),
+        };
+        let wanted = desired(&snapshot, None, &settings.grammar(), SystemTime::UNIX_EPOCH);
+        let keys: Vec<&String> = wanted.capacity.keys().collect();
+        assert!(!keys.is_empty());
+        assert!(
+            keys.iter().all(|k| k.starts_with("example.com/gpu.")),
+            "{keys:?}"
+        );
+        assert_eq!(
+            wanted.capacity["example.com/gpu.sliced.units"],
+            8 * 1_600_000
+        );
+        let default = desired(
+            &snapshot,
+            None,
+            &Settings::default().grammar(),
+            SystemTime::UNIX_EPOCH,
+        );
+        assert!(default.capacity.contains_key("nvidia.com/gpu.sliced.units"));
     }
 }

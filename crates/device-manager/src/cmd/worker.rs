@@ -13,13 +13,14 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
-use accel_core::resources::KeyGrammar;
 use accel_kube::PoolCache;
 use accel_kube::lease::{self, ElectionConfig, Elector, KubeLeases};
 use accel_kube::worker::{self as controllers, LoopConfig};
 use accel_webhook::metrics::Metrics;
 use accel_webhook::{CertReloader, ServerConfig};
 use anyhow::Context as _;
+
+use crate::settings::Settings;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -35,15 +36,6 @@ pub struct Args {
     /// How often to look for a rotated certificate, in seconds.
     #[arg(long, env = "TLS_RELOAD_SECONDS", default_value_t = 10)]
     tls_reload_seconds: u64,
-    /// Resource bases that differ from the manufacturers' defaults, as the device plugin
-    /// advertises them: `nvidia=example.com/gpu,amd=example.com/rocm`.
-    #[arg(
-        long,
-        env = "GPUSTACK_RESOURCE_BASES",
-        value_name = "MANUFACTURER=BASE,…",
-        default_value = ""
-    )]
-    resource_bases: String,
     /// Largest AdmissionReview body accepted, in bytes.
     #[arg(long, env = "WEBHOOK_BODY_LIMIT", default_value_t = 4 * 1024 * 1024)]
     body_limit: usize,
@@ -84,17 +76,17 @@ pub struct Args {
     resync_seconds: u64,
 }
 
-pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+pub fn run(args: Args, settings: &Settings) -> anyhow::Result<ExitCode> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
-    runtime.block_on(serve(args))?;
+    runtime.block_on(serve(args, settings.clone()))?;
     Ok(ExitCode::SUCCESS)
 }
 
-async fn serve(args: Args) -> anyhow::Result<()> {
-    let grammar = KeyGrammar::default().with_overrides(&args.resource_bases)?;
+async fn serve(args: Args, settings: Settings) -> anyhow::Result<()> {
+    let grammar = settings.grammar();
     let reloader = CertReloader::load(&args.tls_cert, &args.tls_key)
         .context("cannot load the serving certificate")?;
     let tls = reloader.server_config()?;
