@@ -13,6 +13,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
+use accel_core::manufacturer::ManufacturerTable;
 use accel_kube::PoolCache;
 use accel_kube::lease::{self, ElectionConfig, Elector, KubeLeases};
 use accel_kube::worker::{self as controllers, LoopConfig};
@@ -110,6 +111,7 @@ async fn serve(args: Args, settings: Settings) -> anyhow::Result<()> {
         client,
         election_config,
         &args,
+        settings.manufacturers.clone(),
         stopped(stopping.clone()),
     ));
 
@@ -170,6 +172,7 @@ fn elect_and_control(
     client: kube::Client,
     config: ElectionConfig,
     args: &Args,
+    table: ManufacturerTable,
     stop: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> impl std::future::Future<Output = ()> + Send + 'static {
     let namespace = args
@@ -187,7 +190,7 @@ fn elect_and_control(
         // The controllers stop as soon as `leading` turns false, and for good once the election
         // has ended (its sender dropped).
         tokio::spawn(lease::while_leading(leading_rx, move || {
-            controllers::run(client.clone(), loop_config.clone())
+            controllers::run_with(client.clone(), loop_config.clone(), table.clone())
         }));
         Elector::new(leases, config)
             .run_until(leading_tx, stop)
