@@ -1,0 +1,105 @@
+#!/usr/bin/env bash
+# rig-bench.sh — device-manager and NVIDIA's device plugin side by side on the rig's real kubelet
+# (../shared/rig), one after the other on the same node, for BENCHMARKS.md:
+#   - RSS idle (registered, 10 s after the node advertises its GPUs) and after the churn;
+#   - mean Allocate as the kubelet measures it (kubelet_device_plugin_alloc_duration_seconds)
+#     over N Pods created one after another, for nvidia.com/gpu (both) and nvidia.com/gpu.shared
+#     (ours; NVIDIA's plugin serves no shared resource);
+#   - with METRICS=1, our own Allocate histogram beside the kubelet's (what the kubelet adds);
+#   - GetPreferredAllocation and Allocate through a plain v1beta1 client (dp-bench, n=1000).
+#
+#   cargo build --release -p device-manager
+#   N=100 scripts/rig-bench.sh
+#
+# Needs root and the rig built (../shared/rig/build.sh). CI cannot run it: a person runs it and
+# keeps what it printed. Leaves the rig stopped.
+set -u
+HERE=$(cd "$(dirname "$0")" && pwd)
+REPO=$(cd "$HERE/.." && pwd)
+K=/tmp/k8s
+export KUBECONFIG=$K/kubeconfig
+KC=$K/bin/kubectl
+BIN=$(readlink -f "${BIN:-$REPO/target/release/device-manager}")
+N=${N:-100}
+[ -x "$BIN" ] || { echo "no binary $BIN (cargo build --release -p device-manager)"; exit 2; }
+[ -x $K/up.sh ] || { echo "no rig at $K (run ../shared/rig/build.sh)"; exit 2; }
+HOST=$REPO/testdata/hosts/hgx-h100-8gpu
+PLUGINS=$K/kubelet/device-plugins
+
+WITH_KCM=1 WITH_SCHED=1 $K/up.sh >/tmp/rig-bench-up.log 2>&1 && $K/node-up.sh >/tmp/rig-bench-node.log 2>&1 || {
+  echo "rig did not come up (/tmp/rig-bench-*.log)"; exit 2; }
+D=$(mktemp -d)
+SERVE=
+trap '[ -n "$SERVE" ] && kill $SERVE 2>/dev/null; $K/node-down.sh >/dev/null 2>&1; $K/down.sh >/dev/null 2>&1; rm -rf "$D"' EXIT
+$KC delete pod --all --wait=true --timeout=60s >/dev/null 2>&1
+
+kubelet_metric() { # resource -> "sum count"
+  curl -sk --cert $K/pki/admin.crt --key $K/pki/admin.key https://127.0.0.1:10250/metrics 2>/dev/null |
+    awk -v r="$1" 'index($0, "kubelet_device_plugin_alloc_duration_seconds_sum{resource_name=\"" r "\"}")==1 {s=$2}
+      index($0, "kubelet_device_plugin_alloc_duration_seconds_count{resource_name=\"" r "\"}")==1 {c=$2}
+      END {print (s==""?0:s), (c==""?0:c)}'
+}
+own_metric() { # resource -> "sum count" of our own Allocate histogram (seconds)
+  curl -s http://127.0.0.1:9402/metrics 2>/dev/null |
+    awk -v r="$1" '/^device_manager_allocate_duration_seconds_(sum|count)\{/ && index($0, "resource=\"" r "\"") {
+        if ($0 ~ /_sum\{/) s=$NF; else c=$NF }
+      END {print (s==""?0:s), (c==""?0:c)}'
+}
+mean_us() { python3 -c "b=[float(x) for x in '$1'.split()]; a=[float(x) for x in '$2'.split()]; n=a[1]-b[1]; print(('%.0f us over %d calls' % ((a[0]-b[0])/n*1e6, n)) if n else 'n/a')"; }
+alloc() { $KC get node rig-node -o jsonpath="{.status.allocatable.${1//./\\.}}" 2>/dev/null; }
+rss() { awk '/VmRSS/{printf "%.1f MiB", $2/1024}' "/proc/$1/status"; }
+churn() { # who resource
+  local res=$2 b a ob oa rejected=0
+  b=$(kubelet_metric "$res"); ob=$(own_metric "$res")
+  for i in $(seq 1 "$N"); do
+    cat <<EOT | $KC apply -f - >/dev/null
+apiVersion: v1
+kind: Pod
+metadata: {name: bench-$i, namespace: default}
+spec:
+  hostNetwork: true
+  restartPolicy: Never
+  terminationGracePeriodSeconds: 0
+  containers:
+  - {name: c, image: localhost/rig/busybox:1.0, imagePullPolicy: Never, command: ["sleep", "3600"], resources: {limits: {$res: "1"}}}
+EOT
+    if ! $KC wait --for=condition=Ready pod/bench-$i --timeout=60s >/dev/null 2>&1; then
+      echo "  $1: bench-$i rejected: $($KC get pod bench-$i -o jsonpath='{.status.reason}: {.status.message}')"
+      rejected=$((rejected + 1))
+    fi
+    $KC delete pod bench-$i --wait=true --timeout=60s >/dev/null
+  done
+  a=$(kubelet_metric "$res"); oa=$(own_metric "$res")
+  echo "$1 $res: $N Pods, $rejected rejected; mean Allocate (kubelet) $(mean_us "$b" "$a")"
+  [ "${METRICS:-0}" = 1 ] && echo "  our own histogram: $(mean_us "$ob" "$oa")"
+}
+bench() { # who socket
+  echo "$1 dp-bench -n 1000 (µs: calls errors p50 p90 p99 max mean):"
+  $K/bin/dp-bench -socket "$2" -n 1000 2>&1 | grep -E "GetPreferredAllocation|Allocate|devices" | sed 's/^/  /'
+}
+
+echo "=== device-manager ($BIN, host $HOST)"
+extra=()
+[ "${METRICS:-0}" = 1 ] && extra=(--metrics-listen 127.0.0.1:9402)
+"$BIN" serve --node-name rig-node --host-root "$HOST" --kubelet-dir $K/kubelet --data-dir "$D" "${extra[@]}" \
+  >/tmp/rig-bench-serve.log 2>&1 &
+SERVE=$!
+for _ in $(seq 1 60); do [ "$(alloc nvidia.com/gpu)" = 8 ] && break; sleep 1; done
+sleep 10
+echo "device-manager: RSS idle $(rss $SERVE)"
+churn device-manager nvidia.com/gpu
+churn device-manager nvidia.com/gpu.shared
+echo "device-manager: RSS after the churn $(rss $SERVE)"
+bench device-manager "$PLUGINS/gpustack-nvidia.com_gpu.sock"
+kill $SERVE; wait $SERVE 2>/dev/null; SERVE=
+
+echo "=== NVIDIA's device plugin v0.20.0 (go-nvml dgxa100 mock)"
+for _ in $(seq 1 30); do [ "$(alloc nvidia.com/gpu)" = 0 ] && break; sleep 1; done
+P=$($K/peers/nvidia-dp.sh 2>/dev/null | tail -1)
+for _ in $(seq 1 60); do [ "$(alloc nvidia.com/gpu)" = 8 ] && break; sleep 1; done
+sleep 10
+echo "nvidia-device-plugin: RSS idle $(rss "$P")"
+churn nvidia-device-plugin nvidia.com/gpu
+echo "nvidia-device-plugin: RSS after the churn $(rss "$P")"
+bench nvidia-device-plugin "$PLUGINS/nvidia-gpu.sock"
+kill "$P"
