@@ -38,10 +38,12 @@ pub struct DetectRequest<'a> {
     pub state_dir: Option<&'a Path>,
     /// The PCI classes the bus scan treats as accelerators (`GPUSTACK_PCI_CLASS_PREFIXES`).
     pub pci_classes: &'a PciClassPrefixes,
-    /// The PCI gate: when given, a bus that lists functions but none of these vendor ids (of
-    /// the manufacturer's configured `GPUSTACK_<MANUFACTURER>_PCI_VENDOR_ID`) answers
-    /// `Ok(empty)` without asking the driver; `None` (`--no-pci-check`): no gate.
-    pub pci_gate: Option<&'a [PciVendorId]>,
+    /// The manufacturer's configured PCI vendor ids (`GPUSTACK_<MANUFACTURER>_PCI_VENDOR_ID`):
+    /// what its functions on the bus are recognised by (the PCI gate, GPUs passed through).
+    pub vendor_ids: &'a [PciVendorId],
+    /// The PCI gate: a bus that lists functions but none of `vendor_ids` answers `Ok(empty)`
+    /// without asking the driver; false (`--no-pci-check`): no gate.
+    pub pci_gate: bool,
 }
 
 /// The PCI gate's verdict for a bus scan: `Some(reason)` when the gate closes (the bus lists

@@ -10,6 +10,7 @@ use accel_backend::Backend;
 use accel_backend::detect::{DetectRequest, Detector, StateError, pci_gate_closed};
 use accel_backend::respond::{Responder, ResponderSetup};
 use accel_backend::slicing::SlicingLibrary;
+use accel_core::manufacturer::PciVendorId;
 use accel_core::{Detection, Manufacturer, ManufacturerInventory};
 use accel_host::Host;
 use accel_host::pci::{self, PciClassPrefixes};
@@ -46,9 +47,10 @@ impl Detector for NvidiaDetector {
     /// GPUs seen (`gpus-seen.json`) is updated there.
     fn detect(&self, request: &DetectRequest<'_>) -> Result<Detection, StateError> {
         // The PCI gate (a WSL 2 guest's GPUs are on no bus it can see: no gate there).
-        if let Some(ids) = request.pci_gate
+        if request.pci_gate
             && !detector::is_paravirtual(request.host)
-            && let Some(reason) = pci_gate_closed(request.host, request.pci_classes, ids)
+            && let Some(reason) =
+                pci_gate_closed(request.host, request.pci_classes, request.vendor_ids)
         {
             let mut section = ManufacturerInventory::empty(Manufacturer::Nvidia);
             section.notes.push(reason);
@@ -61,7 +63,7 @@ impl Detector for NvidiaDetector {
         let memory_path = request.state_dir.map(|d| d.join(passthrough::FILE_NAME));
         if let Some(path) = &memory_path {
             options.memory = Some(load_memory(path)?);
-            options.pci = pci_candidates(request.host, request.pci_classes)?;
+            options.pci = pci_candidates(request.host, request.pci_classes, request.vendor_ids)?;
         }
         let outcome = detector::detect(request.host, request.commands, options);
         if let (Some(path), Some(memory)) = (&memory_path, &outcome.memory) {
@@ -89,9 +91,13 @@ fn load_memory(path: &Path) -> Result<GpuMemory, StateError> {
     }
 }
 
+/// The bus's functions for the passthrough scan, as NVIDIA's: a function of a configured vendor
+/// id is NVIDIA's ([`passthrough::NVIDIA_VENDOR`] to the scan), one of `10de` that the
+/// configuration does not name is nobody's.
 fn pci_candidates(
     host: &dyn Host,
     prefixes: &PciClassPrefixes,
+    vendor_ids: &[PciVendorId],
 ) -> Result<Vec<PciCandidate>, StateError> {
     let scan = pci::scan_pci(host, prefixes).map_err(|e| StateError {
         what: "scanning the PCI bus".to_string(),
@@ -104,8 +110,14 @@ fn pci_candidates(
         .functions
         .into_iter()
         .map(|f| PciCandidate {
+            vendor: if vendor_ids.iter().any(|id| id.vendor == f.vendor_id) {
+                passthrough::NVIDIA_VENDOR
+            } else if f.vendor_id == passthrough::NVIDIA_VENDOR {
+                0
+            } else {
+                f.vendor_id
+            },
             bus_id: f.bus_id,
-            vendor: f.vendor_id,
             class: f.class,
             driver: f.driver,
             numa_node: f.numa_node,

@@ -45,9 +45,8 @@ impl NodeArgs {
     pub fn detect(&self, table: &ManufacturerTable) -> anyhow::Result<(Inventory, Vec<Detection>)> {
         let prefixes = class_prefixes(self.pci_class_prefixes.as_deref())?;
         let mut node = Node::open(&self.host_root)?;
-        if self.pci_check {
-            node.pci_gate = Some(table.clone());
-        }
+        node.table = table.clone();
+        node.pci_gate = self.pci_check;
         let deadlines = Deadlines {
             per_query: Duration::from_secs(self.nvidia_smi_timeout),
             snapshot: Duration::from_secs(self.nvidia_smi_timeout * 2),
@@ -62,9 +61,12 @@ pub struct Node {
     pub commands: Box<dyn Commands>,
     /// What `--host-root` named: a live root or a recording.
     pub kind: HostRoot,
-    /// The manufacturers table whose vendor ids gate each backend's detection (the PCI gate);
-    /// `None`: no gate (`--no-pci-check`, and tests that build hosts without a bus).
-    pub pci_gate: Option<ManufacturerTable>,
+    /// The manufacturers table in force: each backend recognises its functions on the bus by
+    /// its configured vendor ids (the default table unless the caller sets the settings').
+    pub table: ManufacturerTable,
+    /// Gate each backend's detection on its vendor ids being on the bus (`serve` unless
+    /// `--no-pci-check`; `detect --pci-check`).
+    pub pci_gate: bool,
 }
 
 impl Node {
@@ -95,7 +97,8 @@ impl Node {
             host: Box::new(host),
             commands,
             kind,
-            pci_gate: None,
+            table: ManufacturerTable::default(),
+            pci_gate: false,
         })
     }
 
@@ -132,17 +135,14 @@ impl Node {
         let mut inventory = Inventory::default();
         let mut detections = Vec::new();
         for backend in crate::backends::all() {
-            let gate = self
-                .pci_gate
-                .as_ref()
-                .map(|table| table.get(backend.manufacturer).pci_vendor_ids.as_slice());
             let request = DetectRequest {
                 host: self.host.as_ref(),
                 commands: self.commands.as_ref(),
                 deadlines,
                 state_dir: data_dir,
                 pci_classes: prefixes,
-                pci_gate: gate,
+                vendor_ids: &self.table.get(backend.manufacturer).pci_vendor_ids,
+                pci_gate: self.pci_gate,
             };
             let detection = backend.detector.detect(&request)?;
             if let Ok(section) = &detection {

@@ -160,9 +160,8 @@ pub fn run(args: Args, settings: &Settings) -> anyhow::Result<ExitCode> {
     std::fs::create_dir_all(&paths.data_dir)
         .with_context(|| format!("creating the data directory {}", paths.data_dir.display()))?;
     let mut node = Node::open(&args.host_root)?;
-    if !args.no_pci_check {
-        node.pci_gate = Some(settings.manufacturers.clone());
-    }
+    node.table = settings.manufacturers.clone();
+    node.pci_gate = !args.no_pci_check;
     if node.is_recorded() {
         tracing::warn!(
             "{}: a recorded host: its files and programs are replayed, not this node's",
