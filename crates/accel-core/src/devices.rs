@@ -274,6 +274,45 @@ pub struct DevicesStatus {
     pub accelerators: Vec<AcceleratorAllocation>,
     #[serde(default)]
     pub conditions: Vec<Condition>,
+    /// The faults raised on each accelerator this boot (an `Xid<n>` condition per code and
+    /// accelerator, seed 002 "XIDs from the kernel log"), by accelerator then type: why an
+    /// accelerator left service, for `kubectl get devices -o yaml`.
+    #[serde(default)]
+    pub faults: Vec<AcceleratorFault>,
+}
+
+/// Whose fault an XID is (DESIGN.md, "Health"): a hardware-class fault takes the accelerator out
+/// of service, an application-class one is reported only.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(rename_all = "camelCase")]
+pub enum FaultClass {
+    Application,
+    Hardware,
+}
+
+/// One fault condition raised on one accelerator this boot.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct AcceleratorFault {
+    pub manufacturer: Manufacturer,
+    /// The accelerator's index, when the inventory still lists it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub index: Option<u32>,
+    pub uuid: String,
+    /// The condition: `Xid<n>`, or `FallenOffBus`.
+    #[serde(rename = "type")]
+    pub type_: String,
+    /// The XID code, when the driver gave one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub xid: Option<u32>,
+    pub class: FaultClass,
+    /// The driver's text of the latest occurrence.
+    pub message: String,
+    /// When it was first seen this boot (RFC 3339), when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time: Option<String>,
 }
 
 /// An accelerator's mode in the ledger.

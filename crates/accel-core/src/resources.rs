@@ -9,6 +9,7 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
+use crate::labels::GroupNaming;
 use crate::manufacturer::{Manufacturer, ManufacturerTable};
 
 /// The domain of the internal keys that sit outside the manufacturers' bases.
@@ -176,6 +177,9 @@ pub struct KeyGrammar {
     bases: BTreeMap<Manufacturer, String>,
     /// Only the manufacturers with hardware partitioning.
     kinds: BTreeMap<Manufacturer, String>,
+    /// How group ids are formed: the other name the deployment's settings decide, carried here
+    /// so that whatever names resources and groups reads one value.
+    naming: GroupNaming,
 }
 
 impl Default for KeyGrammar {
@@ -196,7 +200,20 @@ impl KeyGrammar {
                 .rows()
                 .filter_map(|(m, row)| row.partition_kind.clone().map(|k| (m, k)))
                 .collect(),
+            naming: GroupNaming::default(),
         }
+    }
+
+    /// The same grammar with group ids formed as `naming` says
+    /// (`GPUSTACK_DEVICES_GROUP_ID_WITH_MEMORY`).
+    pub fn with_group_naming(mut self, naming: GroupNaming) -> Self {
+        self.naming = naming;
+        self
+    }
+
+    /// How group ids are formed.
+    pub fn group_naming(&self) -> GroupNaming {
+        self.naming
     }
 
     /// The partition kind in force for a manufacturer (`None`: no `.partitioned*` keys).
@@ -277,6 +294,30 @@ impl KeyGrammar {
                 manufacturer: key.0,
                 key: key.1,
             })
+    }
+}
+
+impl KeyGrammar {
+    /// The manufacturer of a name that would be a `.partitioned*` key under its base, when that
+    /// manufacturer has no hardware partitioning (`amd.com/gpu.partitioned`): not a key of this
+    /// system ([`KeyGrammar::parse`] answers `None`), yet plainly an accelerator request no node
+    /// can ever serve, so admission names it rather than letting it through unseen.
+    pub fn unpartitioned_key(&self, name: &str) -> Option<Manufacturer> {
+        if !is_qualified_name(name) || self.parse(name).is_some() {
+            return None;
+        }
+        let mut candidates: Vec<(Manufacturer, &str)> = self
+            .bases
+            .iter()
+            .filter(|(_, base)| name.starts_with(base.as_str()))
+            .map(|(m, base)| (*m, base.as_str()))
+            .collect();
+        candidates.sort_by_key(|(_, base)| std::cmp::Reverse(base.len()));
+        candidates.into_iter().find_map(|(m, base)| {
+            let rest = name[base.len()..].strip_prefix(".partitioned")?;
+            let partition_shaped = rest.is_empty() || rest.starts_with('.');
+            (partition_shaped && self.partition_kind(m).is_none()).then_some(m)
+        })
     }
 }
 
@@ -379,6 +420,33 @@ mod tests {
             manufacturer: m,
             key,
         })
+    }
+
+    #[test]
+    fn partition_keys_of_a_manufacturer_without_partitioning_are_named_not_parsed() {
+        let grammar = KeyGrammar::default();
+        for name in [
+            "amd.com/gpu.partitioned",
+            "amd.com/gpu.partitioned.units",
+            "amd.com/gpu.partitioned.mig-1g.10gb",
+            "huawei.com/npu.partitioned.vir02",
+        ] {
+            assert_eq!(parse(name), None, "{name}");
+            assert!(grammar.unpartitioned_key(name).is_some(), "{name}");
+        }
+        assert_eq!(
+            grammar.unpartitioned_key("amd.com/gpu.partitioned"),
+            Some(Manufacturer::Amd)
+        );
+        for name in [
+            "nvidia.com/gpu.partitioned",
+            "amd.com/gpu",
+            "amd.com/gpu.partitionedx",
+            "amd.com/gpu.sliced.mig-1g.10gb",
+            "cpu",
+        ] {
+            assert_eq!(grammar.unpartitioned_key(name), None, "{name}");
+        }
     }
 
     #[test]

@@ -656,6 +656,32 @@ resources:
 }
 
 #[test]
+fn a_partition_key_of_a_manufacturer_without_partitioning_is_refused_by_name() {
+    // Seed 003, "Two families": a manufacturer with no hardware partitioning has no
+    // .partitioned* keys at all, so no node will ever serve one (issue 12, item 8).
+    rejected(
+        r#"
+resources:
+  limits:
+    amd.com/gpu.partitioned: "1"
+"#,
+        "spec.containers[0].resources.limits[amd.com/gpu.partitioned]: Forbidden: amd has no hardware partitioning, so no node can serve amd.com/gpu.partitioned; request amd.com/gpu, amd.com/gpu.shared or amd.com/gpu.sliced instead",
+    );
+    rejected(
+        r#"
+resources:
+  requests:
+    huawei.com/npu.partitioned.mig-1g.10gb: "1"
+"#,
+        "spec.containers[0].resources.requests[huawei.com/npu.partitioned.mig-1g.10gb]: Forbidden: ascend has no hardware partitioning, so no node can serve huawei.com/npu.partitioned.mig-1g.10gb; request huawei.com/npu, huawei.com/npu.shared or huawei.com/npu.sliced instead",
+    );
+    // A manufacturer that partitions keeps its keys.
+    accepted(
+        "resources:\n  limits:\n    nvidia.com/gpu.partitioned: \"1\"\n    nvidia.com/gpu.partitioned.mig-1g.10gb: \"1\"\n",
+    );
+}
+
+#[test]
 fn a_pod_without_the_queue_label_is_not_checked() {
     let mut p = pod("resources:\n  limits:\n    nvidia.com/gpu.sliced: \"2\"\n");
     p["metadata"]["labels"] = json!({});

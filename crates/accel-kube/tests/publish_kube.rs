@@ -235,6 +235,7 @@ fn desired() -> Desired {
             },
             Some(r#"{"main":{"family":"sliced"}}"#.to_string()),
         )]),
+        node_events: BTreeMap::new(),
     }
 }
 
@@ -354,7 +355,7 @@ async fn each_request_the_daemon_makes() {
     );
     assert_eq!(
         writes[4].body,
-        json!({"status": {"accelerators": [], "conditions": []}})
+        json!({"status": {"accelerators": [], "conditions": [], "faults": []}})
     );
 
     // Only the status changes: one status write, and the NodeFeature is not written.

@@ -93,6 +93,7 @@ fn desired() -> Desired {
                 placeable_profiles: None,
             }],
             conditions: vec![],
+            faults: vec![],
         },
         capacity: BTreeMap::from([
             ("nvidia.com/gpu.sliced.units".into(), 1_600_000),
@@ -102,6 +103,7 @@ fn desired() -> Desired {
             (pod("a", "uid-a"), Some(r#"{"main":{}}"#.to_string())),
             (pod("b", "uid-b"), Some(r#"{"main":{}}"#.to_string())),
         ]),
+        node_events: BTreeMap::new(),
     }
 }
 

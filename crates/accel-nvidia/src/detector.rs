@@ -3,8 +3,9 @@
 //! measure; DESIGN.md, "Detector answers").
 //!
 //! Layer 2, the nvidia-smi snapshot, runs `-q -x` (required) and the optional queries, each
-//! bounded to 30 s and the whole snapshot to 60 s. An optional query that fails or exits non-zero
-//! leaves its fields empty (topo exits 3 on WSL, `mig -lgip` exits 6 without MIG).
+//! bounded to 30 s and the whole snapshot to 60 s, at most six runs in all (seed 002). An
+//! optional query that fails or exits non-zero leaves its fields empty (topo exits 3 on WSL);
+//! the `mig` queries run only when a GPU reports MIG mode (`mig -lgip` exits 6 without it).
 
 use std::time::{Duration, Instant};
 
@@ -31,23 +32,41 @@ pub const QUERY_TOPO: &[&str] = smi::topo::TOPO_ARGV;
 pub const QUERY_MIG_PROFILES: &[&str] = smi::mig::PROFILES_ARGV;
 /// MIG GPU-instance profile placements.
 pub const QUERY_MIG_PLACEMENTS: &[&str] = smi::mig::PLACEMENTS_ARGV;
-/// MIG GPU instances.
-pub const QUERY_MIG_INSTANCES: &[&str] = smi::mig::GPU_INSTANCES_ARGV;
-/// MIG compute instances.
-pub const QUERY_MIG_COMPUTE: &[&str] = smi::mig::COMPUTE_INSTANCES_ARGV;
 /// The compute capability, which the XML does not carry.
 pub const QUERY_COMPUTE_CAP: &[&str] = smi::csv::COMPUTE_CAP_ARGV;
-/// Every query a snapshot may run, the required one first (`record` captures these).
+/// Every query a snapshot may run, the required one first (`record` captures these). Seed 002:
+/// a full snapshot runs nvidia-smi up to six times, so this list holds six. The two `mig`
+/// queries run only when a GPU reports MIG mode; GPU and compute instances are read from the
+/// `-q -x` report's MIG devices (their GPU and compute instance ids), never from `mig -lgi` or
+/// `mig -lci`.
 pub const SNAPSHOT_QUERIES: &[&[&str]] = &[
     QUERY_XML,
     QUERY_LIST,
     QUERY_TOPO,
+    QUERY_COMPUTE_CAP,
     QUERY_MIG_PROFILES,
     QUERY_MIG_PLACEMENTS,
-    QUERY_MIG_INSTANCES,
-    QUERY_MIG_COMPUTE,
-    QUERY_COMPUTE_CAP,
 ];
+
+/// The versions of nvidia-smi, NVML, the driver and CUDA. Not part of the snapshot (which runs
+/// nvidia-smi at most six times): `doctor` asks it for the NVML library's version, which no
+/// other query carries.
+pub const QUERY_VERSION: &[&str] = &["nvidia-smi", "--version"];
+
+/// The queries only `doctor` runs (`record` captures these after [`SAMPLE_QUERIES`]).
+pub const DOCTOR_QUERIES: &[&[&str]] = &[QUERY_VERSION];
+
+/// The NVML library's version from `nvidia-smi --version` (`NVML version        : 590.48`),
+/// `None` when the output has no such line or only a placeholder.
+pub fn parse_nvml_version(text: &str) -> Option<String> {
+    text.lines().find_map(|line| {
+        let (name, value) = line.split_once(':')?;
+        if !name.trim().eq_ignore_ascii_case("NVML version") {
+            return None;
+        }
+        smi::value::present(value).map(str::to_string)
+    })
+}
 
 /// The queries a live sample runs (`record` captures these after [`SNAPSHOT_QUERIES`]).
 pub const SAMPLE_QUERIES: &[&[&str]] = &[smi::csv::SAMPLE_ARGV, smi::csv::COMPUTE_APPS_ARGV];
@@ -156,9 +175,6 @@ pub fn snapshot(commands: &dyn Commands, deadlines: Deadlines) -> Result<Snapsho
         }
         match commands.run(argv, deadline) {
             Ok(out) if out.success() => Some(out.stdout_text()),
-            // Without a GPU in MIG mode the driver refuses every `mig` query (exit 6): that
-            // is the expected answer, not a degraded fact.
-            Ok(_) if !any_mig && argv.get(1) == Some(&"mig") => None,
             Ok(out) => {
                 snapshot.notes.push(format!(
                     "nvidia-smi {name}: exited with status {}: {}",
@@ -176,11 +192,14 @@ pub fn snapshot(commands: &dyn Commands, deadlines: Deadlines) -> Result<Snapsho
     };
     let list = optional(QUERY_LIST);
     let topo = optional(QUERY_TOPO);
-    let profiles = optional(QUERY_MIG_PROFILES);
-    let placements = optional(QUERY_MIG_PLACEMENTS);
-    let _instances = optional(QUERY_MIG_INSTANCES);
-    let _compute = optional(QUERY_MIG_COMPUTE);
     let compute_cap = optional(QUERY_COMPUTE_CAP);
+    // Without a GPU in MIG mode the driver refuses every `mig` query (exit 6), and each call
+    // can take 30 s on a sick driver: they run only when a GPU reports MIG mode.
+    let (profiles, placements) = if any_mig {
+        (optional(QUERY_MIG_PROFILES), optional(QUERY_MIG_PLACEMENTS))
+    } else {
+        (None, None)
+    };
 
     let gpus = &mut snapshot.section.accelerators;
     let notes = &mut snapshot.notes;
@@ -290,6 +309,10 @@ pub fn detect(host: &dyn Host, commands: &dyn Commands, options: DetectOptions) 
         }
         Err(e) => (true, None, None, Some(e.to_string())),
     };
+    // Seed 002: the memory records GPUs "after every enriched collection" only. A pass where
+    // nvidia-smi failed carries procfs facts alone (no VRAM, serial, part number or compute
+    // capability), and remembering it would overwrite what a VM's GPU is known by with nulls.
+    let smi_answered = layer2.is_ok();
     let enriched = match layer2 {
         Ok(snapshot) => {
             section.notes.extend(snapshot.notes);
@@ -349,7 +372,9 @@ pub fn detect(host: &dyn Host, commands: &dyn Commands, options: DetectOptions) 
 
     let mut memory = options.memory;
     if let Some(memory) = memory.as_mut() {
-        memory.remember(&section.accelerators);
+        if smi_answered {
+            memory.remember(&section.accelerators);
+        }
         let next = section.accelerators.len() as u32;
         let (found, unknown) =
             passthrough::passed_through(memory, &options.pci, &section.accelerators, next);

@@ -5,7 +5,8 @@
 //! failures seen on real hosts), driver and CUDA versions, persistence mode, `gpu-bus` (NVIDIA
 //! display functions in sysfs against the GPUs nvidia-smi lists), `gpu-host` (a WSL 2
 //! paravirtual GPU), `/dev/kmsg`, the kubelet's sockets, the CDI specs, the preload library
-//! for the CUDA major. Per-GPU diagnosis (`--gpus`): every check of every listed GPU; a GPU
+//! for the CUDA major, the NVML library's version (`nvidia-smi --version`), MIG GPU instances
+//! subdivided into several compute instances (`mig-layout`). Per-GPU diagnosis (`--gpus`): every check of every listed GPU; a GPU
 //! passes only when all its checks pass. This module reads the host through [`Host`] and
 //! [`Commands`]; it changes nothing.
 
@@ -156,7 +157,9 @@ pub fn run(host: &dyn Host, commands: &dyn Commands, options: &Options) -> Repor
         Ok(s) => &s.section.accelerators,
         Err(_) => &[],
     };
-    checks.push(versions_check(host, &snapshot));
+    let nvml = nvml_version(commands, options.deadlines);
+    checks.push(versions_check(host, &snapshot, nvml.as_deref()));
+    checks.push(mig_layout_check(&snapshot));
     checks.push(persistence_check(&snapshot));
     checks.push(bus_check(&bus, &snapshot, paravirtual));
     checks.push(host_check(
@@ -243,8 +246,27 @@ fn smi_check(
     }
 }
 
-fn versions_check(host: &dyn Host, snapshot: &Result<Snapshot, SnapshotError>) -> Check {
+/// The NVML library's version, from `nvidia-smi --version` (`None` when it does not answer).
+fn nvml_version(commands: &dyn Commands, deadlines: Deadlines) -> Option<String> {
+    commands
+        .run(detector::QUERY_VERSION, deadlines.per_query)
+        .ok()
+        .filter(|out| out.success())
+        .and_then(|out| detector::parse_nvml_version(&out.stdout_text()))
+}
+
+/// seed 002: only nvidia-smi fills the CUDA driver version, and without it `diag.nvml` fails its
+/// `nvml.init` check; so a driver that reports no CUDA version fails here.
+fn versions_check(
+    host: &dyn Host,
+    snapshot: &Result<Snapshot, SnapshotError>,
+    nvml: Option<&str>,
+) -> Check {
     const NAME: &str = "driver";
+    let nvml = match nvml {
+        Some(v) => format!("NVML {v}"),
+        None => "NVML version unknown (nvidia-smi --version did not report it)".to_string(),
+    };
     let procfs_version = host
         .read_to_string(procfs::VERSION_FILE)
         .ok()
@@ -257,25 +279,80 @@ fn versions_check(host: &dyn Host, snapshot: &Result<Snapshot, SnapshotError>) -
         Err(_) => (procfs_version, None),
     };
     match (driver, cuda) {
-        (Some(d), Some(c)) => Check::ok(NAME, format!("driver {d}, CUDA {c}")),
-        (Some(d), None) => Check::warn(
+        (Some(d), Some(c)) => Check::ok(NAME, format!("driver {d}, CUDA {c}, {nvml}")),
+        (Some(d), None) => Check::fail(
             NAME,
-            format!("driver {d}, CUDA version unknown (nvidia-smi did not report it)"),
-            "make nvidia-smi answer: the CUDA version decides the preload library and slicing",
+            format!("driver {d} reports no CUDA version (nvidia-smi did not report one), {nvml}"),
+            "repair the driver install until nvidia-smi -q shows a CUDA Version: without it NVML cannot initialise and the CUDA version decides the preload library and slicing",
         ),
         (None, _) if snapshot.is_err() => Check::warn(
             NAME,
             "no driver version: neither procfs nor nvidia-smi reported one",
             "install or repair the NVIDIA driver if this node has NVIDIA GPUs",
         ),
-        (None, c) => Check::warn(
+        (None, Some(c)) => Check::warn(
             NAME,
-            format!(
-                "driver version unknown, CUDA {}",
-                c.as_deref().unwrap_or("unknown")
-            ),
+            format!("driver version unknown, CUDA {c}, {nvml}"),
             "check /proc/driver/nvidia/version",
         ),
+        (None, None) => Check::fail(
+            NAME,
+            format!(
+                "the driver reports neither its version nor a CUDA version (nvidia-smi did not report one), {nvml}"
+            ),
+            "repair the driver install until nvidia-smi -q shows a CUDA Version: without it NVML cannot initialise",
+        ),
+    }
+}
+
+/// GPU instances subdivided into several compute instances: each MIG device the report lists
+/// is one compute instance, named by its GPU instance id.
+fn mig_layout_check(snapshot: &Result<Snapshot, SnapshotError>) -> Check {
+    const NAME: &str = "mig-layout";
+    let Ok(s) = snapshot else {
+        return Check::warn(
+            NAME,
+            "not checked: nvidia-smi gave no report",
+            "fix the nvidia-smi check first",
+        );
+    };
+    let mut split = Vec::new();
+    let mut instances = 0;
+    for gpu in &s.section.accelerators {
+        let mut per_gi: std::collections::BTreeMap<u32, Vec<u32>> = Default::default();
+        for device in &gpu.mig_devices {
+            if let Some(gi) = device.gpu_instance_id {
+                per_gi
+                    .entry(gi)
+                    .or_default()
+                    .extend(device.compute_instance_id);
+            }
+        }
+        instances += per_gi.len();
+        for (gi, cis) in per_gi.into_iter().filter(|(_, cis)| cis.len() > 1) {
+            let cis: Vec<String> = cis.iter().map(u32::to_string).collect();
+            split.push(format!(
+                "GPU {} GPU instance {gi} is subdivided into {} compute instances ({})",
+                gpu.index,
+                cis.len(),
+                cis.join(", ")
+            ));
+        }
+    }
+    if !split.is_empty() {
+        return Check::warn(
+            NAME,
+            split.join("; "),
+            "a compute instance shares its GPU instance's memory with the others: destroy the extra compute instances (nvidia-smi mig -dci) so each GPU instance holds one",
+        );
+    }
+    if instances == 0 {
+        Check::ok(NAME, "no MIG GPU instances")
+    } else {
+        Check::ok(
+            NAME,
+            format!("{instances} MIG GPU instance(s), each with one compute instance"),
+        )
     }
 }
 
@@ -644,6 +721,81 @@ fn diagnose(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::enrich::SnapshotSection;
+    use accel_core::inventory::{MigDevice, Source};
+
+    fn report(driver: Option<&str>, cuda: Option<&str>, gpus: Vec<Accelerator>) -> Snapshot {
+        Snapshot {
+            section: SnapshotSection {
+                driver_version: driver.map(str::to_string),
+                cuda_version: cuda.map(str::to_string),
+                nvml_version: None,
+                accelerators: gpus,
+            },
+            notes: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn a_driver_that_reports_no_cuda_version_fails_the_driver_check() {
+        let dir = tempfile::tempdir().unwrap();
+        let host = accel_host::FsHost::new(dir.path());
+        let without = versions_check(&host, &Ok(report(Some("590.48.01"), None, vec![])), None);
+        assert_eq!(without.status, Status::Fail, "{without:?}");
+        assert!(
+            without.reason.contains("reports no CUDA version"),
+            "{}",
+            without.reason
+        );
+        let neither = versions_check(&host, &Ok(report(None, None, vec![])), None);
+        assert_eq!(neither.status, Status::Fail, "{neither:?}");
+        let with = versions_check(
+            &host,
+            &Ok(report(Some("590.48.01"), Some("13.1"), vec![])),
+            Some("590.48"),
+        );
+        assert_eq!(with.status, Status::Ok);
+        assert_eq!(with.reason, "driver 590.48.01, CUDA 13.1, NVML 590.48");
+    }
+
+    #[test]
+    fn the_nvml_version_is_read_from_nvidia_smi_version() {
+        let text = "NVIDIA-SMI version  : 590.48.01\nNVML version        : 590.48\nDRIVER version      : 590.48.01\nCUDA Version        : 13.1\n";
+        assert_eq!(
+            detector::parse_nvml_version(text).as_deref(),
+            Some("590.48")
+        );
+        assert_eq!(detector::parse_nvml_version("NVML version : N/A\n"), None);
+        assert_eq!(detector::parse_nvml_version("garbage"), None);
+    }
+
+    #[test]
+    fn a_gpu_instance_subdivided_into_several_compute_instances_is_reported() {
+        let mig = |index, gi, ci| MigDevice {
+            index,
+            gpu_instance_id: Some(gi),
+            compute_instance_id: Some(ci),
+            uuid: None,
+            profile: None,
+            memory_mib: None,
+            multiprocessors: None,
+        };
+        let mut gpu = Accelerator::new(0, Source::Driver);
+        gpu.mig_devices = vec![mig(0, 1, 0), mig(1, 1, 1), mig(2, 2, 0)];
+        let check = mig_layout_check(&Ok(report(
+            Some("590.48.01"),
+            Some("13.1"),
+            vec![gpu.clone()],
+        )));
+        assert_eq!(check.status, Status::Warn, "{check:?}");
+        assert_eq!(
+            check.reason,
+            "GPU 0 GPU instance 1 is subdivided into 2 compute instances (0, 1)"
+        );
+        gpu.mig_devices = vec![mig(0, 1, 0), mig(1, 2, 0)];
+        let check = mig_layout_check(&Ok(report(Some("590.48.01"), Some("13.1"), vec![gpu])));
+        assert_eq!(check.status, Status::Ok, "{check:?}");
+    }
 
     #[test]
     fn hints_for_the_failures_seen_on_real_hosts() {

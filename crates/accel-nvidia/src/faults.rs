@@ -66,6 +66,10 @@ pub struct Fault {
     pub class: XidClass,
     /// Occurrences seen this boot (best effort: the file is written when a fault is new).
     pub count: u64,
+    /// When it was first seen, in seconds since the Unix epoch (absent in files written before
+    /// it was kept).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub since: Option<u64>,
 }
 
 impl Fault {
@@ -271,6 +275,10 @@ impl FaultRecord {
                 bus_id: event.bus_id,
                 class: classes.classify(event),
                 count: 1,
+                since: std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .ok()
+                    .map(|d| d.as_secs()),
             },
         );
         Recorded::New { uuid, condition }

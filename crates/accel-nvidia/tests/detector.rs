@@ -206,3 +206,123 @@ fn hash_is_stable_across_runs_and_ignores_usage() {
     assert_eq!(a.hash(), b.hash());
     assert_eq!(a.manufacturers[0].accelerators.len(), 8);
 }
+
+/// The recorded hosts of `testdata/hosts/`.
+fn recorded_host(name: &str) -> std::path::PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../testdata/hosts")
+        .join(name)
+}
+
+/// Replays a recorded host and keeps every argv it was asked to run.
+struct CountingCommands {
+    inner: RecordedCommands,
+    calls: std::sync::Mutex<Vec<String>>,
+}
+
+impl accel_host::Commands for CountingCommands {
+    fn run(
+        &self,
+        argv: &[&str],
+        deadline: Duration,
+    ) -> Result<accel_host::CommandOutput, accel_host::CommandError> {
+        self.calls.lock().unwrap().push(argv.join(" "));
+        self.inner.run(argv, deadline)
+    }
+
+    fn is_installed(&self, program: &str) -> bool {
+        self.inner.is_installed(program)
+    }
+}
+
+fn snapshot_runs(host: &str) -> Vec<String> {
+    let commands = CountingCommands {
+        inner: RecordedCommands::load(&recorded_host(host)).unwrap(),
+        calls: std::sync::Mutex::new(Vec::new()),
+    };
+    detector::snapshot(&commands, Deadlines::default()).expect("the recorded host answers");
+    commands.calls.into_inner().unwrap()
+}
+
+#[test]
+fn a_snapshot_runs_nvidia_smi_at_most_six_times_and_mig_queries_only_for_mig() {
+    // Seed 002: "A full snapshot runs nvidia-smi up to six times".
+    assert!(detector::SNAPSHOT_QUERIES.len() <= 6);
+    // No GPU in MIG mode: no `mig` query at all.
+    let plain = snapshot_runs("hgx-h100-8gpu");
+    assert_eq!(
+        plain,
+        [
+            "nvidia-smi -q -x",
+            "nvidia-smi -L",
+            "nvidia-smi topo -m",
+            "nvidia-smi --query-gpu=uuid,compute_cap --format=csv,noheader",
+        ]
+    );
+    // A GPU in MIG mode: the profiles and their placements, never -lgi or -lci, which nothing
+    // reads (GPU and compute instance ids come with the report's MIG devices).
+    let mig = snapshot_runs("h100-mig");
+    assert!(mig.len() <= 6, "{mig:?}");
+    assert!(mig.contains(&"nvidia-smi mig -lgip".to_string()), "{mig:?}");
+    assert!(
+        mig.contains(&"nvidia-smi mig -lgipp".to_string()),
+        "{mig:?}"
+    );
+    assert!(
+        !mig.iter()
+            .any(|c| c.ends_with("-lgi") || c.ends_with("-lci")),
+        "{mig:?}"
+    );
+}
+
+#[test]
+fn the_passthrough_memory_is_written_only_after_an_enriched_collection() {
+    use accel_nvidia::passthrough::{GpuMemory, SeenGpu};
+    let dir = tempfile::tempdir().unwrap();
+    write(
+        dir.path(),
+        "root/proc/driver/nvidia/gpus/0000:70:00.0/information",
+        &l4_information(),
+    );
+    // nvidia-smi fails: the pass is procfs-only (no VRAM, serial, part number, capability).
+    command(
+        dir.path(),
+        "q-x",
+        detector::QUERY_XML,
+        "Unable to determine the device handle for GPU0000:70:00.0: Unknown Error\n",
+        15,
+        None,
+    );
+    let bus: accel_core::BusId = "00000000:70:00.0".parse().unwrap();
+    let known = SeenGpu {
+        uuid: "GPU-3291dfa4-fcc4-0110-615b-c894a0d7c689".into(),
+        name: Some("NVIDIA L4".into()),
+        architecture: Some("Ada Lovelace".into()),
+        memory_mib: Some(23034),
+        serial: Some("1321123456789".into()),
+        vbios_version: Some("95.04.65.00.13".into()),
+        board_part_number: Some("900-2G193-0000-000".into()),
+        compute_capability: Some("8.9".into()),
+    };
+    let mut memory = GpuMemory::default();
+    memory.gpus.insert(bus, known.clone());
+
+    let host = FsHost::new(dir.path().join("root"));
+    let commands = RecordedCommands::load(dir.path()).unwrap();
+    let outcome = detector::detect(
+        &host,
+        &commands,
+        DetectOptions {
+            memory: Some(memory.clone()),
+            ..fast()
+        },
+    );
+    let section = outcome.detection.expect("procfs enumerated");
+    assert_eq!(section.accelerators.len(), 1);
+    assert_eq!(section.accelerators[0].memory_mib, None, "procfs-only pass");
+    assert_eq!(
+        outcome.memory.as_ref().and_then(|m| m.gpus.get(&bus)),
+        Some(&known),
+        "a procfs-only pass must not overwrite what was remembered"
+    );
+}

@@ -58,6 +58,8 @@ enum Command {
     Doctor(cmd::doctor::Args),
     /// Print the XID events found in kernel log text (dmesg, journalctl, a file, stdin).
     Xids(cmd::xids::Args),
+    /// Print each GPU's live usage, one line per GPU (--watch: again every --monitor-period).
+    Monitor(cmd::monitor::Args),
     /// Give the admission webhooks' verdict on a Pod offline.
     Admit(cmd::admit::Args),
     /// Run the cluster-level worker: the Pod admission webhooks and, on the elected replica, the
@@ -109,6 +111,7 @@ fn main() -> ExitCode {
         Command::Labels(args) => cmd::labels::run(args, &settings),
         Command::Record(args) => cmd::record::run(args),
         Command::Xids(args) => cmd::xids::run(args),
+        Command::Monitor(args) => cmd::monitor::run(args),
         Command::Doctor(args) => cmd::doctor::run(args, &settings),
         Command::Admit(args) => cmd::admit::run(args, &settings),
         Command::Worker(args) => cmd::worker::run(args, &settings),

@@ -1,7 +1,8 @@
 //! What the node daemon shows the cluster, built from what it knows: the detection the loop last
 //! decided to publish, the plugins' ledger and this node's Pods, folded into accel-kube's
-//! [`Desired`] (the NodeFeature's labels, the `Devices` spec and status with their conditions,
-//! the Node's capacity keys, each Pod's `device.gpustack.ai/accelerator.allocated` annotation).
+//! [`Desired`] (the NodeFeature's labels, the `Devices` spec and status with their conditions
+//! and faults, the Node's capacity keys, each Pod's `device.gpustack.ai/accelerator.allocated`
+//! annotation, a Warning Event on the Node per hardware-class fault).
 //!
 //! [`desired`] is a pure function of those inputs; [`Feed`] recomputes it whenever one of them
 //! changes and hands it to the publisher's `watch` channel, which never blocks: Allocate never
@@ -15,14 +16,15 @@ use std::time::{Duration, SystemTime};
 use accel_core::Manufacturer;
 use accel_core::capacity::node_capacity;
 use accel_core::devices::{
-    Condition, DetectionReport, DevicesSpec, DevicesStatus, allocations, settle_conditions,
+    AcceleratorFault, Condition, DetectionReport, DevicesSpec, DevicesStatus, FaultClass,
+    allocations, settle_conditions,
 };
 use accel_core::inventory::{Inventory, ManufacturerInventory};
-use accel_core::labels::{GroupNaming, labels_with};
+use accel_core::labels::labels_with;
 use accel_core::ledger::Ledger;
 use accel_core::ledger::units::slices_per_accelerator;
 use accel_core::resources::KeyGrammar;
-use accel_kube::publish::{Desired, pod_annotations};
+use accel_kube::publish::{Desired, NodeEvent, pod_annotations};
 use accel_plugin::PluginHandle;
 use accel_plugin::pods::{Pod, PodSource};
 use k8s_openapi::chrono::{DateTime, SecondsFormat, Utc};
@@ -48,8 +50,8 @@ pub struct Snapshot<'a> {
     /// Whether logical slices are offered here (the preload library for the node's CUDA major
     /// is present).
     pub slices: bool,
-    /// How group ids are formed (`GPUSTACK_DEVICES_GROUP_ID_WITH_MEMORY`).
-    pub naming: GroupNaming,
+    /// The faults raised this boot, per accelerator.
+    pub faults: &'a [AcceleratorFault],
 }
 
 /// RFC 3339, to the second, in UTC: the form Kubernetes writes its own times in.
@@ -72,7 +74,7 @@ pub fn desired(
             None
         }
     };
-    let spec = DevicesSpec::from_inventory_with(snapshot.inventory, slices, snapshot.naming);
+    let spec = DevicesSpec::from_inventory_with(snapshot.inventory, slices, grammar.group_naming());
     let mut report = DetectionReport {
         last_detected_at: Some(rfc3339(snapshot.detected_at)),
         failures: BTreeMap::new(),
@@ -105,15 +107,65 @@ pub fn desired(
         None => (Vec::new(), BTreeMap::new()),
     };
     Desired {
-        node_feature_labels: labels_with(snapshot.inventory, snapshot.naming),
+        node_feature_labels: labels_with(snapshot.inventory, grammar.group_naming()),
         devices_spec: spec,
         devices_status: DevicesStatus {
             accelerators,
             conditions,
+            faults: snapshot.faults.to_vec(),
         },
         capacity,
         annotations,
+        node_events: fault_events(snapshot.faults),
     }
+}
+
+/// One Warning Event on the Node per hardware-class fault (seed 002: the GPU leaves service),
+/// named by the accelerator, the condition and when it was first seen, so it is created once per
+/// fault and boot even across daemon restarts.
+pub fn fault_events(faults: &[AcceleratorFault]) -> BTreeMap<String, NodeEvent> {
+    faults
+        .iter()
+        .filter(|f| f.class == FaultClass::Hardware)
+        .map(|f| {
+            let time = f.time.clone().unwrap_or_default();
+            let stamp: String = time.chars().filter(char::is_ascii_digit).collect();
+            let name = event_name(&format!("{}.{}.{stamp}", f.uuid, f.type_));
+            let gpu = match f.index {
+                Some(index) => format!("{} GPU {index} ({})", f.manufacturer, f.uuid),
+                None => format!("{} GPU {}", f.manufacturer, f.uuid),
+            };
+            let event = NodeEvent {
+                name: name.clone(),
+                type_: "Warning".to_string(),
+                reason: f.type_.clone(),
+                message: format!(
+                    "{gpu} is out of service (hardware-class fault {}): {}",
+                    f.type_, f.message
+                ),
+                time,
+            };
+            (name, event)
+        })
+        .collect()
+}
+
+/// A DNS-subdomain Event name from free text: lower case, `[a-z0-9.-]` kept, others to `-`.
+fn event_name(text: &str) -> String {
+    let name: String = text
+        .to_ascii_lowercase()
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '.' || c == '-' {
+                c
+            } else {
+                '-'
+            }
+        })
+        .take(253)
+        .collect();
+    name.trim_matches(|c: char| !c.is_ascii_alphanumeric())
+        .to_string()
 }
 
 /// How long the feed lets a burst of changes settle before it recomputes what to publish. On
@@ -125,9 +177,8 @@ pub const FEED_SETTLE: Duration = Duration::from_millis(100);
 /// Recomputes [`desired`] whenever the detection, the ledger or the Pods change (a burst of
 /// changes once, [`FEED_SETTLE`] after it began), and sends it to the publisher.
 pub struct Feed {
+    /// The resource names and the group ids in force ([`KeyGrammar::group_naming`]).
     pub grammar: KeyGrammar,
-    /// How group ids are formed (`GPUSTACK_DEVICES_GROUP_ID_WITH_MEMORY`).
-    pub naming: GroupNaming,
     /// Whether logical slices are offered for a detected section (the preload library for its
     /// CUDA major is present); asked at each update, as the section may change.
     pub slices: Arc<dyn Fn(&ManufacturerInventory) -> bool + Send + Sync>,
@@ -157,7 +208,7 @@ impl Feed {
                 .inventory
                 .manufacturer(detected.manufacturer)
                 .is_some_and(|section| (self.slices)(section)),
-            naming: self.naming,
+            faults: &detected.faults,
         };
         let previous = self.out.borrow().clone();
         let next = desired(
@@ -247,7 +298,7 @@ mod tests {
             ledger: None,
             pods: &[],
             slices: true,
-            naming: Default::default(),
+            faults: &[],
         };
         let wanted = desired(&snapshot, None, &settings.grammar(), SystemTime::UNIX_EPOCH);
         let keys: Vec<&String> = wanted.capacity.keys().collect();

@@ -7,6 +7,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+use accel_core::labels::GroupNaming;
 use accel_core::manufacturer::{ManufacturerTable, TableError};
 use accel_core::resources::KeyGrammar;
 use accel_nvidia::xid::{XID_APPLICATION_ENV, XID_HARDWARE_ENV, XidClasses, XidSettingError};
@@ -120,7 +121,9 @@ impl Settings {
     /// The resource-key grammar of the manufacturers table in force: what the plugins register,
     /// the capacity the node publishes, and what the webhooks check all come from it.
     pub fn grammar(&self) -> KeyGrammar {
-        KeyGrammar::from_table(&self.manufacturers)
+        KeyGrammar::from_table(&self.manufacturers).with_group_naming(GroupNaming {
+            with_memory: self.group_id_with_memory,
+        })
     }
 
     /// `<GPUSTACK_DATA_DIR>/operator`: the operator's host trees (`device-manager`, `lib`, …).
@@ -184,6 +187,9 @@ mod tests {
         assert_eq!(s.library_dir(), Path::new("/data/gpustack/operator/lib"));
         assert_eq!(s.containerd_config_dir, Path::new("/etc/k3s/containerd"));
         assert!(s.group_id_with_memory);
+        // The one grammar every publisher reads carries the group naming.
+        assert!(s.grammar().group_naming().with_memory);
+        assert!(!Settings::default().grammar().group_naming().with_memory);
     }
 
     #[test]

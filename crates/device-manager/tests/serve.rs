@@ -387,7 +387,18 @@ async fn serve_answers_prometheus_metrics_on_its_listen_address() {
         .unwrap();
     // The plugins register once the first detection has answered; the listener is up before.
     kubelet.wait_for(&["nvidia.com/gpu"]).await;
-    let metrics = http_get(addr, "GET", "/metrics");
+    // The live usage is sampled beside detection: wait (bounded) for its first sample.
+    let mut metrics = http_get(addr, "GET", "/metrics");
+    for _ in 0..100 {
+        if metrics
+            .as_ref()
+            .is_ok_and(|m| m.contains("device_manager_gpu_memory_total_mib{"))
+        {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        metrics = http_get(addr, "GET", "/metrics");
+    }
     let head = http_get(addr, "HEAD", "/metrics");
     let missing = http_get(addr, "GET", "/");
     let _ = child.kill();
@@ -413,6 +424,29 @@ async fn serve_answers_prometheus_metrics_on_its_listen_address() {
         "{body}"
     );
     assert_eq!(samples.all("device_manager_accelerator_healthy").len(), 8);
+    // The samples `monitor` prints, per GPU (issue 12, item 7).
+    let gpu0 = [("uuid", "GPU-63d1e50a-b952-d15c-0740-12bc14859142")];
+    assert_eq!(
+        samples.get("device_manager_gpu_memory_total_mib", &gpu0),
+        Some(81559.0),
+        "{body}"
+    );
+    assert_eq!(
+        samples.get("device_manager_gpu_power_draw_watts", &gpu0),
+        Some(69.85)
+    );
+    assert_eq!(
+        samples.get("device_manager_gpu_temperature_celsius", &gpu0),
+        Some(41.0)
+    );
+    assert_eq!(
+        samples.all("device_manager_gpu_utilization_percent").len(),
+        8
+    );
+    assert_eq!(
+        samples.kind("device_manager_gpu_compute_processes"),
+        Some("gauge")
+    );
     assert_eq!(
         samples.get(
             "device_manager_allocate_duration_seconds_count",

@@ -30,7 +30,8 @@ pub enum Rule {
     Cores,
     /// A value that is not the whole number a count needs.
     Quantity,
-    /// A sub-key without the key it qualifies, or a profile the pool does not offer.
+    /// A sub-key without the key it qualifies, a profile the pool does not offer, or a partition
+    /// key of a manufacturer with no hardware partitioning.
     Shape,
     /// A fact about the queue's pool was needed and could not be read.
     Pool,

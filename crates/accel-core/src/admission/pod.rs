@@ -11,6 +11,7 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
+use crate::manufacturer::Manufacturer;
 use crate::pool::QUEUE_LABEL;
 use crate::resources::{AcceleratorKey, Family, KeyGrammar, ResourceKey};
 
@@ -69,6 +70,16 @@ pub struct Claim {
     pub section: Section,
 }
 
+/// A request for a family its manufacturer does not have: a `.partitioned*` name under the base of
+/// a manufacturer with no hardware partitioning (`amd.com/gpu.partitioned`). It is no key of this
+/// system, so no family rule counts it, but no node can ever serve it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unservable {
+    pub name: String,
+    pub manufacturer: Manufacturer,
+    pub section: Section,
+}
+
 /// One container's claims.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ContainerView {
@@ -77,6 +88,8 @@ pub struct ContainerView {
     pub field: &'static str,
     pub index: usize,
     pub claims: Vec<Claim>,
+    /// Names that look like accelerator requests no node can serve (see [`Unservable`]).
+    pub unservable: Vec<Unservable>,
 }
 
 impl ContainerView {
@@ -189,7 +202,7 @@ pub fn read(pod: &Value, grammar: &KeyGrammar) -> Result<PodView, PodError> {
                     }
                 }
             };
-            let claims = read_claims(container.get("resources"), &path, grammar)?;
+            let (claims, unservable) = read_claims(container.get("resources"), &path, grammar)?;
             containers.push(ContainerView {
                 group,
                 field: if field == "spec.containers" {
@@ -199,6 +212,7 @@ pub fn read(pod: &Value, grammar: &KeyGrammar) -> Result<PodView, PodError> {
                 },
                 index,
                 claims,
+                unservable,
             });
         }
     }
@@ -213,13 +227,14 @@ fn read_claims(
     resources: Option<&Value>,
     path: &str,
     grammar: &KeyGrammar,
-) -> Result<Vec<Claim>, PodError> {
+) -> Result<(Vec<Claim>, Vec<Unservable>), PodError> {
     let resources = match resources {
-        None | Some(Value::Null) => return Ok(Vec::new()),
+        None | Some(Value::Null) => return Ok((Vec::new(), Vec::new())),
         Some(Value::Object(r)) => r,
         Some(_) => return Err(malformed(&format!("{path}.resources"), "must be an object")),
     };
     let mut claims: BTreeMap<String, Claim> = BTreeMap::new();
+    let mut unservable: BTreeMap<String, Unservable> = BTreeMap::new();
     for section in [Section::Limits, Section::Requests] {
         let section_path = format!("{path}.resources.{}", section.name());
         let map = match resources.get(section.name()) {
@@ -229,6 +244,13 @@ fn read_claims(
         };
         for (name, value) in map {
             let Some(key) = grammar.parse(name) else {
+                if let Some(manufacturer) = grammar.unpartitioned_key(name) {
+                    unservable.entry(name.clone()).or_insert(Unservable {
+                        name: name.clone(),
+                        manufacturer,
+                        section,
+                    });
+                }
                 continue;
             };
             let value = quantity_text(value).ok_or_else(|| {
@@ -245,7 +267,10 @@ fn read_claims(
             });
         }
     }
-    Ok(claims.into_values().collect())
+    Ok((
+        claims.into_values().collect(),
+        unservable.into_values().collect(),
+    ))
 }
 
 /// The text of a quantity: the API server sends strings; YAML written by hand may carry numbers.

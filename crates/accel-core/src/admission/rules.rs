@@ -23,6 +23,17 @@ pub fn validate(view: &PodView, pool: &Pool, grammar: &KeyGrammar) -> Vec<FieldE
         for manufacturer in manufacturers(container) {
             container_errors(container, manufacturer, pool, grammar, &mut errors);
         }
+        for key in &container.unservable {
+            let base = grammar.base(key.manufacturer);
+            errors.push(FieldError::forbidden(
+                format!("{}[{}]", container.section_path(key.section), key.name),
+                format!(
+                    "{} has no hardware partitioning, so no node can serve {}; request {base}, {base}.shared or {base}.sliced instead",
+                    key.manufacturer, key.name
+                ),
+                Rule::Shape,
+            ));
+        }
     }
     errors.extend(missing_pool_facts(view, pool));
     errors.extend(pod_errors(view));

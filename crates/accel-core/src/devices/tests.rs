@@ -137,7 +137,7 @@ fn an_empty_spec_and_status_still_write_their_lists() {
     );
     assert_eq!(
         serde_json::to_value(DevicesStatus::default()).unwrap(),
-        json!({"accelerators": [], "conditions": []})
+        json!({"accelerators": [], "conditions": [], "faults": []})
     );
 }
 

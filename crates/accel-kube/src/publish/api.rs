@@ -56,6 +56,26 @@ pub struct NodeFacts {
     pub allocatable: BTreeMap<String, String>,
 }
 
+/// A Kubernetes Event about this Node (core v1, in the `default` namespace as the kubelet
+/// writes its own Node events), so `kubectl describe node` shows it. Created once: its name is
+/// fixed by what it reports, so a second create (a daemon restart in the same boot) meets
+/// "already exists" and counts as done.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeEvent {
+    /// `metadata.name`: unique per fault and boot.
+    pub name: String,
+    /// `Warning` or `Normal`.
+    pub type_: String,
+    /// CamelCase, machine-readable (`Xid79`).
+    pub reason: String,
+    pub message: String,
+    /// When it happened (RFC 3339).
+    pub time: String,
+}
+
+/// The namespace the Node's Events are written in (where the kubelet writes its own).
+pub const NODE_EVENT_NAMESPACE: &str = "default";
+
 /// A change to the Node's `status.capacity` and `status.allocatable`, applied to both: a key
 /// mapped to `Some` is set, one mapped to `None` removed; keys not named are left alone.
 pub type CapacityPatch = BTreeMap<String, Option<String>>;
@@ -113,6 +133,15 @@ pub trait ClusterApi: Send + Sync + 'static {
         &self,
         name: &str,
         status: &DevicesStatus,
+    ) -> impl Future<Output = Result<(), ApiError>> + Send;
+
+    /// Creates an Event about the Node `node` (UID `node_uid`). An Event of that name that
+    /// already exists answers [`ApiError::Conflict`].
+    fn create_node_event(
+        &self,
+        node: &str,
+        node_uid: &str,
+        event: &NodeEvent,
     ) -> impl Future<Output = Result<(), ApiError>> + Send;
 
     /// Merge-patches one annotation of a Pod, guarded by its UID: `None` removes it. A Pod that

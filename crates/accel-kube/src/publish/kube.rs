@@ -4,15 +4,60 @@
 //! annotation, Devices labels, spec and status), a create or a replace carrying the
 //! resourceVersion read for the NodeFeature. The daemon needs: `get` and `patch` on
 //! `nodes/status` (and `get` on nodes); `get`, `create`, `update` on `nodefeatures` in its own
-//! namespace; `get`, `create`, `patch` on `devices` and `devices/status`; `patch` on `pods`.
+//! namespace; `get`, `create`, `patch` on `devices` and `devices/status`; `patch` on `pods`;
+//! `create` on core `events` in the `default` namespace (the Node's Events).
 
 use accel_core::devices::DevicesStatus;
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::{Event, EventSource, Node, ObjectReference, Pod};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, Time};
+use k8s_openapi::chrono::{DateTime, Utc};
 use kube::Client;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::{Map, Value, json};
 
-use super::api::{ApiError, CapacityPatch, ClusterApi, NodeFacts, PodRef};
+use super::api::{
+    ApiError, CapacityPatch, ClusterApi, NODE_EVENT_NAMESPACE, NodeEvent, NodeFacts, PodRef,
+};
+
+/// The component named in the Events the daemon writes.
+pub const EVENT_COMPONENT: &str = "gpustack-device-manager";
+
+/// A core v1 Event about Node `node`, as `kubectl describe node` finds it (involved object the
+/// Node by kind, name and UID; first, last and event times set; count 1).
+pub fn node_event_object(node: &str, node_uid: &str, event: &NodeEvent) -> Event {
+    let time = DateTime::parse_from_rfc3339(&event.time)
+        .map(|t| t.with_timezone(&Utc))
+        .unwrap_or_else(|_| Utc::now());
+    Event {
+        metadata: ObjectMeta {
+            name: Some(event.name.clone()),
+            namespace: Some(NODE_EVENT_NAMESPACE.to_string()),
+            ..ObjectMeta::default()
+        },
+        involved_object: ObjectReference {
+            api_version: Some("v1".to_string()),
+            kind: Some("Node".to_string()),
+            name: Some(node.to_string()),
+            uid: Some(node_uid.to_string()),
+            ..ObjectReference::default()
+        },
+        type_: Some(event.type_.clone()),
+        reason: Some(event.reason.clone()),
+        message: Some(event.message.clone()),
+        source: Some(EventSource {
+            component: Some(EVENT_COMPONENT.to_string()),
+            host: Some(node.to_string()),
+        }),
+        reporting_component: Some(EVENT_COMPONENT.to_string()),
+        reporting_instance: Some(node.to_string()),
+        first_timestamp: Some(Time(time)),
+        last_timestamp: Some(Time(time)),
+        event_time: Some(MicroTime(time)),
+        action: Some("Detected".to_string()),
+        count: Some(1),
+        ..Event::default()
+    }
+}
 use crate::crd::{Devices, NodeFeature};
 
 /// The kube-rs implementation.
@@ -193,6 +238,23 @@ impl ClusterApi for KubeApi {
             .map_err(|e| map_error(&what, e))
     }
 
+    async fn create_node_event(
+        &self,
+        node: &str,
+        node_uid: &str,
+        event: &NodeEvent,
+    ) -> Result<(), ApiError> {
+        let what = format!("event {}", event.name);
+        Api::<Event>::namespaced(self.client.clone(), NODE_EVENT_NAMESPACE)
+            .create(
+                &PostParams::default(),
+                &node_event_object(node, node_uid, event),
+            )
+            .await
+            .map(drop)
+            .map_err(|e| map_error(&what, e))
+    }
+
     async fn annotate_pod(
         &self,
         pod: &PodRef,
@@ -208,5 +270,35 @@ impl ClusterApi for KubeApi {
             .await
             .map(drop)
             .map_err(|e| map_error(&what, e))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_node_event_is_what_kubectl_describe_node_finds() {
+        let event = NodeEvent {
+            name: "gpu-7e7d.xid48.20261201044500".into(),
+            type_: "Warning".into(),
+            reason: "Xid48".into(),
+            message: "nvidia GPU 1 (GPU-7e7d) is out of service".into(),
+            time: "2026-12-01T04:45:00Z".into(),
+        };
+        let body = serde_json::to_value(node_event_object("node-1", "uid-1", &event)).unwrap();
+        assert_eq!(body["metadata"]["namespace"], "default");
+        assert_eq!(body["metadata"]["name"], "gpu-7e7d.xid48.20261201044500");
+        // kubectl describe node selects on the involved object's kind, name and UID.
+        assert_eq!(
+            body["involvedObject"],
+            json!({"apiVersion": "v1", "kind": "Node", "name": "node-1", "uid": "uid-1"})
+        );
+        assert_eq!(body["type"], "Warning");
+        assert_eq!(body["reason"], "Xid48");
+        assert_eq!(body["firstTimestamp"], "2026-12-01T04:45:00Z");
+        assert_eq!(body["lastTimestamp"], "2026-12-01T04:45:00Z");
+        assert_eq!(body["count"], 1);
+        assert_eq!(body["source"]["component"], EVENT_COMPONENT);
     }
 }

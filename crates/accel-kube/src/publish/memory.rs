@@ -1,5 +1,5 @@
 //! An in-memory API server for the publisher's tests and for wiring tests of the daemon: Nodes,
-//! NodeFeatures, Devices and Pods in maps, every call recorded, and a switch that makes every
+//! NodeFeatures, Devices, Pods and the Node's Events in maps, every call recorded, and a switch that makes every
 //! call fail as an unreachable API server does ([`MemoryApi::set_reachable`]).
 //!
 //! It follows the semantics the publisher relies on (404 for a missing object, a UID-guarded Pod
@@ -10,7 +10,7 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use accel_core::devices::DevicesStatus;
 
-use super::api::{ApiError, CapacityPatch, ClusterApi, NodeFacts, PodRef};
+use super::api::{ApiError, CapacityPatch, ClusterApi, NodeEvent, NodeFacts, PodRef};
 use crate::crd::{Devices, NodeFeature};
 
 #[derive(Debug, Clone, Default)]
@@ -27,6 +27,8 @@ struct State {
     node_features: BTreeMap<(String, String), NodeFeature>,
     devices: BTreeMap<String, Devices>,
     pods: BTreeMap<(String, String), MemoryPod>,
+    /// Events by name, with the Node (name, UID) each is about.
+    events: BTreeMap<String, (String, String, NodeEvent)>,
     calls: Vec<String>,
 }
 
@@ -112,6 +114,16 @@ impl MemoryApi {
             .node_features
             .get(&(namespace.to_string(), name.to_string()))
             .cloned()
+    }
+
+    /// The Events about Node `node`, in the order of their names.
+    pub fn node_events(&self, node: &str) -> Vec<NodeEvent> {
+        self.lock()
+            .events
+            .values()
+            .filter(|(name, _, _)| name == node)
+            .map(|(_, _, event)| event.clone())
+            .collect()
     }
 
     /// A Devices object as stored.
@@ -289,6 +301,26 @@ impl ClusterApi for MemoryApi {
             .get_mut(name)
             .ok_or_else(|| ApiError::NotFound(format!("devices {name}")))?;
         stored.status = Some(status.clone());
+        Ok(())
+    }
+
+    async fn create_node_event(
+        &self,
+        node: &str,
+        node_uid: &str,
+        event: &NodeEvent,
+    ) -> Result<(), ApiError> {
+        let mut state = self.enter(format!("create_node_event {}", event.name))?;
+        if state.events.contains_key(&event.name) {
+            return Err(ApiError::Conflict {
+                what: format!("event {}", event.name),
+                message: "already exists".to_string(),
+            });
+        }
+        state.events.insert(
+            event.name.clone(),
+            (node.to_string(), node_uid.to_string(), event.clone()),
+        );
         Ok(())
     }
 

@@ -11,7 +11,8 @@
 //! - each Pod's `device.gpustack.ai/accelerator.allocated` annotation, retried until it lands or
 //!   the Pod is gone (deleted, or another Pod under the same name);
 //! - the Node's capacity keys ([`accel_core::capacity`]), re-read periodically and re-patched
-//!   when they drifted (a kubelet restart rewrites the Node's status), ours removed when they go.
+//!   when they drifted (a kubelet restart rewrites the Node's status), ours removed when they go;
+//! - Events about the Node (one per new hardware-class fault), each created once.
 //!
 //! A part that fails is retried with capped exponential backoff; the others carry on. The
 //! [`PublisherHandle`] tells when everything desired has landed; [`PublishMetrics`] counts what
@@ -41,7 +42,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference}
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-pub use api::{ApiError, CapacityPatch, ClusterApi, NodeFacts, PodRef};
+pub use api::{
+    ApiError, CapacityPatch, ClusterApi, NODE_EVENT_NAMESPACE, NodeEvent, NodeFacts, PodRef,
+};
 pub use metrics::PublishMetrics;
 
 use metrics::Part as BacklogPart;
@@ -69,6 +72,9 @@ pub struct Desired {
     /// ([`accel_core::ledger::annotation::render`]); `None` removes the annotation. A Pod left
     /// out is not touched (its grants are gone with it).
     pub annotations: BTreeMap<PodRef, Option<String>>,
+    /// Events about the Node, by name: each is created once (one per new hardware-class fault).
+    /// One that leaves the map is forgotten, never deleted (Events expire on their own).
+    pub node_events: BTreeMap<String, NodeEvent>,
 }
 
 /// The `annotations` of a [`Desired`], from the ledger's grants and this node's live Pods: a Pod
@@ -246,6 +252,7 @@ pub struct Publisher<A> {
     status: Part<DevicesStatus>,
     capacity: Part<BTreeMap<String, u64>>,
     pods: BTreeMap<PodRef, PodPart>,
+    events: BTreeMap<String, Part<()>>,
     next_capacity_check: Instant,
     next_resync: Instant,
     metrics: PublishMetrics,
@@ -280,6 +287,7 @@ impl<A: ClusterApi> Publisher<A> {
             status: Part::default(),
             capacity: Part::default(),
             pods: BTreeMap::new(),
+            events: BTreeMap::new(),
             metrics: PublishMetrics::default(),
         };
         (publisher, handle)
@@ -346,6 +354,7 @@ impl<A: ClusterApi> Publisher<A> {
             .into_iter()
             .flatten()
             .chain(self.pods.values().filter_map(|p| p.part.retry))
+            .chain(self.events.values().filter_map(|e| e.retry))
         {
             wake = wake.min(retry.due);
         }
@@ -419,6 +428,10 @@ impl<A: ClusterApi> Publisher<A> {
                     .get(pod)
                     .is_some_and(|p| p.gone || p.part.is(value))
             })
+            && want
+                .node_events
+                .keys()
+                .all(|name| self.events.get(name).is_some_and(|e| e.is(&())))
     }
 
     async fn reconcile(&mut self, want: &Desired) {
@@ -431,6 +444,7 @@ impl<A: ClusterApi> Publisher<A> {
         if !self.ensure_node(now).await {
             return;
         }
+        self.reconcile_events(want, now).await;
         if !self.node_feature.is(&want.node_feature_labels) && self.node_feature.may_try(now) {
             self.reconcile_node_feature(want, now).await;
         }
@@ -653,6 +667,32 @@ impl<A: ClusterApi> Publisher<A> {
             Err(e) => {
                 tracing::warn!(error = %e, "node capacity not published; retrying");
                 self.capacity.failed(now, &self.config);
+            }
+        }
+    }
+
+    /// Creates each wanted Event once; "already exists" (written before a restart) is done.
+    async fn reconcile_events(&mut self, want: &Desired, now: Instant) {
+        self.events
+            .retain(|name, _| want.node_events.contains_key(name));
+        let Some(uid) = self.node.landed.as_ref().map(|n| n.uid.clone()) else {
+            return;
+        };
+        for (name, event) in &want.node_events {
+            let state = self.events.entry(name.clone()).or_default();
+            if state.is(&()) || !state.may_try(now) {
+                continue;
+            }
+            match self
+                .api
+                .create_node_event(&self.config.node, &uid, event)
+                .await
+            {
+                Ok(()) | Err(ApiError::Conflict { .. }) => state.landed(()),
+                Err(e) => {
+                    tracing::warn!(event = %name, error = %e, "node event not published; retrying");
+                    state.failed(now, &self.config);
+                }
             }
         }
     }

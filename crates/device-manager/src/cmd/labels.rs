@@ -21,10 +21,7 @@ pub fn run(args: Args, settings: &Settings) -> anyhow::Result<ExitCode> {
             failed = true;
         }
     }
-    let naming = accel_core::labels::GroupNaming {
-        with_memory: settings.group_id_with_memory,
-    };
-    let labels = accel_core::labels::labels_with(&inventory, naming);
+    let labels = accel_core::labels::labels_with(&inventory, settings.grammar().group_naming());
     println!("{}", serde_json::to_string_pretty(&labels)?);
     Ok(if failed {
         ExitCode::from(1)

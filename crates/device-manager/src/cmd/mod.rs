@@ -6,6 +6,7 @@ pub mod cpu_key;
 pub mod detect;
 pub mod doctor;
 pub mod labels;
+pub mod monitor;
 pub mod record;
 pub mod refresh;
 pub mod reset;

@@ -91,6 +91,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     for argv in detector::SNAPSHOT_QUERIES
         .iter()
         .chain(detector::SAMPLE_QUERIES)
+        .chain(detector::DOCTOR_QUERIES)
     {
         let name = command_name(argv);
         match recorder.record_command(&commands, &name, argv, deadline)? {

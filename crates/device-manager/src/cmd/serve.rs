@@ -17,7 +17,6 @@ use accel_backend::respond::{EngineFacts, ResponderSetup};
 use accel_backend::slicing::{self, SliceOffer};
 use accel_core::Manufacturer;
 use accel_core::inventory::ManufacturerInventory;
-use accel_core::labels::GroupNaming;
 use accel_kube::publish::kube::KubeApi;
 use accel_kube::publish::{PublishMetrics, Publisher, PublisherConfig};
 use accel_nvidia::detector::Deadlines;
@@ -31,7 +30,7 @@ use tokio::sync::watch;
 
 use crate::admin::server::AdminServer;
 use crate::daemon::loops::Loops;
-use crate::daemon::metrics::DaemonMetrics;
+use crate::daemon::metrics::{DaemonMetrics, GpuUsageMetrics};
 use crate::daemon::{self, Daemon, DaemonOptions};
 use crate::node::{self, Node};
 use crate::settings::Settings;
@@ -103,6 +102,41 @@ pub struct Args {
     /// Serve Prometheus metrics at http://ADDR/metrics (e.g. 0.0.0.0:9402); off when unset.
     #[arg(long, env = "METRICS_LISTEN", value_name = "ADDR")]
     pub metrics_listen: Option<SocketAddr>,
+    /// How often the GPUs' live usage is sampled for the metrics (with --metrics-listen):
+    /// seconds, or with a unit (`15s`, `2m`); the samples `device-manager monitor` prints.
+    #[arg(long, env = "MONITOR_PERIOD", default_value = "15s", value_parser = crate::cmd::monitor::parse_period)]
+    pub monitor_period: Duration,
+}
+
+/// Samples the GPUs' live usage every `period` on the blocking pool (nvidia-smi may take its
+/// deadline) for the usage gauges; a failed sample clears them (a sample is worth what its time
+/// claims) and is logged once until one succeeds again.
+async fn sample_usage(
+    daemon: Arc<Daemon>,
+    period: Duration,
+    usage: watch::Sender<Option<accel_nvidia::samples::Samples>>,
+) {
+    let mut failing = false;
+    loop {
+        let daemon_now = daemon.clone();
+        match tokio::task::spawn_blocking(move || daemon_now.sample_usage()).await {
+            Ok(Ok(sample)) => {
+                failing = false;
+                usage.send_replace(Some(sample));
+            }
+            Ok(Err(e)) => {
+                if !failing {
+                    tracing::warn!(
+                        "usage sample: {e}; the GPU usage metrics are empty until a sample succeeds"
+                    );
+                }
+                failing = true;
+                usage.send_replace(None);
+            }
+            Err(_) => return,
+        }
+        tokio::time::sleep(period).await;
+    }
 }
 
 /// Where `serve` keeps and finds things, resolved from its flags and the settings.
@@ -198,6 +232,8 @@ pub fn run(args: Args, settings: &Settings) -> anyhow::Result<ExitCode> {
         },
     )?);
     registry.register_collector(Box::new(daemon.health_metrics()));
+    let (usage_tx, usage) = watch::channel(None);
+    registry.register_collector(Box::new(GpuUsageMetrics { usage }));
     let registry = Arc::new(registry);
     // Bound before the plugins register, so a second daemon on this data directory stops here
     // and a `refresh` sent as soon as the kubelet sees us waits in the backlog.
@@ -230,12 +266,13 @@ pub fn run(args: Args, settings: &Settings) -> anyhow::Result<ExitCode> {
             }
             None => None,
         };
+        // Live usage for the metrics, sampled only when someone can scrape it.
+        let sampler = args
+            .metrics_listen
+            .map(|_| tokio::spawn(sample_usage(daemon.clone(), args.monitor_period, usage_tx)));
         let (plugins_tx, plugins_rx) = watch::channel(None);
         let feed = publish::Feed {
             grammar: settings.grammar(),
-            naming: GroupNaming {
-                with_memory: settings.group_id_with_memory,
-            },
             slices: {
                 let daemon = daemon.clone();
                 let backend = backend.clone();
@@ -311,6 +348,9 @@ pub fn run(args: Args, settings: &Settings) -> anyhow::Result<ExitCode> {
             shutdown.await;
         }
         admin.shutdown();
+        if let Some(sampler) = sampler {
+            sampler.abort();
+        }
         let _ = metrics_stop.send(true);
         if let Some(server) = metrics_server {
             let _ = server.await;

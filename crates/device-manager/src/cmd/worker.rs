@@ -48,7 +48,7 @@ pub struct Args {
     #[arg(long, env = "WEBHOOK_REQUEST_TIMEOUT_MS", default_value_t = 10_000)]
     request_timeout_ms: u64,
     /// This replica's identity in the leader election (the Pod name, from the downward API;
-    /// `HOSTNAME` when unset).
+    /// when unset, the host name and a random suffix, as Kubernetes' own controllers do).
     #[arg(long, env = "POD_NAME")]
     identity: Option<String>,
     /// The namespace of the election's Lease (the Pod's, from the downward API; the client's
@@ -143,12 +143,17 @@ async fn serve(args: Args, settings: Settings) -> anyhow::Result<()> {
 }
 
 fn election(args: &Args) -> anyhow::Result<ElectionConfig> {
-    let identity = args
-        .identity
-        .clone()
-        .or_else(|| std::env::var("HOSTNAME").ok())
-        .filter(|i| !i.is_empty())
-        .context("no identity for the leader election: set POD_NAME (the downward API's metadata.name) or --identity")?;
+    let identity = match args.identity.clone().filter(|i| !i.is_empty()) {
+        Some(identity) => identity,
+        None => {
+            let identity = default_identity(&host_name(), &random_suffix());
+            tracing::warn!(
+                %identity,
+                "no POD_NAME or --identity: the leader-election identity is the host name and a random suffix"
+            );
+            identity
+        }
+    };
     let secs = |s: u64| Duration::from_secs(s.max(1));
     let config = ElectionConfig {
         identity,
@@ -164,6 +169,48 @@ fn election(args: &Args) -> anyhow::Result<ElectionConfig> {
         );
     }
     Ok(config)
+}
+
+/// The identity of a replica outside a Pod: `<host name>_<suffix>`, the shape client-go's
+/// leader election gives its own controllers (the suffix keeps two processes on one host apart).
+fn default_identity(host_name: &str, suffix: &str) -> String {
+    let host = host_name.trim();
+    let host = if host.is_empty() {
+        "device-manager"
+    } else {
+        host
+    };
+    format!("{host}_{suffix}")
+}
+
+/// This machine's host name: `HOSTNAME` where the shell exported it, else the kernel's.
+fn host_name() -> String {
+    std::env::var("HOSTNAME")
+        .ok()
+        .filter(|h| !h.trim().is_empty())
+        .or_else(|| {
+            nix::unistd::gethostname()
+                .ok()
+                .map(|h| h.to_string_lossy().into_owned())
+        })
+        .unwrap_or_default()
+}
+
+/// 16 hex digits that differ between processes: the standard library seeds each `RandomState`
+/// from the operating system's randomness.
+fn random_suffix() -> String {
+    use std::hash::BuildHasher;
+    let seed = (
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or_default(),
+    );
+    format!(
+        "{:016x}",
+        std::collections::hash_map::RandomState::new().hash_one(seed)
+    )
 }
 
 /// Campaign on the Lease and run the controllers while this replica leads, until `stop`; then
@@ -222,5 +269,19 @@ async fn stop_signal() {
     tokio::select! {
         () = ctrl_c => {}
         () = term => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_default_identity_is_the_host_name_and_a_random_suffix() {
+        assert_eq!(default_identity("node-a\n", "00ff"), "node-a_00ff");
+        assert_eq!(default_identity("", "00ff"), "device-manager_00ff");
+        let (a, b) = (random_suffix(), random_suffix());
+        assert_eq!(a.len(), 16);
+        assert_ne!(a, b, "two suffixes in one process differ");
     }
 }

@@ -1,7 +1,8 @@
 //! The node daemon's Prometheus metrics: XIDs by code and class (counted where the daemon
 //! classifies each kernel-log event), detection passes by outcome and their duration, and each
 //! accelerator's health as the inventory last published it (read at scrape time from
-//! [`Daemon::published`](super::Daemon::published), so it cannot drift from what is published).
+//! [`Daemon::published`](super::Daemon::published), so it cannot drift from what is published),
+//! and each GPU's live usage as last sampled ([`GpuUsageMetrics`], the samples `monitor` prints).
 //!
 //! This module owns the metric handles and their names; what a pass or an XID means stays in
 //! `daemon` and `accel_nvidia`.
@@ -9,6 +10,7 @@
 use std::fmt::Write as _;
 use std::time::Duration;
 
+use accel_nvidia::samples::{GpuUsage, Samples};
 use accel_nvidia::xid::XidClass;
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{
@@ -195,6 +197,83 @@ impl Collector for AcceleratorHealth {
             };
             ConstGauge::new(i64::from(accelerator.healthy))
                 .encode(family.encode_family(&labels)?)?;
+        }
+        Ok(())
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct GpuLabels {
+    uuid: String,
+}
+
+/// Each GPU's live usage as last sampled (`accel_nvidia::samples::sample`, every monitor
+/// period), read at every scrape. A reading the driver did not give has no series; a GPU the
+/// last sample did not list has none either.
+#[derive(Debug)]
+pub struct GpuUsageMetrics {
+    pub usage: watch::Receiver<Option<Samples>>,
+}
+
+impl Collector for GpuUsageMetrics {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let usage = self.usage.borrow();
+        let gpus = usage.as_ref().map_or(&[][..], |s| &s.gpus[..]);
+        type Reading = fn(&GpuUsage) -> Option<f64>;
+        let series: [(
+            &str,
+            &str,
+            Option<prometheus_client::registry::Unit>,
+            Reading,
+        ); 6] = [
+            (
+                "gpu_utilization_percent",
+                "GPU utilization over the driver's last sample period, in percent",
+                None,
+                |g| g.reading.utilization_gpu_percent,
+            ),
+            (
+                "gpu_memory_used_mib",
+                "Framebuffer memory in use, in MiB",
+                None,
+                |g| g.reading.memory_used_mib.map(|m| m as f64),
+            ),
+            (
+                "gpu_memory_total_mib",
+                "Framebuffer memory in all, in MiB",
+                None,
+                |g| g.reading.memory_total_mib.map(|m| m as f64),
+            ),
+            (
+                "gpu_temperature_celsius",
+                "GPU core temperature, in degrees Celsius",
+                None,
+                |g| g.reading.temperature_c,
+            ),
+            (
+                "gpu_power_draw_watts",
+                "Power drawn by the board, in watts",
+                None,
+                |g| g.reading.power_draw_w,
+            ),
+            (
+                "gpu_compute_processes",
+                "Compute processes on the GPU (graphics processes are no workload)",
+                None,
+                |g| Some(f64::from(g.compute_processes)),
+            ),
+        ];
+        for (name, help, unit, reading) in series {
+            let mut family =
+                encoder.encode_descriptor(name, help, unit.as_ref(), MetricType::Gauge)?;
+            for gpu in gpus {
+                if let Some(value) = reading(gpu) {
+                    let labels = GpuLabels {
+                        uuid: gpu.reading.uuid.clone(),
+                    };
+                    ConstGauge::new(value).encode(family.encode_family(&labels)?)?;
+                }
+            }
         }
         Ok(())
     }

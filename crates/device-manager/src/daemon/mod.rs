@@ -38,6 +38,7 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::time::{Duration, Instant, SystemTime};
 
 use accel_core::Manufacturer;
+use accel_core::devices::{AcceleratorFault, FaultClass};
 use accel_core::inventory::{Inventory, ManufacturerInventory};
 use accel_core::ledger::units::slices_per_accelerator;
 use accel_core::ledger::{Ledger, Seat};
@@ -46,7 +47,8 @@ use accel_host::{FsHost, KernelLog, KernelLogEntry, KmsgReader};
 use accel_nvidia::detector::Deadlines;
 use accel_nvidia::faults::{self, FaultWatch, WatchOutcome};
 use accel_nvidia::reset::{self, GrantView, ResetError, ResetReport};
-use accel_nvidia::xid::XidClasses;
+use accel_nvidia::samples::{self, SampleError, Samples};
+use accel_nvidia::xid::{XidClass, XidClasses};
 use accel_plugin::pods::PodSource;
 use accel_plugin::{Config, DevicePlugins, PluginHandle, StartError};
 use tokio::sync::watch;
@@ -111,6 +113,37 @@ pub enum Reason {
     HealthChange,
 }
 
+/// The fault record as `Devices.status` shows it: each condition with its accelerator's index
+/// (when the inventory lists it), class, driver text and first-seen time.
+fn published_faults(record: &faults::FaultRecord, inventory: &Inventory) -> Vec<AcceleratorFault> {
+    record
+        .faults()
+        .map(|fault| AcceleratorFault {
+            manufacturer: Manufacturer::Nvidia,
+            index: inventory
+                .manufacturer(Manufacturer::Nvidia)
+                .and_then(|section| {
+                    section
+                        .accelerators
+                        .iter()
+                        .find(|a| a.uuid.as_deref() == Some(fault.device_id.as_str()))
+                })
+                .map(|a| a.index),
+            uuid: fault.device_id.clone(),
+            type_: fault.condition.clone(),
+            xid: fault.xid,
+            class: match fault.class {
+                XidClass::Hardware => FaultClass::Hardware,
+                XidClass::Application => FaultClass::Application,
+            },
+            message: fault.message.clone(),
+            time: fault.since.map(|secs| {
+                crate::publish::rfc3339(SystemTime::UNIX_EPOCH + Duration::from_secs(secs))
+            }),
+        })
+        .collect()
+}
+
 /// What the node should publish, as the detection loop last decided it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Published {
@@ -125,6 +158,8 @@ pub struct Published {
     pub failure: Option<String>,
     /// When the last successful detection ran.
     pub detected_at: SystemTime,
+    /// The faults raised this boot, per accelerator (what `Devices.status.faults` shows).
+    pub faults: Vec<AcceleratorFault>,
 }
 
 struct State {
@@ -208,6 +243,17 @@ impl Daemon {
     /// last detected (see the module doc).
     pub fn published(&self) -> watch::Receiver<Option<Published>> {
         self.published.subscribe()
+    }
+
+    /// Takes one live usage sample of the GPUs (blocking: each query is bounded by the
+    /// snapshot's per-query deadline). Shares the collector with detection, so nvidia-smi never
+    /// runs twice at once.
+    pub fn sample_usage(&self) -> Result<Samples, SampleError> {
+        let collector = lock(&self.collector);
+        samples::sample(
+            collector.commands.as_ref(),
+            self.options.deadlines.per_query,
+        )
     }
 
     /// The accelerator-health gauge, read from what is published at each scrape.
@@ -317,6 +363,7 @@ impl Daemon {
             inventory: state.inventory.clone(),
             failure: state.failure.clone(),
             detected_at: at,
+            faults: published_faults(state.faults.record(), &state.inventory),
         });
         self.published.send_if_modified(|current| {
             if *current == value {

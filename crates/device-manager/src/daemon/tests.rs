@@ -857,7 +857,6 @@ async fn allocate_answers_through_an_api_outage_and_everything_lands_once_it_is_
 
     let (_plugins_tx, plugins_rx) = watch::channel(Some(rig.plugins.as_ref().unwrap().handle()));
     let feed = Feed {
-        naming: Default::default(),
         grammar: KeyGrammar::default(),
         slices: Arc::new(|_| true),
         pods: Arc::new(rig.kubelet.pods().clone()),
@@ -937,6 +936,114 @@ async fn allocate_answers_through_an_api_outage_and_everything_lands_once_it_is_
         Some("12800000"),
         "{:?}",
         node.capacity
+    );
+
+    feeder.abort();
+    publisher.abort();
+    rig.stop().await;
+}
+
+/// Issue 12, item 4: the XID conditions reach the cluster. Each GPU's faults (code, class, the
+/// driver's text, when first seen) are in `Devices.status.faults`, and each new hardware-class
+/// fault is one Warning Event on the Node; an application-class fault makes no Event, and a
+/// repeated XID no second one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn xid_conditions_reach_the_devices_status_and_hardware_faults_the_node_events() {
+    use accel_core::devices::FaultClass;
+    use accel_core::resources::KeyGrammar;
+    use accel_kube::publish::memory::MemoryApi;
+    use accel_kube::publish::{NodeFacts, Publisher, PublisherConfig};
+    use tokio::sync::watch;
+
+    use crate::publish::Feed;
+
+    const NODE: &str = "gpu-node-4";
+    let host = host();
+    let data = tempfile::tempdir().unwrap();
+    let mut rig = Rig::start(host.path(), &data_dir(&data)).await;
+    let api = Arc::new(MemoryApi::new());
+    api.put_node(
+        NODE,
+        NodeFacts {
+            uid: "node-uid-4".into(),
+            ..NodeFacts::default()
+        },
+    );
+    let (_plugins_tx, plugins_rx) = watch::channel(Some(rig.plugins.as_ref().unwrap().handle()));
+    let feed = Feed {
+        grammar: KeyGrammar::default(),
+        slices: Arc::new(|_| true),
+        pods: Arc::new(rig.kubelet.pods().clone()),
+        detected: rig.daemon.published(),
+        plugins: plugins_rx,
+        out: watch::channel(None).0,
+    };
+    let config = PublisherConfig::new(NODE, "gpustack-system", [Manufacturer::Nvidia]);
+    let (publisher, mut handle) = Publisher::new(api.clone(), config, feed.out.subscribe());
+    let publisher = tokio::spawn(publisher.run());
+    let feeder = tokio::spawn(feed.run());
+
+    rig.line(APPLICATION_XID_GPU0);
+    rig.line(HARDWARE_XID_GPU1);
+    rig.line(HARDWARE_XID_GPU1);
+    rig.wait_health(GPU1, "Unhealthy", SETTLE).await;
+    let landed = async {
+        loop {
+            handle.caught_up().await;
+            let faults = api
+                .devices_object(NODE)
+                .and_then(|d| d.status)
+                .map(|s| s.faults.len());
+            if faults == Some(2) {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    tokio::time::timeout(SETTLE, landed)
+        .await
+        .expect("both faults reach Devices.status");
+
+    let status = api.devices_object(NODE).unwrap().status.unwrap();
+    let gpu0 = status.faults.iter().find(|f| f.uuid == GPU0).unwrap();
+    assert_eq!(
+        (gpu0.index, gpu0.type_.as_str(), gpu0.xid, gpu0.class),
+        (Some(0), "Xid13", Some(13), FaultClass::Application)
+    );
+    assert_eq!(gpu0.message, "Graphics SM Warp Exception");
+    let gpu1 = status.faults.iter().find(|f| f.uuid == GPU1).unwrap();
+    assert_eq!(
+        (gpu1.index, gpu1.type_.as_str(), gpu1.xid, gpu1.class),
+        (Some(1), "Xid48", Some(48), FaultClass::Hardware)
+    );
+    assert_eq!(gpu1.message, "An uncorrectable double bit error");
+    let time = gpu1.time.as_deref().expect("when it was first seen");
+    assert!(
+        time.len() == 20 && time.ends_with('Z'),
+        "RFC 3339 to the second: {time}"
+    );
+
+    // One Event, for the hardware fault only, about the Node by name and UID.
+    let events = api.node_events(NODE);
+    assert_eq!(events.len(), 1, "{events:?}");
+    let event = &events[0];
+    assert_eq!(
+        (event.type_.as_str(), event.reason.as_str()),
+        ("Warning", "Xid48")
+    );
+    assert!(
+        event.message.contains(GPU1) && event.message.contains("An uncorrectable double bit error"),
+        "{}",
+        event.message
+    );
+    assert!(
+        api.calls()
+            .iter()
+            .filter(|c| c.starts_with("create_node_event"))
+            .count()
+            == 1,
+        "one create: {:?}",
+        api.calls()
     );
 
     feeder.abort();

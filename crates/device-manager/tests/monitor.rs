@@ -1,0 +1,103 @@
+//! `device-manager monitor` through the real binary on the recorded hosts: one line per GPU
+//! (table or JSON), `--watch` every `--monitor-period`, a host without nvidia-smi and a bad period
+//! each one clear line (issue 12, item 7).
+
+use std::path::PathBuf;
+use std::process::Command;
+
+fn host(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../testdata/hosts")
+        .join(name)
+}
+
+fn monitor(args: &[&str]) -> (i32, String, String) {
+    let o = Command::new(env!("CARGO_BIN_EXE_device-manager"))
+        .arg("monitor")
+        .args(args)
+        .env_remove("HOST_ROOT")
+        .env_remove("MONITOR_PERIOD")
+        .output()
+        .unwrap();
+    (
+        o.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&o.stdout).into_owned(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
+}
+
+const GPU0: &str = "GPU-63d1e50a-b952-d15c-0740-12bc14859142";
+
+#[test]
+fn one_line_per_gpu_with_utilization_memory_temperature_power_and_processes() {
+    let root = host("hgx-h100-8gpu");
+    let (code, out, err) = monitor(&["--host-root", root.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 9, "a header and 8 GPUs:\n{out}");
+    assert!(lines[0].starts_with("UUID"), "{out}");
+    for column in ["UTIL", "MEMORY", "TEMP", "POWER", "PROCS"] {
+        assert!(lines[0].contains(column), "{column} in {}", lines[0]);
+    }
+    let first = lines[1];
+    assert!(first.starts_with(GPU0), "{first}");
+    for cell in ["0 %", "0 / 81559 MiB", "41 C", "70 / 700 W"] {
+        assert!(first.contains(cell), "{cell:?} in {first:?}");
+    }
+}
+
+#[test]
+fn json_is_one_object_per_sample() {
+    let root = host("hgx-h100-8gpu");
+    let (code, out, err) = monitor(&["--host-root", root.to_str().unwrap(), "-o", "json"]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(out.lines().count(), 1, "{out}");
+    let sample: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(sample["source"], "csv");
+    assert!(sample["time"].as_str().is_some_and(|t| t.ends_with('Z')));
+    let gpus = sample["gpus"].as_array().unwrap();
+    assert_eq!(gpus.len(), 8);
+    assert_eq!(gpus[0]["uuid"], GPU0);
+    assert_eq!(gpus[0]["memoryTotalMib"], 81559);
+    assert!(gpus[0]["computeProcesses"].is_u64(), "{}", gpus[0]);
+}
+
+#[test]
+fn watch_samples_again_every_period() {
+    let root = host("hgx-h100-8gpu");
+    let started = std::time::Instant::now();
+    let (code, out, err) = monitor(&[
+        "--host-root",
+        root.to_str().unwrap(),
+        "-o",
+        "json",
+        "--watch",
+        "--monitor-period",
+        "1s",
+        "--count",
+        "2",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(out.lines().count(), 2, "{out}");
+    assert!(
+        started.elapsed() >= std::time::Duration::from_secs(1),
+        "the second sample waits one period"
+    );
+}
+
+#[test]
+fn a_host_without_nvidia_smi_and_a_bad_period_are_one_clear_line() {
+    let root = host("no-driver");
+    let (code, out, err) = monitor(&["--host-root", root.to_str().unwrap()]);
+    assert_eq!(code, 1, "{out}");
+    assert_eq!(
+        err.trim(),
+        "device-manager: monitor: nvml: nvidia-smi not found (no NVIDIA driver on this host)"
+    );
+    let (code, _, err) = monitor(&["--monitor-period", "fast"]);
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("\"fast\" is not a period") && err.contains("--monitor-period"),
+        "{err}"
+    );
+}
