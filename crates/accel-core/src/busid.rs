@@ -156,4 +156,37 @@ mod tests {
             assert!(s.parse::<BusId>().is_err(), "{s}");
         }
     }
+
+    #[test]
+    fn a_pci_function_is_0_to_7() {
+        let last: BusId = "0000:18:00.7".parse().unwrap();
+        assert_eq!(last.function, 7);
+        assert!("0000:18:00.8".parse::<BusId>().is_err());
+    }
+
+    #[test]
+    fn a_pci_device_is_0_to_1f() {
+        let last: BusId = "0000:18:1f.0".parse().unwrap();
+        assert_eq!(last.device, 0x1f);
+        assert!("0000:18:20.0".parse::<BusId>().is_err());
+        let first: BusId = "0000:18:00.0".parse().unwrap();
+        assert_eq!(first.device, 0);
+    }
+
+    #[test]
+    fn each_field_has_at_most_its_hex_digits_and_nothing_else() {
+        // The number parser alone would take `018` as 0x18 and `+1` as 1; a bus id that is
+        // spelled wrong is refused, whichever field is wrong.
+        for s in [
+            "0000:018:00.0",
+            "0000:+1:00.0",
+            "0000:18:000.0",
+            "0000:18:+1.0",
+            "+000:18:00.0",
+            "0000::00.0",
+            "0000:18:.0",
+        ] {
+            assert!(s.parse::<BusId>().is_err(), "{s}");
+        }
+    }
 }

@@ -304,6 +304,54 @@ mod tests {
     }
 
     #[test]
+    fn only_a_numeric_ordinal_right_before_gen_is_a_generation_prefix() {
+        let table = [
+            // The prefix goes only as the pair `<n>th Gen`.
+            (
+                "Intel",
+                "12th Gen Intel(R) Core(TM) i5-12400",
+                "intel-core-i5-12400",
+            ),
+            // A word that is not a numeric ordinal keeps `Gen` after it.
+            (
+                "Intel",
+                "Intel(R) Xeon(R) Next Gen 8592",
+                "intel-xeon-next-gen-8592",
+            ),
+            (
+                "Intel",
+                "Intel(R) Xeon(R) Latest Gen 8592",
+                "intel-xeon-latest-gen-8592",
+            ),
+            (
+                "Intel",
+                "Intel(R) Xeon(R) 2 Fourth Gen",
+                "intel-xeon-2-fourth-gen",
+            ),
+            // A numeric ordinal not followed by `Gen` is part of the model.
+            ("Acme", "Acme Vector 2nd Edition", "acme-vector-2nd-edition"),
+        ];
+        for (vendor, name, want) in table {
+            assert_eq!(named(vendor, name), want, "{vendor} / {name}");
+        }
+    }
+
+    #[test]
+    fn only_one_word_before_core_is_a_core_count() {
+        let table = [
+            ("AMD", "AMD EPYC 9654 96-Core Processor", "amd-epyc-9654"),
+            ("AMD", "AMD Opteron(tm) Quad-Core 8380", "amd-opteron-8380"),
+            // `-Core` with no count, or with a count that is not one word, stays in the model.
+            ("Acme", "Acme Z9 -Core", "acme-z9-core"),
+            ("Acme", "Acme Z9 Multi-Die-Core", "acme-z9-multi-die-core"),
+            ("Acme", "Acme Z9 8+8-Core", "acme-z9-8-8-core"),
+        ];
+        for (vendor, name, want) in table {
+            assert_eq!(named(vendor, name), want, "{vendor} / {name}");
+        }
+    }
+
+    #[test]
     fn unreported_names_fall_back_to_family_and_id() {
         let model = [(VENDOR_LABEL, "AMD"), (FAMILY_LABEL, "25"), (ID_LABEL, "1")];
         // Absent, an unresolved template reference, empty, or nothing left after cleaning.

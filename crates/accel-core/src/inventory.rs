@@ -356,6 +356,34 @@ mod tests {
     }
 
     #[test]
+    fn a_manufacturer_section_is_found_by_its_name() {
+        let [first, second, absent, ..] = Manufacturer::ALL;
+        let inventory = Inventory {
+            manufacturers: vec![
+                ManufacturerInventory::empty(second),
+                ManufacturerInventory::empty(first),
+            ],
+        };
+        assert_eq!(inventory.manufacturer(first).map(|m| m.name), Some(first));
+        assert_eq!(inventory.manufacturer(second).map(|m| m.name), Some(second));
+        assert!(inventory.manufacturer(absent).is_none());
+    }
+
+    #[test]
+    fn canonical_form_puts_manufacturers_in_table_order() {
+        let mut inventory = Inventory {
+            manufacturers: Manufacturer::ALL
+                .iter()
+                .rev()
+                .map(|m| ManufacturerInventory::empty(*m))
+                .collect(),
+        };
+        inventory.canonicalize();
+        let names: Vec<Manufacturer> = inventory.manufacturers.iter().map(|m| m.name).collect();
+        assert_eq!(names, Manufacturer::ALL);
+    }
+
+    #[test]
     fn mig_and_passthrough_limit_what_can_be_granted() {
         let mut a = gpu(0, "GPU-a");
         a.mig_mode = Some(MigMode::Enabled);

@@ -293,6 +293,13 @@ mod tests {
         assert_eq!(memory_quantity(2 * 1024 * 1024), "2Ti");
     }
 
+    #[test]
+    fn tebi_is_the_largest_memory_unit() {
+        // No Pi: a petabyte-sized value is still counted in Ti, never past the unit list.
+        assert_eq!(memory_quantity(1024 * 1024 * 1024), "1024Ti");
+        assert_eq!(memory_quantity(5 * 1024 * 1024 * 1024), "5120Ti");
+    }
+
     fn gpu(index: u32, product: &str, memory: u64) -> Accelerator {
         let mut a = Accelerator::new(index, Source::Driver);
         a.product = Some(product.to_string());

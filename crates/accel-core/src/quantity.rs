@@ -137,6 +137,8 @@ impl Quantity {
         }
         let mut significand = self.significand;
         let mut exp10 = self.exp10;
+        // Equivalent mutant: `exp10 <= 0` would also move one zero from a significand ending in
+        // 0 into an exponent of 0 (n0 × 10^0 = n × 10^1), the same value; no test can tell.
         while exp10 < 0 && significand % 10 == 0 {
             significand /= 10;
             exp10 += 1;
@@ -210,6 +212,101 @@ mod tests {
         ] {
             assert_eq!(parse_count(text), Err(QuantityError::Malformed), "{text:?}");
         }
+    }
+
+    // The API server writes every quantity in canonical form: the largest suffix that keeps the
+    // number whole, so 8,000,000 units come back as `8M` and 80 GiB of bytes as `80Gi`. Each
+    // suffix below is one the server may hand us for real node capacity and real requests.
+
+    #[test]
+    fn a_quantity_in_nano_is_a_billionth_of_a_unit() {
+        assert_eq!(parse_count("1000000000n"), Ok(1));
+        assert_eq!(parse_count("3000000000n"), Ok(3));
+        assert_eq!(parse_count("1n"), Err(QuantityError::Fraction));
+        assert_eq!(parse_count("500000000n"), Err(QuantityError::Fraction));
+    }
+
+    #[test]
+    fn a_quantity_in_micro_is_a_millionth_of_a_unit() {
+        assert_eq!(parse_count("1000000u"), Ok(1));
+        assert_eq!(parse_count("7000000u"), Ok(7));
+        assert_eq!(parse_count("1u"), Err(QuantityError::Fraction));
+        assert_eq!(parse_count("999999u"), Err(QuantityError::Fraction));
+    }
+
+    #[test]
+    fn a_quantity_in_milli_is_a_thousandth_of_a_unit() {
+        assert_eq!(parse_count("2000m"), Ok(2));
+        assert_eq!(parse_count("1500m"), Err(QuantityError::Fraction));
+    }
+
+    #[test]
+    fn a_quantity_in_kilo_is_a_thousand_units() {
+        assert_eq!(parse_count("1k"), Ok(1_000));
+        assert_eq!(parse_count("1.5k"), Ok(1_500));
+    }
+
+    #[test]
+    fn a_quantity_in_mega_is_a_million_units() {
+        assert_eq!(parse_count("8M"), Ok(8_000_000));
+        assert_eq!(parse_count("1.6M"), Ok(1_600_000));
+    }
+
+    #[test]
+    fn a_quantity_in_giga_is_a_billion_units() {
+        assert_eq!(parse_count("3G"), Ok(3_000_000_000));
+        assert_eq!(parse_count("0.5G"), Ok(500_000_000));
+    }
+
+    #[test]
+    fn a_quantity_in_tera_is_a_trillion_units() {
+        assert_eq!(parse_count("2T"), Ok(2_000_000_000_000));
+    }
+
+    #[test]
+    fn a_quantity_in_peta_is_a_quadrillion_units() {
+        assert_eq!(parse_count("5P"), Ok(5_000_000_000_000_000));
+    }
+
+    #[test]
+    fn a_quantity_in_exa_is_a_quintillion_units() {
+        assert_eq!(parse_count("1E"), Ok(1_000_000_000_000_000_000));
+        assert_eq!(parse_count("19E"), Err(QuantityError::TooLarge));
+    }
+
+    #[test]
+    fn binary_suffixes_are_powers_of_1024() {
+        assert_eq!(parse_count("4Ki"), Ok(4 << 10));
+        assert_eq!(parse_count("512Mi"), Ok(512 << 20));
+        assert_eq!(parse_count("80Gi"), Ok(80 << 30));
+        assert_eq!(parse_count("2Ti"), Ok(2 << 40));
+        assert_eq!(parse_count("3Pi"), Ok(3 << 50));
+        assert_eq!(parse_count("15Ei"), Ok(15 << 60));
+        assert_eq!(
+            parse_count("0.5Gi"),
+            Ok(512 << 20),
+            "a fraction of a binary unit"
+        );
+    }
+
+    #[test]
+    fn a_suffix_is_case_sensitive() {
+        // `m` is milli and `M` mega; `K`, `g`, `mi` are no suffix at all.
+        assert_ne!(parse_count("1000m"), parse_count("1000M"));
+        for text in ["1K", "1g", "1mi", "1ki", "1KI"] {
+            assert_eq!(parse_count(text), Err(QuantityError::Malformed), "{text:?}");
+        }
+    }
+
+    #[test]
+    fn a_significand_of_38_digits_is_read_exactly() {
+        // u128 holds every 38-digit significand; only a 39th digit is too large to read.
+        let one_then_37_zeros = format!("1{}", "0".repeat(37));
+        assert_eq!(parse_count(&format!("{one_then_37_zeros}e-37")), Ok(1));
+        assert_eq!(
+            parse_count(&format!("{one_then_37_zeros}0e-38")),
+            Err(QuantityError::TooLarge)
+        );
     }
 
     proptest! {

@@ -521,6 +521,41 @@ mod tests {
     }
 
     #[test]
+    fn only_a_qualified_resource_name_is_named_unpartitioned() {
+        // The API server refuses a resource name that is not a qualified name before admission
+        // sees it, so such a name is never reported as a partition key.
+        let grammar = KeyGrammar::default();
+        for name in ["amd.com/gpu.partitioned.1g+me", "amd.com/gpu.partitioned."] {
+            assert_eq!(grammar.unpartitioned_key(name), None, "{name}");
+        }
+        assert!(
+            grammar
+                .unpartitioned_key("amd.com/gpu.partitioned.x")
+                .is_some()
+        );
+    }
+
+    #[test]
+    fn a_profile_segment_starts_and_ends_alphanumeric() {
+        for profile in ["1g.10gb", "3g.40gb", "a", "1g-10gb_x"] {
+            assert!(is_profile_segment(profile), "{profile}");
+        }
+        for profile in ["", "-1g", ".1g", "1g.", "1g-", "1g.10gb+me", "1g 10gb"] {
+            assert!(!is_profile_segment(profile), "{profile}");
+        }
+    }
+
+    #[test]
+    fn a_resource_name_is_a_qualified_name_of_at_most_63_characters() {
+        let local = |n: usize| format!("example.com/{}", "a".repeat(n));
+        assert!(is_qualified_name("nvidia.com/gpu"));
+        assert!(is_qualified_name(&local(63)));
+        assert!(!is_qualified_name(&local(64)));
+        assert!(!is_qualified_name("example.com/gpu+x"));
+        assert!(!is_qualified_name("example.com/-gpu"));
+    }
+
+    #[test]
     fn what_is_not_a_key() {
         for name in [
             "cpu",

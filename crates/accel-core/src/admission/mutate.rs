@@ -184,3 +184,36 @@ fn pin(pod: &mut Value, label: &str, floor: u64) -> Result<(), String> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    const COUNT: &str = "acceleratable.feature.gpustack.ai/nvidia-h100-80gb-hbm3.count";
+
+    #[test]
+    fn the_pin_rewrites_only_its_own_expression() {
+        // Ours is the count label with `Gt`. The user's expressions on that label with another
+        // operator, or with `Gt` on another label, are theirs and stay as written.
+        let mut pod = json!({"spec": {"affinity": {"nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+                {"matchExpressions": [
+                    {"key": COUNT, "operator": "Exists"},
+                    {"key": "example.com/rack", "operator": "Gt", "values": ["4"]},
+                    {"key": COUNT, "operator": "Gt", "values": ["0"]}
+                ]}
+            ]}
+        }}}});
+        pin(&mut pod, COUNT, 2).unwrap();
+        assert_eq!(
+            pod["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+                ["nodeSelectorTerms"][0]["matchExpressions"],
+            json!([
+                {"key": COUNT, "operator": "Exists"},
+                {"key": "example.com/rack", "operator": "Gt", "values": ["4"]},
+                {"key": COUNT, "operator": "Gt", "values": ["2"]}
+            ])
+        );
+    }
+}

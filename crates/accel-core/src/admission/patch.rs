@@ -119,6 +119,21 @@ mod tests {
         assert_eq!(escape("a~b/c"), "a~0b~1c");
     }
 
+    #[test]
+    fn an_add_into_a_list_inserts_at_its_index_and_never_past_the_end() {
+        let list = json!({"terms": ["a", "b"]});
+        let add = |path: &str| vec![json!({"op": "add", "path": path, "value": "x"})];
+        assert_eq!(
+            apply(&list, &add("/terms/0")),
+            Some(json!({"terms": ["x", "a", "b"]}))
+        );
+        assert_eq!(
+            apply(&list, &add("/terms/2")),
+            Some(json!({"terms": ["a", "b", "x"]}))
+        );
+        assert_eq!(apply(&list, &add("/terms/3")), None);
+    }
+
     fn arb_json() -> impl Strategy<Value = Value> {
         let leaf = prop_oneof![
             Just(Value::Null),

@@ -317,6 +317,51 @@ mod tests {
     }
 
     #[test]
+    fn only_restart_policy_always_makes_an_init_container_a_native_sidecar() {
+        let pod = json!({"spec": {"initContainers": [
+            {"name": "a", "restartPolicy": "Always"},
+            {"name": "b", "restartPolicy": "OnFailure"},
+            {"name": "c", "restartPolicy": "Never"},
+            {"name": "d", "restartPolicy": null},
+            {"name": "e"}
+        ]}});
+        let view = read(&pod, &KeyGrammar::default()).unwrap();
+        let groups: Vec<Group> = view.containers.iter().map(|c| c.group).collect();
+        assert_eq!(
+            groups,
+            [
+                Group::NativeSidecar,
+                Group::Init,
+                Group::Init,
+                Group::Init,
+                Group::Init
+            ]
+        );
+    }
+
+    #[test]
+    fn find_names_the_claim_of_the_key_asked_for() {
+        let pod = json!({"spec": {"containers": [{"name": "main", "resources": {"limits": {
+            "nvidia.com/gpu.sliced": "1",
+            "nvidia.com/gpu.sliced.memory-percentage": "50"
+        }}}]}});
+        let view = read(&pod, &KeyGrammar::default()).unwrap();
+        let container = &view.containers[0];
+        let sliced = container.find(|k| *k == AcceleratorKey::Sliced).unwrap();
+        assert_eq!(sliced.name, "nvidia.com/gpu.sliced");
+        assert_eq!(sliced.value, "1");
+        let budget = container
+            .find(|k| *k == AcceleratorKey::SlicedMemoryPercentage)
+            .unwrap();
+        assert_eq!(budget.value, "50");
+        assert!(
+            container
+                .find(|k| *k == AcceleratorKey::Exclusive)
+                .is_none()
+        );
+    }
+
+    #[test]
     fn unreadable_shapes_name_the_field() {
         let g = KeyGrammar::default();
         let cases = [

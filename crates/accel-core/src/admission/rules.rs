@@ -431,3 +431,62 @@ fn pod_errors(view: &PodView) -> Vec<FieldError> {
     }
     errors
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::admission::pod::read;
+    use serde_json::json;
+
+    fn one_container(limits: serde_json::Value) -> PodView {
+        let pod =
+            json!({"spec": {"containers": [{"name": "main", "resources": {"limits": limits}}]}});
+        read(&pod, &KeyGrammar::default()).unwrap()
+    }
+
+    #[test]
+    fn a_manufacturers_profiles_are_its_own() {
+        let view = one_container(json!({
+            "nvidia.com/gpu.partitioned": "1",
+            "nvidia.com/gpu.partitioned.mig-1g.10gb": "1",
+            "hygon.com/dcu.partitioned.mig-2g.15gb": "1"
+        }));
+        let names = |m| -> Vec<String> {
+            profiles(&view.containers[0], m)
+                .into_iter()
+                .map(|(_, p)| p.to_string())
+                .collect()
+        };
+        assert_eq!(names(Manufacturer::Nvidia), ["1g.10gb"]);
+        assert_eq!(names(Manufacturer::Hygon), ["2g.15gb"]);
+    }
+
+    #[test]
+    fn a_partition_needs_both_the_accelerators_and_the_profiles_vram() {
+        let view = one_container(json!({
+            "nvidia.com/gpu.partitioned": "1",
+            "nvidia.com/gpu.partitioned.mig-1g.10gb": "1"
+        }));
+        let pool = |facts: serde_json::Value| -> Pool { serde_json::from_value(facts).unwrap() };
+        let known = pool(
+            json!({"group": "nvidia-h100-80gb-hbm3", "manufacturer": "nvidia",
+            "memoryMiB": 81559, "count": 8, "profiles": {"1g.10gb": 9984}}),
+        );
+        assert!(missing_pool_facts(&view, &known).is_empty());
+        for partial in [
+            json!({"group": "nvidia-h100-80gb-hbm3", "manufacturer": "nvidia", "memoryMiB": 81559, "count": 8}),
+            json!({"group": "nvidia-h100-80gb-hbm3", "manufacturer": "nvidia", "count": 8,
+                "profiles": {"1g.10gb": 9984}}),
+        ] {
+            let errors = missing_pool_facts(&view, &pool(partial.clone()));
+            assert_eq!(errors.len(), 1, "{partial}");
+            assert!(
+                errors[0]
+                    .to_string()
+                    .contains("a partition needs the VRAM of profile 1g.10gb"),
+                "{}",
+                errors[0]
+            );
+        }
+    }
+}

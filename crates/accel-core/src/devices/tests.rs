@@ -129,6 +129,23 @@ fn no_slicing_means_no_logical_slice_count() {
 }
 
 #[test]
+fn a_slice_count_of_zero_offers_no_logical_slicing() {
+    // Only a positive count is an offer: zero slices is the same as not sliced at all.
+    for (slices, want) in [(Some(0), None), (Some(1), Some(LogicalSliced { count: 1 }))] {
+        let spec = DevicesSpec::from_inventory(&node(), |_| slices);
+        let whole: Vec<Option<LogicalSliced>> = spec
+            .groups
+            .iter()
+            .flat_map(|g| &g.accelerators)
+            .filter(|a| a.grantable == Grantability::Whole)
+            .map(|a| a.logical_sliced)
+            .collect();
+        assert!(!whole.is_empty());
+        assert!(whole.iter().all(|s| *s == want), "{slices:?}: {whole:?}");
+    }
+}
+
+#[test]
 fn an_empty_spec_and_status_still_write_their_lists() {
     // A merge patch of {"spec": …} must replace the lists, so they are never omitted.
     assert_eq!(
@@ -325,4 +342,21 @@ fn transition_times_move_only_when_the_status_does() {
     let second = settle_conditions(&first, [healthy(), Condition::detection(&failed)], t1);
     assert_eq!(second[0].last_transition_time, t1, "Detected flipped");
     assert_eq!(second[1].last_transition_time, t0, "Healthy unchanged");
+}
+
+#[test]
+fn a_transition_time_is_kept_only_from_a_condition_of_the_same_type() {
+    let t0 = "2026-11-29T10:00:00Z";
+    let t1 = "2026-11-29T10:10:00Z";
+    let ok = DetectionReport {
+        last_detected_at: Some(t0.into()),
+        failures: BTreeMap::new(),
+    };
+    // Healthy was True since t0; Detected is new (also True): it starts now, not at t0.
+    let previous = settle_conditions(&[], [Condition::health(&DevicesSpec::default())], t0);
+    let settled = settle_conditions(&previous, [Condition::detection(&ok)], t1);
+    assert_eq!(settled.len(), 1);
+    assert_eq!(settled[0].type_, DETECTED);
+    assert_eq!(settled[0].status, ConditionStatus::True);
+    assert_eq!(settled[0].last_transition_time, t1);
 }

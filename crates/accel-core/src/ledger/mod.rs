@@ -563,6 +563,9 @@ impl Ledger {
     ) -> Result<(), Refusal> {
         let accelerator = || self.describe(index);
         match (occupancy.mode, family) {
+            // Equivalent mutant: deleting this arm leaves a free accelerator to the `_` arm
+            // below, which also lets it through (the arms between match only `Held`); kept
+            // because it states the rule: a free accelerator takes any family.
             (Mode::Free, _) => {}
             (Mode::Held(Family::Exclusive), Family::Exclusive) => {
                 return Err(Refusal::ExclusivelyHeld {

@@ -115,6 +115,8 @@ fn fits(ledger: &Ledger, index: u32, family: Family, units: u64) -> bool {
 /// fewest pairs without an NVLink, then the set that leaves the fewest free accelerators on the
 /// NUMA nodes it touches (keeping other nodes whole), then the lowest positions.
 fn exclusive_set(ledger: &Ledger, must: &[u32], fitting: &[u32], wanted: usize) -> Vec<u32> {
+    // Equivalent mutant (`&&`): a shortcut only. Without it, no wanted accelerator scores just
+    // the empty set and no fitting one is answered by the next check, both with nothing.
     if wanted == 0 || fitting.is_empty() {
         return Vec::new();
     }
@@ -132,6 +134,7 @@ fn exclusive_set(ledger: &Ledger, must: &[u32], fitting: &[u32], wanted: usize) 
     search(&sorted, 0, wanted, &mut chosen, &mut |set| {
         let whole: Vec<u32> = must.iter().chain(set.iter()).copied().collect();
         let score = score(ledger, &whole, set, &free_per_numa);
+        // Equivalent mutant (`<=`): a score ends with the set itself, so two sets never tie.
         if best.as_ref().is_none_or(|(b, _)| score < *b) {
             best = Some((score, set.to_vec()));
         }
@@ -151,6 +154,9 @@ fn score(
         .collect();
     let mut unlinked = 0;
     for (n, a) in whole.iter().enumerate() {
+        // Equivalent mutant (`n * 1`): counting each accelerator against itself adds the same
+        // number (the set's size) to every candidate set, and all are one size; only a seat
+        // NVLinked to itself, which no topology shows, could tell.
         for b in &whole[n + 1..] {
             if !ledger.seat(*a).is_some_and(|s| s.nvlinked_to(*b)) {
                 unlinked += 1;
@@ -187,6 +193,8 @@ fn search(
         return;
     }
     for n in start..items.len() {
+        // Equivalent mutant (`items.len() + n`): this only prunes branches too short to complete a
+        // set; without it the same sets are visited, more slowly.
         if items.len() - n < wanted - chosen.len() {
             break;
         }
@@ -225,5 +233,23 @@ fn greedy(ledger: &Ledger, sorted: &[u32], wanted: usize) -> Vec<u32> {
     match best {
         Some(group) => group[..wanted].to_vec(),
         None => sorted[..wanted].to_vec(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn candidate_sets_are_counted_exactly_up_to_the_scoring_limit() {
+        assert_eq!(combinations(8, 3), 56);
+        assert_eq!(combinations(17, 7), 19_448);
+        assert_eq!(combinations(20, 17), 1_140, "20 choose 17 is 20 choose 3");
+        assert_eq!(combinations(6, 0), 1);
+        assert_eq!(combinations(6, 6), 1);
+        assert_eq!(combinations(20_000, 1), 20_000, "exactly the limit");
+        // Past the limit the count only has to say so.
+        assert!(combinations(18, 7) > MAX_SETS_SCORED);
+        assert!(combinations(20_000, 2) > MAX_SETS_SCORED);
     }
 }

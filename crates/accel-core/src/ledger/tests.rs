@@ -553,3 +553,384 @@ fn an_unattributed_key_names_no_pod_and_one_set_of_devices() {
     assert!(l.grant(&a).is_none());
     l.verify().unwrap();
 }
+
+fn grant(family: Family, accelerators: &[u32], units: u64) -> Grant {
+    Grant {
+        family,
+        resource: format!("nvidia.com/gpu.{family}"),
+        device_ids: accelerators.iter().map(|i| format!("dev-{i}")).collect(),
+        accelerators: accelerators.to_vec(),
+        units,
+        cores_percentage: None,
+        finished: false,
+    }
+}
+
+/// A ledger holding `grants` as written, bypassing the admission rules, with its running count
+/// made to agree: the states `verify` exists to catch.
+fn forced(seats: impl IntoIterator<Item = Seat>, policy: Policy, grants: Vec<Grant>) -> Ledger {
+    let mut l = Ledger::new(seats, policy);
+    for (n, g) in grants.into_iter().enumerate() {
+        l.grants
+            .insert(GrantKey::new(format!("pod-{n}"), "main"), g);
+    }
+    l.occupancy = l.recount();
+    l
+}
+
+#[test]
+fn a_grant_key_names_its_pod_and_container() {
+    assert_eq!(
+        GrantKey::new("7f3e", "trainer").to_string(),
+        "pod 7f3e container trainer"
+    );
+}
+
+#[test]
+fn the_ledger_keeps_the_policy_it_was_given() {
+    for policy in [
+        Policy::default(),
+        Policy {
+            release_terminated_pods: false,
+            slice_gate: false,
+        },
+        Policy {
+            release_terminated_pods: true,
+            slice_gate: false,
+        },
+    ] {
+        assert_eq!(Ledger::new([seat(0, 0)], policy).policy(), policy);
+    }
+}
+
+#[test]
+fn every_seat_has_an_occupancy_free_at_first() {
+    let mut l = ledger(3);
+    assert_eq!(
+        l.occupancies(),
+        &BTreeMap::from([
+            (0, Occupancy::FREE),
+            (1, Occupancy::FREE),
+            (2, Occupancy::FREE)
+        ])
+    );
+    l.allocate(claim("a", Family::Exclusive, &[1], 0)).unwrap();
+    assert_eq!(l.occupancies().len(), 3);
+    assert_eq!(l.occupancies()[&1].mode, Mode::Held(Family::Exclusive));
+    assert_eq!(l.occupancies()[&1].holders, 1);
+}
+
+#[test]
+fn set_health_reports_only_a_change() {
+    let mut l = ledger(1);
+    assert!(!l.set_health(0, true), "already healthy");
+    assert!(l.set_health(0, false));
+    assert!(!l.set_health(0, false), "already unhealthy");
+    assert!(!l.seat(0).unwrap().healthy);
+    assert!(l.set_health(0, true));
+    assert!(l.seat(0).unwrap().healthy);
+    assert!(!l.set_health(9, false), "no such accelerator");
+}
+
+#[test]
+fn a_retry_is_found_only_by_the_same_resource_and_the_same_devices() {
+    let mut l = ledger(3);
+    l.allocate(claim("a", Family::Shared, &[0, 1], 0)).unwrap();
+    let key = GrantKey::new("a", "main");
+    let resource = "nvidia.com/gpu.shared";
+    let ids = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    // The kubelet may name the devices in any order.
+    assert_eq!(
+        l.find_by_devices(resource, &ids(&["a-1", "a-0"])),
+        Some(&key)
+    );
+    assert_eq!(
+        l.find_by_devices("nvidia.com/gpu", &ids(&["a-0", "a-1"])),
+        None
+    );
+    assert_eq!(l.find_by_devices(resource, &ids(&["a-0"])), None);
+    assert_eq!(l.find_by_devices(resource, &ids(&["a-0", "a-2"])), None);
+    // A finished Pod's tokens are back with the kubelet: a call naming them is a new one.
+    l.pod_finished("a");
+    assert_eq!(l.find_by_devices(resource, &ids(&["a-0", "a-1"])), None);
+}
+
+#[test]
+fn a_slice_budget_is_1_to_the_units_of_one_accelerator() {
+    let mut l = ledger(2);
+    for units in [0, UNITS_PER_ACCELERATOR + 1] {
+        assert_eq!(
+            l.allocate(claim("a", Family::Sliced, &[0], units)),
+            Err(Refusal::BadBudget {
+                key: GrantKey::new("a", "main"),
+                units
+            })
+        );
+    }
+    l.allocate(claim("a", Family::Sliced, &[0], 1)).unwrap();
+    l.allocate(claim("b", Family::Sliced, &[1], UNITS_PER_ACCELERATOR))
+        .unwrap();
+    l.verify().unwrap();
+}
+
+#[test]
+fn only_a_slice_needs_a_sliceable_accelerator() {
+    let mut l = Ledger::new(
+        [
+            Seat {
+                slice_capacity: 0,
+                ..seat(0, 0)
+            },
+            Seat {
+                slice_capacity: 0,
+                ..seat(1, 0)
+            },
+        ],
+        Policy::default(),
+    );
+    assert!(matches!(
+        l.allocate(claim("s", Family::Sliced, &[0], 1)),
+        Err(Refusal::NotGrantable {
+            why: "it is not logically sliceable on this node",
+            ..
+        })
+    ));
+    l.allocate(claim("e", Family::Exclusive, &[0], 0)).unwrap();
+    l.allocate(claim("h", Family::Shared, &[1], 0)).unwrap();
+    l.verify().unwrap();
+}
+
+#[test]
+fn a_released_grant_is_returned_and_frees_its_accelerators() {
+    let mut l = ledger(2);
+    l.allocate(claim("a", Family::Exclusive, &[0, 1], 0))
+        .unwrap();
+    let key = GrantKey::new("a", "main");
+    let released = l.release(&key).unwrap();
+    assert_eq!(released.accelerators, vec![0, 1]);
+    assert_eq!(released.family, Family::Exclusive);
+    assert!(l.grant(&key).is_none());
+    assert_eq!(l.occupancy(0), Some(&Occupancy::FREE));
+    assert_eq!(l.occupancy(1), Some(&Occupancy::FREE));
+    assert_eq!(l.release(&key), None, "released once");
+}
+
+#[test]
+fn pod_uids_are_the_pods_holding_grants() {
+    let mut l = ledger(3);
+    assert!(l.pod_uids().is_empty());
+    l.allocate(claim("a", Family::Shared, &[0], 0)).unwrap();
+    l.allocate(claim("b", Family::Shared, &[0], 0)).unwrap();
+    let mut second = claim("a", Family::Shared, &[1], 0);
+    second.key = GrantKey::new("a", "sidecar");
+    l.allocate(second).unwrap();
+    assert_eq!(
+        l.pod_uids(),
+        BTreeSet::from(["a".to_string(), "b".to_string()])
+    );
+    l.pod_gone("a");
+    assert_eq!(l.pod_uids(), BTreeSet::from(["b".to_string()]));
+}
+
+#[test]
+fn a_finished_pods_partition_stays_charged_until_the_pod_is_gone() {
+    // The reclaimer destroys a hardware partition only when its Pod is gone.
+    let l = ledger(1);
+    let finished = |family| Grant {
+        finished: true,
+        ..grant(family, &[0], UNITS_PER_ACCELERATOR)
+    };
+    assert!(l.charges(&finished(Family::Partitioned)));
+    for family in [Family::Exclusive, Family::Shared, Family::Sliced] {
+        assert!(!l.charges(&finished(family)), "{family}");
+    }
+    let kept = Ledger::new(
+        [seat(0, 0)],
+        Policy {
+            release_terminated_pods: false,
+            ..Policy::default()
+        },
+    );
+    assert!(kept.charges(&finished(Family::Sliced)));
+}
+
+#[test]
+fn verify_catches_a_running_count_that_differs_from_the_recount() {
+    let mut l = ledger(1);
+    l.allocate(claim("a", Family::Shared, &[0], 0)).unwrap();
+    l.verify().unwrap();
+    l.occupancy.get_mut(&0).unwrap().shares = 2;
+    let err = l.verify().unwrap_err();
+    assert!(err.contains("differs from the recount"), "{err}");
+}
+
+#[test]
+fn verify_catches_two_modes_on_one_accelerator() {
+    let l = forced(
+        [seat(0, 0)],
+        Policy::default(),
+        vec![
+            grant(Family::Shared, &[0], UNITS_PER_SHARE),
+            grant(Family::Sliced, &[0], 1),
+        ],
+    );
+    let err = l.verify().unwrap_err();
+    assert!(err.contains("hosts modes"), "{err}");
+}
+
+#[test]
+fn verify_catches_an_exclusive_accelerator_with_two_holders() {
+    let exclusive = || grant(Family::Exclusive, &[0], UNITS_PER_ACCELERATOR);
+    let l = forced(
+        [seat(0, 0)],
+        Policy::default(),
+        vec![exclusive(), exclusive()],
+    );
+    let err = l.verify().unwrap_err();
+    assert_eq!(err, "accelerator 0 is exclusive with 2 holders");
+    forced([seat(0, 0)], Policy::default(), vec![exclusive()])
+        .verify()
+        .unwrap();
+}
+
+#[test]
+fn verify_allows_every_share_and_not_one_more() {
+    let shares = |n: u32| {
+        (0..n)
+            .map(|_| grant(Family::Shared, &[0], UNITS_PER_SHARE))
+            .collect::<Vec<_>>()
+    };
+    forced([seat(0, 0)], Policy::default(), shares(1))
+        .verify()
+        .unwrap();
+    forced(
+        [seat(0, 0)],
+        Policy::default(),
+        shares(SHARES_PER_ACCELERATOR),
+    )
+    .verify()
+    .unwrap();
+    let err = forced(
+        [seat(0, 0)],
+        Policy::default(),
+        shares(SHARES_PER_ACCELERATOR + 1),
+    )
+    .verify()
+    .unwrap_err();
+    assert_eq!(err, "accelerator 0 has 11 shares");
+}
+
+#[test]
+fn verify_bounds_slots_and_units_only_while_the_slice_gate_is_on() {
+    let two_slots = || Seat {
+        slice_capacity: 2,
+        ..seat(0, 0)
+    };
+    let slices = |units: &[u64]| {
+        units
+            .iter()
+            .map(|u| grant(Family::Sliced, &[0], *u))
+            .collect::<Vec<_>>()
+    };
+    let open = Policy {
+        slice_gate: false,
+        ..Policy::default()
+    };
+    // Exactly full: both slots, every unit.
+    let full = [UNITS_PER_ACCELERATOR / 2, UNITS_PER_ACCELERATOR / 2];
+    forced([two_slots()], Policy::default(), slices(&full))
+        .verify()
+        .unwrap();
+    // One slot too many.
+    let err = forced([two_slots()], Policy::default(), slices(&[1, 1, 1]))
+        .verify()
+        .unwrap_err();
+    assert_eq!(err, "accelerator 0 hosts 3 slices of 2");
+    forced([two_slots()], open, slices(&[1, 1, 1]))
+        .verify()
+        .unwrap();
+    // One unit too many.
+    let over = [UNITS_PER_ACCELERATOR / 2, UNITS_PER_ACCELERATOR / 2 + 1];
+    let err = forced([two_slots()], Policy::default(), slices(&over))
+        .verify()
+        .unwrap_err();
+    assert_eq!(err, "accelerator 0 is over-committed");
+    forced([two_slots()], open, slices(&over)).verify().unwrap();
+}
+
+#[test]
+fn one_exclusive_accelerator_goes_to_the_numa_node_with_the_fewest_free() {
+    // 0-3 on NUMA 0, 4-7 on NUMA 1; 5 is taken, so NUMA 1 has 3 free and NUMA 0 stays whole.
+    let mut l = ledger(8);
+    l.allocate(claim("a", Family::Exclusive, &[5], 0)).unwrap();
+    let request = Request {
+        family: Family::Exclusive,
+        candidates: &[0, 1, 2, 3, 4, 5, 6, 7],
+        must_include: &[],
+        size: 1,
+        slice_units: 0,
+    };
+    assert_eq!(prefer(&l, &request), vec![4]);
+}
+
+/// 32 accelerators, 0-15 on NUMA 0 and 16-31 on NUMA 1, with 0-3 NVLinked to each other and
+/// 16-19 held: 28 candidates.
+fn large_node() -> Ledger {
+    let mut seats: Vec<Seat> = (0..32).map(|i| seat(i, i / 16)).collect();
+    for a in 0..4u32 {
+        for b in (0..4u32).filter(|b| *b != a) {
+            seats[a as usize].peers.insert(b, "NV18".into());
+        }
+    }
+    let mut l = Ledger::new(seats, Policy::default());
+    for i in 16..20 {
+        l.allocate(claim(&format!("t{i}"), Family::Exclusive, &[i], 0))
+            .unwrap();
+    }
+    l
+}
+
+#[test]
+fn past_20000_candidate_sets_the_exclusive_preference_turns_greedy() {
+    let l = large_node();
+    let all: Vec<u32> = (0..32).collect();
+    let request = |size| Request {
+        family: Family::Exclusive,
+        candidates: &all,
+        must_include: &[],
+        size,
+        slice_units: 0,
+    };
+    // 3 of 28 is 3,276 sets, all scored: the NVLinked ones win.
+    assert_eq!(prefer(&l, &request(3)), vec![0, 1, 2]);
+    // 4 of 28 is 20,475 sets: greedy, the NUMA node with the fewest free accelerators that holds
+    // the request, by position; NVLink is not weighed.
+    assert_eq!(prefer(&l, &request(4)), vec![20, 21, 22, 23]);
+    // No NUMA node holds 20: positions in order.
+    let first_twenty: Vec<u32> = (0..16).chain(20..24).collect();
+    assert_eq!(prefer(&l, &request(20)), first_twenty);
+}
+
+#[test]
+fn exactly_20000_candidate_sets_are_still_scored() {
+    // One accelerator to join a required one: as many sets as candidates. 0 (required) and most
+    // candidates are on NUMA 0, the last ten on NUMA 1. Scored, the partner shares 0's NUMA node;
+    // greedy, it would come from NUMA 1, the node with the fewest free.
+    for (candidates, want) in [(20_000u32, 1u32), (20_001, 19_992)] {
+        let seats = (0..=candidates).map(|i| seat(i, u32::from(i + 10 > candidates)));
+        let l = Ledger::new(seats, Policy::default());
+        let all: Vec<u32> = (1..=candidates).collect();
+        let request = Request {
+            family: Family::Exclusive,
+            candidates: &all,
+            must_include: &[0],
+            size: 2,
+            slice_units: 0,
+        };
+        assert_eq!(
+            prefer(&l, &request),
+            vec![0, want],
+            "{candidates} candidates"
+        );
+    }
+}
