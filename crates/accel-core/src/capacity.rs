@@ -15,7 +15,7 @@ use std::collections::BTreeMap;
 use crate::inventory::Grantable;
 use crate::ledger::Seat;
 use crate::manufacturer::Manufacturer;
-use crate::resources::{AcceleratorKey, KeyGrammar, ResourceKey, partition_kind};
+use crate::resources::{AcceleratorKey, KeyGrammar, ResourceKey};
 use crate::units::{UNITS_PER_ACCELERATOR, UNITS_PER_PERCENT};
 
 /// A whole accelerator as a percentage.
@@ -72,7 +72,7 @@ pub fn node_capacity<'a>(
             out.insert(key(AcceleratorKey::SlicedMemoryMib), mib);
         }
     }
-    if let Some(kind) = partition_kind(manufacturer) {
+    if let Some(kind) = grammar.partition_kind(manufacturer) {
         if partitioned > 0 {
             out.insert(
                 key(AcceleratorKey::PartitionedUnits),

@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::inventory::{Accelerator, Grantable, Inventory, ManufacturerInventory};
-use crate::labels::model_key;
+use crate::labels::{GroupNaming, group_key};
 use crate::ledger::{Family, Ledger, Mode, Occupancy};
 use crate::manufacturer::Manufacturer;
 
@@ -154,11 +154,20 @@ impl DevicesSpec {
         inventory: &Inventory,
         slices: impl Fn(Manufacturer) -> Option<u32>,
     ) -> DevicesSpec {
+        DevicesSpec::from_inventory_with(inventory, slices, GroupNaming::default())
+    }
+
+    /// [`DevicesSpec::from_inventory`] with the deployment's group naming.
+    pub fn from_inventory_with(
+        inventory: &Inventory,
+        slices: impl Fn(Manufacturer) -> Option<u32>,
+        naming: GroupNaming,
+    ) -> DevicesSpec {
         DevicesSpec {
             groups: inventory
                 .manufacturers
                 .iter()
-                .flat_map(|section| groups(section, slices(section.name)))
+                .flat_map(|section| groups_with(section, slices(section.name), naming))
                 .collect(),
         }
     }
@@ -172,10 +181,24 @@ impl DevicesSpec {
 /// The groups of one manufacturer's section. `slices` is the logical slice count an
 /// unpartitioned accelerator is offered with, `None` when this node does not slice it.
 pub fn groups(section: &ManufacturerInventory, slices: Option<u32>) -> Vec<AcceleratorGroup> {
+    groups_with(section, slices, GroupNaming::default())
+}
+
+/// [`groups`] with the deployment's group naming.
+pub fn groups_with(
+    section: &ManufacturerInventory,
+    slices: Option<u32>,
+    naming: GroupNaming,
+) -> Vec<AcceleratorGroup> {
     let m = section.name;
     let mut by_key: BTreeMap<String, Vec<&Accelerator>> = BTreeMap::new();
     for accelerator in &section.accelerators {
-        let key = model_key(m, accelerator.product.as_deref().unwrap_or(""));
+        let key = group_key(
+            m,
+            accelerator.product.as_deref().unwrap_or(""),
+            accelerator.memory_mib,
+            naming,
+        );
         by_key.entry(key).or_default().push(accelerator);
     }
     by_key

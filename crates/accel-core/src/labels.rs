@@ -66,6 +66,37 @@ pub fn model_key(manufacturer: Manufacturer, product: &str) -> String {
     format!("{head}-{tag}")
 }
 
+/// How group ids (the accelerated device keys) are formed on this deployment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct GroupNaming {
+    /// `GPUSTACK_DEVICES_GROUP_ID_WITH_MEMORY`: a `-<GiB>g` VRAM suffix on the key
+    /// (16368 MiB → `-16g`), the name part's budget shrinking by 7 to make room for it.
+    pub with_memory: bool,
+}
+
+/// The group id of an accelerator: [`model_key`], with the VRAM suffix when `naming` asks for
+/// one and the VRAM is known. The suffix is the VRAM in GiB rounded to the nearest whole one
+/// (the described system's example: 16368 MiB → `-16g`).
+pub fn group_key(
+    manufacturer: Manufacturer,
+    product: &str,
+    memory_mib: Option<u64>,
+    naming: GroupNaming,
+) -> String {
+    let Some(mib) = memory_mib.filter(|_| naming.with_memory) else {
+        return model_key(manufacturer, product);
+    };
+    let suffix = format!("-{}g", (mib + 512) / 1024);
+    let key = model_key(manufacturer, product);
+    let budget = NAME_MAX - LONGEST_SUFFIX - 7;
+    let head = if key.len() <= budget {
+        key.as_str()
+    } else {
+        trim_to_alphanumeric(&key[..budget])
+    };
+    format!("{head}{suffix}")
+}
+
 /// A Kubernetes label value: spaces to dashes, only `[A-Za-z0-9-_.]` kept, at most 63
 /// characters, starting and ending with an alphanumeric ("Tesla T4" → `Tesla-T4`).
 pub fn label_value(text: &str) -> String {
@@ -111,14 +142,23 @@ fn trim_to_alphanumeric(text: &str) -> &str {
 
 /// The label map for a node's inventory.
 pub fn labels(inventory: &Inventory) -> BTreeMap<String, String> {
+    labels_with(inventory, GroupNaming::default())
+}
+
+/// [`labels`] with the deployment's group naming.
+pub fn labels_with(inventory: &Inventory, naming: GroupNaming) -> BTreeMap<String, String> {
     let mut out = BTreeMap::new();
     for section in &inventory.manufacturers {
-        manufacturer_labels(section, &mut out);
+        manufacturer_labels(section, naming, &mut out);
     }
     out
 }
 
-fn manufacturer_labels(section: &ManufacturerInventory, out: &mut BTreeMap<String, String>) {
+fn manufacturer_labels(
+    section: &ManufacturerInventory,
+    naming: GroupNaming,
+    out: &mut BTreeMap<String, String>,
+) {
     let grantable: Vec<&Accelerator> = section
         .accelerators
         .iter()
@@ -145,7 +185,7 @@ fn manufacturer_labels(section: &ManufacturerInventory, out: &mut BTreeMap<Strin
             continue;
         };
         models
-            .entry(model_key(m, product))
+            .entry(group_key(m, product, accelerator.memory_mib, naming))
             .or_default()
             .push(accelerator);
     }
@@ -177,6 +217,29 @@ fn manufacturer_labels(section: &ManufacturerInventory, out: &mut BTreeMap<Strin
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn group_ids_carry_the_vram_when_asked() {
+        let n = Manufacturer::Nvidia;
+        let with = GroupNaming { with_memory: true };
+        assert_eq!(
+            group_key(n, "Tesla T4", Some(16_368), with),
+            "nvidia-tesla-t4-16g"
+        );
+        assert_eq!(
+            group_key(n, "NVIDIA H100 80GB HBM3", Some(81_559), with),
+            "nvidia-h100-80gb-hbm3-80g"
+        );
+        assert_eq!(
+            group_key(n, "Tesla T4", Some(16_368), GroupNaming::default()),
+            "nvidia-tesla-t4"
+        );
+        assert_eq!(group_key(n, "Tesla T4", None, with), "nvidia-tesla-t4");
+        let long = "NVIDIA Some Extraordinarily Long Product Name That Goes On And On Forever";
+        let key = group_key(n, long, Some(40_960), with);
+        assert!(key.ends_with("-40g"), "{key}");
+        assert!(key.len() + ".product".len() <= NAME_MAX, "{key}");
+    }
     use crate::inventory::{MigMode, Source};
 
     #[test]

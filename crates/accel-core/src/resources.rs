@@ -9,7 +9,8 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
-use crate::manufacturer::Manufacturer;
+use crate::labels::GroupNaming;
+use crate::manufacturer::{Manufacturer, ManufacturerTable};
 
 /// The domain of the internal keys that sit outside the manufacturers' bases.
 pub const INTERNAL_DOMAIN: &str = "device.gpustack.ai";
@@ -158,9 +159,10 @@ impl ResourceKey {
     }
 }
 
-/// The manufacturer's own word for hardware partitioning, where it has one: `mig` for NVIDIA,
-/// T-Head and Hygon (seed 003, "Two families"). A manufacturer without one has no
-/// `.partitioned*` keys at all.
+/// The manufacturer's own word for hardware partitioning by default, where it has one: `mig` for
+/// NVIDIA, T-Head and Hygon (seed 003, "Two families"); `GPUSTACK_<MANUFACTURER>_PARTITION_KIND`
+/// replaces it ([`KeyGrammar::partition_kind`] is the kind in force). A manufacturer without one
+/// has no `.partitioned*` keys at all.
 pub fn partition_kind(manufacturer: Manufacturer) -> Option<&'static str> {
     match manufacturer {
         Manufacturer::Nvidia | Manufacturer::Thead | Manufacturer::Hygon => Some("mig"),
@@ -168,59 +170,61 @@ pub fn partition_kind(manufacturer: Manufacturer) -> Option<&'static str> {
     }
 }
 
-/// Why a base override could not be used.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum GrammarError {
-    /// An entry is not `MANUFACTURER=BASE`.
-    #[error("resource base override {0:?} is not MANUFACTURER=BASE (e.g. nvidia=nvidia.com/gpu)")]
-    Shape(String),
-    /// The manufacturer is not one of the nine.
-    #[error(transparent)]
-    Manufacturer(#[from] crate::manufacturer::UnknownManufacturer),
-    /// The base is not a Kubernetes resource name.
-    #[error("resource base {0:?} is not a valid resource name (domain/name)")]
-    Base(String),
-}
-
-/// The key grammar: each manufacturer's base, overridable, and the parser and printer of keys.
+/// The key grammar: each manufacturer's base and partition kind, as the manufacturers table in
+/// force has them, and the parser and printer of keys.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct KeyGrammar {
     bases: BTreeMap<Manufacturer, String>,
+    /// Only the manufacturers with hardware partitioning.
+    kinds: BTreeMap<Manufacturer, String>,
+    /// How group ids are formed: the other name the deployment's settings decide, carried here
+    /// so that whatever names resources and groups reads one value.
+    naming: GroupNaming,
 }
 
 impl Default for KeyGrammar {
     fn default() -> Self {
-        KeyGrammar {
-            bases: Manufacturer::ALL
-                .into_iter()
-                .map(|m| (m, m.default_resource_base().to_string()))
-                .collect(),
-        }
+        KeyGrammar::from_table(&ManufacturerTable::default())
     }
 }
 
 impl KeyGrammar {
+    /// The grammar of a manufacturers table (its bases and partition kinds).
+    pub fn from_table(table: &ManufacturerTable) -> Self {
+        KeyGrammar {
+            bases: table
+                .rows()
+                .map(|(m, row)| (m, row.resource_base.clone()))
+                .collect(),
+            kinds: table
+                .rows()
+                .filter_map(|(m, row)| row.partition_kind.clone().map(|k| (m, k)))
+                .collect(),
+            naming: GroupNaming::default(),
+        }
+    }
+
+    /// The same grammar with group ids formed as `naming` says
+    /// (`GPUSTACK_DEVICES_GROUP_ID_WITH_MEMORY`).
+    pub fn with_group_naming(mut self, naming: GroupNaming) -> Self {
+        self.naming = naming;
+        self
+    }
+
+    /// How group ids are formed.
+    pub fn group_naming(&self) -> GroupNaming {
+        self.naming
+    }
+
+    /// The partition kind in force for a manufacturer (`None`: no `.partitioned*` keys).
+    pub fn partition_kind(&self, manufacturer: Manufacturer) -> Option<&str> {
+        self.kinds.get(&manufacturer).map(String::as_str)
+    }
+
     /// Replace one manufacturer's base (the deployment renamed its device resource).
     pub fn with_base(mut self, manufacturer: Manufacturer, base: impl Into<String>) -> Self {
         self.bases.insert(manufacturer, base.into());
         self
-    }
-
-    /// Apply overrides written `nvidia=example.com/gpu,amd=example.com/rocm` (the form of a flag or
-    /// an environment variable); an empty text changes nothing.
-    pub fn with_overrides(mut self, text: &str) -> Result<Self, GrammarError> {
-        for entry in text.split(',').map(str::trim).filter(|e| !e.is_empty()) {
-            let (name, base) = entry
-                .split_once('=')
-                .ok_or_else(|| GrammarError::Shape(entry.to_string()))?;
-            let manufacturer: Manufacturer = name.parse()?;
-            let base = base.trim();
-            if !base.contains('/') || !is_qualified_name(base) {
-                return Err(GrammarError::Base(base.to_string()));
-            }
-            self = self.with_base(manufacturer, base);
-        }
-        Ok(self)
     }
 
     /// The base in force for a manufacturer.
@@ -285,7 +289,7 @@ impl KeyGrammar {
         candidates.sort_by_key(|(_, base)| std::cmp::Reverse(base.len()));
         candidates
             .into_iter()
-            .find_map(|(m, base)| parse_suffix(m, &name[base.len()..]))
+            .find_map(|(m, base)| parse_suffix(m, self.partition_kind(m), &name[base.len()..]))
             .map(|key| ResourceKey::Accelerator {
                 manufacturer: key.0,
                 key: key.1,
@@ -312,13 +316,14 @@ impl KeyGrammar {
         candidates.into_iter().find_map(|(m, base)| {
             let rest = name[base.len()..].strip_prefix(".partitioned")?;
             let partition_shaped = rest.is_empty() || rest.starts_with('.');
-            (partition_shaped && partition_kind(m).is_none()).then_some(m)
+            (partition_shaped && self.partition_kind(m).is_none()).then_some(m)
         })
     }
 }
 
 fn parse_suffix(
     manufacturer: Manufacturer,
+    partition_kind: Option<&str>,
     suffix: &str,
 ) -> Option<(Manufacturer, AcceleratorKey)> {
     let key = match suffix {
@@ -330,7 +335,7 @@ fn parse_suffix(
         ".sliced.cores-percentage" => AcceleratorKey::SlicedCoresPercentage,
         ".sliced.units" => AcceleratorKey::SlicedUnits,
         _ => {
-            let kind = partition_kind(manufacturer)?;
+            let kind = partition_kind?;
             let rest = suffix.strip_prefix(".partitioned")?;
             match rest {
                 "" => AcceleratorKey::Partitioned,
@@ -372,6 +377,11 @@ pub fn is_profile_segment(profile: &str) -> bool {
 
 /// Kubernetes' qualified-name rule for resource names: an optional DNS-subdomain prefix and `/`,
 /// then a name of at most 63 characters, alphanumeric at both ends, `-_.` inside.
+/// Whether a text can be a resource base: a qualified resource name with a domain.
+pub(crate) fn is_resource_base(name: &str) -> bool {
+    name.contains('/') && is_qualified_name(name)
+}
+
 fn is_qualified_name(name: &str) -> bool {
     let (prefix, local) = match name.split_once('/') {
         Some((p, l)) => (Some(p), l),
@@ -610,39 +620,6 @@ mod tests {
         );
         assert_eq!(grammar.parse("nvidia.com/gpu"), None);
         assert_eq!(grammar.base(Manufacturer::Nvidia), "example.com/cuda");
-    }
-
-    #[test]
-    fn overrides_read_from_text() {
-        let grammar = KeyGrammar::default()
-            .with_overrides(" nvidia=example.com/cuda , thead=example.com/ppu,")
-            .unwrap();
-        assert_eq!(grammar.base(Manufacturer::Nvidia), "example.com/cuda");
-        assert_eq!(grammar.base(Manufacturer::Thead), "example.com/ppu");
-        assert_eq!(grammar.base(Manufacturer::Amd), "amd.com/gpu");
-        assert_eq!(
-            KeyGrammar::default().with_overrides(""),
-            Ok(KeyGrammar::default())
-        );
-        let err = |t: &str| {
-            KeyGrammar::default()
-                .with_overrides(t)
-                .unwrap_err()
-                .to_string()
-        };
-        assert_eq!(
-            err("nvidia"),
-            "resource base override \"nvidia\" is not MANUFACTURER=BASE (e.g. nvidia=nvidia.com/gpu)"
-        );
-        assert!(err("intel=intel.com/gpu").starts_with("unknown manufacturer \"intel\""));
-        assert_eq!(
-            err("nvidia=gpu"),
-            "resource base \"gpu\" is not a valid resource name (domain/name)"
-        );
-        assert_eq!(
-            err("nvidia=Example.com/gpu"),
-            "resource base \"Example.com/gpu\" is not a valid resource name (domain/name)"
-        );
     }
 
     #[test]

@@ -37,7 +37,56 @@ pub const NFD_NODE_NAME_LABEL: &str = "nfd.node.kubernetes.io/node-name";
 /// The suffix of the daemon's NodeFeature name (`${NODE_NAME}-gpustack-device-manager`).
 pub const NODE_FEATURE_SUFFIX: &str = "-gpustack-device-manager";
 
-/// NFD's `NodeFeature.spec`, as far as we write it: the labels NFD puts on the node.
+/// The raw feature the daemon's NodeFeature carries where it found accelerators, for the
+/// `gpustack-cpu-info` rule to match (see [`crate::nfr`]: why the daemon's `true` wins).
+pub const DEVICE_MANAGER_FEATURE: &str = "gpustack.device-manager";
+/// The element of [`DEVICE_MANAGER_FEATURE`]: `"true"` when accelerators were found.
+pub const ACCELERATABLE_ELEMENT: &str = "acceleratable";
+
+/// NFD's raw features of a NodeFeature (`spec.features`), as far as we write them: attribute
+/// feature sets (name → elements).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct NodeFeatureFeatures {
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub attributes: BTreeMap<String, AttributeFeatureSet>,
+}
+
+impl NodeFeatureFeatures {
+    pub fn is_empty(&self) -> bool {
+        self.attributes.is_empty()
+    }
+
+    /// The features a node publishing `labels` carries: [`DEVICE_MANAGER_FEATURE`] when the
+    /// labels say the node is acceleratable, else none.
+    pub fn from_labels(labels: &BTreeMap<String, String>) -> Self {
+        let acceleratable = labels
+            .get(accel_core::labels::ACCELERATABLE)
+            .is_some_and(|v| v == "true");
+        let mut features = NodeFeatureFeatures::default();
+        if acceleratable {
+            features.attributes.insert(
+                DEVICE_MANAGER_FEATURE.to_string(),
+                AttributeFeatureSet {
+                    elements: BTreeMap::from([(
+                        ACCELERATABLE_ELEMENT.to_string(),
+                        "true".to_string(),
+                    )]),
+                },
+            );
+        }
+        features
+    }
+}
+
+/// One attribute feature set: element name → value.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct AttributeFeatureSet {
+    #[serde(default)]
+    pub elements: BTreeMap<String, String>,
+}
+
+/// NFD's `NodeFeature.spec`, as far as we write it: the labels NFD puts on the node, and the raw
+/// features the `gpustack-cpu-info` rule reads.
 #[derive(CustomResource, Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[kube(
     group = "nfd.k8s-sigs.io",
@@ -50,6 +99,8 @@ pub const NODE_FEATURE_SUFFIX: &str = "-gpustack-device-manager";
 pub struct NodeFeatureSpec {
     #[serde(default)]
     pub labels: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "NodeFeatureFeatures::is_empty")]
+    pub features: NodeFeatureFeatures,
 }
 
 /// The name of a node's NodeFeature.

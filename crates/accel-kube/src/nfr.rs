@@ -5,19 +5,32 @@
 //!   reference NFD fills from its `cpu.model` feature. A reference NFD cannot resolve stays
 //!   verbatim, which is why a value leading with `@` counts as unreported (accel-core's `cpukey`).
 //! - **Job 3, the non-accelerated marker**: `feature.gpustack.ai/acceleratable: "false"` on a node
-//!   with no PCI display/accelerator-class device (classes `02`, `03`, `0b`, `12`) from any of the
-//!   nine manufacturers. The device manager's `acceleratable: "true"` overrides it later. NFD
-//!   rules cannot say "no device matches", so a first rule sets a variable when one does, and the
-//!   marker rule matches the variable's absence through NFD's `rule.matched` backreference.
+//!   with no PCI display/accelerator-class device (classes `02`, `03`, `0b`, `12`) of a configured
+//!   vendor id (the manufacturers table in force, `GPUSTACK_<MANUFACTURER>_PCI_VENDOR_ID`
+//!   applied). NFD rules cannot say "no device matches", so a first rule sets a variable when
+//!   one does, and the marker rule matches the variable's absence through NFD's `rule.matched`
+//!   backreference.
+//!
+//! **Why the daemon's `true` wins.** nfd-master builds a node's labels from its NodeFeature
+//! objects first and then runs the NodeFeatureRules over the merged features, a rule's labels
+//! overwriting what the objects asked for (NFD's documented order: NodeFeature labels, then
+//! rule labels). A marker rule that fired on a node whose daemon publishes
+//! `acceleratable: "true"` (a card NFD's PCI scan missed, a vendor id configured after NFD
+//! labelled) would therefore win. So the daemon's NodeFeature also carries a raw feature,
+//! [`crate::crd::DEVICE_MANAGER_FEATURE`] `{acceleratable: "true"}`, which NFD merges into the
+//! node's features, and the presence rule matches it as well as the PCI devices (`matchAny`):
+//! the marker never fires where a daemon found accelerators.
 //!
 //! This module only builds the object, from the manufacturers table (the one place vendor ids
 //! live); applying it is [`crate::worker`]'s.
 
-use accel_core::Manufacturer;
 use accel_core::cpukey::ANNOTATION_PREFIX;
 use accel_core::labels::ACCELERATABLE;
+use accel_core::manufacturer::ManufacturerTable;
 use kube::api::ApiResource;
 use serde_json::{Value, json};
+
+use crate::crd::{ACCELERATABLE_ELEMENT, DEVICE_MANAGER_FEATURE};
 
 /// The rule object's name.
 pub const NAME: &str = "gpustack-cpu-info";
@@ -61,23 +74,19 @@ pub fn api_resource() -> ApiResource {
     }
 }
 
-/// The PCI vendor ids of the nine manufacturers, lower-case hex as NFD reports them, sorted.
+/// The default PCI vendor ids of the nine manufacturers, lower-case hex as NFD reports them,
+/// sorted.
 pub fn known_vendor_ids() -> Vec<String> {
-    let mut ids: Vec<String> = Manufacturer::ALL
-        .into_iter()
-        .flat_map(|m| {
-            m.default_pci_vendor_ids()
-                .iter()
-                .map(|id| format!("{id:04x}"))
-        })
-        .collect();
-    ids.sort();
-    ids.dedup();
-    ids
+    ManufacturerTable::default().vendor_ids_hex()
 }
 
-/// The whole `gpustack-cpu-info` object, ready to apply.
+/// The whole `gpustack-cpu-info` object of the default manufacturers table.
 pub fn cpu_info_rule() -> Value {
+    cpu_info_rule_for(&ManufacturerTable::default())
+}
+
+/// The whole `gpustack-cpu-info` object, ready to apply, matching the configured vendor ids.
+pub fn cpu_info_rule_for(table: &ManufacturerTable) -> Value {
     let annotations: serde_json::Map<String, Value> = CPU_ANNOTATIONS
         .iter()
         .map(|(suffix, attribute)| {
@@ -106,14 +115,28 @@ pub fn cpu_info_rule() -> Value {
                 {
                     "name": "gpustack known accelerator present",
                     "vars": {ACCELERATED_VAR: "true"},
-                    "matchFeatures": [
+                    "matchAny": [
                         {
-                            "feature": "pci.device",
-                            "matchExpressions": {
-                                "vendor": {"op": "In", "value": known_vendor_ids()},
-                                "class": {"op": "InRegexp", "value": [PCI_CLASS_PATTERN]},
-                            },
-                        }
+                            "matchFeatures": [
+                                {
+                                    "feature": "pci.device",
+                                    "matchExpressions": {
+                                        "vendor": {"op": "In", "value": table.vendor_ids_hex()},
+                                        "class": {"op": "InRegexp", "value": [PCI_CLASS_PATTERN]},
+                                    },
+                                }
+                            ]
+                        },
+                        {
+                            "matchFeatures": [
+                                {
+                                    "feature": DEVICE_MANAGER_FEATURE,
+                                    "matchExpressions": {
+                                        ACCELERATABLE_ELEMENT: {"op": "IsTrue"},
+                                    },
+                                }
+                            ]
+                        },
                     ],
                 },
                 {
@@ -144,7 +167,8 @@ mod tests {
             ]
         );
         let rule = cpu_info_rule();
-        let vendors = &rule["spec"]["rules"][1]["matchFeatures"][0]["matchExpressions"]["vendor"];
+        let vendors = &rule["spec"]["rules"][1]["matchAny"][0]["matchFeatures"][0]["matchExpressions"]
+            ["vendor"];
         assert_eq!(vendors["op"], "In");
         assert_eq!(vendors["value"].as_array().map(Vec::len), Some(9));
     }

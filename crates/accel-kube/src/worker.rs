@@ -22,6 +22,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use accel_core::cpukey;
+use accel_core::manufacturer::ManufacturerTable;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{
@@ -175,10 +176,19 @@ pub async fn reconcile<A: ClusterApi>(
 /// Apply the `gpustack-cpu-info` rule, retrying with backoff (up to `max_backoff` between tries)
 /// until it lands.
 pub async fn apply_rule_until_done<A: ClusterApi>(api: &A, max_backoff: Duration) {
-    let rule = nfr::cpu_info_rule();
+    apply_this_rule_until_done(api, &nfr::cpu_info_rule(), max_backoff).await;
+}
+
+/// Apply `rule` (the `gpustack-cpu-info` rule of the manufacturers table in force) as
+/// [`apply_rule_until_done`] does.
+pub async fn apply_this_rule_until_done<A: ClusterApi>(
+    api: &A,
+    rule: &Value,
+    max_backoff: Duration,
+) {
     let mut backoff = Duration::from_millis(500).min(max_backoff);
     loop {
-        match api.apply_node_feature_rule(&rule).await {
+        match api.apply_node_feature_rule(rule).await {
             Ok(()) => {
                 tracing::info!(rule = nfr::NAME, "applied the NodeFeatureRule");
                 return;
@@ -468,11 +478,17 @@ impl Caches for KubeCaches {
 /// beside the loop, so a cluster without NFD's CRDs yet still gets its Devices looked after) and
 /// reconcile from the watch caches.
 pub async fn run(client: Client, config: LoopConfig) {
+    run_with(client, config, ManufacturerTable::default()).await;
+}
+
+/// [`run`] with the manufacturers table in force (the rule matches its vendor ids).
+pub async fn run_with(client: Client, config: LoopConfig, table: ManufacturerTable) {
     let api = KubeCluster::new(client.clone());
     let (caches, triggers, fill) = KubeCaches::new(client);
     let fill = tokio::spawn(fill);
+    let rule = nfr::cpu_info_rule_for(&table);
     futures::join!(
-        apply_rule_until_done(&api, config.retry_max),
+        apply_this_rule_until_done(&api, &rule, config.retry_max),
         run_loop(&api, &caches, triggers, config.clone()),
     );
     fill.abort();

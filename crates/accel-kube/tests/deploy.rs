@@ -24,7 +24,7 @@ use std::process::Command;
 use accel_core::Manufacturer;
 use accel_core::pool::QUEUE_LABEL;
 use accel_kube::cache::{DEVICES_API, KUEUE_API};
-use accel_plugin::responder::{HOST_LIBRARY_DIR, NvidiaResponder, PRELOAD_LIBRARY};
+use accel_nvidia::responder::{HOST_LIBRARY_DIR, NvidiaResponder, PRELOAD_LIBRARY};
 use serde_json::{Value, json};
 
 /// The manufacturers this project can detect. A new detector adds its manufacturer here and to
@@ -800,6 +800,10 @@ fn every_setting_the_code_reads_has_a_value_and_reaches_both_components() {
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     let values: Value = serde_yaml::from_str(&text).expect("values.yaml is YAML");
     let settings = values["settings"].as_object().expect("a settings map");
+    // The per-manufacturer settings are the manufacturers rows (the described system's chart
+    // sets the row, not the variables): checked against the rows below.
+    let (rows, code): (BTreeSet<String>, BTreeSet<String>) =
+        code.into_iter().partition(|name| from_a_row(name));
     for name in &code {
         assert!(
             settings.get(name).is_some_and(|v| v.is_string()),
@@ -841,14 +845,146 @@ fn every_setting_the_code_reads_has_a_value_and_reaches_both_components() {
         assert_eq!(env_value(daemon, name), settings[name], "daemon {name}");
         assert_eq!(env_value(worker, name), settings[name], "worker {name}");
     }
+    for name in &rows {
+        let expected = row_value(&values, name);
+        assert_eq!(env_value(daemon, name), expected, "daemon {name}");
+        assert_eq!(env_value(worker, name), expected, "worker {name}");
+    }
     // A null setting is not passed (the code's default applies).
-    let unset = render(&helm, &["settings.GPUSTACK_RESOURCE_BASES=null"]);
+    let unset = render(&helm, &["settings.GPUSTACK_DATA_DIR=null"]);
     let worker = container(
         pod_spec(&unset, "Deployment", WORKER),
         "containers",
         "worker",
     );
-    assert!(!env(worker).contains_key("GPUSTACK_RESOURCE_BASES"));
+    assert!(!env(worker).contains_key("GPUSTACK_DATA_DIR"));
+}
+
+/// The per-manufacturer settings and the manufacturers row field each comes from.
+const ROW_SETTINGS: [(&str, &str); 4] = [
+    ("PCI_VENDOR_ID", "pciVendorIds"),
+    ("ACCELERATABLE_RESOURCE_NAME", "resourceName"),
+    ("ACCELERATABLE_RUNTIME_NAME", "runtimeName"),
+    ("PARTITION_KIND", "partitionKind"),
+];
+
+/// Whether a setting is one of a manufacturer's row (`GPUSTACK_<MANUFACTURER>_PCI_VENDOR_ID`, …).
+fn from_a_row(name: &str) -> bool {
+    Manufacturer::ALL.into_iter().any(|m| {
+        name.strip_prefix(&m.settings_prefix())
+            .is_some_and(|rest| ROW_SETTINGS.iter().any(|(suffix, _)| rest == *suffix))
+    })
+}
+
+/// The value the chart renders for a row setting from values.yaml's row.
+fn row_value(values: &Value, name: &str) -> String {
+    for m in Manufacturer::ALL {
+        let Some(rest) = name.strip_prefix(&m.settings_prefix()) else {
+            continue;
+        };
+        let row = &values["global"]["manufacturers"][m.name()];
+        for (suffix, field) in ROW_SETTINGS {
+            if rest == suffix {
+                return match &row[field] {
+                    Value::Array(ids) => ids
+                        .iter()
+                        .filter_map(Value::as_str)
+                        .collect::<Vec<_>>()
+                        .join(","),
+                    other => other.as_str().unwrap_or_default().to_string(),
+                };
+            }
+        }
+    }
+    panic!("{name} is not a manufacturer row setting")
+}
+
+#[test]
+fn the_resource_name_of_a_manufacturers_row_reaches_every_component() {
+    let Some(helm) = helm() else { return };
+    let docs = render(
+        &helm,
+        &["global.manufacturers.nvidia.resourceName=example.com/gpu"],
+    );
+    let name = "GPUSTACK_NVIDIA_ACCELERATABLE_RESOURCE_NAME";
+    let daemon = container(
+        pod_spec(&docs, "DaemonSet", &daemonset_name(Manufacturer::Nvidia)),
+        "containers",
+        "device-manager",
+    );
+    let worker = container(
+        pod_spec(&docs, "Deployment", WORKER),
+        "containers",
+        "worker",
+    );
+    assert_eq!(env_value(daemon, name), "example.com/gpu");
+    assert_eq!(env_value(worker, name), "example.com/gpu");
+    let cleanup = of_kind(&docs, "Job");
+    assert!(!cleanup.is_empty(), "the uninstall hook");
+    for job in cleanup {
+        let spec = &job["spec"]["template"]["spec"];
+        let c = &spec["containers"][0];
+        assert_eq!(
+            env_value(c, name),
+            "example.com/gpu",
+            "{}",
+            job["metadata"]["name"]
+        );
+    }
+    // Every manufacturer's vendor ids reach the worker (its NodeFeatureRule is built from them).
+    for m in Manufacturer::ALL {
+        let ids: Vec<String> = m
+            .default_pci_vendor_ids()
+            .iter()
+            .map(|id| format!("{id:04x}"))
+            .collect();
+        assert_eq!(
+            env_value(worker, &format!("{}PCI_VENDOR_ID", m.settings_prefix())),
+            ids.join(",")
+        );
+    }
+}
+
+#[test]
+fn the_daemons_family_switches_kube_socket_and_data_root_are_values() {
+    let Some(helm) = helm() else { return };
+    let docs = render(
+        &helm,
+        &[
+            "deviceManager.noShared=true",
+            "deviceManager.noPciCheck=true",
+            "deviceManager.kubeSocket=/srv/kubelet/device-plugins/kubelet.sock",
+            "settings.GPUSTACK_DATA_DIR=/data/gpustack",
+        ],
+    );
+    let spec = pod_spec(&docs, "DaemonSet", &daemonset_name(Manufacturer::Nvidia));
+    let daemon = container(spec, "containers", "device-manager");
+    assert_eq!(env_value(daemon, "NO_SHARED"), "true");
+    assert_eq!(env_value(daemon, "NO_SLICED"), "false");
+    assert_eq!(env_value(daemon, "NO_PARTITIONED"), "false");
+    assert_eq!(env_value(daemon, "NO_PCI_CHECK"), "true");
+    assert_eq!(
+        env_value(daemon, "KUBE_SOCKET"),
+        "/srv/kubelet/device-plugins/kubelet.sock"
+    );
+    assert_eq!(env_value(daemon, "KUBELET_DIR"), "/srv/kubelet");
+    assert_eq!(
+        env_value(daemon, "DATA_DIR"),
+        "/data/gpustack/operator/device-manager"
+    );
+    assert_eq!(
+        env_value(daemon, "LIBRARY_DIR"),
+        "/data/gpustack/operator/lib"
+    );
+    let volumes = spec["volumes"].to_string();
+    assert!(volumes.contains("/srv/kubelet/device-plugins"), "{volumes}");
+    assert!(
+        volumes.contains("/data/gpustack/operator/device-manager"),
+        "{volumes}"
+    );
+    let refused = try_render(&helm, &["deviceManager.kubeSocket=/run/kubelet.sock"])
+        .expect_err("a socket outside device-plugins/");
+    assert!(refused.contains("deviceManager.kubeSocket"), "{refused}");
 }
 
 #[test]

@@ -79,20 +79,7 @@ pub const DXG_NODE: &str = "dev/dxg";
 pub const NVIDIACTL_NODE: &str = "dev/nvidiactl";
 
 /// Deadlines of the snapshot (seed 002: 30 s a query, one minute for the whole read).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Deadlines {
-    pub per_query: Duration,
-    pub snapshot: Duration,
-}
-
-impl Default for Deadlines {
-    fn default() -> Self {
-        Deadlines {
-            per_query: Duration::from_secs(30),
-            snapshot: Duration::from_secs(60),
-        }
-    }
-}
+pub use accel_backend::detect::Deadlines;
 
 /// Why the snapshot produced nothing.
 #[derive(Debug, thiserror::Error)]

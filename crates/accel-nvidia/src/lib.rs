@@ -6,15 +6,18 @@
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 pub mod arch;
+pub mod backend;
 pub mod cdi;
 pub mod detector;
 pub mod doctor;
+pub mod engine;
 pub mod enrich;
 pub mod faults;
 pub mod layer2;
 pub mod passthrough;
 pub mod procfs;
 pub mod reset;
+pub mod responder;
 pub mod samples;
 pub mod smi;
 pub mod xid;

@@ -19,8 +19,9 @@ use std::time::{Duration, Instant};
 use accel_core::Manufacturer;
 use accel_core::inventory::Grantable;
 use accel_core::ledger::Seat;
+use accel_nvidia::responder::{EngineFacts, NvidiaResponder};
 use accel_plugin::pods::{Container, MemoryPods, Phase, Pod};
-use accel_plugin::responder::{EngineFacts, NvidiaResponder};
+use accel_plugin::service::Offer;
 use accel_plugin::settings::{InjectionStrategy, Settings};
 use accel_plugin::testing::{Call, Kubelet};
 use accel_plugin::{Config, DevicePlugins};
@@ -73,17 +74,16 @@ fn config(dir: &Path) -> Config {
         kubelet_dir: dir.join("kubelet"),
         data_dir: dir.join("data"),
         settings: Settings::default(),
-        manufacturer: Manufacturer::Nvidia,
+        offer: Offer::of(Manufacturer::Nvidia),
         seats,
-        slices: true,
-        responder: NvidiaResponder {
+        responder: Arc::new(NvidiaResponder {
             strategy: InjectionStrategy::Envvar,
             cuda_major: Some(13),
             pod_dir_root: dir.join("data/pods"),
             preload_dir: dir.join("data/preload"),
-            library_dir: accel_plugin::responder::HOST_LIBRARY_DIR.into(),
+            library_dir: accel_nvidia::responder::HOST_LIBRARY_DIR.into(),
             engine: EngineFacts::default(),
-        },
+        }),
         poll_interval: Duration::from_secs(1),
         metrics: Default::default(),
     }

@@ -8,13 +8,12 @@
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 pub mod api;
-pub mod engine;
+pub mod budget;
 pub mod identify;
 pub mod journal;
 pub mod metrics;
 pub mod pods;
 pub mod pools;
-pub mod responder;
 pub mod service;
 pub mod settings;
 pub mod socket;
@@ -22,4 +21,4 @@ pub mod socket;
 pub mod testing;
 
 pub use metrics::PluginMetrics;
-pub use service::{Config, DevicePlugins, PluginHandle, StartError};
+pub use service::{Config, DevicePlugins, Offer, PluginHandle, StartError};

@@ -12,6 +12,8 @@ use accel_core::inventory::Grantable;
 use accel_core::ledger::units::{SHARES_PER_ACCELERATOR, VISIBILITY_TOKENS_PER_ACCELERATOR};
 use accel_core::ledger::{Family, Ledger, Seat};
 
+use crate::service::Offer;
+
 /// What a pool serves: one family, or the sidecar's view.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum PoolKind {
@@ -59,7 +61,19 @@ impl Pool {
     /// the set of resources stays fixed while the accelerators change under it: an empty pool
     /// advertises no token.
     pub fn build(manufacturer: Manufacturer, seats: &[Seat], slices: bool) -> Vec<Pool> {
-        let base = manufacturer.default_resource_base();
+        Pool::build_offer(
+            &Offer {
+                sliced: slices,
+                ..Offer::of(manufacturer)
+            },
+            seats,
+        )
+    }
+
+    /// The pools of what a backend offers: exclusive and visibility always, shared and sliced
+    /// when offered, in that order (the kubelet registers them one by one).
+    pub fn build_offer(offer: &Offer, seats: &[Seat]) -> Vec<Pool> {
+        let base = offer.resource_base.as_str();
         let whole: Vec<&Seat> = seats
             .iter()
             .filter(|s| s.grantable == Grantable::Whole)
@@ -108,12 +122,14 @@ impl Pool {
             PoolKind::Family(Family::Exclusive),
             1,
         ));
-        pools.push(pool(
-            format!("{base}.shared"),
-            PoolKind::Family(Family::Shared),
-            SHARES_PER_ACCELERATOR,
-        ));
-        if slices {
+        if offer.shared {
+            pools.push(pool(
+                format!("{base}.shared"),
+                PoolKind::Family(Family::Shared),
+                SHARES_PER_ACCELERATOR,
+            ));
+        }
+        if offer.sliced {
             pools.push(pool(
                 format!("{base}.sliced"),
                 PoolKind::Family(Family::Sliced),
@@ -121,7 +137,7 @@ impl Pool {
             ));
         }
         pools.push(pool(
-            format!("device.gpustack.ai/{}.visibility", manufacturer.name()),
+            offer.visibility_resource.clone(),
             PoolKind::Visibility,
             VISIBILITY_TOKENS_PER_ACCELERATOR,
         ));

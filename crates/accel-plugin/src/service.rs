@@ -40,14 +40,15 @@ use crate::api::deviceplugin::device_plugin_server::{DevicePlugin, DevicePluginS
 use crate::api::deviceplugin::registration_client::RegistrationClient;
 use crate::api::podresources::ListPodResourcesResponse;
 use crate::api::podresources::pod_resources_lister_client::PodResourcesListerClient;
+use crate::budget::slice_budget;
 use crate::identify::IdentifyError;
 use crate::journal::{Entry, Journal, JournalError};
 use crate::metrics::{Attribution, PluginMetrics, RefusalReason, Refuse, ResourceMetrics};
 use crate::pods::{Pod, PodSource};
 use crate::pools::{AcceleratorState, Pool, PoolKind};
-use crate::responder::{Answer, NvidiaResponder, slice_budget};
 use crate::settings::Settings;
 use crate::socket;
+use accel_backend::respond::{Answer, Injection, Responder};
 
 mod identity;
 mod rebuild;
@@ -78,15 +79,52 @@ pub struct Config {
     /// `--data-dir`: the journal.
     pub data_dir: PathBuf,
     pub settings: Settings,
-    pub manufacturer: accel_core::Manufacturer,
+    /// What the manufacturer's backend offers: resource names and families.
+    pub offer: Offer,
     pub seats: Vec<Seat>,
-    /// Whether the sliced pool is advertised (the preload library is present).
-    pub slices: bool,
-    pub responder: NvidiaResponder,
+    /// The manufacturer's backend answering each grant with its injection.
+    pub responder: Arc<dyn Responder>,
     /// How often the servers look for a kubelet restart.
     pub poll_interval: Duration,
     /// Where Allocate's latency, refusals and grants are counted.
     pub metrics: PluginMetrics,
+}
+
+/// What one manufacturer's accelerators are offered as: the facts the plugin takes from the
+/// backend and the settings, never the manufacturer's name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Offer {
+    /// `<base>` of every family's resource (`nvidia.com/gpu`, or the deployment's
+    /// `GPUSTACK_<MANUFACTURER>_ACCELERATABLE_RESOURCE_NAME`).
+    pub resource_base: String,
+    /// The SSH sidecar's resource (`device.gpustack.ai/<manufacturer>.visibility`).
+    pub visibility_resource: String,
+    /// The `<base>.shared` pool is served (`serve --no-shared` turns it off).
+    pub shared: bool,
+    /// The `<base>.sliced` pool is served: the backend slices, its library for the node's
+    /// runtime is staged, and `serve --no-sliced` is not given.
+    pub sliced: bool,
+}
+
+impl Offer {
+    /// A manufacturer's default resource names, every family served.
+    pub fn of(manufacturer: accel_core::Manufacturer) -> Offer {
+        Offer::with_base(manufacturer, manufacturer.default_resource_base())
+    }
+
+    /// A manufacturer's resources under `resource_base`, every family served.
+    pub fn with_base(manufacturer: accel_core::Manufacturer, resource_base: &str) -> Offer {
+        Offer {
+            resource_base: resource_base.to_string(),
+            visibility_resource: format!(
+                "{}/{}.visibility",
+                accel_core::resources::INTERNAL_DOMAIN,
+                manufacturer.name()
+            ),
+            shared: true,
+            sliced: true,
+        }
+    }
 }
 
 impl Config {
@@ -104,12 +142,8 @@ impl Config {
 pub enum StartError {
     #[error("ledger journal: {0}")]
     Journal(#[from] JournalError),
-    #[error("cannot stage the preload file in {path}: {source}")]
-    Preload {
-        path: String,
-        #[source]
-        source: std::io::Error,
-    },
+    #[error(transparent)]
+    Preload(#[from] accel_backend::respond::PrepareError),
 }
 
 struct State {
@@ -158,17 +192,10 @@ impl DevicePlugins {
         config: Config,
         pods: Arc<dyn PodSource>,
     ) -> Result<DevicePlugins, StartError> {
-        if config.slices {
-            config
-                .responder
-                .stage_preload_file()
-                .map_err(|source| StartError::Preload {
-                    path: config.responder.preload_dir.display().to_string(),
-                    source,
-                })?;
+        if config.offer.sliced {
+            config.responder.prepare_slicing()?;
         }
-        let pools: Arc<[Pool]> =
-            Pool::build(config.manufacturer, &config.seats, config.slices).into();
+        let pools: Arc<[Pool]> = Pool::build_offer(&config.offer, &config.seats).into();
         let policy = Policy {
             release_terminated_pods: config.settings.release_terminated_pods,
             slice_gate: config.settings.sliced_allocate_gate,
@@ -875,6 +902,7 @@ impl Shared {
                     pod,
                     container,
                 })
+                .map(container_response)
                 .map_err(|e| {
                     refuse(
                         Status::failed_precondition(format!("{who}: {e}"))
@@ -929,7 +957,7 @@ impl Shared {
             container,
         });
         let response = match answered {
-            Ok(response) => response,
+            Ok(injection) => container_response(injection),
             Err(e) => {
                 state.ledger.give_back(&receipt);
                 tracing::warn!("{who}: responder refused, grant given back");
@@ -1272,4 +1300,36 @@ async fn register(kubelet_socket: &Path, pool: &Pool) -> Result<(), String> {
         .await
         .map_err(|s| format!("the kubelet refused: {}", s.message()))?;
     Ok(())
+}
+
+/// The kubelet's form of a backend's injection: the one place the neutral answer becomes the
+/// device-plugin message.
+fn container_response(injection: Injection) -> dp::ContainerAllocateResponse {
+    dp::ContainerAllocateResponse {
+        envs: injection.envs,
+        mounts: injection
+            .mounts
+            .into_iter()
+            .map(|m| dp::Mount {
+                container_path: m.container_path,
+                host_path: m.host_path,
+                read_only: m.read_only,
+            })
+            .collect(),
+        devices: injection
+            .devices
+            .into_iter()
+            .map(|d| dp::DeviceSpec {
+                container_path: d.container_path,
+                host_path: d.host_path,
+                permissions: d.permissions,
+            })
+            .collect(),
+        annotations: injection.annotations,
+        cdi_devices: injection
+            .cdi_devices
+            .into_iter()
+            .map(|name| dp::CdiDevice { name })
+            .collect(),
+    }
 }

@@ -12,17 +12,8 @@ pub const RELEASE_TERMINATED_PODS_ENV: &str = "GPUSTACK_LEDGER_RELEASE_TERMINATE
 /// `GPUSTACK_NVIDIA_DEVICE_INJECTION_STRATEGY`.
 pub const NVIDIA_INJECTION_STRATEGY_ENV: &str = "GPUSTACK_NVIDIA_DEVICE_INJECTION_STRATEGY";
 
-/// How NVIDIA grants reach the container (seed 000, "Exclusive and shared").
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum InjectionStrategy {
-    /// `NVIDIA_VISIBLE_DEVICES`, applied by the vendor runtime.
-    #[default]
-    Envvar,
-    /// The `cdi.k8s.io/gpustack-nvidia` annotation, resolved by the container engine.
-    CdiAnnotations,
-    /// CDI when the engine and the specs can carry it, else `envvar`.
-    Auto,
-}
+/// How NVIDIA grants reach the container (seed 000, "Exclusive and shared"); the backends' type.
+pub use accel_backend::InjectionStrategy;
 
 /// A setting with a value it cannot take.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

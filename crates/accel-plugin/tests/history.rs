@@ -13,8 +13,9 @@ use std::time::Duration;
 use accel_core::Manufacturer;
 use accel_core::inventory::Grantable;
 use accel_core::ledger::{GrantKey, Seat};
+use accel_nvidia::responder::{EngineFacts, NvidiaResponder};
 use accel_plugin::pods::{Container, MemoryPods, Phase, Pod};
-use accel_plugin::responder::{EngineFacts, NvidiaResponder};
+use accel_plugin::service::Offer;
 use accel_plugin::settings::{InjectionStrategy, Settings};
 use accel_plugin::testing::Kubelet;
 use accel_plugin::{Config, DevicePlugins};
@@ -73,17 +74,16 @@ fn config(dir: &std::path::Path) -> Config {
         kubelet_dir: dir.join("kubelet"),
         data_dir: dir.join("data"),
         settings: Settings::default(),
-        manufacturer: Manufacturer::Nvidia,
+        offer: Offer::of(Manufacturer::Nvidia),
         seats: seats(),
-        slices: true,
-        responder: NvidiaResponder {
+        responder: Arc::new(NvidiaResponder {
             strategy: InjectionStrategy::Envvar,
             cuda_major: Some(13),
             pod_dir_root: dir.join("data/pods"),
             preload_dir: dir.join("data/preload"),
-            library_dir: accel_plugin::responder::HOST_LIBRARY_DIR.into(),
+            library_dir: accel_nvidia::responder::HOST_LIBRARY_DIR.into(),
             engine: EngineFacts::default(),
-        },
+        }),
         poll_interval: Duration::from_millis(20),
         metrics: Default::default(),
     }

@@ -10,9 +10,10 @@ use std::time::Duration;
 use accel_core::Manufacturer;
 use accel_core::inventory::Grantable;
 use accel_core::ledger::{GrantKey, Seat};
+use accel_nvidia::responder::{EngineFacts, NvidiaResponder};
 use accel_plugin::metrics::{Attribution, PluginMetrics};
 use accel_plugin::pods::{Container, MemoryPods, Phase, Pod};
-use accel_plugin::responder::{EngineFacts, NvidiaResponder};
+use accel_plugin::service::Offer;
 use accel_plugin::service::{DIRECT_GRACE, IDENTIFY_WAIT};
 use accel_plugin::settings::{InjectionStrategy, Settings};
 use accel_plugin::testing::{Kubelet, PodWatch};
@@ -63,17 +64,16 @@ impl Rig {
             kubelet_dir: dir.path().join("kubelet"),
             data_dir: dir.path().join("data"),
             settings,
-            manufacturer: Manufacturer::Nvidia,
+            offer: Offer::of(Manufacturer::Nvidia),
             seats,
-            slices: true,
-            responder: NvidiaResponder {
+            responder: Arc::new(NvidiaResponder {
                 strategy: settings.nvidia_injection,
                 cuda_major: Some(13),
                 pod_dir_root: dir.path().join("data/pods"),
                 preload_dir: dir.path().join("data/preload"),
-                library_dir: accel_plugin::responder::HOST_LIBRARY_DIR.into(),
+                library_dir: accel_nvidia::responder::HOST_LIBRARY_DIR.into(),
                 engine: EngineFacts::default(),
-            },
+            }),
             poll_interval: Duration::from_millis(20),
             metrics: metrics.clone(),
         };

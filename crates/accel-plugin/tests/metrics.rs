@@ -10,10 +10,11 @@ use std::time::Duration;
 use accel_core::Manufacturer;
 use accel_core::inventory::Grantable;
 use accel_core::ledger::Seat;
+use accel_nvidia::responder::{EngineFacts, NvidiaResponder};
 use accel_plugin::metrics::LATENCY_BUCKETS;
 use accel_plugin::metrics::exposition::Samples;
 use accel_plugin::pods::{Container, MemoryPods, Phase, Pod};
-use accel_plugin::responder::{EngineFacts, NvidiaResponder};
+use accel_plugin::service::Offer;
 use accel_plugin::settings::{InjectionStrategy, Settings};
 use accel_plugin::testing::Kubelet;
 use accel_plugin::{Config, DevicePlugins, PluginMetrics};
@@ -116,17 +117,16 @@ async fn allocate_latency_refusals_and_grants_are_exposed() {
         kubelet_dir: dir.path().join("kubelet"),
         data_dir: dir.path().join("data"),
         settings: Settings::default(),
-        manufacturer: Manufacturer::Nvidia,
+        offer: Offer::of(Manufacturer::Nvidia),
         seats: seats(3),
-        slices: true,
-        responder: NvidiaResponder {
+        responder: Arc::new(NvidiaResponder {
             strategy: InjectionStrategy::Envvar,
             cuda_major: Some(13),
             pod_dir_root: dir.path().join("data/pods"),
             preload_dir: dir.path().join("data/preload"),
-            library_dir: accel_plugin::responder::HOST_LIBRARY_DIR.into(),
+            library_dir: accel_nvidia::responder::HOST_LIBRARY_DIR.into(),
             engine: EngineFacts::default(),
-        },
+        }),
         poll_interval: Duration::from_millis(20),
         metrics,
     };

@@ -9,8 +9,9 @@ use accel_core::Manufacturer;
 use accel_core::inventory::Grantable;
 use accel_core::ledger::annotation;
 use accel_core::ledger::{Family, GrantKey, Mode, Seat};
+use accel_nvidia::responder::{EngineFacts, NvidiaResponder};
 use accel_plugin::pods::{Container, MemoryPods, Phase, Pod, PodSource};
-use accel_plugin::responder::{EngineFacts, NvidiaResponder};
+use accel_plugin::service::Offer;
 use accel_plugin::settings::{InjectionStrategy, Settings};
 use accel_plugin::testing::Kubelet;
 use accel_plugin::{Config, DevicePlugins};
@@ -55,17 +56,16 @@ impl Rig {
             kubelet_dir: dir.path().join("kubelet"),
             data_dir: dir.path().join("data"),
             settings,
-            manufacturer: Manufacturer::Nvidia,
+            offer: Offer::of(Manufacturer::Nvidia),
             seats,
-            slices: true,
-            responder: NvidiaResponder {
+            responder: Arc::new(NvidiaResponder {
                 strategy: InjectionStrategy::Envvar,
                 cuda_major: Some(13),
                 pod_dir_root: dir.path().join("data/pods"),
                 preload_dir: dir.path().join("data/preload"),
-                library_dir: accel_plugin::responder::HOST_LIBRARY_DIR.into(),
+                library_dir: accel_nvidia::responder::HOST_LIBRARY_DIR.into(),
                 engine: EngineFacts::default(),
-            },
+            }),
             poll_interval: Duration::from_millis(20),
             metrics: Default::default(),
         };

@@ -12,11 +12,13 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand, ValueEnum};
 
 mod admin;
+mod backends;
 mod cmd;
 mod daemon;
 mod metrics;
 mod node;
 mod publish;
+mod settings;
 
 /// Makes a Kubernetes node's accelerators schedulable, accounted and isolated.
 #[derive(Debug, Parser)]
@@ -96,20 +98,28 @@ fn init_logging(format: LogFormat) {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logging(cli.log_format);
+    // The settings are read once, here, and handed to every subcommand that reads one.
+    let settings = match settings::Settings::from_env() {
+        Ok(settings) => settings,
+        Err(e) => {
+            eprintln!("device-manager: {e}");
+            return ExitCode::from(2);
+        }
+    };
     let result = match cli.command {
-        Command::Detect(args) => cmd::detect::run(args),
-        Command::Labels(args) => cmd::labels::run(args),
+        Command::Detect(args) => cmd::detect::run(args, &settings),
+        Command::Labels(args) => cmd::labels::run(args, &settings),
         Command::Record(args) => cmd::record::run(args),
         Command::Xids(args) => cmd::xids::run(args),
         Command::Monitor(args) => cmd::monitor::run(args),
-        Command::Doctor(args) => cmd::doctor::run(args),
-        Command::Admit(args) => cmd::admit::run(args),
-        Command::Worker(args) => cmd::worker::run(args),
+        Command::Doctor(args) => cmd::doctor::run(args, &settings),
+        Command::Admit(args) => cmd::admit::run(args, &settings),
+        Command::Worker(args) => cmd::worker::run(args, &settings),
         Command::CpuKey(args) => cmd::cpu_key::run(args),
         Command::Refresh(args) => cmd::refresh::run(args),
         Command::Reset(args) => cmd::reset::run(args),
-        Command::Serve(args) => cmd::serve::run(args),
-        Command::Cleanup(args) => cmd::cleanup::run(args),
+        Command::Serve(args) => cmd::serve::run(args, &settings),
+        Command::Cleanup(args) => cmd::cleanup::run(args, &settings),
     };
     match result {
         Ok(code) => code,

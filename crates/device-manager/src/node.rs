@@ -4,12 +4,13 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use accel_backend::DetectRequest;
 use accel_core::inventory::{Detection, Inventory};
-use accel_host::pci::{self, PciClassPrefixes};
+use accel_core::manufacturer::ManufacturerTable;
+use accel_host::pci::PciClassPrefixes;
 use accel_host::{Commands, FsHost, Host, HostRoot, RecordedCommands, SystemCommands};
-use accel_nvidia::detector::{self, Deadlines, DetectOptions};
+use accel_nvidia::detector::Deadlines;
 use accel_nvidia::faults::{self, FaultRecord};
-use accel_nvidia::passthrough::{self, GpuMemory, PciCandidate};
 use accel_nvidia::xid::XidClasses;
 use anyhow::{Context, bail};
 
@@ -31,13 +32,21 @@ pub struct NodeArgs {
     /// Seconds each nvidia-smi query may take (the whole snapshot gets twice this).
     #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=600))]
     pub nvidia_smi_timeout: u64,
+    /// Look at the PCI bus first and skip a manufacturer none of whose configured vendor ids
+    /// is on it (what `serve` does unless `--no-pci-check`). Off by default: `detect` reports
+    /// whatever the drivers answer.
+    #[arg(long)]
+    pub pci_check: bool,
 }
 
 impl NodeArgs {
-    /// Opens the node and runs every detector over it.
-    pub fn detect(&self) -> anyhow::Result<(Inventory, Vec<Detection>)> {
+    /// Opens the node and runs every detector over it (with `--pci-check`, gated by the
+    /// configured vendor ids).
+    pub fn detect(&self, table: &ManufacturerTable) -> anyhow::Result<(Inventory, Vec<Detection>)> {
         let prefixes = class_prefixes(self.pci_class_prefixes.as_deref())?;
-        let node = Node::open(&self.host_root)?;
+        let mut node = Node::open(&self.host_root)?;
+        node.table = table.clone();
+        node.pci_gate = self.pci_check;
         let deadlines = Deadlines {
             per_query: Duration::from_secs(self.nvidia_smi_timeout),
             snapshot: Duration::from_secs(self.nvidia_smi_timeout * 2),
@@ -52,6 +61,12 @@ pub struct Node {
     pub commands: Box<dyn Commands>,
     /// What `--host-root` named: a live root or a recording.
     pub kind: HostRoot,
+    /// The manufacturers table in force: each backend recognises its functions on the bus by
+    /// its configured vendor ids (the default table unless the caller sets the settings').
+    pub table: ManufacturerTable,
+    /// Gate each backend's detection on its vendor ids being on the bus (`serve` unless
+    /// `--no-pci-check`; `detect --pci-check`).
+    pub pci_gate: bool,
 }
 
 impl Node {
@@ -82,6 +97,8 @@ impl Node {
             host: Box::new(host),
             commands,
             kind,
+            table: ManufacturerTable::default(),
+            pci_gate: false,
         })
     }
 
@@ -107,35 +124,36 @@ impl Node {
     }
 
     /// One collection pass, as [`Node::detect`] but without reading `faults.json`: the daemon
-    /// holds the fault record itself and applies it.
+    /// holds the fault record itself and applies it. Every backend of the build detects
+    /// (`crate::backends`); each keeps its own memory in `data_dir` when given.
     pub fn collect(
         &self,
         data_dir: Option<&Path>,
         prefixes: &PciClassPrefixes,
         deadlines: Deadlines,
     ) -> anyhow::Result<(Inventory, Vec<Detection>)> {
-        let mut options = DetectOptions {
-            deadlines,
-            ..DetectOptions::default()
-        };
-        let memory_path = data_dir.map(|d| d.join(passthrough::FILE_NAME));
-        if let Some(path) = &memory_path {
-            options.memory = Some(load_memory(path)?);
-            options.pci = pci_candidates(self.host.as_ref(), prefixes)?;
-        }
-        let outcome = detector::detect(self.host.as_ref(), self.commands.as_ref(), options);
-        if let (Some(path), Some(memory)) = (&memory_path, &outcome.memory) {
-            accel_host::atomic::write_atomic(path, memory.to_json().as_bytes())
-                .with_context(|| format!("writing {}", path.display()))?;
-        }
         let mut inventory = Inventory::default();
-        if let Ok(section) = &outcome.detection {
-            if !section.accelerators.is_empty() {
-                inventory.manufacturers.push(section.clone());
+        let mut detections = Vec::new();
+        for backend in crate::backends::all() {
+            let request = DetectRequest {
+                host: self.host.as_ref(),
+                commands: self.commands.as_ref(),
+                deadlines,
+                state_dir: data_dir,
+                pci_classes: prefixes,
+                vendor_ids: &self.table.get(backend.manufacturer).pci_vendor_ids,
+                pci_gate: self.pci_gate,
+            };
+            let detection = backend.detector.detect(&request)?;
+            if let Ok(section) = &detection {
+                if !section.accelerators.is_empty() {
+                    inventory.manufacturers.push(section.clone());
+                }
             }
+            detections.push(detection);
         }
         inventory.canonicalize();
-        Ok((inventory, vec![outcome.detection]))
+        Ok((inventory, detections))
     }
 }
 
@@ -164,35 +182,6 @@ fn apply_recorded_faults(
         Err(e) => eprintln!("device-manager: faults not shown: {e}"),
     }
     Ok(())
-}
-
-fn load_memory(path: &Path) -> anyhow::Result<GpuMemory> {
-    match std::fs::read_to_string(path) {
-        Ok(text) => Ok(GpuMemory::from_json(&path.display().to_string(), &text)?),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(GpuMemory::default()),
-        Err(e) => Err(e).with_context(|| format!("reading {}", path.display())),
-    }
-}
-
-fn pci_candidates(
-    host: &dyn Host,
-    prefixes: &PciClassPrefixes,
-) -> anyhow::Result<Vec<PciCandidate>> {
-    let scan = pci::scan_pci(host, prefixes)?;
-    for note in &scan.notes {
-        tracing::warn!("pci scan: {note}");
-    }
-    Ok(scan
-        .functions
-        .into_iter()
-        .map(|f| PciCandidate {
-            bus_id: f.bus_id,
-            vendor: f.vendor_id,
-            class: f.class,
-            driver: f.driver,
-            numa_node: f.numa_node,
-        })
-        .collect())
 }
 
 /// Reads `GPUSTACK_PCI_CLASS_PREFIXES` (or its flag); absent means the default classes.

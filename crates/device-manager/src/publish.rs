@@ -20,7 +20,7 @@ use accel_core::devices::{
     allocations, settle_conditions,
 };
 use accel_core::inventory::{Inventory, ManufacturerInventory};
-use accel_core::labels::labels;
+use accel_core::labels::labels_with;
 use accel_core::ledger::Ledger;
 use accel_core::ledger::units::slices_per_accelerator;
 use accel_core::resources::KeyGrammar;
@@ -74,7 +74,7 @@ pub fn desired(
             None
         }
     };
-    let spec = DevicesSpec::from_inventory(snapshot.inventory, slices);
+    let spec = DevicesSpec::from_inventory_with(snapshot.inventory, slices, grammar.group_naming());
     let mut report = DetectionReport {
         last_detected_at: Some(rfc3339(snapshot.detected_at)),
         failures: BTreeMap::new(),
@@ -107,7 +107,7 @@ pub fn desired(
         None => (Vec::new(), BTreeMap::new()),
     };
     Desired {
-        node_feature_labels: labels(snapshot.inventory),
+        node_feature_labels: labels_with(snapshot.inventory, grammar.group_naming()),
         devices_spec: spec,
         devices_status: DevicesStatus {
             accelerators,
@@ -177,6 +177,7 @@ pub const FEED_SETTLE: Duration = Duration::from_millis(100);
 /// Recomputes [`desired`] whenever the detection, the ledger or the Pods change (a burst of
 /// changes once, [`FEED_SETTLE`] after it began), and sends it to the publisher.
 pub struct Feed {
+    /// The resource names and the group ids in force ([`KeyGrammar::group_naming`]).
     pub grammar: KeyGrammar,
     /// Whether logical slices are offered for a detected section (the preload library for its
     /// CUDA major is present); asked at each update, as the section may change.
@@ -258,5 +259,64 @@ impl Feed {
                 rx.borrow_and_update();
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+    use std::path::Path;
+    use std::time::SystemTime;
+
+    use accel_core::Manufacturer;
+    use accel_host::pci::PciClassPrefixes;
+    use accel_nvidia::detector::Deadlines;
+
+    use super::{Snapshot, desired};
+    use crate::node::Node;
+    use crate::settings::Settings;
+
+    /// The capacity the node publishes follows the resource name setting, as the plugins'
+    /// resources do (one grammar from one settings value).
+    #[test]
+    fn published_capacity_follows_the_resource_name_setting() {
+        let host = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata/hosts/hgx-h100-8gpu");
+        let node = Node::open(&host).unwrap();
+        let (inventory, _) = node
+            .collect(None, &PciClassPrefixes::default(), Deadlines::default())
+            .unwrap();
+        let settings = Settings::from_vars(&BTreeMap::from([(
+            "GPUSTACK_NVIDIA_ACCELERATABLE_RESOURCE_NAME".to_string(),
+            "example.com/gpu".to_string(),
+        )]))
+        .unwrap();
+        let snapshot = Snapshot {
+            manufacturer: Manufacturer::Nvidia,
+            inventory: &inventory,
+            failure: None,
+            detected_at: SystemTime::UNIX_EPOCH,
+            ledger: None,
+            pods: &[],
+            slices: true,
+            faults: &[],
+        };
+        let wanted = desired(&snapshot, None, &settings.grammar(), SystemTime::UNIX_EPOCH);
+        let keys: Vec<&String> = wanted.capacity.keys().collect();
+        assert!(!keys.is_empty());
+        assert!(
+            keys.iter().all(|k| k.starts_with("example.com/gpu.")),
+            "{keys:?}"
+        );
+        assert_eq!(
+            wanted.capacity["example.com/gpu.sliced.units"],
+            8 * 1_600_000
+        );
+        let default = desired(
+            &snapshot,
+            None,
+            &Settings::default().grammar(),
+            SystemTime::UNIX_EPOCH,
+        );
+        assert!(default.capacity.contains_key("nvidia.com/gpu.sliced.units"));
     }
 }

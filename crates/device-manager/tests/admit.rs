@@ -16,6 +16,11 @@ fn pod(limits: &str) -> String {
 }
 
 fn admit(args: &[&str], stdin: &str) -> Output {
+    admit_with(args, stdin, &[])
+}
+
+/// `admit` with settings in its environment.
+fn admit_with(args: &[&str], stdin: &str, envs: &[(&str, &str)]) -> Output {
     let dir = tempfile::tempdir().unwrap();
     let pool = dir.path().join("pool.json");
     std::fs::write(&pool, POOL).unwrap();
@@ -28,7 +33,8 @@ fn admit(args: &[&str], stdin: &str) -> Output {
         .env_remove("ADMIT_POOL")
         .env_remove("ADMIT_PHASE")
         .env_remove("ADMIT_OUTPUT")
-        .env_remove("GPUSTACK_RESOURCE_BASES")
+        .env_remove("GPUSTACK_NVIDIA_ACCELERATABLE_RESOURCE_NAME")
+        .envs(envs.iter().copied())
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -174,12 +180,38 @@ fn resource_bases_can_be_overridden() {
         Some(0),
         "not an accelerator key under the default bases"
     );
-    let o = admit(
-        &["--resource-bases", "nvidia=example.com/cuda", "-"],
+    let o = admit_with(
+        &["-"],
         &pod(limits),
+        &[(
+            "GPUSTACK_NVIDIA_ACCELERATABLE_RESOURCE_NAME",
+            "example.com/cuda",
+        )],
     );
     assert_eq!(o.status.code(), Some(1));
     assert!(stdout(&o).starts_with("denied: spec.containers[0].resources.limits[example.com/cuda.sliced]: Invalid value: \"2\""), "{}", stdout(&o));
-    let o = admit(&["--resource-bases", "nvidia", "-"], &pod(limits));
+    let o = admit_with(
+        &["-"],
+        &pod(limits),
+        &[("GPUSTACK_NVIDIA_ACCELERATABLE_RESOURCE_NAME", "nvidia")],
+    );
     assert_eq!(o.status.code(), Some(2));
+    // One line naming the variable.
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        stderr.starts_with(
+            "device-manager: GPUSTACK_NVIDIA_ACCELERATABLE_RESOURCE_NAME=\"nvidia\": "
+        ) && stderr.trim_end().lines().count() == 1,
+        "{stderr}"
+    );
+    // The default base is no longer an accelerator key once renamed.
+    let o = admit_with(
+        &["-"],
+        &pod("          nvidia.com/gpu.sliced: \"2\"\n"),
+        &[(
+            "GPUSTACK_NVIDIA_ACCELERATABLE_RESOURCE_NAME",
+            "example.com/cuda",
+        )],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", stdout(&o));
 }

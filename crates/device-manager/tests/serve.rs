@@ -65,6 +65,59 @@ async fn serve_registers_the_recorded_hosts_accelerators() {
     assert!(journal.exists());
 }
 
+/// `GPUSTACK_NVIDIA_ACCELERATABLE_RESOURCE_NAME` renames every resource `serve` registers (the
+/// visibility resource is the system's own), and `--no-shared` drops the shared pool.
+#[tokio::test]
+async fn the_resource_name_setting_renames_what_serve_registers() {
+    let host = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../testdata/hosts/hgx-h100-8gpu"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let kubelet = Kubelet::start(&dir.path().join("kubelet"), MemoryPods::new()).await;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_device-manager"))
+        .args([
+            "serve",
+            "--node-name",
+            "node-a",
+            "--host-root",
+            host,
+            "--no-shared",
+        ])
+        .arg("--kube-socket")
+        .arg(dir.path().join("kubelet/device-plugins/kubelet.sock"))
+        .arg("--data-dir")
+        .arg(dir.path().join("data"))
+        .env(
+            "GPUSTACK_NVIDIA_ACCELERATABLE_RESOURCE_NAME",
+            "example.com/gpu",
+        )
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    kubelet
+        .wait_for(&["example.com/gpu", "device.gpustack.ai/nvidia.visibility"])
+        .await;
+    let gpus = kubelet.devices("example.com/gpu");
+    let shared = kubelet.devices("example.com/gpu.shared");
+    let default = kubelet.devices("nvidia.com/gpu");
+    let sockets = dir.path().join("kubelet/device-plugins");
+    let served = |name: &str| sockets.join(format!("gpustack-{name}.sock")).exists();
+    let (exclusive_served, shared_served) =
+        (served("example.com_gpu"), served("example.com_gpu.shared"));
+    let _ = child.kill();
+    let _ = child.wait();
+    assert_eq!(gpus.len(), 8);
+    assert!(exclusive_served);
+    assert!(
+        shared.is_empty() && !shared_served,
+        "--no-shared still serves {shared:?}"
+    );
+    assert!(default.is_empty());
+}
+
 #[test]
 fn a_manufacturer_without_a_detector_is_a_one_line_error() {
     let dir = tempfile::tempdir().unwrap();

@@ -50,7 +50,8 @@ pub use metrics::PublishMetrics;
 use metrics::Part as BacklogPart;
 
 use crate::crd::{
-    Devices, DevicesBody, NFD_NODE_NAME_LABEL, NodeFeature, NodeFeatureSpec, node_feature_name,
+    Devices, DevicesBody, NFD_NODE_NAME_LABEL, NodeFeature, NodeFeatureFeatures, NodeFeatureSpec,
+    node_feature_name,
 };
 
 /// The Node labels copied onto the Devices object, so a pool's queue can select it as it
@@ -544,6 +545,7 @@ impl<A: ClusterApi> Publisher<A> {
                 &name,
                 NodeFeatureSpec {
                     labels: want.node_feature_labels.clone(),
+                    features: NodeFeatureFeatures::from_labels(&want.node_feature_labels),
                 },
             );
             object.metadata = ObjectMeta {

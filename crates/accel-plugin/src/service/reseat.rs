@@ -45,8 +45,7 @@ impl PluginHandle {
 
 impl Shared {
     fn replace_seats(&self, seats: Vec<Seat>) -> Vec<DroppedGrant> {
-        let pools: Arc<[Pool]> =
-            Pool::build(self.config.manufacturer, &seats, self.config.slices).into();
+        let pools: Arc<[Pool]> = Pool::build_offer(&self.config.offer, &seats).into();
         let pods = self.pods.pods().unwrap_or_default();
         let pod_name = |uid: &str| {
             pods.iter()

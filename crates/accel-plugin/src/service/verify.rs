@@ -30,7 +30,6 @@ use crate::journal::Entry;
 use crate::metrics::Attribution;
 use crate::pods::{Phase, Pod};
 use crate::pools::Pool;
-use crate::settings::InjectionStrategy;
 
 /// How long a grant answered before its container was named waits, at most, for the kubelet to
 /// record who holds its devices before it is released as nobody's (the Pod's admission failed
@@ -65,7 +64,7 @@ impl Shared {
     pub(super) fn answers_alike(&self, pool: &Pool) -> bool {
         matches!(pool.family(), Some(Family::Exclusive | Family::Shared))
             && self.config.settings.identify_by_kubelet
-            && self.config.responder.strategy != InjectionStrategy::Auto
+            && self.config.responder.answers_alike()
     }
 
     /// Grants `device_ids` without asking the kubelet first: to the watch's sole candidate, or,

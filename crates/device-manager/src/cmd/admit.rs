@@ -6,9 +6,9 @@ use std::io::Read as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use crate::settings::Settings;
 use accel_core::admission::{self, Phase};
 use accel_core::pool::{Pool, QUEUE_LABEL};
-use accel_core::resources::KeyGrammar;
 use anyhow::Context as _;
 use serde_json::Value;
 
@@ -39,15 +39,6 @@ pub struct Args {
     /// text or json ({"allowed","message","patch","pod"}).
     #[arg(short = 'o', long = "output", env = "ADMIT_OUTPUT", value_enum, default_value_t = Output::Text)]
     output: Output,
-    /// Resource bases that differ from the manufacturers' defaults, as the device plugin
-    /// advertises them: `nvidia=example.com/gpu,amd=example.com/rocm`.
-    #[arg(
-        long,
-        env = "GPUSTACK_RESOURCE_BASES",
-        value_name = "MANUFACTURER=BASE,…",
-        default_value = ""
-    )]
-    resource_bases: String,
     /// The Pod, YAML or JSON; `-` reads standard input.
     #[arg(env = "ADMIT_POD", value_name = "POD.yaml|-")]
     pod: String,
@@ -79,8 +70,10 @@ fn parse_document(text: &str, what: &str) -> anyhow::Result<Value> {
     Ok(value)
 }
 
-pub fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let grammar = KeyGrammar::default().with_overrides(&args.resource_bases)?;
+/// The verdict under the settings' manufacturers table (`GPUSTACK_<MANUFACTURER>_ACCELERATABLE_RESOURCE_NAME`
+/// renames the keys the webhook checks, as it renames what the plugins register).
+pub fn run(args: Args, settings: &Settings) -> anyhow::Result<ExitCode> {
+    let grammar = settings.grammar();
     let pod = parse_document(&read_input(&args.pod)?, &format!("the Pod {}", args.pod))?;
     let pool = match &args.pool {
         Some(path) => {

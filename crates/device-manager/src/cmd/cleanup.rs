@@ -7,9 +7,10 @@
 use std::process::ExitCode;
 use std::time::Duration;
 
-use accel_core::resources::KeyGrammar;
 use accel_kube::cleanup::{self, CleanupConfig};
 use anyhow::Context as _;
+
+use crate::settings::Settings;
 
 /// Arguments of `cleanup`.
 #[derive(Debug, clap::Args)]
@@ -31,19 +32,11 @@ pub struct Args {
     /// Seconds to wait for the release's Pods to be gone before deleting anyway.
     #[arg(long, env = "WAIT_SECONDS", default_value_t = 120)]
     wait_seconds: u64,
-    /// Resource bases that differ from the manufacturers' defaults (they say which capacity
-    /// keys are ours): `nvidia=example.com/gpu`.
-    #[arg(
-        long,
-        env = "GPUSTACK_RESOURCE_BASES",
-        value_name = "MANUFACTURER=BASE,…",
-        default_value = ""
-    )]
-    resource_bases: String,
 }
 
-pub fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let grammar = KeyGrammar::default().with_overrides(&args.resource_bases)?;
+/// The capacity keys that are ours follow the settings' resource names.
+pub fn run(args: Args, settings: &Settings) -> anyhow::Result<ExitCode> {
+    let grammar = settings.grammar();
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

@@ -8,6 +8,7 @@ use std::process::ExitCode;
 use accel_core::inventory::{Accelerator, Inventory, MigMode};
 
 use crate::node::NodeArgs;
+use crate::settings::Settings;
 
 /// Output formats.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -26,8 +27,8 @@ pub struct Args {
     pub output: Format,
 }
 
-pub fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let (inventory, detections) = args.node.detect()?;
+pub fn run(args: Args, settings: &Settings) -> anyhow::Result<ExitCode> {
+    let (inventory, detections) = args.node.detect(&settings.manufacturers)?;
     let mut failed = false;
     for detection in &detections {
         match detection {

@@ -7,13 +7,14 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
+use accel_backend::respond::{EngineFacts, InjectionStrategy};
 use accel_nvidia::detector::Deadlines;
 use accel_nvidia::doctor::{self, Check, Options, Report, Status};
-use accel_plugin::engine::engine_facts;
-use accel_plugin::responder::EngineFacts;
-use accel_plugin::settings::{InjectionStrategy, NVIDIA_INJECTION_STRATEGY_ENV, Settings};
+use accel_nvidia::engine::engine_facts_in;
+use accel_plugin::settings::NVIDIA_INJECTION_STRATEGY_ENV;
 
 use crate::node::Node;
+use crate::settings::Settings;
 
 /// Output formats.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -31,9 +32,10 @@ pub struct Args {
     /// The kubelet's directory (its sockets are device-plugins/ and pod-resources/kubelet.sock).
     #[arg(long, env = "KUBELET_DIR", default_value = "/var/lib/kubelet")]
     pub kubelet_dir: String,
-    /// The host directory the preload (slicing) libraries are staged in, as `serve` reads it.
-    #[arg(long, env = "LIBRARY_DIR", default_value = accel_plugin::responder::HOST_LIBRARY_DIR)]
-    pub library_dir: String,
+    /// The host directory the preload (slicing) libraries are staged in, as `serve` reads it
+    /// (default `<GPUSTACK_DATA_DIR>/operator/lib`).
+    #[arg(long, env = "LIBRARY_DIR")]
+    pub library_dir: Option<String>,
     /// The kernel log, as `serve` reads it (default: `<host-root>/dev/kmsg`).
     #[arg(long, env = "KMSG_PATH")]
     pub kmsg_path: Option<PathBuf>,
@@ -48,7 +50,7 @@ pub struct Args {
     pub output: Format,
 }
 
-pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+pub fn run(args: Args, settings: &Settings) -> anyhow::Result<ExitCode> {
     let node = Node::open(&args.host_root)?;
     let options = Options {
         deadlines: Deadlines {
@@ -56,16 +58,20 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             snapshot: Duration::from_secs(args.nvidia_smi_timeout * 2),
         },
         kubelet_dir: args.kubelet_dir.clone(),
-        library_dir: args.library_dir.trim_start_matches('/').to_string(),
+        library_dir: args
+            .library_dir
+            .clone()
+            .unwrap_or_else(|| settings.library_dir().display().to_string())
+            .trim_start_matches('/')
+            .to_string(),
         kmsg: args.kmsg_path.clone(),
         gpus: args.gpus.clone(),
     };
     let mut report = doctor::run(node.host.as_ref(), node.commands.as_ref(), &options);
-    let settings = Settings::from_env()?;
-    let engine = engine_facts(node.host.as_ref());
+    let engine = engine_facts_in(node.host.as_ref(), &settings.containerd_config_dir);
     report
         .checks
-        .push(injection_check(settings.nvidia_injection, &engine));
+        .push(injection_check(settings.plugin.nvidia_injection, &engine));
     report.passed = report.passed && report.checks.iter().all(|c| c.status != Status::Fail);
     match args.output {
         Format::Json => println!("{}", serde_json::to_string_pretty(&report)?),

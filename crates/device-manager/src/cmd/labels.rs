@@ -3,6 +3,7 @@
 use std::process::ExitCode;
 
 use crate::node::NodeArgs;
+use crate::settings::Settings;
 
 /// Arguments of `labels`.
 #[derive(Debug, clap::Args)]
@@ -11,8 +12,8 @@ pub struct Args {
     pub node: NodeArgs,
 }
 
-pub fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let (inventory, detections) = args.node.detect()?;
+pub fn run(args: Args, settings: &Settings) -> anyhow::Result<ExitCode> {
+    let (inventory, detections) = args.node.detect(&settings.manufacturers)?;
     let mut failed = false;
     for detection in &detections {
         if let Err(e) = detection {
@@ -20,7 +21,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             failed = true;
         }
     }
-    let labels = accel_core::labels::labels(&inventory);
+    let labels = accel_core::labels::labels_with(&inventory, settings.grammar().group_naming());
     println!("{}", serde_json::to_string_pretty(&labels)?);
     Ok(if failed {
         ExitCode::from(1)

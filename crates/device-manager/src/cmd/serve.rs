@@ -12,17 +12,17 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
+use accel_backend::Backend;
+use accel_backend::respond::{EngineFacts, ResponderSetup};
+use accel_backend::slicing::{self, SliceOffer};
 use accel_core::Manufacturer;
 use accel_core::inventory::ManufacturerInventory;
-use accel_core::resources::KeyGrammar;
 use accel_kube::publish::kube::KubeApi;
 use accel_kube::publish::{PublishMetrics, Publisher, PublisherConfig};
 use accel_nvidia::detector::Deadlines;
 use accel_nvidia::reset::RESET_DEADLINE;
-use accel_nvidia::xid::XidClasses;
 use accel_plugin::pods::{MemoryPods, PodSource};
-use accel_plugin::responder::{HOST_LIBRARY_DIR, NvidiaResponder};
-use accel_plugin::settings::Settings;
+use accel_plugin::service::Offer;
 use accel_plugin::{Config, PluginMetrics};
 use anyhow::Context;
 use prometheus_client::registry::Registry;
@@ -33,7 +33,8 @@ use crate::daemon::loops::Loops;
 use crate::daemon::metrics::{DaemonMetrics, GpuUsageMetrics};
 use crate::daemon::{self, Daemon, DaemonOptions};
 use crate::node::{self, Node};
-use crate::{metrics, publish};
+use crate::settings::Settings;
+use crate::{backends, metrics, publish};
 
 /// Arguments of `serve`.
 #[derive(Debug, clap::Args)]
@@ -47,17 +48,20 @@ pub struct Args {
     /// The kubelet's directory (device-plugins/ and pod-resources/ sockets).
     #[arg(long, env = "KUBELET_DIR", default_value = "/var/lib/kubelet")]
     pub kubelet_dir: PathBuf,
-    /// Node-local state: the ledger journal, the passthrough memory, Pod working directories.
-    #[arg(
-        long,
-        env = "DATA_DIR",
-        default_value = "/var/lib/gpustack/operator/device-manager"
-    )]
-    pub data_dir: PathBuf,
+    /// The kubelet's registration socket (`<dir>/device-plugins/kubelet.sock`); the plugins'
+    /// sockets go beside it and pod-resources is `<dir>/pod-resources/kubelet.sock`. Given, it
+    /// replaces `--kubelet-dir` (the described system's flag).
+    #[arg(long, env = "KUBE_SOCKET", value_name = "PATH")]
+    pub kube_socket: Option<PathBuf>,
+    /// Node-local state: the ledger journal, the passthrough memory, Pod working directories
+    /// (default `<GPUSTACK_DATA_DIR>/operator/device-manager`).
+    #[arg(long, env = "DATA_DIR")]
+    pub data_dir: Option<PathBuf>,
     /// The host directory the preload (slicing) libraries are staged in, one `cuda-<major>/`
-    /// each: looked for under the host root, and handed to the kubelet as a host path.
-    #[arg(long, env = "LIBRARY_DIR", default_value = HOST_LIBRARY_DIR)]
-    pub library_dir: PathBuf,
+    /// each: looked for under the host root, and handed to the kubelet as a host path (default
+    /// `<GPUSTACK_DATA_DIR>/operator/lib`).
+    #[arg(long, env = "LIBRARY_DIR")]
+    pub library_dir: Option<PathBuf>,
     /// The kernel log watched for XIDs (default: `<host-root>/dev/kmsg`). The DaemonSet mounts
     /// the host's at `/dev/kmsg` apart from the host root, which may be a read-only recording.
     #[arg(long, env = "KMSG_PATH")]
@@ -78,6 +82,19 @@ pub struct Args {
     /// accelerator has answered, nothing is published and the round repeats every period.
     #[arg(long, env = "NO_FAST_FAILED")]
     pub no_fast_failed: bool,
+    /// Do not serve the shared family (`<base>.shared`).
+    #[arg(long, env = "NO_SHARED")]
+    pub no_shared: bool,
+    /// Do not serve logical slices (`<base>.sliced`, and no sliced capacity is published).
+    #[arg(long, env = "NO_SLICED")]
+    pub no_sliced: bool,
+    /// Do not serve hardware partitions (`<base>.partitioned`; no backend serves them yet).
+    #[arg(long, env = "NO_PARTITIONED")]
+    pub no_partitioned: bool,
+    /// Detect without first looking for the manufacturer's PCI vendor id on the bus (a host
+    /// whose accelerators the bus scan cannot see: WSL 2, some virtual machines).
+    #[arg(long, env = "NO_PCI_CHECK")]
+    pub no_pci_check: bool,
     /// The namespace the daemon runs in, where its NodeFeature is written (the DaemonSet passes
     /// its own through the downward API); the cluster configuration's default when unset.
     #[arg(long, env = "POD_NAMESPACE")]
@@ -122,18 +139,63 @@ async fn sample_usage(
     }
 }
 
-pub fn run(args: Args) -> anyhow::Result<ExitCode> {
-    daemon::check_detectable(args.manufacturer)?;
-    if !args.library_dir.is_absolute() {
-        anyhow::bail!(
-            "--library-dir {}: not an absolute path (it is a host path the kubelet mounts from)",
-            args.library_dir.display()
-        );
+/// Where `serve` keeps and finds things, resolved from its flags and the settings.
+#[derive(Debug, Clone)]
+struct Paths {
+    kubelet_dir: PathBuf,
+    data_dir: PathBuf,
+    library_dir: PathBuf,
+}
+
+impl Paths {
+    fn resolve(args: &Args, settings: &Settings) -> anyhow::Result<Paths> {
+        let kubelet_dir = match &args.kube_socket {
+            None => args.kubelet_dir.clone(),
+            Some(socket) => kubelet_dir_of(socket)?,
+        };
+        let library_dir = args
+            .library_dir
+            .clone()
+            .unwrap_or_else(|| settings.library_dir());
+        if !library_dir.is_absolute() {
+            anyhow::bail!(
+                "--library-dir {}: not an absolute path (it is a host path the kubelet mounts from)",
+                library_dir.display()
+            );
+        }
+        Ok(Paths {
+            kubelet_dir,
+            data_dir: args
+                .data_dir
+                .clone()
+                .unwrap_or_else(|| settings.daemon_dir()),
+            library_dir,
+        })
     }
-    let settings = Settings::from_env()?;
-    std::fs::create_dir_all(&args.data_dir)
-        .with_context(|| format!("creating the data directory {}", args.data_dir.display()))?;
-    let node = Node::open(&args.host_root)?;
+}
+
+/// The kubelet directory of a registration socket `<dir>/device-plugins/kubelet.sock`.
+fn kubelet_dir_of(socket: &std::path::Path) -> anyhow::Result<PathBuf> {
+    let named = socket.file_name().is_some_and(|n| n == "kubelet.sock");
+    let plugins = socket.parent().filter(|p| p.ends_with("device-plugins"));
+    match (named, plugins.and_then(std::path::Path::parent)) {
+        (true, Some(dir)) => Ok(dir.to_path_buf()),
+        _ => anyhow::bail!(
+            "--kube-socket {}: expected <kubelet dir>/device-plugins/kubelet.sock",
+            socket.display()
+        ),
+    }
+}
+
+pub fn run(args: Args, settings: &Settings) -> anyhow::Result<ExitCode> {
+    let backend = backends::backend(args.manufacturer)?;
+    let paths = Paths::resolve(&args, settings)?;
+    let settings = settings.clone();
+    std::fs::create_dir_all(&paths.data_dir)
+        .with_context(|| format!("creating the data directory {}", paths.data_dir.display()))?;
+    let mut node = Node::open(&args.host_root)?;
+    node.table = settings.manufacturers.clone();
+    node.pci_gate = !args.no_pci_check;
     if node.is_recorded() {
         tracing::warn!(
             "{}: a recorded host: its files and programs are replayed, not this node's",
@@ -142,7 +204,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     }
     // The container engine's configuration and the vendor's CDI specs, read once: they decide
     // what `auto` injects.
-    let engine = accel_plugin::engine::engine_facts(node.host.as_ref());
+    let engine =
+        accel_nvidia::engine::engine_facts_in(node.host.as_ref(), &settings.containerd_config_dir);
     let prefixes = node::class_prefixes(args.pci_class_prefixes.as_deref())?;
     let deadlines = Deadlines {
         per_query: Duration::from_secs(30),
@@ -158,13 +221,13 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         DaemonOptions {
             manufacturer: args.manufacturer,
             fast_failed: !args.no_fast_failed,
-            data_dir: args.data_dir.clone(),
+            data_dir: paths.data_dir.clone(),
             prefixes,
             deadlines,
             inventory_interval: Duration::from_secs(args.inventory_interval),
             pci_poll_interval: daemon::PCI_POLL_INTERVAL,
             reset_deadline: RESET_DEADLINE,
-            xid_classes: XidClasses::from_env()?,
+            xid_classes: settings.xid_classes.clone(),
             metrics: daemon_metrics,
         },
     )?);
@@ -174,7 +237,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let registry = Arc::new(registry);
     // Bound before the plugins register, so a second daemon on this data directory stops here
     // and a `refresh` sent as soon as the kubelet sees us waits in the backlog.
-    let server = AdminServer::bind(&args.data_dir)?;
+    let server = AdminServer::bind(&paths.data_dir)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -209,12 +272,14 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             .map(|_| tokio::spawn(sample_usage(daemon.clone(), args.monitor_period, usage_tx)));
         let (plugins_tx, plugins_rx) = watch::channel(None);
         let feed = publish::Feed {
-            grammar: KeyGrammar::default(),
+            grammar: settings.grammar(),
             slices: {
                 let daemon = daemon.clone();
-                let library_dir = args.library_dir.clone();
+                let backend = backend.clone();
+                let library_dir = paths.library_dir.clone();
+                let no_sliced = args.no_sliced;
                 Arc::new(move |section: &ManufacturerInventory| {
-                    slices_offered(&daemon, &library_dir, section).1
+                    !no_sliced && slices_offered(&backend, &daemon, &library_dir, section).offered
                 })
             },
             pods: pods.clone(),
@@ -258,7 +323,18 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         let started = {
             let daemon = daemon.clone();
             let start = daemon.start_plugins(
-                |section| plugin_config(&args, settings, engine, plugin_metrics, &daemon, section),
+                |section| {
+                    plugin_config(
+                        &args,
+                        &paths,
+                        &settings,
+                        &backend,
+                        engine,
+                        plugin_metrics,
+                        &daemon,
+                        section,
+                    )
+                },
                 pods,
             );
             tokio::select! {
@@ -289,67 +365,77 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
 }
 
 /// The plugins' configuration for the manufacturer's accelerators as first detected: the
-/// seats, and whether logical slices are advertised (the preload library for the node's CUDA
-/// major is present).
+/// seats, what is offered (the configured resource base; slices only where the backend's
+/// preload library for the node's runtime major is staged), and the backend's responder.
+#[allow(clippy::too_many_arguments)]
 fn plugin_config(
     args: &Args,
-    settings: Settings,
-    engine: accel_plugin::responder::EngineFacts,
+    paths: &Paths,
+    settings: &Settings,
+    backend: &Backend,
+    engine: EngineFacts,
     metrics: PluginMetrics,
     daemon: &Daemon,
     section: &ManufacturerInventory,
 ) -> Config {
-    let (cuda_major, slices) = slices_offered(daemon, &args.library_dir, section);
-    if !slices {
-        match cuda_major {
-            Some(major) => tracing::warn!(
-                "logical slices are not advertised: no preload library at {} under the host root for CUDA {major} (--library-dir)",
-                NvidiaResponder::library_path(&args.library_dir, major)
+    let slicing = slices_offered(backend, daemon, &paths.library_dir, section);
+    if !slicing.offered && !args.no_sliced {
+        match (&backend.slicing, &slicing.library, slicing.runtime_major) {
+            (None, _, _) => {}
+            (Some(_), Some(library), Some(major)) => tracing::warn!(
+                "logical slices are not advertised: no preload library at {library} under the host root for runtime {major} (--library-dir)"
             ),
-            None => tracing::warn!(
-                "logical slices are not advertised: the driver reports no CUDA version"
+            (Some(library), _, _) => tracing::warn!(
+                "logical slices are not advertised: the driver reports no {} version",
+                library.runtime()
             ),
         }
     }
     let mut inventory = accel_core::inventory::Inventory::default();
     inventory.manufacturers.push(section.clone());
+    let row = settings.manufacturers.get(section.name);
     Config {
-        kubelet_dir: args.kubelet_dir.clone(),
-        data_dir: args.data_dir.clone(),
-        settings,
-        manufacturer: section.name,
-        seats: daemon::seats_of(&inventory, section.name),
-        slices,
-        responder: NvidiaResponder {
-            strategy: settings.nvidia_injection,
-            cuda_major,
-            pod_dir_root: args.data_dir.join("pods"),
-            preload_dir: args.data_dir.join("preload"),
-            library_dir: args.library_dir.clone(),
-            engine,
+        kubelet_dir: paths.kubelet_dir.clone(),
+        data_dir: paths.data_dir.clone(),
+        settings: settings.plugin,
+        offer: Offer {
+            shared: !args.no_shared,
+            sliced: slicing.offered && !args.no_sliced && row.slice_count.is_some(),
+            ..Offer::with_base(section.name, &row.resource_base)
         },
+        seats: daemon::seats_of(&inventory, section.name),
+        responder: (backend.responder)(ResponderSetup {
+            strategy: settings.plugin.nvidia_injection,
+            runtime_major: slicing.runtime_major,
+            pod_dir_root: paths.data_dir.join("pods"),
+            preload_dir: paths.data_dir.join("preload"),
+            library_dir: paths.library_dir.clone(),
+            engine,
+        }),
         poll_interval: Duration::from_secs(1),
         metrics,
     }
 }
 
-/// The node's CUDA major and whether logical slices are offered: the preload library for that
-/// major is present in the library directory under the host root (DESIGN.md, "Slicing needs
-/// its library").
+/// Whether logical slices are offered: the backend slices and its preload library for the
+/// node's runtime major is present in the library directory under the host root (DESIGN.md,
+/// "Slicing needs its library").
 fn slices_offered(
+    backend: &Backend,
     daemon: &Daemon,
     library_dir: &std::path::Path,
     section: &ManufacturerInventory,
-) -> (Option<u32>, bool) {
-    let cuda_major = section
-        .runtime_version
-        .as_deref()
-        .and_then(|v| v.split('.').next())
-        .and_then(|m| m.parse::<u32>().ok());
-    let present = cuda_major.is_some_and(|major| {
-        daemon.host_exists(&NvidiaResponder::library_path(library_dir, major))
-    });
-    (cuda_major, present)
+) -> SliceOffer {
+    match &backend.slicing {
+        Some(library) => slicing::offer(library.as_ref(), section, library_dir, |path| {
+            daemon.host_exists(path)
+        }),
+        None => SliceOffer {
+            runtime_major: None,
+            library: None,
+            offered: false,
+        },
+    }
 }
 
 /// The API server (in-cluster config or `KUBECONFIG`). Without a cluster configuration the

@@ -13,13 +13,15 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
-use accel_core::resources::KeyGrammar;
+use accel_core::manufacturer::ManufacturerTable;
 use accel_kube::PoolCache;
 use accel_kube::lease::{self, ElectionConfig, Elector, KubeLeases};
 use accel_kube::worker::{self as controllers, LoopConfig};
 use accel_webhook::metrics::Metrics;
 use accel_webhook::{CertReloader, ServerConfig};
 use anyhow::Context as _;
+
+use crate::settings::Settings;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -35,15 +37,6 @@ pub struct Args {
     /// How often to look for a rotated certificate, in seconds.
     #[arg(long, env = "TLS_RELOAD_SECONDS", default_value_t = 10)]
     tls_reload_seconds: u64,
-    /// Resource bases that differ from the manufacturers' defaults, as the device plugin
-    /// advertises them: `nvidia=example.com/gpu,amd=example.com/rocm`.
-    #[arg(
-        long,
-        env = "GPUSTACK_RESOURCE_BASES",
-        value_name = "MANUFACTURER=BASE,…",
-        default_value = ""
-    )]
-    resource_bases: String,
     /// Largest AdmissionReview body accepted, in bytes.
     #[arg(long, env = "WEBHOOK_BODY_LIMIT", default_value_t = 4 * 1024 * 1024)]
     body_limit: usize,
@@ -84,17 +77,17 @@ pub struct Args {
     resync_seconds: u64,
 }
 
-pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+pub fn run(args: Args, settings: &Settings) -> anyhow::Result<ExitCode> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
-    runtime.block_on(serve(args))?;
+    runtime.block_on(serve(args, settings.clone()))?;
     Ok(ExitCode::SUCCESS)
 }
 
-async fn serve(args: Args) -> anyhow::Result<()> {
-    let grammar = KeyGrammar::default().with_overrides(&args.resource_bases)?;
+async fn serve(args: Args, settings: Settings) -> anyhow::Result<()> {
+    let grammar = settings.grammar();
     let reloader = CertReloader::load(&args.tls_cert, &args.tls_key)
         .context("cannot load the serving certificate")?;
     let tls = reloader.server_config()?;
@@ -118,6 +111,7 @@ async fn serve(args: Args) -> anyhow::Result<()> {
         client,
         election_config,
         &args,
+        settings.manufacturers.clone(),
         stopped(stopping.clone()),
     ));
 
@@ -225,6 +219,7 @@ fn elect_and_control(
     client: kube::Client,
     config: ElectionConfig,
     args: &Args,
+    table: ManufacturerTable,
     stop: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> impl std::future::Future<Output = ()> + Send + 'static {
     let namespace = args
@@ -242,7 +237,7 @@ fn elect_and_control(
         // The controllers stop as soon as `leading` turns false, and for good once the election
         // has ended (its sender dropped).
         tokio::spawn(lease::while_leading(leading_rx, move || {
-            controllers::run(client.clone(), loop_config.clone())
+            controllers::run_with(client.clone(), loop_config.clone(), table.clone())
         }));
         Elector::new(leases, config)
             .run_until(leading_tx, stop)

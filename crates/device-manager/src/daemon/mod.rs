@@ -67,19 +67,9 @@ pub const PCI_POLL_INTERVAL: Duration = Duration::from_secs(30);
 /// The full inventory's period when none is configured (DESIGN.md, "Cadence").
 pub const INVENTORY_INTERVAL: Duration = Duration::from_secs(600);
 
-/// The manufacturers this build can detect (`--manufacturer`).
-pub const DETECTABLE: [Manufacturer; 1] = [Manufacturer::Nvidia];
-
-/// Refuses a manufacturer that has no detector yet, in one line.
+/// Refuses a manufacturer that has no backend in this build, in one line.
 pub fn check_detectable(manufacturer: Manufacturer) -> anyhow::Result<()> {
-    if DETECTABLE.contains(&manufacturer) {
-        Ok(())
-    } else {
-        anyhow::bail!(
-            "manufacturer {manufacturer}: no detector yet (this build detects {})",
-            DETECTABLE.map(Manufacturer::name).join(", ")
-        )
-    }
+    crate::backends::backend(manufacturer).map(|_| ())
 }
 
 /// How many detection reasons the daemon remembers (for tests and the log).

@@ -23,9 +23,10 @@ use accel_host::{
 };
 use accel_nvidia::detector::Deadlines;
 use accel_nvidia::reset::{ResetError, reset_argv};
+use accel_nvidia::responder::{EngineFacts, HOST_LIBRARY_DIR, NvidiaResponder};
 use accel_nvidia::xid::XidClasses;
 use accel_plugin::pods::{Container, MemoryPods, Phase, Pod};
-use accel_plugin::responder::{EngineFacts, HOST_LIBRARY_DIR, NvidiaResponder};
+use accel_plugin::service::Offer;
 use accel_plugin::settings::{InjectionStrategy, Settings};
 use accel_plugin::testing::Kubelet;
 use accel_plugin::{Config, DevicePlugins};
@@ -161,21 +162,23 @@ fn plugin_config(kubelet_dir: &Path, data: &Path, section: &ManufacturerInventor
         kubelet_dir: kubelet_dir.to_path_buf(),
         data_dir: data.to_path_buf(),
         settings: Settings::default(),
-        manufacturer: Manufacturer::Nvidia,
+        offer: Offer {
+            sliced: false,
+            ..Offer::of(Manufacturer::Nvidia)
+        },
         seats: section
             .accelerators
             .iter()
             .map(|a| Seat::from_accelerator(a, 128))
             .collect(),
-        slices: false,
-        responder: NvidiaResponder {
+        responder: Arc::new(NvidiaResponder {
             strategy: InjectionStrategy::Envvar,
             cuda_major: Some(13),
             pod_dir_root: data.join("pods"),
             preload_dir: data.join("preload"),
-            library_dir: accel_plugin::responder::HOST_LIBRARY_DIR.into(),
+            library_dir: accel_nvidia::responder::HOST_LIBRARY_DIR.into(),
             engine: EngineFacts::default(),
-        },
+        }),
         poll_interval: Duration::from_millis(50),
         metrics: Default::default(),
     }
@@ -1230,7 +1233,7 @@ fn a_live_roots_boot_id_engine_and_cdi_are_read_at_its_top() {
         accel_nvidia::faults::read_boot_id(node.host.as_ref()).unwrap(),
         LIVE_BOOT
     );
-    let engine = accel_plugin::engine::engine_facts(node.host.as_ref());
+    let engine = accel_nvidia::engine::engine_facts(node.host.as_ref());
     assert!(engine.readable, "{engine:?}");
     assert!(engine.cdi_enabled, "{engine:?}");
     assert!(

@@ -66,3 +66,30 @@ replaces the chart's entry rather than adding a second one, which `helm upgrade`
 {{- define "dm.fieldRef" -}}
 {{- toJson (dict "valueFrom" (dict "fieldRef" (dict "fieldPath" .))) -}}
 {{- end -}}
+
+{{/*
+Every manufacturer's row of global.manufacturers as the described system's settings
+(GPUSTACK_<MANUFACTURER>_PCI_VENDOR_ID, _ACCELERATABLE_RESOURCE_NAME, _ACCELERATABLE_RUNTIME_NAME,
+_PARTITION_KIND), set into the env dict given: the daemons, the worker and the clean-up read one
+manufacturers table, the one that selects the daemons' nodes. A row without resourceName,
+runtimeName or partitionKind leaves that setting to the code's default; "" means none.
+Call with (dict "root" $ "env" $env).
+*/}}
+{{- define "dm.manufacturerSettings" -}}
+{{- $env := .env }}
+{{- range $name, $m := .root.Values.global.manufacturers }}
+{{- $prefix := printf "GPUSTACK_%s_" (upper $name) }}
+{{- if $m.pciVendorIds }}
+{{- $_ := set $env (printf "%sPCI_VENDOR_ID" $prefix) (join "," $m.pciVendorIds) }}
+{{- end }}
+{{- if hasKey $m "resourceName" }}
+{{- $_ := set $env (printf "%sACCELERATABLE_RESOURCE_NAME" $prefix) (toString $m.resourceName) }}
+{{- end }}
+{{- if hasKey $m "runtimeName" }}
+{{- $_ := set $env (printf "%sACCELERATABLE_RUNTIME_NAME" $prefix) (toString $m.runtimeName) }}
+{{- end }}
+{{- if hasKey $m "partitionKind" }}
+{{- $_ := set $env (printf "%sPARTITION_KIND" $prefix) (toString $m.partitionKind) }}
+{{- end }}
+{{- end }}
+{{- end -}}

@@ -11,14 +11,16 @@
 
 use std::path::Path;
 
+use crate::cdi;
 use accel_host::Host;
-use accel_nvidia::cdi;
 use toml::Table;
 
 use crate::responder::EngineFacts;
 
 /// containerd's configuration file.
 pub const CONTAINERD_CONFIG: &str = "etc/containerd/config.toml";
+/// containerd's configuration directory unless `GPUSTACK_CONTAINERD_CONFIG_DIR` says otherwise.
+pub const DEFAULT_CONTAINERD_DIR: &str = "/etc/containerd";
 /// CRI-O's configuration file and its drop-in directory.
 pub const CRIO_CONFIG: &str = "etc/crio/crio.conf";
 pub const CRIO_DROP_INS: &str = "etc/crio/crio.conf.d";
@@ -66,7 +68,13 @@ pub struct EngineConfig {
 /// The facts `auto` reads, from the engine's configuration and the NVIDIA specs in its CDI
 /// directories; every fall-back this implies is logged once here.
 pub fn engine_facts(host: &dyn Host) -> EngineFacts {
-    let config = match read_config(host) {
+    engine_facts_in(host, Path::new(DEFAULT_CONTAINERD_DIR))
+}
+
+/// [`engine_facts`] with containerd's configuration read from `containerd_dir`
+/// (`GPUSTACK_CONTAINERD_CONFIG_DIR`, a host path read under the host root).
+pub fn engine_facts_in(host: &dyn Host, containerd_dir: &Path) -> EngineFacts {
+    let config = match read_config_in(host, containerd_dir) {
         Ok(config) => config,
         Err(e) => {
             tracing::warn!("nvidia injection (auto): falls back to envvar: {e}");
@@ -114,7 +122,16 @@ pub fn engine_facts(host: &dyn Host) -> EngineFacts {
 /// The engine's configuration: containerd when its file exists, else CRI-O; both configured, the
 /// socket present says which.
 pub fn read_config(host: &dyn Host) -> Result<EngineConfig, EngineError> {
-    let containerd = host.exists(CONTAINERD_CONFIG);
+    read_config_in(host, Path::new(DEFAULT_CONTAINERD_DIR))
+}
+
+/// [`read_config`] with containerd's `config.toml` in `containerd_dir` (a host path).
+pub fn read_config_in(host: &dyn Host, containerd_dir: &Path) -> Result<EngineConfig, EngineError> {
+    let containerd_file = containerd_dir.join("config.toml");
+    let containerd_file = containerd_file.to_string_lossy();
+    let containerd_file = containerd_file.trim_start_matches('/');
+    let containerd_config = |host: &dyn Host| containerd_config(host, containerd_file);
+    let containerd = host.exists(containerd_file);
     let crio = host.exists(CRIO_CONFIG) || host.exists(CRIO_DROP_INS);
     match (containerd, crio) {
         (false, false) => Err(EngineError::NotFound),
@@ -204,8 +221,8 @@ fn is_nvidia(name: &str, binary: Option<&str>) -> bool {
     name.starts_with("nvidia") || binary_is_nvidia
 }
 
-fn containerd_config(host: &dyn Host) -> Result<EngineConfig, EngineError> {
-    let mut config = read_toml(host, CONTAINERD_CONFIG)?;
+fn containerd_config(host: &dyn Host, file: &str) -> Result<EngineConfig, EngineError> {
+    let mut config = read_toml(host, file)?;
     let imports = strings(config.get("imports")).unwrap_or_default();
     for pattern in imports {
         for file in expand(host, &pattern) {

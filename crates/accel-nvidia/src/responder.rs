@@ -6,17 +6,18 @@
 //! seed's five fall-backs. A slice also gets HAMi-core's budgets, the preload library for the
 //! node's CUDA major with an `/etc/ld.so.preload` naming it, a per-Pod working directory, and the
 //! quiet/ordering variables unless the container's own `env:` sets them. Positional keys follow
-//! ascending accelerator index. This module decides no grant; it only answers for one.
+//! ascending accelerator index. This module decides no grant; it only answers for one, behind
+//! accel-backend's [`Responder`] (the plugin turns the [`Injection`] into the kubelet's answer).
 
-use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
+use accel_backend::pod::Pod;
+pub use accel_backend::respond::{
+    Answer, Channel, EngineFacts, Injection, InjectionStrategy, Mount, ResponderError,
+};
+use accel_backend::respond::{PrepareError, Responder, ResponderSetup};
+use accel_core::ledger::Family;
 use accel_core::ledger::units::mib_for_units;
-use accel_core::ledger::{Family, Seat};
-
-use crate::api::deviceplugin::{ContainerAllocateResponse, Mount};
-use crate::pods::{Container, Pod};
-use crate::settings::InjectionStrategy;
 
 /// Where the init container stages the preload libraries on the host, unless `serve
 /// --library-dir` says otherwise ([`NvidiaResponder::library_dir`]).
@@ -29,39 +30,6 @@ pub const CONTAINER_LIBRARY_DIR: &str = "/usr/local/vgpu";
 pub const CDI_ANNOTATION: &str = "cdi.k8s.io/gpustack-nvidia";
 /// The CDI kind the vendor's generator writes.
 pub const CDI_KIND: &str = "nvidia.com/gpu";
-
-/// Why the responder refused a grant (the ledger entry is then given back).
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum ResponderError {
-    #[error("accelerator {index} has no UUID to name it by")]
-    NoUuid { index: u32 },
-    #[error("slicing needs the node's CUDA major version, which the driver did not report")]
-    NoCudaMajor,
-    #[error("accelerator {index} reports no VRAM; a slice's memory limit cannot be set")]
-    NoVram { index: u32 },
-    #[error("cannot create the Pod working directory {path}: {reason}")]
-    WorkDir { path: String, reason: String },
-}
-
-/// The container engine's facts `auto` reads (seed 000's five fall-backs).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct EngineFacts {
-    /// The engine's configuration was read.
-    pub readable: bool,
-    /// Its default runtime handler is NVIDIA's.
-    pub default_runtime_is_vendor: bool,
-    /// It resolves CDI requests.
-    pub cdi_enabled: bool,
-    /// The CDI device names the loaded specs carry (`nvidia.com/gpu=GPU-…`).
-    pub cdi_devices: BTreeSet<String>,
-}
-
-/// Which channel carries a grant, and why `auto` fell back.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Channel {
-    Envvar,
-    CdiAnnotation,
-}
 
 /// `auto`'s choice for one container: CDI only when none of the five fall-backs holds.
 pub fn choose_channel(
@@ -89,20 +57,6 @@ pub fn choose_channel(
         Some(r) => (Channel::Envvar, Some(r)),
         None => (Channel::CdiAnnotation, None),
     }
-}
-
-/// What one answer is for.
-#[derive(Debug, Clone, Copy)]
-pub struct Answer<'a> {
-    /// The grant's family; `None` for the visibility sidecar (plain injection only).
-    pub family: Option<Family>,
-    /// The accelerators, ascending by index.
-    pub seats: &'a [&'a Seat],
-    /// Units per accelerator of a slice.
-    pub slice_units: u64,
-    pub cores_percentage: Option<u32>,
-    pub pod: &'a Pod,
-    pub container: Option<&'a Container>,
 }
 
 /// The NVIDIA responder of one node.
@@ -133,10 +87,7 @@ impl NvidiaResponder {
     }
 
     /// The answer for one container.
-    pub fn respond(
-        &self,
-        answer: &Answer<'_>,
-    ) -> Result<ContainerAllocateResponse, ResponderError> {
+    pub fn respond(&self, answer: &Answer<'_>) -> Result<Injection, ResponderError> {
         let mut uuids = Vec::with_capacity(answer.seats.len());
         for seat in answer.seats {
             match &seat.uuid {
@@ -158,7 +109,7 @@ impl NvidiaResponder {
                 channel
             }
         };
-        let mut response = ContainerAllocateResponse::default();
+        let mut response = Injection::default();
         match channel {
             Channel::Envvar => {
                 response
@@ -178,15 +129,13 @@ impl NvidiaResponder {
         Ok(response)
     }
 
-    fn slice(
-        &self,
-        answer: &Answer<'_>,
-        response: &mut ContainerAllocateResponse,
-    ) -> Result<(), ResponderError> {
+    fn slice(&self, answer: &Answer<'_>, response: &mut Injection) -> Result<(), ResponderError> {
         // One driver stack per node: the responder holds the node's single CUDA major, so a
         // grant spanning two majors cannot be expressed here. When the inventory carries a
         // major per accelerator, the seed's refusal belongs where the seats are built.
-        let major = self.cuda_major.ok_or(ResponderError::NoCudaMajor)?;
+        let major = self
+            .cuda_major
+            .ok_or(ResponderError::NoRuntimeMajor { runtime: "CUDA" })?;
         let own = |name: &str| answer.container.is_some_and(|c| c.env.contains_key(name));
         let mut set = |name: String, value: String| {
             if !own(&name) {
@@ -260,42 +209,53 @@ impl NvidiaResponder {
     }
 }
 
-fn path_text(path: &Path) -> String {
-    path.display().to_string()
+impl NvidiaResponder {
+    /// The responder of a node whose first detection is known.
+    pub fn from_setup(setup: ResponderSetup) -> NvidiaResponder {
+        NvidiaResponder {
+            strategy: setup.strategy,
+            cuda_major: setup.runtime_major,
+            pod_dir_root: setup.pod_dir_root,
+            preload_dir: setup.preload_dir,
+            library_dir: setup.library_dir,
+            engine: setup.engine,
+        }
+    }
 }
 
-/// Folds a container's sliced requests into units per accelerator and a cores percentage, the
-/// seed's defaults applied for Pods that skipped the webhook: the percentage wins over MiB,
-/// cores default to 100, and no budget at all means the whole accelerator.
-pub fn slice_budget(
-    container: Option<&Container>,
-    resource: &str,
-    vram_mib: Option<u64>,
-) -> Result<(u64, u32), accel_core::units::UnitsError> {
-    use accel_core::units::{MemoryBudget, UNITS_PER_ACCELERATOR, fold};
-    let get = |suffix: &str| container.and_then(|c| c.count(&format!("{resource}.{suffix}")));
-    let cores = get("cores-percentage").map_or(100, |c| c.min(100) as u32);
-    let units = if let Some(p) = get("memory-percentage") {
-        fold(MemoryBudget::Percentage(p), vram_mib)?
-    } else if let Some(m) = get("memory-mib") {
-        // Seed 000: a MiB budget is "floored and capped at the accelerator VRAM" (the webhook
-        // refuses one over it; a Pod that skipped the webhook gets the whole VRAM).
-        let capped = vram_mib.map_or(m, |vram| m.min(vram));
-        fold(MemoryBudget::Mib(capped), vram_mib)?
-    } else if let Some(u) = get("units") {
-        u.min(UNITS_PER_ACCELERATOR)
-    } else {
-        UNITS_PER_ACCELERATOR
-    };
-    Ok((units, cores))
+impl Responder for NvidiaResponder {
+    fn respond(&self, answer: &Answer<'_>) -> Result<Injection, ResponderError> {
+        NvidiaResponder::respond(self, answer)
+    }
+
+    fn answers_alike(&self) -> bool {
+        // `auto` reads the Pod's runtime class; the other strategies answer every container alike.
+        self.strategy != InjectionStrategy::Auto
+    }
+
+    fn prepare_slicing(&self) -> Result<(), PrepareError> {
+        self.stage_preload_file().map_err(|source| PrepareError {
+            path: self.preload_dir.display().to_string(),
+            source,
+        })
+    }
+
+    fn reclaim(&self, pod_uid: &str) {
+        NvidiaResponder::reclaim(self, pod_uid);
+    }
+}
+
+fn path_text(path: &Path) -> String {
+    path.display().to_string()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::pods::Phase;
+    use accel_backend::pod::{Container, Phase};
     use accel_core::inventory::Grantable;
-    use std::collections::BTreeMap;
+    use accel_core::ledger::Seat;
+    use std::collections::{BTreeMap, BTreeSet};
 
     fn seat(index: u32) -> Seat {
         Seat {
@@ -474,60 +434,5 @@ mod tests {
                 .unwrap()
                 .contains("runtimeClassName")
         );
-    }
-
-    #[test]
-    fn budgets_default_like_the_seed() {
-        let mut c = Container::default();
-        assert_eq!(
-            slice_budget(Some(&c), "nvidia.com/gpu.sliced", Some(80_000)),
-            Ok((1_600_000, 100))
-        );
-        c.limits
-            .insert("nvidia.com/gpu.sliced.memory-mib".into(), "20000".into());
-        assert_eq!(
-            slice_budget(Some(&c), "nvidia.com/gpu.sliced", Some(80_000)),
-            Ok((400_000, 100))
-        );
-        c.limits.insert(
-            "nvidia.com/gpu.sliced.memory-percentage".into(),
-            "50".into(),
-        );
-        c.limits
-            .insert("nvidia.com/gpu.sliced.cores-percentage".into(), "20".into());
-        assert_eq!(
-            slice_budget(Some(&c), "nvidia.com/gpu.sliced", Some(80_000)),
-            Ok((800_000, 20))
-        );
-    }
-
-    #[test]
-    fn slice_budgets_fold_through_the_one_units_function() {
-        use accel_core::units::{UNITS_PER_ACCELERATOR, UnitsError};
-        let budget = |key: &str, value: &str, vram: Option<u64>| {
-            let c = Container {
-                name: "main".into(),
-                limits: [(format!("nvidia.com/gpu.sliced.{key}"), value.to_string())].into(),
-                env: Default::default(),
-            };
-            slice_budget(Some(&c), "nvidia.com/gpu.sliced", vram).map(|(units, _)| units)
-        };
-        assert_eq!(budget("memory-percentage", "25", None), Ok(400_000));
-        assert_eq!(
-            budget("memory-percentage", "101", Some(10)),
-            Err(UnitsError::Percentage(101))
-        );
-        // 20,000 MiB of an 81,559 MiB H100: floor(20000 × 1.6M / 81559) = 392,354.
-        assert_eq!(budget("memory-mib", "20000", Some(81_559)), Ok(392_354));
-        // Over the VRAM (a Pod that skipped the webhook): capped at the whole accelerator.
-        assert_eq!(
-            budget("memory-mib", "999999", Some(81_559)),
-            Ok(UNITS_PER_ACCELERATOR)
-        );
-        assert_eq!(
-            budget("memory-mib", "1", None),
-            Err(UnitsError::VramUnknown)
-        );
-        assert_eq!(budget("memory-mib", "0", Some(10)), Err(UnitsError::Empty));
     }
 }

@@ -1,0 +1,139 @@
+//! Responding: what one grant injects into its container, per family. The backend's
+//! [`Responder`] answers with plain data ([`Injection`]) that the plugin turns into the kubelet's
+//! `ContainerAllocateResponse`; it decides no grant (the ledger has already decided) and never
+//! sees the ledger. It may keep per-Pod state on the host (a working directory) and is told when
+//! a Pod is gone ([`Responder::reclaim`]).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::path::PathBuf;
+
+use accel_core::ledger::{Family, Seat};
+
+use crate::pod::{Container, Pod};
+
+/// How grants reach the container, where the manufacturer offers a choice
+/// (`GPUSTACK_<MANUFACTURER>_DEVICE_INJECTION_STRATEGY`; seed 000, "Exclusive and shared").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum InjectionStrategy {
+    /// The visibility variable (`NVIDIA_VISIBLE_DEVICES`), applied by the vendor runtime.
+    #[default]
+    Envvar,
+    /// The `cdi.k8s.io/gpustack-<manufacturer>` annotation, resolved by the container engine.
+    CdiAnnotations,
+    /// CDI when the engine and the specs can carry it, else `envvar`.
+    Auto,
+}
+
+/// Which channel carries a grant.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Channel {
+    Envvar,
+    CdiAnnotation,
+}
+
+/// The container engine's facts `auto` reads (seed 000's five fall-backs).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct EngineFacts {
+    /// The engine's configuration was read.
+    pub readable: bool,
+    /// Its default runtime handler is the manufacturer's own.
+    pub default_runtime_is_vendor: bool,
+    /// It resolves CDI requests.
+    pub cdi_enabled: bool,
+    /// The CDI device names the loaded specs carry (`nvidia.com/gpu=GPU-…`).
+    pub cdi_devices: BTreeSet<String>,
+}
+
+/// What one answer is for.
+#[derive(Debug, Clone, Copy)]
+pub struct Answer<'a> {
+    /// The grant's family; `None` for the visibility sidecar (plain injection only).
+    pub family: Option<Family>,
+    /// The accelerators, ascending by index.
+    pub seats: &'a [&'a Seat],
+    /// Units per accelerator of a slice.
+    pub slice_units: u64,
+    pub cores_percentage: Option<u32>,
+    pub pod: &'a Pod,
+    pub container: Option<&'a Container>,
+}
+
+/// A bind mount into the container.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Mount {
+    pub container_path: String,
+    pub host_path: String,
+    pub read_only: bool,
+}
+
+/// A device node handed to the container (cgroup permissions `rw` or `rwm`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeviceNode {
+    pub container_path: String,
+    pub host_path: String,
+    pub permissions: String,
+}
+
+/// What a grant injects: the answer for one container.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Injection {
+    pub envs: BTreeMap<String, String>,
+    pub mounts: Vec<Mount>,
+    pub devices: Vec<DeviceNode>,
+    pub annotations: BTreeMap<String, String>,
+    /// Fully qualified CDI device names for the typed CDI field (unused by NVIDIA, which names
+    /// its devices in an annotation; DESIGN.md, "CDI").
+    pub cdi_devices: Vec<String>,
+}
+
+/// Why the responder refused a grant (the ledger entry is then given back).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ResponderError {
+    #[error("accelerator {index} has no UUID to name it by")]
+    NoUuid { index: u32 },
+    #[error("slicing needs the node's {runtime} major version, which the driver did not report")]
+    NoRuntimeMajor { runtime: &'static str },
+    #[error("accelerator {index} reports no VRAM; a slice's memory limit cannot be set")]
+    NoVram { index: u32 },
+    #[error("cannot create the Pod working directory {path}: {reason}")]
+    WorkDir { path: String, reason: String },
+}
+
+/// What the responder could not prepare on the host before serving slices.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot stage the preload file in {path}: {source}")]
+pub struct PrepareError {
+    pub path: String,
+    #[source]
+    pub source: std::io::Error,
+}
+
+/// What a responder is built from once the node's first detection is known.
+#[derive(Debug, Clone)]
+pub struct ResponderSetup {
+    pub strategy: InjectionStrategy,
+    /// The node's runtime major (one driver stack per node), when reported.
+    pub runtime_major: Option<u32>,
+    /// The host directory per-Pod working directories are made in (a hostPath).
+    pub pod_dir_root: PathBuf,
+    /// Where files the sliced containers mount are kept (a hostPath).
+    pub preload_dir: PathBuf,
+    /// The host directory the preload libraries are staged in.
+    pub library_dir: PathBuf,
+    pub engine: EngineFacts,
+}
+
+/// One manufacturer's answer to grants.
+pub trait Responder: Send + Sync + fmt::Debug {
+    /// The injection for one container.
+    fn respond(&self, answer: &Answer<'_>) -> Result<Injection, ResponderError>;
+    /// Whether a non-sliced grant's answer is the same whichever container asks (so it may be
+    /// given before the container is known); false when it reads the Pod (NVIDIA's `auto`
+    /// reads its runtime class).
+    fn answers_alike(&self) -> bool;
+    /// Prepares on the host what sliced containers mount, before the first slice is served.
+    fn prepare_slicing(&self) -> Result<(), PrepareError>;
+    /// Takes back a gone Pod's per-Pod state.
+    fn reclaim(&self, pod_uid: &str);
+}

@@ -1,0 +1,45 @@
+//! Logical slicing's library: where a manufacturer's preload library for a runtime generation
+//! lies on the host, and the gate DESIGN.md sets ("Slicing needs its library"): slices are
+//! offered only when the library for the node's runtime major is staged (seed 000, "One driver
+//! stack per node": one runtime per node, so one library serves every slice).
+
+use std::path::Path;
+
+use accel_core::ManufacturerInventory;
+
+/// One manufacturer's preload-library layout.
+pub trait SlicingLibrary: Send + Sync {
+    /// The runtime the libraries are built per, for messages (`CUDA`).
+    fn runtime(&self) -> &'static str;
+    /// The node's runtime major from its detection (NVIDIA: the CUDA driver version's major).
+    fn runtime_major(&self, section: &ManufacturerInventory) -> Option<u32>;
+    /// The host path of the library for a runtime major under the library directory.
+    fn library_path(&self, library_dir: &Path, major: u32) -> String;
+}
+
+/// Whether slices are offered on this node, and why not.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SliceOffer {
+    pub runtime_major: Option<u32>,
+    /// The library looked for, when the runtime major is known.
+    pub library: Option<String>,
+    pub offered: bool,
+}
+
+/// The gate: the library for the node's runtime major exists (`exists` reads the host under its
+/// root).
+pub fn offer(
+    library: &dyn SlicingLibrary,
+    section: &ManufacturerInventory,
+    library_dir: &Path,
+    exists: impl Fn(&str) -> bool,
+) -> SliceOffer {
+    let runtime_major = library.runtime_major(section);
+    let path = runtime_major.map(|major| library.library_path(library_dir, major));
+    let offered = path.as_deref().is_some_and(exists);
+    SliceOffer {
+        runtime_major,
+        library: path,
+        offered,
+    }
+}

@@ -1,0 +1,228 @@
+//! The binary's one settings value: every `GPUSTACK_*` variable the described system defines and
+//! this binary reads (`../shared/spec/partitions-preflight-settings.md` §3), read once at start
+//! from the environment, validated (a bad value is one line naming the variable), and handed to
+//! every subcommand. Flags stay with their subcommands; what the settings decide (the
+//! manufacturers table, the key grammar, the state directories) is read here and nowhere else.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use accel_core::labels::GroupNaming;
+use accel_core::manufacturer::{ManufacturerTable, TableError};
+use accel_core::resources::KeyGrammar;
+use accel_nvidia::xid::{XID_APPLICATION_ENV, XID_HARDWARE_ENV, XidClasses, XidSettingError};
+use accel_plugin::settings::{Settings as PluginSettings, SettingsError as PluginSettingsError};
+
+/// `GPUSTACK_DATA_DIR`: the data root; the operator's host trees live under `<it>/operator/`.
+pub const DATA_DIR_ENV: &str = "GPUSTACK_DATA_DIR";
+/// The data root when `GPUSTACK_DATA_DIR` is unset.
+pub const DEFAULT_DATA_DIR: &str = "/var/lib/gpustack";
+/// `GPUSTACK_DEVICES_GROUP_ID_WITH_MEMORY`: a VRAM suffix on the group id.
+pub const GROUP_ID_WITH_MEMORY_ENV: &str = "GPUSTACK_DEVICES_GROUP_ID_WITH_MEMORY";
+/// `GPUSTACK_CONTAINERD_CONFIG_DIR`: where `auto` reads containerd's `config.toml`.
+pub const CONTAINERD_CONFIG_DIR_ENV: &str = "GPUSTACK_CONTAINERD_CONFIG_DIR";
+/// containerd's configuration directory when `GPUSTACK_CONTAINERD_CONFIG_DIR` is unset.
+pub const DEFAULT_CONTAINERD_CONFIG_DIR: &str = "/etc/containerd";
+
+/// A setting with a value it cannot take; every message starts with the variable's name.
+#[derive(Debug, thiserror::Error)]
+pub enum SettingsError {
+    #[error(transparent)]
+    Manufacturers(#[from] TableError),
+    #[error(transparent)]
+    Plugin(#[from] PluginSettingsError),
+    #[error(transparent)]
+    Xid(#[from] XidSettingError),
+    #[error("{name}={value:?}: expected true or false")]
+    NotABool { name: &'static str, value: String },
+    #[error("{name}={value:?}: expected an absolute path")]
+    NotAnAbsolutePath { name: &'static str, value: String },
+}
+
+/// Every setting the binary reads, parsed once.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Settings {
+    /// The manufacturers table with the `GPUSTACK_<MANUFACTURER>_*` overrides applied.
+    pub manufacturers: ManufacturerTable,
+    /// The device plugin's switches (identification, the slice gate, release of finished Pods,
+    /// NVIDIA's injection strategy).
+    pub plugin: PluginSettings,
+    /// `GPUSTACK_NVIDIA_XID_APPLICATION` / `_HARDWARE`.
+    pub xid_classes: XidClasses,
+    /// `GPUSTACK_DATA_DIR`.
+    pub data_dir: PathBuf,
+    /// `GPUSTACK_DEVICES_GROUP_ID_WITH_MEMORY`.
+    pub group_id_with_memory: bool,
+    /// `GPUSTACK_CONTAINERD_CONFIG_DIR` (a host path, read under the host root).
+    pub containerd_config_dir: PathBuf,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            manufacturers: ManufacturerTable::default(),
+            plugin: PluginSettings::default(),
+            xid_classes: XidClasses::default(),
+            data_dir: PathBuf::from(DEFAULT_DATA_DIR),
+            group_id_with_memory: false,
+            containerd_config_dir: PathBuf::from(DEFAULT_CONTAINERD_CONFIG_DIR),
+        }
+    }
+}
+
+impl Settings {
+    /// Reads the settings from variables (the process environment, or a map in tests); an
+    /// absent variable keeps its default.
+    pub fn from_vars(vars: &BTreeMap<String, String>) -> Result<Settings, SettingsError> {
+        let path = |name: &'static str, default: &str| match vars.get(name).map(|v| v.trim()) {
+            None | Some("") => Ok(PathBuf::from(default)),
+            Some(v) if Path::new(v).is_absolute() => Ok(PathBuf::from(v)),
+            Some(v) => Err(SettingsError::NotAnAbsolutePath {
+                name,
+                value: v.to_string(),
+            }),
+        };
+        let group_id_with_memory = match vars.get(GROUP_ID_WITH_MEMORY_ENV) {
+            None => false,
+            Some(v) => match v.trim().to_ascii_lowercase().as_str() {
+                "true" | "1" | "yes" | "on" => true,
+                "false" | "0" | "no" | "off" | "" => false,
+                _ => {
+                    return Err(SettingsError::NotABool {
+                        name: GROUP_ID_WITH_MEMORY_ENV,
+                        value: v.clone(),
+                    });
+                }
+            },
+        };
+        Ok(Settings {
+            manufacturers: ManufacturerTable::from_vars(vars)?,
+            plugin: PluginSettings::from_vars(vars)?,
+            xid_classes: XidClasses::from_settings(
+                vars.get(XID_APPLICATION_ENV).map(String::as_str),
+                vars.get(XID_HARDWARE_ENV).map(String::as_str),
+            )?,
+            data_dir: path(DATA_DIR_ENV, DEFAULT_DATA_DIR)?,
+            group_id_with_memory,
+            containerd_config_dir: path(CONTAINERD_CONFIG_DIR_ENV, DEFAULT_CONTAINERD_CONFIG_DIR)?,
+        })
+    }
+
+    /// The settings of this process's environment (variables that are not UTF-8 are skipped:
+    /// none of ours can be one).
+    pub fn from_env() -> Result<Settings, SettingsError> {
+        Settings::from_vars(
+            &std::env::vars_os()
+                .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
+                .collect(),
+        )
+    }
+
+    /// The resource-key grammar of the manufacturers table in force: what the plugins register,
+    /// the capacity the node publishes, and what the webhooks check all come from it.
+    pub fn grammar(&self) -> KeyGrammar {
+        KeyGrammar::from_table(&self.manufacturers).with_group_naming(GroupNaming {
+            with_memory: self.group_id_with_memory,
+        })
+    }
+
+    /// `<GPUSTACK_DATA_DIR>/operator`: the operator's host trees (`device-manager`, `lib`, …).
+    pub fn operator_dir(&self) -> PathBuf {
+        self.data_dir.join("operator")
+    }
+
+    /// The node daemon's state directory unless `--data-dir` names one.
+    pub fn daemon_dir(&self) -> PathBuf {
+        self.operator_dir().join("device-manager")
+    }
+
+    /// The host directory the preload libraries are staged in unless `--library-dir` names one.
+    pub fn library_dir(&self) -> PathBuf {
+        self.operator_dir().join("lib")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use accel_core::Manufacturer;
+    use accel_core::resources::AcceleratorKey;
+
+    use super::*;
+
+    fn vars(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn defaults_keep_todays_paths() {
+        let s = Settings::from_vars(&BTreeMap::new()).unwrap();
+        assert_eq!(s, Settings::default());
+        assert_eq!(
+            s.daemon_dir(),
+            Path::new("/var/lib/gpustack/operator/device-manager")
+        );
+        assert_eq!(
+            s.library_dir().display().to_string(),
+            accel_nvidia::responder::HOST_LIBRARY_DIR
+        );
+        assert_eq!(s.containerd_config_dir, Path::new("/etc/containerd"));
+        assert!(!s.group_id_with_memory);
+    }
+
+    #[test]
+    fn the_data_root_moves_every_tree() {
+        let s = Settings::from_vars(&vars(&[
+            (DATA_DIR_ENV, "/data/gpustack"),
+            (CONTAINERD_CONFIG_DIR_ENV, "/etc/k3s/containerd"),
+            (GROUP_ID_WITH_MEMORY_ENV, "true"),
+        ]))
+        .unwrap();
+        assert_eq!(
+            s.daemon_dir(),
+            Path::new("/data/gpustack/operator/device-manager")
+        );
+        assert_eq!(s.library_dir(), Path::new("/data/gpustack/operator/lib"));
+        assert_eq!(s.containerd_config_dir, Path::new("/etc/k3s/containerd"));
+        assert!(s.group_id_with_memory);
+        // The one grammar every publisher reads carries the group naming.
+        assert!(s.grammar().group_naming().with_memory);
+        assert!(!Settings::default().grammar().group_naming().with_memory);
+    }
+
+    #[test]
+    fn the_resource_name_setting_renames_every_key() {
+        let s = Settings::from_vars(&vars(&[(
+            "GPUSTACK_NVIDIA_ACCELERATABLE_RESOURCE_NAME",
+            "example.com/gpu",
+        )]))
+        .unwrap();
+        let grammar = s.grammar();
+        assert_eq!(
+            grammar.accelerator_key(Manufacturer::Nvidia, AcceleratorKey::Shared),
+            "example.com/gpu.shared"
+        );
+        assert_eq!(grammar.parse("nvidia.com/gpu"), None);
+    }
+
+    #[test]
+    fn each_bad_value_is_one_line_naming_its_variable() {
+        for (name, value) in [
+            ("GPUSTACK_NVIDIA_PCI_VENDOR_ID", "xyz"),
+            ("GPUSTACK_NVIDIA_ACCELERATABLE_RESOURCE_NAME", "gpu"),
+            ("GPUSTACK_DEVICE_PLUGIN_SLICED_ALLOCATE_GATE", "maybe"),
+            ("GPUSTACK_NVIDIA_XID_APPLICATION", "x"),
+            (DATA_DIR_ENV, "relative/dir"),
+            (CONTAINERD_CONFIG_DIR_ENV, "etc"),
+            (GROUP_ID_WITH_MEMORY_ENV, "sometimes"),
+        ] {
+            let text = Settings::from_vars(&vars(&[(name, value)]))
+                .unwrap_err()
+                .to_string();
+            assert!(text.contains(name), "{name}: {text}");
+            assert!(!text.contains('\n'), "{text}");
+        }
+    }
+}
