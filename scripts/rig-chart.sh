@@ -76,6 +76,10 @@ $KC apply -f "$RIGSRC/nfd-crds.yaml" -f "$RIGSRC/kueue-crds.yaml" >/dev/null
 $KC apply --server-side --force-conflicts -f "$CHART/crds/" >/dev/null
 for _ in $(seq 1 60); do $KC get node rig-node >/dev/null 2>&1 && break; sleep 1; done
 $KC label node rig-node feature.node.kubernetes.io/pci-10de.present=true --overwrite >/dev/null
+# What daemons run outside the chart (the other rig scripts) left in etcd: the uninstall check
+# below must see only what this release made.
+$KC delete nodefeatures -n default rig-node-gpustack-device-manager --ignore-not-found >/dev/null 2>&1
+$KC delete devices.gpustack.ai --all >/dev/null 2>&1
 $KC create namespace $NS >/dev/null 2>&1
 
 # --- the worker's serving certificate (deploy/README.md, "Without cert-manager"), valid for the
