@@ -279,15 +279,7 @@ impl KeyGrammar {
                 return Some(ResourceKey::Visibility(m));
             }
         }
-        // The longest base wins, so an overridden base that prefixes another cannot steal its keys.
-        let mut candidates: Vec<(Manufacturer, &str)> = self
-            .bases
-            .iter()
-            .filter(|(_, base)| name.starts_with(base.as_str()))
-            .map(|(m, base)| (*m, base.as_str()))
-            .collect();
-        candidates.sort_by_key(|(_, base)| std::cmp::Reverse(base.len()));
-        candidates
+        self.bases_prefixing(name)
             .into_iter()
             .find_map(|(m, base)| parse_suffix(m, self.partition_kind(m), &name[base.len()..]))
             .map(|key| ResourceKey::Accelerator {
@@ -298,6 +290,19 @@ impl KeyGrammar {
 }
 
 impl KeyGrammar {
+    /// The manufacturers whose resource base `name` starts with, the longest base first, so an
+    /// overridden base that prefixes another cannot steal its keys.
+    fn bases_prefixing(&self, name: &str) -> Vec<(Manufacturer, &str)> {
+        let mut candidates: Vec<(Manufacturer, &str)> = self
+            .bases
+            .iter()
+            .filter(|(_, base)| name.starts_with(base.as_str()))
+            .map(|(m, base)| (*m, base.as_str()))
+            .collect();
+        candidates.sort_by_key(|(_, base)| std::cmp::Reverse(base.len()));
+        candidates
+    }
+
     /// The manufacturer of a name that would be a `.partitioned*` key under its base, when that
     /// manufacturer has no hardware partitioning (`amd.com/gpu.partitioned`): not a key of this
     /// system ([`KeyGrammar::parse`] answers `None`), yet plainly an accelerator request no node
@@ -306,18 +311,13 @@ impl KeyGrammar {
         if !is_qualified_name(name) || self.parse(name).is_some() {
             return None;
         }
-        let mut candidates: Vec<(Manufacturer, &str)> = self
-            .bases
-            .iter()
-            .filter(|(_, base)| name.starts_with(base.as_str()))
-            .map(|(m, base)| (*m, base.as_str()))
-            .collect();
-        candidates.sort_by_key(|(_, base)| std::cmp::Reverse(base.len()));
-        candidates.into_iter().find_map(|(m, base)| {
-            let rest = name[base.len()..].strip_prefix(".partitioned")?;
-            let partition_shaped = rest.is_empty() || rest.starts_with('.');
-            (partition_shaped && self.partition_kind(m).is_none()).then_some(m)
-        })
+        self.bases_prefixing(name)
+            .into_iter()
+            .find_map(|(m, base)| {
+                let rest = name[base.len()..].strip_prefix(".partitioned")?;
+                let partition_shaped = rest.is_empty() || rest.starts_with('.');
+                (partition_shaped && self.partition_kind(m).is_none()).then_some(m)
+            })
     }
 }
 
