@@ -156,6 +156,65 @@ mod tests {
             .collect()
     }
 
+    /// The worker's webhooks answer with the grammar [`Settings::grammar`] builds (`worker`
+    /// hands it to `accel_webhook::router`): a renamed resource is checked under its new name,
+    /// and the old name is no longer a key of this system.
+    #[test]
+    fn the_webhooks_check_a_renamed_resource_under_its_new_name() {
+        use accel_webhook::StaticPool;
+        use accel_webhook::review::answer;
+        let settings = Settings::from_vars(&vars(&[(
+            "GPUSTACK_NVIDIA_ACCELERATABLE_RESOURCE_NAME",
+            "example.com/gpu",
+        )]))
+        .unwrap();
+        let grammar = settings.grammar();
+        let pools = StaticPool(Default::default());
+        let review = |key: &str| {
+            serde_json::json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+                "request": {"uid": "u", "kind": {"group": "", "version": "v1", "kind": "Pod"},
+                "resource": {"group": "", "version": "v1", "resource": "pods"}, "operation": "CREATE",
+                "namespace": "team-a", "object": {"apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": "p", "namespace": "team-a", "labels": {"kueue.x-k8s.io/queue-name": "q"}},
+                "spec": {"containers": [{"name": "main", "image": "busybox",
+                    "resources": {"limits": {key: "2", format!("{}.memory-percentage", key): "50"}}}]}}}})
+            .to_string()
+        };
+        let renamed = answer(
+            review("example.com/gpu.sliced").as_bytes(),
+            accel_core::admission::Phase::Validate,
+            &pools,
+            &grammar,
+        )
+        .unwrap();
+        assert_eq!(
+            renamed.body["response"]["allowed"], false,
+            "{:?}",
+            renamed.body
+        );
+        assert_eq!(
+            renamed.body["response"]["status"]["message"],
+            "spec.containers[0].resources.limits[example.com/gpu.sliced]: Invalid value: \"2\": a logical slice request is always a single accelerator; multi-accelerator logical slicing is not supported yet"
+        );
+        let old = answer(
+            review("nvidia.com/gpu.sliced").as_bytes(),
+            accel_core::admission::Phase::Validate,
+            &pools,
+            &grammar,
+        )
+        .unwrap();
+        assert_eq!(old.body["response"]["allowed"], true, "{:?}", old.body);
+        // And with the defaults, the same request under nvidia.com is refused.
+        let default = answer(
+            review("nvidia.com/gpu.sliced").as_bytes(),
+            accel_core::admission::Phase::Validate,
+            &pools,
+            &Settings::default().grammar(),
+        )
+        .unwrap();
+        assert_eq!(default.body["response"]["allowed"], false);
+    }
+
     #[test]
     fn defaults_keep_todays_paths() {
         let s = Settings::from_vars(&BTreeMap::new()).unwrap();
