@@ -58,6 +58,19 @@ pub(super) struct Unverified {
     pub(super) since: Instant,
 }
 
+impl Unverified {
+    fn new(key: GrantKey, resource: &str, device_ids: &[String], since: Instant) -> Unverified {
+        let mut device_ids = device_ids.to_vec();
+        device_ids.sort();
+        Unverified {
+            key,
+            resource: resource.to_string(),
+            device_ids,
+            since,
+        }
+    }
+}
+
 impl Shared {
     /// Whether `pool`'s answers are the same whatever container they serve, so a grant may be
     /// made before the kubelet confirms the container.
@@ -121,14 +134,12 @@ impl Shared {
         // Refused: asked again through the kubelet, so the refusal names the right Pod.
         let (response, fresh) = answer.ok()?;
         if fresh {
-            let mut sorted = device_ids.to_vec();
-            sorted.sort();
-            state.unverified.push(Unverified {
+            state.unverified.push(Unverified::new(
                 key,
-                resource: pool.resource.clone(),
-                device_ids: sorted,
-                since: Instant::now(),
-            });
+                &pool.resource,
+                device_ids,
+                Instant::now(),
+            ));
             drop(state);
             self.verify_wake.notify_one();
         }
@@ -172,14 +183,8 @@ impl Shared {
             .checked_sub(UNNAMED_GRACE)
             .unwrap_or_else(Instant::now);
         for (key, grant) in keys {
-            let mut sorted = grant.device_ids.clone();
-            sorted.sort();
-            state.unverified.push(Unverified {
-                key,
-                resource: grant.resource.clone(),
-                device_ids: sorted,
-                since: long_ago,
-            });
+            let waiting = Unverified::new(key, &grant.resource, &grant.device_ids, long_ago);
+            state.unverified.push(waiting);
         }
     }
 

@@ -2,6 +2,7 @@
 //! contract). Exit 0 also when there are no accelerators (the reason on stderr); non-zero only
 //! when the host could not be read at all or a driver answered nothing.
 
+use super::Format;
 use std::fmt::Write as _;
 use std::process::ExitCode;
 
@@ -9,13 +10,6 @@ use accel_core::inventory::{Accelerator, Inventory, MigMode};
 
 use crate::node::NodeArgs;
 use crate::settings::Settings;
-
-/// Output formats.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum Format {
-    Table,
-    Json,
-}
 
 /// Arguments of `detect`.
 #[derive(Debug, clap::Args)]

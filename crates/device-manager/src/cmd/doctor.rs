@@ -13,15 +13,9 @@ use accel_nvidia::doctor::{self, Check, Options, Report, Status};
 use accel_nvidia::engine::engine_facts_in;
 use accel_plugin::settings::NVIDIA_INJECTION_STRATEGY_ENV;
 
+use super::Format;
 use crate::node::Node;
 use crate::settings::Settings;
-
-/// Output formats.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum Format {
-    Table,
-    Json,
-}
 
 /// Arguments of `doctor`.
 #[derive(Debug, clap::Args)]

@@ -13,3 +13,12 @@ pub mod reset;
 pub mod serve;
 pub mod worker;
 pub mod xids;
+
+/// The output formats of the reporting subcommands (`detect`, `doctor`, `monitor`, `xids`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    /// For a person: a table, or lines under a header.
+    Table,
+    /// For a program: JSON.
+    Json,
+}

@@ -12,16 +12,8 @@ use std::time::{Duration, SystemTime};
 
 use accel_nvidia::samples::{self, Samples};
 
+use super::Format;
 use crate::node::Node;
-
-/// Output formats.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum Format {
-    /// One line per GPU under a header.
-    Table,
-    /// One JSON object per sample, on one line (`{"time":…,"source":…,"gpus":[…]}`).
-    Json,
-}
 
 /// Arguments of `monitor`.
 #[derive(Debug, clap::Args)]

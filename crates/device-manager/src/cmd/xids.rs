@@ -3,6 +3,7 @@
 //! without the daemon. JSON is DESIGN.md's contract: a list of
 //! `{"xid","busId","pid","process","message","line"}`.
 
+use super::Format;
 use std::fmt::Write as _;
 use std::io::Read as _;
 use std::path::PathBuf;
@@ -10,13 +11,6 @@ use std::process::ExitCode;
 
 use accel_nvidia::xid::{self, XID_APPLICATION_ENV, XID_HARDWARE_ENV, XidClasses, XidEvent};
 use anyhow::Context;
-
-/// Output formats.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum Format {
-    Table,
-    Json,
-}
 
 /// Arguments of `xids`.
 #[derive(Debug, clap::Args)]
