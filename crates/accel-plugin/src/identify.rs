@@ -92,6 +92,34 @@ fn kubelet_names<'a>(
     out
 }
 
+/// The containers that could be the one an Allocate of `count` tokens of `resource` serves, as
+/// (Pod, position, container): the Pod is not finished, the container asks for exactly `count`
+/// and holds no grant of it (`holds`). `keep` narrows the Pods first (cheap tests before the
+/// grant lookup).
+fn eligible<'a, P: Borrow<Pod>>(
+    pods: &'a [P],
+    holds: &dyn Fn(&GrantKey) -> bool,
+    resource: &str,
+    count: usize,
+    keep: &dyn Fn(&Pod, &str) -> bool,
+) -> Vec<(&'a Pod, usize, &'a str)> {
+    let mut out = Vec::new();
+    for pod in pods.iter().map(Borrow::borrow) {
+        if pod.phase.finished() {
+            continue;
+        }
+        for (position, container) in pod.containers.iter().enumerate() {
+            if keep(pod, &container.name)
+                && container.count(resource) == Some(count as u64)
+                && !holds(&GrantKey::new(pod.uid.clone(), container.name.clone()))
+            {
+                out.push((pod, position, container.name.as_str()));
+            }
+        }
+    }
+    out
+}
+
 /// Names the container an Allocate of `count` tokens of `resource` serves.
 ///
 /// `kubelet` is the pod-resources answer when it could be asked. A container counts only when
@@ -111,26 +139,7 @@ pub fn identify<P: Borrow<Pod>>(
             resource: resource.to_string(),
         });
     };
-    // A container that could be the one: its Pod is not finished, it asks for exactly
-    // `count`, it holds no grant of it. `keep` narrows the Pods first (cheap tests before the
-    // grant lookup).
-    let eligible = |keep: &dyn Fn(&Pod, &str) -> bool| -> Vec<(&Pod, usize, &str)> {
-        let mut out = Vec::new();
-        for pod in pods.iter().map(Borrow::borrow) {
-            if pod.phase.finished() {
-                continue;
-            }
-            for (position, container) in pod.containers.iter().enumerate() {
-                if keep(pod, &container.name)
-                    && container.count(resource) == Some(count as u64)
-                    && !holds(&GrantKey::new(pod.uid.clone(), container.name.clone()))
-                {
-                    out.push((pod, position, container.name.as_str()));
-                }
-            }
-        }
-        out
-    };
+    let eligible = |keep: &dyn Fn(&Pod, &str) -> bool| eligible(pods, holds, resource, count, keep);
     if let Some(answer) = kubelet {
         let named = kubelet_names(answer, resource);
         let matched = eligible(&|pod, container| {
@@ -191,26 +200,14 @@ pub fn sole_pending<P: Borrow<Pod>>(
     resource: &str,
     count: usize,
 ) -> WatchAnswer {
-    let mut found = None;
-    for pod in pods.iter().map(Borrow::borrow) {
-        if pod.phase != Phase::Pending {
-            continue;
-        }
-        for container in &pod.containers {
-            if container.count(resource) != Some(count as u64) {
-                continue;
-            }
-            let key = GrantKey::new(pod.uid.clone(), container.name.clone());
-            if holds(&key) {
-                continue;
-            }
-            if found.is_some() {
-                return WatchAnswer::Several;
-            }
-            found = Some(key);
-        }
+    let pending = eligible(pods, holds, resource, count, &|pod, _| {
+        pod.phase == Phase::Pending
+    });
+    match pending.as_slice() {
+        [] => WatchAnswer::Nobody,
+        [(pod, _, container)] => WatchAnswer::One(GrantKey::new(pod.uid.clone(), *container)),
+        _ => WatchAnswer::Several,
     }
-    found.map_or(WatchAnswer::Nobody, WatchAnswer::One)
 }
 
 /// The container the kubelet's answer says holds exactly `device_ids` (sorted) of `resource`,
