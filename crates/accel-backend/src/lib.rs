@@ -32,8 +32,8 @@ pub use detect::{Deadlines, DetectRequest, Detector, StateError};
 pub use partition::Partitioner;
 pub use pod::{Container, Phase, Pod};
 pub use respond::{
-    Answer, Channel, DeviceNode, EngineFacts, Injection, InjectionStrategy, Mount, PrepareError,
-    Responder, ResponderError, ResponderSetup,
+    Answer, Channel, DeviceNode, EngineFacts, EngineSource, Injection, InjectionStrategy, Mount,
+    PrepareError, Responder, ResponderError, ResponderSetup,
 };
 pub use slicing::{SliceOffer, SlicingLibrary};
 

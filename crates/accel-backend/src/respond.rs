@@ -7,6 +7,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use accel_core::ledger::{Family, Seat};
 
@@ -43,6 +44,20 @@ pub struct EngineFacts {
     pub cdi_enabled: bool,
     /// The CDI device names the loaded specs carry (`nvidia.com/gpu=GPU-…`).
     pub cdi_devices: BTreeSet<String>,
+}
+
+/// Where a responder reads the engine's facts from when it answers: [`EngineFacts`] itself
+/// (read once, fixed), or a backend's source that reads them again when the files they came
+/// from change (NVIDIA's `LiveEngine`): `auto` decides per container, on the node as it is.
+pub trait EngineSource: Send + Sync + fmt::Debug {
+    /// The facts as they stand now.
+    fn current(&self) -> Arc<EngineFacts>;
+}
+
+impl EngineSource for EngineFacts {
+    fn current(&self) -> Arc<EngineFacts> {
+        Arc::new(self.clone())
+    }
 }
 
 /// What one answer is for.
@@ -121,7 +136,7 @@ pub struct ResponderSetup {
     pub preload_dir: PathBuf,
     /// The host directory the preload libraries are staged in.
     pub library_dir: PathBuf,
-    pub engine: EngineFacts,
+    pub engine: Arc<dyn EngineSource>,
 }
 
 /// One manufacturer's answer to grants.

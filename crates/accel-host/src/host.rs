@@ -50,6 +50,13 @@ pub enum EntryKind {
     Other,
 }
 
+/// A path's modification time and length (see [`Host::modified`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Modified {
+    pub at: std::time::SystemTime,
+    pub len: u64,
+}
+
 /// Read access to a node's files.
 pub trait Host: Send + Sync {
     /// The directory this host is rooted at, for messages.
@@ -67,6 +74,13 @@ pub trait Host: Send + Sync {
     fn read_link(&self, path: &str) -> Result<PathBuf, HostError>;
     /// Whether the path exists (a dangling link does not).
     fn exists(&self, path: &str) -> bool;
+    /// When the file or directory at `path` last changed, and its length: what a reader that
+    /// caches what it read compares to know it must read again. `None` when it does not exist
+    /// or the host cannot tell (the default).
+    fn modified(&self, path: &str) -> Option<Modified> {
+        let _ = path;
+        None
+    }
     /// What the path is, without following a final symlink. The default guesses from
     /// `read_link`, `list` and `read`, and so cannot tell device nodes apart: hosts over a real
     /// filesystem should override it.
@@ -147,6 +161,14 @@ impl Host for FsHost {
     fn read_link(&self, path: &str) -> Result<PathBuf, HostError> {
         let full = self.resolve(path)?;
         std::fs::read_link(&full).map_err(|e| Self::error(full, e))
+    }
+
+    fn modified(&self, path: &str) -> Option<Modified> {
+        let meta = std::fs::metadata(self.resolve(path).ok()?).ok()?;
+        Some(Modified {
+            at: meta.modified().ok()?,
+            len: meta.len(),
+        })
     }
 
     fn exists(&self, path: &str) -> bool {

@@ -6,16 +6,20 @@
 //! containerd: `/etc/containerd/config.toml` (version 2 and 3 layouts) and the files its
 //! `imports` name (globs in the file name, each merged over what came before, as containerd
 //! does). CRI-O: `/etc/crio/crio.conf`, then `/etc/crio/crio.conf.d/*.conf` in name order.
-//! Everything is read through [`Host`] and nothing is written. This module decides no channel;
+//! Everything is read through [`Host`] and nothing is written. [`LiveEngine`] keeps the facts
+//! current for a running daemon: it reads them again when any file or directory the last read
+//! touched has changed (the vendor's CDI spec is often generated after the daemon started). This module decides no channel;
 //! `responder::choose_channel` does, per container.
 
-use std::path::Path;
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use crate::cdi;
-use accel_host::Host;
+use accel_host::{EntryKind, Host, HostError, Modified};
 use toml::Table;
 
-use crate::responder::EngineFacts;
+use crate::responder::{EngineFacts, EngineSource};
 
 /// containerd's configuration file.
 pub const CONTAINERD_CONFIG: &str = "etc/containerd/config.toml";
@@ -117,6 +121,143 @@ pub fn engine_facts_in(host: &dyn Host, containerd_dir: &Path) -> EngineFacts {
         );
     }
     facts
+}
+
+/// The engine's facts kept current for `auto`: every path the last read touched (files read,
+/// directories listed, paths looked for and not found) is remembered with its modification
+/// time and length, and [`current`](EngineSource::current) compares them (one `stat` each)
+/// and reads everything again when any differs. A spec generated, rewritten or removed, a
+/// drop-in added, a configuration that appears: the next container is answered on the node as
+/// it is then.
+pub struct LiveEngine {
+    host: Arc<dyn Host>,
+    containerd_dir: PathBuf,
+    read: Mutex<Read>,
+}
+
+/// One read: the facts and the state of every path it touched.
+struct Read {
+    facts: Arc<EngineFacts>,
+    stamps: Vec<(String, Option<Modified>)>,
+}
+
+impl LiveEngine {
+    /// Reads the engine's facts under `host` (containerd's configuration in `containerd_dir`).
+    pub fn new(host: Arc<dyn Host>, containerd_dir: impl Into<PathBuf>) -> LiveEngine {
+        let containerd_dir = containerd_dir.into();
+        let read = Self::read(host.as_ref(), &containerd_dir);
+        LiveEngine {
+            host,
+            containerd_dir,
+            read: Mutex::new(read),
+        }
+    }
+
+    fn read(host: &dyn Host, containerd_dir: &Path) -> Read {
+        let watched = Watched {
+            host,
+            touched: Mutex::new(BTreeSet::new()),
+        };
+        let facts = engine_facts_in(&watched, containerd_dir);
+        let touched = watched
+            .touched
+            .into_inner()
+            .unwrap_or_else(PoisonError::into_inner);
+        let stamps = touched
+            .into_iter()
+            .map(|path| {
+                let stamp = host.modified(&path);
+                (path, stamp)
+            })
+            .collect();
+        Read {
+            facts: Arc::new(facts),
+            stamps,
+        }
+    }
+
+    /// The paths the last read touched, host-relative (for tests and the log).
+    pub fn watched(&self) -> Vec<String> {
+        let read = self.read.lock().unwrap_or_else(PoisonError::into_inner);
+        read.stamps.iter().map(|(p, _)| p.clone()).collect()
+    }
+}
+
+impl EngineSource for LiveEngine {
+    fn current(&self) -> Arc<EngineFacts> {
+        let mut read = self.read.lock().unwrap_or_else(PoisonError::into_inner);
+        let changed = read
+            .stamps
+            .iter()
+            .find(|(path, stamp)| self.host.modified(path) != *stamp);
+        if let Some((path, _)) = changed {
+            tracing::info!(
+                "nvidia injection (auto): /{path} changed; reading the container engine's configuration and CDI specs again"
+            );
+            *read = Self::read(self.host.as_ref(), &self.containerd_dir);
+        }
+        read.facts.clone()
+    }
+}
+
+impl std::fmt::Debug for LiveEngine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LiveEngine")
+            .field("root", &self.host.root())
+            .field("containerd_dir", &self.containerd_dir)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A [`Host`] that remembers every path asked of it.
+struct Watched<'a> {
+    host: &'a dyn Host,
+    touched: Mutex<BTreeSet<String>>,
+}
+
+impl Watched<'_> {
+    fn touch(&self, path: &str) {
+        let path = path.trim_start_matches('/').trim_end_matches('/');
+        self.touched
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(path.to_string());
+    }
+}
+
+impl Host for Watched<'_> {
+    fn root(&self) -> &Path {
+        self.host.root()
+    }
+
+    fn read(&self, path: &str) -> Result<Vec<u8>, HostError> {
+        self.touch(path);
+        self.host.read(path)
+    }
+
+    fn list(&self, path: &str) -> Result<Vec<String>, HostError> {
+        self.touch(path);
+        self.host.list(path)
+    }
+
+    fn read_link(&self, path: &str) -> Result<PathBuf, HostError> {
+        self.touch(path);
+        self.host.read_link(path)
+    }
+
+    fn exists(&self, path: &str) -> bool {
+        self.touch(path);
+        self.host.exists(path)
+    }
+
+    fn modified(&self, path: &str) -> Option<Modified> {
+        self.host.modified(path)
+    }
+
+    fn entry_kind(&self, path: &str) -> Result<EntryKind, HostError> {
+        self.touch(path);
+        self.host.entry_kind(path)
+    }
 }
 
 /// The engine's configuration: containerd when its file exists, else CRI-O; both configured, the
@@ -501,5 +642,103 @@ mod tests {
             (CRIO_SOCKET, ""),
         ]);
         assert_eq!(read_config(&crio_runs).unwrap().engine, Engine::CriO);
+    }
+
+    const CDI_ON: &str = "version = 2\n[plugins.\"io.containerd.grpc.v1.cri\"]\nenable_cdi = true\ncdi_spec_dirs = [\"/etc/cdi\"]\n";
+
+    fn live(root: &tempfile::TempDir) -> LiveEngine {
+        LiveEngine::new(Arc::new(FsHost::new(root.path())), DEFAULT_CONTAINERD_DIR)
+    }
+
+    #[test]
+    fn a_cdi_spec_generated_after_start_is_seen_by_the_next_answer() {
+        let (root, _) = host(&[(CONTAINERD_CONFIG, CDI_ON)]);
+        let engine = live(&root);
+        let before = engine.current();
+        assert!(before.readable && before.cdi_enabled);
+        assert!(before.cdi_devices.is_empty());
+        // The toolkit comes up second and writes the vendor spec.
+        std::fs::create_dir_all(root.path().join("etc/cdi")).unwrap();
+        std::fs::write(root.path().join("etc/cdi/nvidia.yaml"), fixture()).unwrap();
+        let after = engine.current();
+        assert!(
+            after
+                .cdi_devices
+                .contains(&format!("nvidia.com/gpu={UUID}")),
+            "{after:?}"
+        );
+        // Removed again: gone from the next answer too.
+        std::fs::remove_file(root.path().join("etc/cdi/nvidia.yaml")).unwrap();
+        assert!(engine.current().cdi_devices.is_empty());
+    }
+
+    #[test]
+    fn a_spec_rewritten_in_place_and_a_drop_in_added_are_read_again() {
+        let (root, _) = host(&[
+            (
+                CONTAINERD_CONFIG,
+                "version = 2\nimports = [\"/etc/containerd/conf.d/*.toml\"]\n[plugins.\"io.containerd.grpc.v1.cri\"]\nenable_cdi = true\n",
+            ),
+            (
+                "etc/cdi/nvidia.json",
+                r#"{"kind":"nvidia.com/gpu","devices":[{"name":"GPU-old"}]}"#,
+            ),
+            ("etc/containerd/conf.d/.keep", ""),
+        ]);
+        let engine = live(&root);
+        assert!(
+            engine
+                .current()
+                .cdi_devices
+                .contains("nvidia.com/gpu=GPU-old")
+        );
+        assert!(!engine.current().default_runtime_is_vendor);
+        std::fs::write(
+            root.path().join("etc/cdi/nvidia.json"),
+            r#"{"kind":"nvidia.com/gpu","devices":[{"name":"GPU-new-one"}]}"#,
+        )
+        .unwrap();
+        let facts = engine.current();
+        assert!(facts.cdi_devices.contains("nvidia.com/gpu=GPU-new-one"));
+        assert!(!facts.cdi_devices.contains("nvidia.com/gpu=GPU-old"));
+        std::fs::write(
+            root.path().join("etc/containerd/conf.d/99-nvidia.toml"),
+            "version = 2\n[plugins.\"io.containerd.grpc.v1.cri\".containerd]\ndefault_runtime_name = \"nvidia\"\n",
+        )
+        .unwrap();
+        assert!(engine.current().default_runtime_is_vendor);
+    }
+
+    #[test]
+    fn an_engine_configured_after_start_is_read_when_it_appears() {
+        let (root, _) = host(&[]);
+        let engine = live(&root);
+        assert!(!engine.current().readable);
+        std::fs::create_dir_all(root.path().join("etc/containerd")).unwrap();
+        std::fs::write(root.path().join(CONTAINERD_CONFIG), CDI_ON).unwrap();
+        let facts = engine.current();
+        assert!(facts.readable && facts.cdi_enabled);
+    }
+
+    #[test]
+    fn nothing_changed_nothing_is_read_again() {
+        let (root, _) = host(&[
+            (CONTAINERD_CONFIG, CDI_ON),
+            ("etc/cdi/nvidia.yaml", &fixture()),
+        ]);
+        let engine = live(&root);
+        let first = engine.current();
+        let watched = engine.watched();
+        assert!(watched.iter().any(|p| p == "etc/cdi"), "{watched:?}");
+        assert!(
+            watched.iter().any(|p| p == "etc/cdi/nvidia.yaml"),
+            "{watched:?}"
+        );
+        assert!(
+            watched.iter().any(|p| p == CONTAINERD_CONFIG),
+            "{watched:?}"
+        );
+        // The same read answers again: not a copy made by reading the files once more.
+        assert!(Arc::ptr_eq(&first, &engine.current()));
     }
 }

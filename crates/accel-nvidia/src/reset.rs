@@ -292,7 +292,8 @@ fn unknown_hint(inventory: &Inventory, uuid: &str) -> String {
 /// `collect`, then each GPU that was reset has its faults cleared when its fresh counters pass
 /// the rule (no uncorrectable volatile ECC errors, no failed or pending row remap). The fresh
 /// inventory comes back with the rule applied. The caller must keep the ledger from granting
-/// these GPUs between the check and the end of the call (hold its lock).
+/// these GPUs between the check and the end of the call; the node daemon does it without
+/// holding its ledger, with [`check`], [`run_resets`] and [`conclude`] apart.
 pub fn reset(
     inventory: &Inventory,
     gpus: &[String],
@@ -303,17 +304,39 @@ pub fn reset(
     faults: &mut dyn ResetFaults,
 ) -> Result<ResetReport, ResetError> {
     let targets = check(inventory, gpus, grants)?;
-    let mut results: Vec<(String, Result<(), String>)> = Vec::with_capacity(targets.len());
+    let results = run_resets(commands, &targets, deadline);
+    Ok(conclude(results, collect(), faults))
+}
+
+/// What `nvidia-smi --gpu-reset` did for each GPU, in order.
+pub type ResetResults = Vec<(String, Result<(), String>)>;
+
+/// Runs `nvidia-smi --gpu-reset -i <uuid>` for each of `targets` (as [`check`] answered them)
+/// with `deadline`, one after another. Touches nothing but the commands.
+pub fn run_resets(commands: &dyn Commands, targets: &[String], deadline: Duration) -> ResetResults {
+    let mut results = Vec::with_capacity(targets.len());
     for uuid in targets {
-        let result = run_reset(commands, &uuid, deadline);
+        let result = run_reset(commands, uuid, deadline);
         match &result {
             Ok(()) => tracing::info!(gpu = %uuid, "GPU reset"),
             Err(e) => tracing::warn!(gpu = %uuid, "GPU reset failed: {e}"),
         }
-        results.push((uuid, result));
+        results.push((uuid.clone(), result));
     }
+    results
+}
+
+/// Judges each GPU [`run_resets`] ran on against the inventory collected after it (`fresh`):
+/// healthy again (its faults cleared) when its fresh counters pass the rule, unhealthy, or
+/// unconfirmed when the collection failed or does not list it. The fresh inventory comes back
+/// in the report with the rule applied.
+pub fn conclude(
+    results: ResetResults,
+    fresh: Result<Inventory, String>,
+    faults: &mut dyn ResetFaults,
+) -> ResetReport {
     let mut notes = Vec::new();
-    let mut fresh = match collect() {
+    let mut fresh = match fresh {
         Ok(fresh) => Some(fresh),
         Err(e) => {
             notes.push(format!("collecting the inventory after the reset: {e}"));
@@ -355,11 +378,11 @@ pub fn reset(
     if let Some(fresh) = &mut fresh {
         faults.apply(fresh);
     }
-    Ok(ResetReport {
+    ResetReport {
         gpus: report,
         inventory: fresh,
         notes,
-    })
+    }
 }
 
 /// Runs one GPU's reset; the error is one line naming what nvidia-smi said.

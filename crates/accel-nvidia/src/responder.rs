@@ -10,10 +10,11 @@
 //! accel-backend's [`Responder`] (the plugin turns the [`Injection`] into the kubelet's answer).
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use accel_backend::pod::Pod;
 pub use accel_backend::respond::{
-    Answer, Channel, EngineFacts, Injection, InjectionStrategy, Mount, ResponderError,
+    Answer, Channel, EngineFacts, EngineSource, Injection, InjectionStrategy, Mount, ResponderError,
 };
 use accel_backend::respond::{PrepareError, Responder, ResponderSetup};
 use accel_core::ledger::Family;
@@ -72,7 +73,8 @@ pub struct NvidiaResponder {
     /// The host directory the preload libraries are staged in, one `cuda-<major>/` each
     /// ([`HOST_LIBRARY_DIR`] by default): the kubelet mounts the library from there.
     pub library_dir: PathBuf,
-    pub engine: EngineFacts,
+    /// The engine's facts `auto` reads, as they stand when a container is answered.
+    pub engine: Arc<dyn EngineSource>,
 }
 
 impl NvidiaResponder {
@@ -99,7 +101,8 @@ impl NvidiaResponder {
             InjectionStrategy::Envvar => Channel::Envvar,
             InjectionStrategy::CdiAnnotations => Channel::CdiAnnotation,
             InjectionStrategy::Auto => {
-                let (channel, reason) = choose_channel(answer.pod, &self.engine, &uuids);
+                let engine = self.engine.current();
+                let (channel, reason) = choose_channel(answer.pod, &engine, &uuids);
                 if let Some(reason) = reason {
                     tracing::info!(
                         pod = %format!("{}/{}", answer.pod.namespace, answer.pod.name),
@@ -109,6 +112,18 @@ impl NvidiaResponder {
                 channel
             }
         };
+        // Which channel each grant took: an operator asking why a container sees no GPU
+        // starts here.
+        tracing::info!(
+            pod = %format!("{}/{}", answer.pod.namespace, answer.pod.name),
+            container = answer.container.map_or("", |c| c.name.as_str()),
+            gpus = %uuids.join(","),
+            channel = match channel {
+                Channel::Envvar => "envvar",
+                Channel::CdiAnnotation => "cdi-annotation",
+            },
+            "nvidia injection"
+        );
         let mut response = Injection::default();
         match channel {
             Channel::Envvar => {
@@ -301,7 +316,7 @@ mod tests {
             pod_dir_root: dir.join("pods"),
             preload_dir: dir.join("preload"),
             library_dir: PathBuf::from(HOST_LIBRARY_DIR),
-            engine: EngineFacts::default(),
+            engine: Arc::new(EngineFacts::default()),
         }
     }
 

@@ -385,12 +385,34 @@ impl PluginHandle {
         self.shared.changed.subscribe()
     }
 
-    /// Runs `f` with the ledger locked, so no Allocate can grant while it runs (a GPU reset
-    /// holds it from its busy check to its end; Allocate waits). `f` must not call back into
-    /// the plugins.
+    /// Runs `f` with the ledger locked, so no Allocate can grant while it runs. `f` must not
+    /// call back into the plugins.
     pub fn with_ledger<R>(&self, f: impl FnOnce(&Ledger) -> R) -> R {
         let state = self.shared.lock();
         f(&state.ledger)
+    }
+
+    /// Runs `f` with the ledger locked and marks the accelerators it answers Unhealthy before
+    /// the lock is released: from then on nothing is granted on them, while Allocate and
+    /// ListAndWatch carry on for the others. A GPU reset takes its GPUs out of service this
+    /// way, deciding and withdrawing in one step, and brings them back with
+    /// [`set_accelerator_health`](Self::set_accelerator_health). `f` must not call back into
+    /// the plugins.
+    pub fn withdraw<E>(
+        &self,
+        f: impl FnOnce(&Ledger) -> Result<Vec<u32>, E>,
+    ) -> Result<Vec<u32>, E> {
+        let mut state = self.shared.lock();
+        let indexes = f(&state.ledger)?;
+        let mut changed = false;
+        for &index in &indexes {
+            changed |= state.ledger.set_health(index, false);
+        }
+        drop(state);
+        if changed {
+            self.shared.notify();
+        }
+        Ok(indexes)
     }
 }
 

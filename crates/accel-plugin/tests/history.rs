@@ -82,7 +82,7 @@ fn config(dir: &std::path::Path) -> Config {
             pod_dir_root: dir.join("data/pods"),
             preload_dir: dir.join("data/preload"),
             library_dir: accel_nvidia::responder::HOST_LIBRARY_DIR.into(),
-            engine: EngineFacts::default(),
+            engine: std::sync::Arc::new(EngineFacts::default()),
         }),
         poll_interval: Duration::from_millis(20),
         metrics: Default::default(),

@@ -125,7 +125,7 @@ async fn allocate_latency_refusals_and_grants_are_exposed() {
             pod_dir_root: dir.path().join("data/pods"),
             preload_dir: dir.path().join("data/preload"),
             library_dir: accel_nvidia::responder::HOST_LIBRARY_DIR.into(),
-            engine: EngineFacts::default(),
+            engine: std::sync::Arc::new(EngineFacts::default()),
         }),
         poll_interval: Duration::from_millis(20),
         metrics,

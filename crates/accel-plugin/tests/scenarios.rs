@@ -64,7 +64,7 @@ impl Rig {
                 pod_dir_root: dir.path().join("data/pods"),
                 preload_dir: dir.path().join("data/preload"),
                 library_dir: accel_nvidia::responder::HOST_LIBRARY_DIR.into(),
-                engine: EngineFacts::default(),
+                engine: std::sync::Arc::new(EngineFacts::default()),
             }),
             poll_interval: Duration::from_millis(20),
             metrics: Default::default(),
@@ -760,4 +760,52 @@ async fn a_restart_names_the_grants_the_journal_holds_unattributed() {
     );
     assert_eq!(ledger.occupancy(1).unwrap().mode, Mode::Free);
     ledger.verify().unwrap();
+}
+
+#[tokio::test]
+async fn auto_injection_follows_a_cdi_spec_generated_after_the_plugins_started() {
+    use accel_nvidia::engine::LiveEngine;
+    let mut rig = Rig::new(seats(2), Settings::default()).await;
+    // A node whose engine resolves CDI, before the toolkit has generated the vendor spec.
+    let host = rig.dir.path().join("host");
+    std::fs::create_dir_all(host.join("etc/containerd")).unwrap();
+    std::fs::write(
+        host.join("etc/containerd/config.toml"),
+        "version = 2\n[plugins.\"io.containerd.grpc.v1.cri\"]\nenable_cdi = true\n",
+    )
+    .unwrap();
+    let engine = LiveEngine::new(Arc::new(accel_host::FsHost::new(&host)), "/etc/containerd");
+    rig.config.responder = Arc::new(NvidiaResponder {
+        strategy: InjectionStrategy::Auto,
+        cuda_major: Some(13),
+        pod_dir_root: rig.dir.path().join("data/pods"),
+        preload_dir: rig.dir.path().join("data/preload"),
+        library_dir: accel_nvidia::responder::HOST_LIBRARY_DIR.into(),
+        engine: Arc::new(engine),
+    });
+    rig.restart_plugins().await;
+    rig.kubelet.create(pod("a", 1, &[("main", &[(GPU, "1")])]));
+    let first = rig.kubelet.admit("a").await.unwrap();
+    let granted = env(&first, "main", GPU, "NVIDIA_VISIBLE_DEVICES").to_string();
+    assert!(first["main"][GPU].annotations.is_empty());
+    // The toolkit writes the vendor spec naming both GPUs.
+    std::fs::create_dir_all(host.join("etc/cdi")).unwrap();
+    let spec = format!(
+        "{{\"cdiVersion\":\"0.5.0\",\"kind\":\"nvidia.com/gpu\",\"devices\":[{{\"name\":\"{}\"}},{{\"name\":\"{}\"}}]}}",
+        uuid(0),
+        uuid(1)
+    );
+    std::fs::write(host.join("etc/cdi/nvidia.json"), spec).unwrap();
+    rig.kubelet.create(pod("b", 2, &[("main", &[(GPU, "1")])]));
+    let second = rig.kubelet.admit("b").await.unwrap();
+    let answer = &second["main"][GPU];
+    assert!(
+        !answer.envs.contains_key("NVIDIA_VISIBLE_DEVICES"),
+        "{answer:?}"
+    );
+    let other = if granted == uuid(0) { uuid(1) } else { uuid(0) };
+    assert_eq!(
+        answer.annotations["cdi.k8s.io/gpustack-nvidia"],
+        format!("nvidia.com/gpu={other}")
+    );
 }

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use accel_backend::Backend;
-use accel_backend::respond::{EngineFacts, ResponderSetup};
+use accel_backend::respond::{EngineSource, ResponderSetup};
 use accel_backend::slicing::{self, SliceOffer};
 use accel_core::Manufacturer;
 use accel_core::inventory::ManufacturerInventory;
@@ -202,10 +202,12 @@ pub fn run(args: Args, settings: &Settings) -> anyhow::Result<ExitCode> {
             args.host_root.display()
         );
     }
-    // The container engine's configuration and the vendor's CDI specs, read once: they decide
-    // what `auto` injects.
-    let engine =
-        accel_nvidia::engine::engine_facts_in(node.host.as_ref(), &settings.containerd_config_dir);
+    // The container engine's configuration and the vendor's CDI specs decide what `auto`
+    // injects; read now, and again whenever the files they came from change.
+    let engine: Arc<dyn EngineSource> = Arc::new(accel_nvidia::engine::LiveEngine::new(
+        Arc::new(accel_host::FsHost::new(node.host.root())),
+        &settings.containerd_config_dir,
+    ));
     let prefixes = node::class_prefixes(args.pci_class_prefixes.as_deref())?;
     let deadlines = Deadlines {
         per_query: Duration::from_secs(30),
@@ -373,7 +375,7 @@ fn plugin_config(
     paths: &Paths,
     settings: &Settings,
     backend: &Backend,
-    engine: EngineFacts,
+    engine: Arc<dyn EngineSource>,
     metrics: PluginMetrics,
     daemon: &Daemon,
     section: &ManufacturerInventory,

@@ -32,7 +32,7 @@
 //! reset at a time) → the push lock (health pushes in the order the inventory changed) → the
 //! plugins' ledger → the state. The state is never held while calling into the plugins.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeSet, VecDeque};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::time::{Duration, Instant, SystemTime};
@@ -176,6 +176,8 @@ pub struct Daemon {
     collector: Mutex<Node>,
     push: Mutex<()>,
     state: Mutex<State>,
+    /// The UUIDs of the GPUs a reset has withdrawn: they stay Unhealthy until it ends.
+    resetting: Mutex<BTreeSet<String>>,
     plugins: OnceLock<PluginHandle>,
     options: DaemonOptions,
     /// Detection passes run since start (measured or not), for tests and the log.
@@ -184,6 +186,19 @@ pub struct Daemon {
     reasons: Mutex<VecDeque<Reason>>,
     /// What should be published (see the module doc).
     published: watch::Sender<Option<Published>>,
+}
+
+/// The GPUs a reset is working on, given back to the health rule when it ends (however it
+/// ends).
+struct Resetting<'a> {
+    set: &'a Mutex<BTreeSet<String>>,
+    uuids: &'a [String],
+}
+
+impl Drop for Resetting<'_> {
+    fn drop(&mut self) {
+        lock(self.set).retain(|u| !self.uuids.contains(u));
+    }
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -225,6 +240,7 @@ impl Daemon {
                 detected_at: None,
                 failure: None,
             }),
+            resetting: Mutex::new(BTreeSet::new()),
             plugins: OnceLock::new(),
             options,
             passes: watch::channel(0).0,
@@ -540,9 +556,12 @@ impl Daemon {
                 );
             }
         }
+        // A GPU being reset stays withdrawn until the reset ends, whatever the rule says.
+        let resetting = lock(&self.resetting).clone();
         let seats = plugins.with_ledger(|ledger| {
             ledger
                 .seats()
+                .filter(|s| !s.uuid.as_ref().is_some_and(|u| resetting.contains(u)))
                 .map(|s| (s.index, s.uuid.clone()))
                 .collect::<Vec<_>>()
         });
@@ -770,34 +789,51 @@ impl AdminHandler for Daemon {
         let plugins = self.plugins.get().ok_or_else(|| {
             ResetError::Unavailable("the device plugins have not started".to_string())
         })?;
+        // One reset at a time, and no detection pass while one runs.
         let collector = lock(&self.collector);
-        // The ledger stays locked from the busy check to the end: nothing is granted a GPU
-        // while it resets.
-        let report = plugins.with_ledger(|ledger| {
+        // The busy check and the withdrawal in one step under the ledger's lock: from here
+        // nothing is granted on these GPUs, and the lock is not held while nvidia-smi works
+        // (up to the deadline per GPU): Allocate and ListAndWatch carry on for the others.
+        let mut targets = Vec::new();
+        plugins.withdraw(|ledger| {
+            let state = lock(&self.state);
+            targets = reset::check(&state.inventory, gpus, &LedgerGrants { ledger })?;
+            lock(&self.resetting).extend(targets.iter().cloned());
+            Ok::<_, ResetError>(
+                ledger
+                    .seats()
+                    .filter(|s| s.uuid.as_ref().is_some_and(|u| targets.contains(u)))
+                    .map(|s| s.index)
+                    .collect(),
+            )
+        })?;
+        let resetting = Resetting {
+            set: &self.resetting,
+            uuids: &targets,
+        };
+        let results = reset::run_resets(
+            collector.commands.as_ref(),
+            &targets,
+            self.options.reset_deadline,
+        );
+        let fresh = collect(&collector, &self.options);
+        let report = {
             let mut guard = lock(&self.state);
-            let State {
-                inventory, faults, ..
-            } = &mut *guard;
-            let mut collect_again = || collect(&collector, &self.options);
-            let report = reset::reset(
-                inventory,
-                gpus,
-                &LedgerGrants { ledger },
-                collector.commands.as_ref(),
-                self.options.reset_deadline,
-                &mut collect_again,
-                faults,
-            )?;
-            if let Some(fresh) = &report.inventory {
-                let mut fresh = fresh.clone();
+            let mut report = reset::conclude(results, fresh, &mut guard.faults);
+            if let Some(mut fresh) = report.inventory.take() {
                 fresh
                     .manufacturers
                     .retain(|s| s.name == self.options.manufacturer);
-                *inventory = fresh;
+                guard.inventory = fresh.clone();
+                report.inventory = Some(fresh);
             }
             self.publish(&guard);
-            Ok::<_, ResetError>(report)
-        })?;
+            report
+        };
+        drop(collector);
+        // Back in service as the fresh inventory says (still Unhealthy when the reset did not
+        // cure it).
+        drop(resetting);
         self.sync_plugins();
         Ok(report)
     }

@@ -177,7 +177,7 @@ fn plugin_config(kubelet_dir: &Path, data: &Path, section: &ManufacturerInventor
             pod_dir_root: data.join("pods"),
             preload_dir: data.join("preload"),
             library_dir: accel_nvidia::responder::HOST_LIBRARY_DIR.into(),
-            engine: EngineFacts::default(),
+            engine: std::sync::Arc::new(EngineFacts::default()),
         }),
         poll_interval: Duration::from_millis(50),
         metrics: Default::default(),
@@ -453,6 +453,80 @@ async fn a_reset_that_leaves_the_gpu_healthy_recovers_it() {
     assert!(rig.daemon.conditions().is_empty());
     assert!(!faults_file(&data_dir(&data)).contains("Xid79"));
     assert!(rig.daemon.inventory().manufacturers[0].accelerators[0].healthy);
+    rig.stop().await;
+}
+
+/// A Pod asking for one `nvidia.com/gpu`.
+fn one_gpu_pod(uid: &str) -> Pod {
+    Pod {
+        uid: uid.into(),
+        namespace: "ns".into(),
+        name: format!("pod-{uid}"),
+        created: 1_700_000_000,
+        phase: Phase::Pending,
+        runtime_class: None,
+        allocated: None,
+        containers: vec![Container {
+            name: "main".into(),
+            limits: BTreeMap::from([(GPU.to_string(), "1".to_string())]),
+            env: BTreeMap::new(),
+        }],
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reset_withdraws_its_gpu_and_the_others_are_granted_while_it_runs() {
+    let host = host();
+    record_reset(host.path(), GPU0);
+    // nvidia-smi takes its time over the reset (the daemon's deadline is 5 s).
+    let folder = host
+        .path()
+        .join("commands")
+        .join(format!("gpu-reset-{GPU0}"));
+    std::fs::write(folder.join("delay-ms"), "3000\n").unwrap();
+    let data = tempfile::tempdir().unwrap();
+    let rig = Rig::start(host.path(), &data_dir(&data)).await;
+    assert_eq!(rig.health(GPU0), "Healthy");
+    let daemon = rig.daemon.clone();
+    let started = Instant::now();
+    let reset = tokio::task::spawn_blocking(move || daemon.reset(&[GPU0.to_string()]));
+    // GPU 0 leaves service as the reset starts, on the kubelet's stream too.
+    rig.wait_health(GPU0, "Unhealthy", SETTLE).await;
+    // Allocate carries on for the other GPUs meanwhile, and never hands out GPU 0.
+    for uid in ["uid-a", "uid-b"] {
+        rig.kubelet.create(one_gpu_pod(uid));
+        rig.kubelet.admit(uid).await.unwrap();
+        let held = rig.kubelet.held(uid, "main", GPU);
+        assert_eq!(held.len(), 1);
+        assert_ne!(held[0], GPU0, "a GPU being reset was granted");
+    }
+    assert!(
+        !reset.is_finished(),
+        "the grants waited for the reset ({:?} after it started)",
+        started.elapsed()
+    );
+    let report = reset.await.unwrap().unwrap();
+    assert!(report.all_healthy(), "{report:?}");
+    assert!(started.elapsed() >= Duration::from_secs(3));
+    // Back in service when the reset ends.
+    rig.wait_health(GPU0, "Healthy", SETTLE).await;
+    rig.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reset_that_fails_leaves_its_gpu_as_the_rule_says() {
+    let host = host();
+    // No reset recorded: nvidia-smi answers nothing for it and the reset fails.
+    let data = tempfile::tempdir().unwrap();
+    let rig = Rig::start(host.path(), &data_dir(&data)).await;
+    let daemon = rig.daemon.clone();
+    let report = tokio::task::spawn_blocking(move || daemon.reset(&[GPU0.to_string()]))
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(!report.all_healthy(), "{report:?}");
+    // Withdrawn for the reset, given back as the (healthy) inventory says.
+    rig.wait_health(GPU0, "Healthy", SETTLE).await;
     rig.stop().await;
 }
 
