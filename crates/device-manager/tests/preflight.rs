@@ -147,8 +147,14 @@ fn every_row_answers_ok_on_a_docker_node() {
     let run = preflight(host.path(), &[]);
     assert_eq!(run.status, 0, "{}\n{}", run.stdout, run.stderr);
     let doc = yaml(&run);
-    assert_eq!(doc["accelerators"][0]["detection"]["state"].as_str(), Some("ok"));
-    assert_eq!(doc["accelerators"][0]["detection"]["depth"].as_str(), Some("measured"));
+    assert_eq!(
+        doc["accelerators"][0]["detection"]["state"].as_str(),
+        Some("ok")
+    );
+    assert_eq!(
+        doc["accelerators"][0]["detection"]["depth"].as_str(),
+        Some("measured")
+    );
     for gpu in [GPU0, GPU1] {
         assert_eq!(
             rows(&doc, gpu),
@@ -162,7 +168,10 @@ fn every_row_answers_ok_on_a_docker_node() {
         );
     }
     assert_eq!(doc["topology"]["policy"].as_str(), Some("single-numa-node"));
-    assert_eq!(doc["topology"]["source"].as_str(), Some("/var/lib/kubelet/config.yaml"));
+    assert_eq!(
+        doc["topology"]["source"].as_str(),
+        Some("/var/lib/kubelet/config.yaml")
+    );
     // The rendered files are gone; the lock file stays.
     let preflight = host.path().join("root/var/lib/gpustack/operator/preflight");
     assert_eq!(files_under(&preflight), vec![preflight.join("lock")]);
@@ -176,9 +185,17 @@ fn a_probe_that_sees_the_whole_gpu_is_unavailable() {
     assert_eq!(run.status, 1, "{}", run.stdout);
     let doc = yaml(&run);
     let gpu0 = rows(&doc, GPU0);
-    assert!(gpu0.contains(&row("sliced-quota-in-force", "unavailable", "measured")), "{gpu0:?}");
-    assert!(gpu0.contains(&row("sliced-runtime-loaded", "unavailable", "measured")), "{gpu0:?}");
-    assert!(run.stdout.contains("the probe sees the whole accelerator (24564 MiB) instead of its quota (12282 MiB)"));
+    assert!(
+        gpu0.contains(&row("sliced-quota-in-force", "unavailable", "measured")),
+        "{gpu0:?}"
+    );
+    assert!(
+        gpu0.contains(&row("sliced-runtime-loaded", "unavailable", "measured")),
+        "{gpu0:?}"
+    );
+    assert!(run.stdout.contains(
+        "the probe sees the whole accelerator (24564 MiB) instead of its quota (12282 MiB)"
+    ));
     // The other GPU is unaffected.
     assert!(rows(&doc, GPU1).contains(&row("sliced-quota-in-force", "ok", "measured")));
     insta::assert_snapshot!("preflight-whole-gpu", run.stdout);
@@ -192,13 +209,20 @@ fn a_runtime_that_cannot_pass_devices_leaves_the_probes_unavailable() {
     let doc = yaml(&run);
     for gpu in [GPU0, GPU1] {
         let r = rows(&doc, gpu);
-        for c in ["sliced-runtime-loaded", "sliced-quota-in-force", "co-tenancy"] {
+        for c in [
+            "sliced-runtime-loaded",
+            "sliced-quota-in-force",
+            "co-tenancy",
+        ] {
             assert!(r.contains(&row(c, "unavailable", "measured")), "{c}: {r:?}");
         }
         // Simulated from the responder alone, it still holds.
         assert!(r.contains(&row("sidecar-visibility", "ok", "simulated")));
     }
-    assert!(run.stdout.contains("unknown or invalid runtime name: nvidia"));
+    assert!(
+        run.stdout
+            .contains("unknown or invalid runtime name: nvidia")
+    );
     insta::assert_snapshot!("preflight-no-nvidia-runtime", run.stdout);
 }
 
@@ -267,7 +291,12 @@ fn a_container_that_sees_fewer_gpus_than_the_host_fails_detection() {
     assert_eq!(detection["accelerators"].as_u64(), Some(0));
     assert_eq!(detection["host"].as_u64(), Some(1));
     assert!(doc["accelerators"][0]["checks"].is_null());
-    assert!(doc["accelerators"][0]["note"].as_str().unwrap().contains("nothing else"));
+    assert!(
+        doc["accelerators"][0]["note"]
+            .as_str()
+            .unwrap()
+            .contains("nothing else")
+    );
     insta::assert_snapshot!("preflight-container-blind", run.stdout);
 }
 
@@ -278,9 +307,15 @@ fn without_the_hosts_process_table_every_step_is_printed_and_topology_is_unknown
     assert_eq!(run.status, 0, "{}", run.stdout);
     let doc = yaml(&run);
     let r = rows(&doc, GPU0);
-    assert!(r.contains(&row("sliced-quota-in-force", "ok", "simulated")), "{r:?}");
+    assert!(
+        r.contains(&row("sliced-quota-in-force", "ok", "simulated")),
+        "{r:?}"
+    );
     assert!(r.contains(&row("co-tenancy", "ok", "simulated")), "{r:?}");
-    assert_eq!(doc["accelerators"][0]["steps"].as_sequence().unwrap().len(), 6);
+    assert_eq!(
+        doc["accelerators"][0]["steps"].as_sequence().unwrap().len(),
+        6
+    );
     assert_eq!(doc["topology"]["policy"].as_str(), Some("unknown"));
     assert!(doc["topology"]["depth"].is_null());
     insta::assert_snapshot!("preflight-no-host-proc", run.stdout);
@@ -292,7 +327,11 @@ fn dry_run_prints_every_container_step_and_writes_nothing() {
     let before = files_under(host.path());
     let run = preflight(host.path(), &["--dry-run"]);
     assert_eq!(run.status, 0, "{}", run.stdout);
-    assert_eq!(files_under(host.path()), before, "--dry-run wrote under the host");
+    assert_eq!(
+        files_under(host.path()),
+        before,
+        "--dry-run wrote under the host"
+    );
     let doc = yaml(&run);
     let steps: Vec<&str> = doc["accelerators"][0]["steps"]
         .as_sequence()
@@ -305,7 +344,10 @@ fn dry_run_prints_every_container_step_and_writes_nothing() {
     assert!(steps[0].ends_with("docker ps -aq --filter label=gpustack.ai/preflight=true"));
     assert!(steps[1].starts_with("chroot /host docker run --rm --name gpustack-preflight-nvidia-0-quota --label gpustack.ai/preflight=true --runtime nvidia -e CUDA_DEVICE_MEMORY_LIMIT_0=12282m"));
     let r = rows(&doc, GPU0);
-    assert!(r.contains(&row("sliced-runtime-loaded", "ok", "simulated")), "{r:?}");
+    assert!(
+        r.contains(&row("sliced-runtime-loaded", "ok", "simulated")),
+        "{r:?}"
+    );
     insta::assert_snapshot!("preflight-dry-run", run.stdout);
 }
 
@@ -323,12 +365,21 @@ fn a_lock_already_held_refuses_every_manufacturer() {
     let doc = yaml(&run);
     let detection = &doc["accelerators"][0]["detection"];
     assert_eq!(detection["state"].as_str(), Some("unavailable"));
-    assert!(detection["reason"].as_str().unwrap().contains("another preflight holds the lock"));
+    assert!(
+        detection["reason"]
+            .as_str()
+            .unwrap()
+            .contains("another preflight holds the lock")
+    );
     assert!(doc["accelerators"][0]["checks"].is_null());
     // --dry-run is exempt.
     assert_eq!(preflight(host.path(), &["--dry-run"]).status, 0);
     drop(held);
-    insta::assert_snapshot!("preflight-lock-held", run.stdout.replace(&host.path().display().to_string(), "[host]"));
+    insta::assert_snapshot!(
+        "preflight-lock-held",
+        run.stdout
+            .replace(&host.path().display().to_string(), "[host]")
+    );
 }
 
 #[test]
@@ -340,5 +391,10 @@ fn a_runtime_flag_outside_the_three_is_a_usage_error() {
     assert!(run.stderr.contains("runc"), "{}", run.stderr);
     let run = preflight(host.path(), &["--manufacturer", "nvidai"]);
     assert_eq!(run.status, 2);
-    assert!(run.stderr.contains("--manufacturer \"nvidai\": not a manufacturer"), "{}", run.stderr);
+    assert!(
+        run.stderr
+            .contains("--manufacturer \"nvidai\": not a manufacturer"),
+        "{}",
+        run.stderr
+    );
 }

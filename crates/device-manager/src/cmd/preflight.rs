@@ -66,11 +66,19 @@ pub struct Args {
 
 pub fn run(args: Args, settings: &Settings) -> anyhow::Result<ExitCode> {
     let mut manufacturers = Vec::new();
-    for name in args.manufacturer.iter().map(|n| n.trim()).filter(|n| !n.is_empty()) {
+    for name in args
+        .manufacturer
+        .iter()
+        .map(|n| n.trim())
+        .filter(|n| !n.is_empty())
+    {
         match name.parse::<Manufacturer>() {
             Ok(m) if !manufacturers.contains(&m) => manufacturers.push(m),
             Ok(_) => {}
-            Err(_) => bail!("--manufacturer {name:?}: not a manufacturer (one of {})", all_names()),
+            Err(_) => bail!(
+                "--manufacturer {name:?}: not a manufacturer (one of {})",
+                all_names()
+            ),
         }
     }
     if manufacturers.is_empty() {

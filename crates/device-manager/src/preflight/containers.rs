@@ -35,7 +35,9 @@ pub struct Runtime {
 pub enum Resolution {
     Found(Runtime),
     /// No CLI runs probes here; every container step is printed instead.
-    None { reason: String },
+    None {
+        reason: String,
+    },
 }
 
 /// Runs host programs as `chroot <root> …`.
@@ -65,8 +67,11 @@ impl HostShell<'_> {
 
     /// Whether the host has `program` (its `--version` answers).
     pub fn has(&self, program: &str) -> bool {
-        self.run(&[program.to_string(), "--version".to_string()], QUERY_DEADLINE)
-            .is_ok_and(|o| o.success())
+        self.run(
+            &[program.to_string(), "--version".to_string()],
+            QUERY_DEADLINE,
+        )
+        .is_ok_and(|o| o.success())
     }
 }
 
@@ -75,9 +80,8 @@ pub fn shell_text(argv: &[String]) -> String {
     argv.iter()
         .map(|a| {
             if !a.is_empty()
-                && a.bytes().all(|b| {
-                    b.is_ascii_alphanumeric() || b"-_./=:,@+%".contains(&b)
-                })
+                && a.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"-_./=:,@+%".contains(&b))
             {
                 a.clone()
             } else {
@@ -95,7 +99,11 @@ fn socket_path(endpoint: &str) -> String {
 /// Picks the container CLI: `--runtime` when given; else the kubelet's CRI endpoint (containerd
 /// → nerdctl, else ctr; cri-dockerd → docker; CRI-O → none); else the first of docker, nerdctl,
 /// ctr the host has. A host root without the host's process table probes nothing.
-pub fn resolve(shell: &HostShell<'_>, forced: Option<ContainerCli>, kubelet: &KubeletFacts) -> Resolution {
+pub fn resolve(
+    shell: &HostShell<'_>,
+    forced: Option<ContainerCli>,
+    kubelet: &KubeletFacts,
+) -> Resolution {
     let address = kubelet
         .endpoint
         .as_ref()
@@ -119,7 +127,11 @@ pub fn resolve(shell: &HostShell<'_>, forced: Option<ContainerCli>, kubelet: &Ku
         if v.contains("containerd") {
             for cli in [ContainerCli::Nerdctl, ContainerCli::Ctr] {
                 if shell.has(cli.program()) {
-                    return Resolution::Found(Runtime { cli, address, source });
+                    return Resolution::Found(Runtime {
+                        cli,
+                        address,
+                        source,
+                    });
                 }
             }
             return Resolution::None {
@@ -142,12 +154,19 @@ pub fn resolve(shell: &HostShell<'_>, forced: Option<ContainerCli>, kubelet: &Ku
             reason: format!("{source}: no container CLI preflight drives serves this runtime"),
         };
     }
-    for cli in [ContainerCli::Docker, ContainerCli::Nerdctl, ContainerCli::Ctr] {
+    for cli in [
+        ContainerCli::Docker,
+        ContainerCli::Nerdctl,
+        ContainerCli::Ctr,
+    ] {
         if shell.has(cli.program()) {
             return Resolution::Found(Runtime {
                 cli,
                 address: None,
-                source: format!("no CRI endpoint named; {} answered on the host", cli.program()),
+                source: format!(
+                    "no CRI endpoint named; {} answered on the host",
+                    cli.program()
+                ),
             });
         }
     }
@@ -183,10 +202,20 @@ impl Runtime {
         let mut argv = self.base();
         match self.cli {
             ContainerCli::Ctr => argv.extend(
-                ["containers", "list", "-q", "labels.\"gpustack.ai/preflight\"==true"]
-                    .map(String::from),
+                [
+                    "containers",
+                    "list",
+                    "-q",
+                    "labels.\"gpustack.ai/preflight\"==true",
+                ]
+                .map(String::from),
             ),
-            _ => argv.extend(["ps", "-aq", "--filter"].map(String::from).into_iter().chain([format!("label={LABEL}")])),
+            _ => argv.extend(
+                ["ps", "-aq", "--filter"]
+                    .map(String::from)
+                    .into_iter()
+                    .chain([format!("label={LABEL}")]),
+            ),
         }
         argv
     }

@@ -113,7 +113,11 @@ fn read_config(host: &dyn Host, path: &str) -> Result<Option<ConfigKeys>, String
 
 /// A drop-in directory's `*.conf` files in lexical order, later ones overriding earlier ones
 /// (the kubelet's own merge order). Each fact carries the file that named it last.
-fn read_drop_ins(host: &dyn Host, dir: &str, notes: &mut Vec<String>) -> (Option<Named>, Option<Named>) {
+fn read_drop_ins(
+    host: &dyn Host,
+    dir: &str,
+    notes: &mut Vec<String>,
+) -> (Option<Named>, Option<Named>) {
     let (mut endpoint, mut policy) = (None, None);
     let Ok(mut names) = host.list(dir) else {
         return (None, None);
@@ -125,7 +129,10 @@ fn read_drop_ins(host: &dyn Host, dir: &str, notes: &mut Vec<String>) -> (Option
             Ok(Some(keys)) => {
                 let source = format!("/{path}");
                 if let Some(v) = keys.endpoint {
-                    endpoint = Some(Named { value: v, source: source.clone() });
+                    endpoint = Some(Named {
+                        value: v,
+                        source: source.clone(),
+                    });
                 }
                 if let Some(v) = keys.policy {
                     policy = Some(Named { value: v, source });
@@ -173,7 +180,10 @@ pub fn read(host: &dyn Host) -> KubeletFacts {
             Ok(Some(keys)) => {
                 let source = format!("/{}", path.trim_start_matches('/'));
                 (
-                    keys.endpoint.map(|v| Named { value: v, source: source.clone() }),
+                    keys.endpoint.map(|v| Named {
+                        value: v,
+                        source: source.clone(),
+                    }),
                     keys.policy.map(|v| Named { value: v, source }),
                 )
             }
@@ -188,7 +198,10 @@ pub fn read(host: &dyn Host) -> KubeletFacts {
         // The running kubelet: its flags win, then its drop-ins, then its configuration file.
         facts.pid = Some(pid);
         let source = format!("kubelet command line (pid {pid})");
-        let named = |v: String| Named { value: v, source: source.clone() };
+        let named = |v: String| Named {
+            value: v,
+            source: source.clone(),
+        };
         facts.endpoint = flag(&argv, "container-runtime-endpoint").map(named);
         facts.topology_policy = flag(&argv, "topology-manager-policy").map(named);
         if let Some(dir) = flag(&argv, "config-dir") {
@@ -281,8 +294,14 @@ mod tests {
                 b"kubelet\0--config\0/etc/k/config.yaml\0--config-dir=/etc/k/conf.d\0",
             ),
             ("etc/k/config.yaml", b"topologyManagerPolicy: none\n"),
-            ("etc/k/conf.d/10-a.conf", b"topologyManagerPolicy: restricted\n"),
-            ("etc/k/conf.d/20-b.conf", b"topologyManagerPolicy: best-effort\n"),
+            (
+                "etc/k/conf.d/10-a.conf",
+                b"topologyManagerPolicy: restricted\n",
+            ),
+            (
+                "etc/k/conf.d/20-b.conf",
+                b"topologyManagerPolicy: best-effort\n",
+            ),
         ]);
         let policy = read(&host).topology_policy.unwrap();
         assert_eq!(policy.value, "best-effort");
@@ -325,6 +344,10 @@ mod tests {
         ]);
         let facts = read(&host);
         assert_eq!(facts.topology_policy, None);
-        assert!(facts.notes[0].contains("/c.yaml: not YAML"), "{:?}", facts.notes);
+        assert!(
+            facts.notes[0].contains("/c.yaml: not YAML"),
+            "{:?}",
+            facts.notes
+        );
     }
 }

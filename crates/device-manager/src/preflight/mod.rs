@@ -33,7 +33,9 @@ use accel_nvidia::detector::Deadlines;
 
 use crate::node::Node;
 use crate::settings::Settings;
-use containers::{HostShell, PROBE_DEADLINE, Resolution, Runtime, first_line, shell_text, status_text};
+use containers::{
+    HostShell, PROBE_DEADLINE, Resolution, Runtime, first_line, shell_text, status_text,
+};
 use kubelet::KubeletFacts;
 use report::{Detection, Document, Group, Network, Row, Topology};
 
@@ -214,7 +216,11 @@ fn panic_text(payload: &(dyn std::any::Any + Send)) -> String {
 
 /// Runs `answer` for a group, containing a panic: the group keeps its detection block, drops
 /// its other findings, and gets one `preflight-panicked` row per accelerator and a note.
-pub fn contained(mut group: Group, accelerators: &[String], answer: impl FnOnce(&mut Group)) -> Group {
+pub fn contained(
+    mut group: Group,
+    accelerators: &[String],
+    answer: impl FnOnce(&mut Group),
+) -> Group {
     let detection = group.detection.clone();
     let mut working = group.clone();
     match catch_unwind(AssertUnwindSafe(|| answer(&mut working))) {
@@ -255,7 +261,8 @@ impl std::fmt::Debug for Lock {
 /// Takes the one-run-per-node lock at `path`; `Err` names the path and why.
 pub fn lock(path: &Path) -> Result<Lock, String> {
     if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+        std::fs::create_dir_all(dir)
+            .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
     }
     let file = std::fs::OpenOptions::new()
         .create(true)
@@ -274,17 +281,24 @@ pub fn lock(path: &Path) -> Result<Lock, String> {
 }
 
 /// Runs the whole pass and returns the document.
-pub fn run(node: &Node, settings: &Settings, options: &Options, rows: &[(Manufacturer, Entry)]) -> Document {
+pub fn run(
+    node: &Node,
+    settings: &Settings,
+    options: &Options,
+    rows: &[(Manufacturer, Entry)],
+) -> Document {
     let files_root = node.kind.files();
     let chroot_root = match &node.kind {
         accel_host::HostRoot::Live { root } => root.display().to_string(),
-        accel_host::HostRoot::Recorded { mark, .. } => {
-            mark.host_root.clone().unwrap_or_else(|| "/host".to_string())
-        }
+        accel_host::HostRoot::Recorded { mark, .. } => mark
+            .host_root
+            .clone()
+            .unwrap_or_else(|| "/host".to_string()),
     };
     let operator = settings.operator_dir();
     let preflight_host = operator.join("preflight");
-    let preflight_dir = files_root.join(preflight_host.strip_prefix("/").unwrap_or(&preflight_host));
+    let preflight_dir =
+        files_root.join(preflight_host.strip_prefix("/").unwrap_or(&preflight_host));
     let render_dir = if options.dry_run {
         std::env::temp_dir().join(format!("gpustack-preflight-{}", std::process::id()))
     } else {
@@ -319,13 +333,22 @@ pub fn run(node: &Node, settings: &Settings, options: &Options, rows: &[(Manufac
                     .map(|m| Group {
                         manufacturer: m.name().to_string(),
                         timestamp: now(),
-                        detection: Detection::new(State::Unavailable, Depth::Declared, 0, reason.clone()),
+                        detection: Detection::new(
+                            State::Unavailable,
+                            Depth::Declared,
+                            0,
+                            reason.clone(),
+                        ),
                         checks: Vec::new(),
                         steps: Vec::new(),
                         note: Some("refused before sweeping: nothing was asked".into()),
                     })
                     .collect();
-                return Document { accelerators, network, topology };
+                return Document {
+                    accelerators,
+                    network,
+                    topology,
+                };
             }
         }
     };
@@ -347,10 +370,16 @@ pub fn run(node: &Node, settings: &Settings, options: &Options, rows: &[(Manufac
         Resolution::Found(r) if r.cli != ContainerCli::Ctr && sweeping => Some(r.clone()),
         _ => None,
     };
-    let before = sweep_runtime.as_ref().map(|r| containers::sweep(&pass.shell, r));
+    let before = sweep_runtime
+        .as_ref()
+        .map(|r| containers::sweep(&pass.shell, r));
     let mut groups = Vec::new();
     for (manufacturer, row) in rows {
-        groups.push(pass.group(*manufacturer, row, before.as_ref().and_then(|r| r.as_ref().err())));
+        groups.push(pass.group(
+            *manufacturer,
+            row,
+            before.as_ref().and_then(|r| r.as_ref().err()),
+        ));
     }
     // On --dry-run the printed probes are framed by the sweeps they would run between.
     if let (true, Resolution::Found(r)) = (options.dry_run, &pass.resolution) {
@@ -365,10 +394,17 @@ pub fn run(node: &Node, settings: &Settings, options: &Options, rows: &[(Manufac
     if let Some(r) = &sweep_runtime {
         if let Err(reason) = containers::sweep(&pass.shell, r) {
             for group in &mut groups {
-                let accelerators: Vec<String> = group.checks.iter().map(|c| c.accelerator.clone()).collect();
+                let accelerators: Vec<String> =
+                    group.checks.iter().map(|c| c.accelerator.clone()).collect();
                 let mut seen = std::collections::BTreeSet::new();
                 for a in accelerators.into_iter().filter(|a| seen.insert(a.clone())) {
-                    group.checks.push(Row::new(&a, STALE_CONTAINER_SWEEP, State::Unavailable, Depth::Measured, format!("after the pass: {reason}")));
+                    group.checks.push(Row::new(
+                        &a,
+                        STALE_CONTAINER_SWEEP,
+                        State::Unavailable,
+                        Depth::Measured,
+                        format!("after the pass: {reason}"),
+                    ));
                 }
             }
         }
@@ -387,7 +423,12 @@ pub fn run(node: &Node, settings: &Settings, options: &Options, rows: &[(Manufac
 }
 
 impl Pass<'_> {
-    fn group(&self, manufacturer: Manufacturer, row: &Entry, sweep_failure: Option<&String>) -> Group {
+    fn group(
+        &self,
+        manufacturer: Manufacturer,
+        row: &Entry,
+        sweep_failure: Option<&String>,
+    ) -> Group {
         let mut group = Group {
             manufacturer: manufacturer.name().to_string(),
             timestamp: now(),
@@ -404,7 +445,8 @@ impl Pass<'_> {
         let section = match self.detect(backend, preflight.as_ref(), &mut group) {
             Some(section) => section,
             None => {
-                group.note = Some("detection is unavailable, so nothing else can be answered".into());
+                group.note =
+                    Some("detection is unavailable, so nothing else can be answered".into());
                 return group;
             }
         };
@@ -416,21 +458,38 @@ impl Pass<'_> {
             .collect();
         if let Some(reason) = sweep_failure {
             for name in &names {
-                group.checks.push(Row::new(name, STALE_CONTAINER_SWEEP, State::Unavailable, Depth::Measured, format!("before the pass: {reason}")));
+                group.checks.push(Row::new(
+                    name,
+                    STALE_CONTAINER_SWEEP,
+                    State::Unavailable,
+                    Depth::Measured,
+                    format!("before the pass: {reason}"),
+                ));
             }
         }
-        contained(group, &names, |group| self.answer(backend, preflight.as_ref(), &section, group))
+        contained(group, &names, |group| {
+            self.answer(backend, preflight.as_ref(), &section, group)
+        })
     }
 
     /// Question 1. `None` when detection is unavailable.
-    fn detect(&self, backend: &Backend, preflight: &dyn Preflight, group: &mut Group) -> Option<accel_core::ManufacturerInventory> {
+    fn detect(
+        &self,
+        backend: &Backend,
+        preflight: &dyn Preflight,
+        group: &mut Group,
+    ) -> Option<accel_core::ManufacturerInventory> {
         let request = DetectRequest {
             host: self.node.host.as_ref(),
             commands: self.node.commands.as_ref(),
             deadlines: self.options.deadlines,
             state_dir: None,
             pci_classes: &self.options.pci_classes,
-            vendor_ids: &self.settings.manufacturers.get(backend.manufacturer).pci_vendor_ids,
+            vendor_ids: &self
+                .settings
+                .manufacturers
+                .get(backend.manufacturer)
+                .pci_vendor_ids,
             pci_gate: self.options.pci_gate,
         };
         let section = match backend.detector.detect(&request) {
@@ -448,30 +507,68 @@ impl Pass<'_> {
         inventory.manufacturers.push(section);
         inventory.canonicalize();
         let section = inventory.manufacturers.pop()?;
-        let count = section.accelerators.iter().filter(|a| a.grantable != Grantable::Nothing).count();
-        let notes = if section.notes.is_empty() { String::new() } else { format!(" ({})", section.notes.join("; ")) };
+        let count = section
+            .accelerators
+            .iter()
+            .filter(|a| a.grantable != Grantable::Nothing)
+            .count();
+        let notes = if section.notes.is_empty() {
+            String::new()
+        } else {
+            format!(" ({})", section.notes.join("; "))
+        };
         let Some(listing) = preflight.host_listing() else {
-            group.detection = Detection::new(State::Ok, Depth::Declared, count, format!("the detect pass found {count}; no host reader is established, so this is the container's own view{notes}"));
+            group.detection = Detection::new(
+                State::Ok,
+                Depth::Declared,
+                count,
+                format!(
+                    "the detect pass found {count}; no host reader is established, so this is the container's own view{notes}"
+                ),
+            );
             return Some(section);
         };
         let command = shell_text(&self.shell.argv(&listing));
         let host = match self.shell.run(&listing, self.options.deadlines.per_query) {
             Ok(out) if out.success() => Ok(preflight.count_listed(&out.stdout_text())),
-            Ok(out) => Err(format!("exited {}: {}", status_text(&out), first_line(&format!("{}{}", out.stderr_text(), out.stdout_text())))),
+            Ok(out) => Err(format!(
+                "exited {}: {}",
+                status_text(&out),
+                first_line(&format!("{}{}", out.stderr_text(), out.stdout_text()))
+            )),
             Err(e) => Err(e),
         };
         group.detection = match host {
             Ok(listed) if listed == count => {
-                let mut d = Detection::new(State::Ok, Depth::Measured, count, format!("the detect pass and the host's own listing agree on {count}{notes}"));
+                let mut d = Detection::new(
+                    State::Ok,
+                    Depth::Measured,
+                    count,
+                    format!("the detect pass and the host's own listing agree on {count}{notes}"),
+                );
                 d.host = Some(listed);
                 d
             }
             Ok(listed) => {
-                let mut d = Detection::new(State::Unavailable, Depth::Measured, count, format!("this container sees {count} of the host's {listed}: run preflight with the vendor runtime (docker --runtime nvidia, nerdctl --gpus all) and the host's /dev{notes}"));
+                let mut d = Detection::new(
+                    State::Unavailable,
+                    Depth::Measured,
+                    count,
+                    format!(
+                        "this container sees {count} of the host's {listed}: run preflight with the vendor runtime (docker --runtime nvidia, nerdctl --gpus all) and the host's /dev{notes}"
+                    ),
+                );
                 d.host = Some(listed);
                 d
             }
-            Err(reason) => Detection::new(State::Ok, Depth::Declared, count, format!("the detect pass found {count}; the host's own listing did not answer ({reason}), so this is the container's own view{notes}")),
+            Err(reason) => Detection::new(
+                State::Ok,
+                Depth::Declared,
+                count,
+                format!(
+                    "the detect pass found {count}; the host's own listing did not answer ({reason}), so this is the container's own view{notes}"
+                ),
+            ),
         };
         group.detection.command = Some(command);
         if group.detection.state == State::Unavailable.as_str() {
@@ -481,11 +578,20 @@ impl Pass<'_> {
     }
 
     /// Questions 2 and 3 for every accelerator of a detected section.
-    fn answer(&self, backend: &Backend, preflight: &dyn Preflight, section: &accel_core::ManufacturerInventory, group: &mut Group) {
+    fn answer(
+        &self,
+        backend: &Backend,
+        preflight: &dyn Preflight,
+        section: &accel_core::ManufacturerInventory,
+        group: &mut Group,
+    ) {
         let offer = backend.slicing.as_ref().map(|library| {
-            slicing::offer(library.as_ref(), section, &self.settings.library_dir(), |p| {
-                self.node.host.exists(p)
-            })
+            slicing::offer(
+                library.as_ref(),
+                section,
+                &self.settings.library_dir(),
+                |p| self.node.host.exists(p),
+            )
         });
         let runtime_major = offer.as_ref().and_then(|o| o.runtime_major);
         let responder = (backend.responder)(ResponderSetup {
@@ -494,17 +600,30 @@ impl Pass<'_> {
             pod_dir_root: self.places.render_dir.join("pods"),
             preload_dir: self.places.render_dir.clone(),
             library_dir: self.settings.library_dir(),
-            engine: accel_nvidia::engine::engine_facts_in(self.node.host.as_ref(), &self.settings.containerd_config_dir),
+            engine: accel_nvidia::engine::engine_facts_in(
+                self.node.host.as_ref(),
+                &self.settings.containerd_config_dir,
+            ),
         });
         let mut inventory = Inventory::default();
         inventory.manufacturers.push(section.clone());
         let seats = crate::daemon::seats_of(&inventory, section.name);
         let mut prepared: Option<Result<(), String>> = None;
-        for accelerator in section.accelerators.iter().filter(|a| a.grantable != Grantable::Nothing) {
+        for accelerator in section
+            .accelerators
+            .iter()
+            .filter(|a| a.grantable != Grantable::Nothing)
+        {
             let name = accelerator_name(accelerator);
             let driver = preflight.driver_read(accelerator);
             if let Some(read) = &driver {
-                group.checks.push(Row::new(&name, read.capability, read.state, Depth::Declared, read.reason.clone()));
+                group.checks.push(Row::new(
+                    &name,
+                    read.capability,
+                    read.state,
+                    Depth::Declared,
+                    read.reason.clone(),
+                ));
             }
             if preflight.partition_backed(accelerator) {
                 // No sliced rows; the management rows stop at declared (reaching the
@@ -515,7 +634,13 @@ impl Pass<'_> {
                     None => (State::Unavailable, "partition-backed, with no driver read to declare the partitions".to_string()),
                 };
                 for capability in [SIDECAR_VISIBILITY, CO_TENANCY] {
-                    group.checks.push(Row::new(&name, capability, state, Depth::Declared, reason.clone()));
+                    group.checks.push(Row::new(
+                        &name,
+                        capability,
+                        state,
+                        Depth::Declared,
+                        reason.clone(),
+                    ));
                 }
                 continue;
             }
@@ -534,9 +659,20 @@ impl Pass<'_> {
                     None => "the driver reports no runtime version, so no preload library applies and slices are not offered".to_string(),
                 })
             } else {
-                prepared.as_ref().and_then(|p| p.as_ref().err()).map(|e| format!("the preload file could not be rendered: {e}"))
+                prepared
+                    .as_ref()
+                    .and_then(|p| p.as_ref().err())
+                    .map(|e| format!("the preload file could not be rendered: {e}"))
             };
-            self.sliced_rows(preflight, responder.as_ref(), accelerator, seat, runtime_major, unstaged, group);
+            self.sliced_rows(
+                preflight,
+                responder.as_ref(),
+                accelerator,
+                seat,
+                runtime_major,
+                unstaged,
+                group,
+            );
         }
     }
 
@@ -557,14 +693,26 @@ impl Pass<'_> {
         let uid = |case: &str| format!("preflight-{manufacturer}-{index}-{case}");
         // Q3 sidecar visibility: the owner's slice, then the sidecar, in kubelet order.
         let pod = synthetic_pod(&uid("sidecar"), &[PROBE_CONTAINER, SIDECAR_CONTAINER]);
-        group.checks.push(self.sidecar_row(preflight, responder, seat, &pod, &name));
+        group
+            .checks
+            .push(self.sidecar_row(preflight, responder, seat, &pod, &name));
         if let Some(reason) = unstaged {
             for capability in [SLICED_RUNTIME_LOADED, SLICED_QUOTA_IN_FORCE, CO_TENANCY] {
-                group.checks.push(Row::new(&name, capability, State::Unavailable, Depth::Declared, reason.clone()));
+                group.checks.push(Row::new(
+                    &name,
+                    capability,
+                    State::Unavailable,
+                    Depth::Declared,
+                    reason.clone(),
+                ));
             }
             return;
         }
-        let image = self.options.probe_image.clone().or_else(|| preflight.probe_image(runtime_major));
+        let image = self
+            .options
+            .probe_image
+            .clone()
+            .or_else(|| preflight.probe_image(runtime_major));
         let vram = accelerator.memory_mib;
         // Q2: one probe granted half the accelerator.
         let quota_pod = synthetic_pod(&uid("quota"), &[PROBE_CONTAINER]);
@@ -572,29 +720,51 @@ impl Pass<'_> {
             Ok(i) => i,
             Err(e) => {
                 for capability in [SLICED_RUNTIME_LOADED, SLICED_QUOTA_IN_FORCE, CO_TENANCY] {
-                    group.checks.push(Row::new(&name, capability, State::Unavailable, Depth::Simulated, format!("the responder refused the synthetic slice: {e}")));
+                    group.checks.push(Row::new(
+                        &name,
+                        capability,
+                        State::Unavailable,
+                        Depth::Simulated,
+                        format!("the responder refused the synthetic slice: {e}"),
+                    ));
                 }
                 return;
             }
         };
         let expected = vram.map(|v| mib_for_units(PROBE_UNITS, v));
         let simulated = simulated_slice(preflight, &injection, expected);
-        let probe = Probe { name: format!("gpustack-{}", uid("quota")), injection, expected };
+        let probe = Probe {
+            name: format!("gpustack-{}", uid("quota")),
+            injection,
+            expected,
+        };
         let second_pod = synthetic_pod(&uid("tenant-b"), &[PROBE_CONTAINER]);
         let tenant_a_pod = synthetic_pod(&uid("tenant-a"), &[PROBE_CONTAINER]);
-        let tenants = slice_injection(responder, seat, PROBE_UNITS, &tenant_a_pod)
-            .and_then(|a| slice_injection(responder, seat, SECOND_TENANT_UNITS, &second_pod).map(|b| (a, b)));
+        let tenants = slice_injection(responder, seat, PROBE_UNITS, &tenant_a_pod).and_then(|a| {
+            slice_injection(responder, seat, SECOND_TENANT_UNITS, &second_pod).map(|b| (a, b))
+        });
         let blocked = not_run_reason(self, preflight).or_else(|| {
             image.is_none().then(|| "not run: no probe image (the driver reports no runtime version; give --probe-image)".to_string())
         });
         let image = image.unwrap_or_else(|| "<--probe-image>".into());
         let runtime = match &self.resolution {
             Resolution::Found(r) => r.clone(),
-            Resolution::None { .. } => Runtime { cli: ContainerCli::Docker, address: None, source: "printed".into() },
+            Resolution::None { .. } => Runtime {
+                cli: ContainerCli::Docker,
+                address: None,
+                source: "printed".into(),
+            },
         };
         let flags = preflight.device_flags(runtime.cli).unwrap_or_default();
         let command = |p: &Probe| {
-            self.shell.argv(&runtime.run_command(&p.name, &flags, &p.injection, &|path| self.places.host_path(path), &image, &preflight.probe_script()))
+            self.shell.argv(&runtime.run_command(
+                &p.name,
+                &flags,
+                &p.injection,
+                &|path| self.places.host_path(path),
+                &image,
+                &preflight.probe_script(),
+            ))
         };
         let quota_command = command(&probe);
         let (loaded, quota) = match &blocked {
@@ -613,44 +783,89 @@ impl Pass<'_> {
         let (a, b) = match tenants {
             Ok(t) => t,
             Err(e) => {
-                group.checks.push(Row::new(&name, CO_TENANCY, State::Unavailable, Depth::Simulated, format!("the responder refused a tenant's slice: {e}")));
+                group.checks.push(Row::new(
+                    &name,
+                    CO_TENANCY,
+                    State::Unavailable,
+                    Depth::Simulated,
+                    format!("the responder refused a tenant's slice: {e}"),
+                ));
                 return;
             }
         };
         let tenants = [
-            Probe { name: format!("gpustack-{}", uid("tenant-a")), expected: vram.map(|v| mib_for_units(PROBE_UNITS, v)), injection: a },
-            Probe { name: format!("gpustack-{}", uid("tenant-b")), expected: vram.map(|v| mib_for_units(SECOND_TENANT_UNITS, v)), injection: b },
+            Probe {
+                name: format!("gpustack-{}", uid("tenant-a")),
+                expected: vram.map(|v| mib_for_units(PROBE_UNITS, v)),
+                injection: a,
+            },
+            Probe {
+                name: format!("gpustack-{}", uid("tenant-b")),
+                expected: vram.map(|v| mib_for_units(SECOND_TENANT_UNITS, v)),
+                injection: b,
+            },
         ];
         let commands: Vec<Vec<String>> = tenants.iter().map(command).collect();
         let mut row = match &blocked {
             Some(reason) => {
                 group.steps.extend(commands.iter().map(|c| shell_text(c)));
-                let own = tenants.iter().all(|t| t.expected.is_some() && preflight.quota_mib(&t.injection, 0) == t.expected);
+                let own = tenants.iter().all(|t| {
+                    t.expected.is_some() && preflight.quota_mib(&t.injection, 0) == t.expected
+                });
                 if own {
-                    Row::new(&name, CO_TENANCY, State::Ok, Depth::Simulated, format!("the responder gives the two tenants their own quotas; {reason}"))
+                    Row::new(
+                        &name,
+                        CO_TENANCY,
+                        State::Ok,
+                        Depth::Simulated,
+                        format!("the responder gives the two tenants their own quotas; {reason}"),
+                    )
                 } else {
-                    Row::new(&name, CO_TENANCY, State::Unavailable, Depth::Simulated, "the responder's two tenants do not carry their own quotas")
+                    Row::new(
+                        &name,
+                        CO_TENANCY,
+                        State::Unavailable,
+                        Depth::Simulated,
+                        "the responder's two tenants do not carry their own quotas",
+                    )
                 }
             }
             None => {
-                let outputs: Vec<Result<accel_host::CommandOutput, String>> = std::thread::scope(|scope| {
-                    let handles: Vec<_> = commands
-                        .iter()
-                        .map(|c| scope.spawn(move || self.shell.run(&c[2..], PROBE_DEADLINE)))
-                        .collect();
-                    handles
-                        .into_iter()
-                        .map(|h| h.join().unwrap_or_else(|_| Err("the probe's thread panicked".into())))
-                        .collect()
-                });
+                let outputs: Vec<Result<accel_host::CommandOutput, String>> =
+                    std::thread::scope(|scope| {
+                        let handles: Vec<_> = commands
+                            .iter()
+                            .map(|c| scope.spawn(move || self.shell.run(&c[2..], PROBE_DEADLINE)))
+                            .collect();
+                        handles
+                            .into_iter()
+                            .map(|h| {
+                                h.join()
+                                    .unwrap_or_else(|_| Err("the probe's thread panicked".into()))
+                            })
+                            .collect()
+                    });
                 co_tenancy_row(preflight, &name, &tenants, outputs)
             }
         };
-        row.command = Some(commands.iter().map(|c| shell_text(c)).collect::<Vec<_>>().join("\n"));
+        row.command = Some(
+            commands
+                .iter()
+                .map(|c| shell_text(c))
+                .collect::<Vec<_>>()
+                .join("\n"),
+        );
         group.checks.push(row);
     }
 
-    fn sidecar_row(&self, preflight: &dyn Preflight, responder: &dyn Responder, seat: &Seat, pod: &Pod, name: &str) -> Row {
+    fn sidecar_row(
+        &self,
+        preflight: &dyn Preflight,
+        responder: &dyn Responder,
+        seat: &Seat,
+        pod: &Pod,
+        name: &str,
+    ) -> Row {
         let seats = [seat];
         let owner = responder.respond(&Answer {
             family: Some(Family::Sliced),
@@ -671,16 +886,40 @@ impl Pass<'_> {
         let (owner, sidecar) = match (owner, sidecar) {
             (Ok(o), Ok(s)) => (preflight.visible(&o), preflight.visible(&s)),
             (Err(e), _) | (_, Err(e)) => {
-                return Row::new(name, SIDECAR_VISIBILITY, State::Unavailable, Depth::Simulated, format!("the responder refused: {e}"));
+                return Row::new(
+                    name,
+                    SIDECAR_VISIBILITY,
+                    State::Unavailable,
+                    Depth::Simulated,
+                    format!("the responder refused: {e}"),
+                );
             }
         };
         let extra: Vec<&String> = sidecar.difference(&owner).collect();
         let mut row = if sidecar.is_empty() {
-            Row::new(name, SIDECAR_VISIBILITY, State::Unavailable, Depth::Simulated, "the sidecar's answer names no accelerator")
+            Row::new(
+                name,
+                SIDECAR_VISIBILITY,
+                State::Unavailable,
+                Depth::Simulated,
+                "the sidecar's answer names no accelerator",
+            )
         } else if extra.is_empty() {
-            Row::new(name, SIDECAR_VISIBILITY, State::Ok, Depth::Simulated, "the sidecar, answered after its owner, names nothing the owner was not granted; measuring it needs the owner running, and every probe is one-shot")
+            Row::new(
+                name,
+                SIDECAR_VISIBILITY,
+                State::Ok,
+                Depth::Simulated,
+                "the sidecar, answered after its owner, names nothing the owner was not granted; measuring it needs the owner running, and every probe is one-shot",
+            )
         } else {
-            Row::new(name, SIDECAR_VISIBILITY, State::Unavailable, Depth::Simulated, format!("the sidecar names {extra:?}, which the owner was not granted"))
+            Row::new(
+                name,
+                SIDECAR_VISIBILITY,
+                State::Unavailable,
+                Depth::Simulated,
+                format!("the sidecar names {extra:?}, which the owner was not granted"),
+            )
         };
         row.detail = Some(format!(
             "owner {} sees {}; {} sees {}",
@@ -701,19 +940,37 @@ struct Probe {
 
 /// The simulated assertions on a slice's injection: `(library mounted, quota set as expected)`,
 /// each with its reason.
-fn simulated_slice(preflight: &dyn Preflight, injection: &Injection, expected: Option<u64>) -> ((bool, String), (bool, String)) {
+fn simulated_slice(
+    preflight: &dyn Preflight,
+    injection: &Injection,
+    expected: Option<u64>,
+) -> ((bool, String), (bool, String)) {
     let library = match preflight.library_in_container(injection) {
-        Some(path) => (true, format!("the responder mounts the preload library at {path}")),
-        None => (false, "the responder's slice mounts no preload library".to_string()),
+        Some(path) => (
+            true,
+            format!("the responder mounts the preload library at {path}"),
+        ),
+        None => (
+            false,
+            "the responder's slice mounts no preload library".to_string(),
+        ),
     };
     let quota = match (preflight.quota_mib(injection, 0), expected) {
         (Some(q), Some(e)) if q == e => (true, format!("the responder sets the quota to {q} MiB")),
-        (got, e) => (false, format!("the responder's quota is {got:?} MiB, expected {e:?}")),
+        (got, e) => (
+            false,
+            format!("the responder's quota is {got:?} MiB, expected {e:?}"),
+        ),
     };
     (library, quota)
 }
 
-fn simulated_rows(name: &str, simulated: &((bool, String), (bool, String)), reason: &str, command: &[String]) -> (Row, Row) {
+fn simulated_rows(
+    name: &str,
+    simulated: &((bool, String), (bool, String)),
+    reason: &str,
+    command: &[String],
+) -> (Row, Row) {
     let row = |capability: &str, (ok, what): &(bool, String)| {
         let mut row = Row::new(
             name,
@@ -725,7 +982,10 @@ fn simulated_rows(name: &str, simulated: &((bool, String), (bool, String)), reas
         row.command = Some(shell_text(command));
         row
     };
-    (row(SLICED_RUNTIME_LOADED, &simulated.0), row(SLICED_QUOTA_IN_FORCE, &simulated.1))
+    (
+        row(SLICED_RUNTIME_LOADED, &simulated.0),
+        row(SLICED_QUOTA_IN_FORCE, &simulated.1),
+    )
 }
 
 fn probe_failed(out: &accel_host::CommandOutput) -> String {
@@ -755,8 +1015,26 @@ fn measured_rows(
         Err(reason) => {
             let r = format!("the probe could not be started: {reason}");
             return (
-                finish(Row::new(name, SLICED_RUNTIME_LOADED, State::Unavailable, Depth::Measured, r.clone()), None),
-                finish(Row::new(name, SLICED_QUOTA_IN_FORCE, State::Unavailable, Depth::Measured, r), None),
+                finish(
+                    Row::new(
+                        name,
+                        SLICED_RUNTIME_LOADED,
+                        State::Unavailable,
+                        Depth::Measured,
+                        r.clone(),
+                    ),
+                    None,
+                ),
+                finish(
+                    Row::new(
+                        name,
+                        SLICED_QUOTA_IN_FORCE,
+                        State::Unavailable,
+                        Depth::Measured,
+                        r,
+                    ),
+                    None,
+                ),
             );
         }
     };
@@ -764,74 +1042,197 @@ fn measured_rows(
     if !out.success() {
         let r = probe_failed(&out);
         return (
-            finish(Row::new(name, SLICED_RUNTIME_LOADED, State::Unavailable, Depth::Measured, r.clone()), Some(evidence.clone())),
-            finish(Row::new(name, SLICED_QUOTA_IN_FORCE, State::Unavailable, Depth::Measured, r), Some(evidence)),
+            finish(
+                Row::new(
+                    name,
+                    SLICED_RUNTIME_LOADED,
+                    State::Unavailable,
+                    Depth::Measured,
+                    r.clone(),
+                ),
+                Some(evidence.clone()),
+            ),
+            finish(
+                Row::new(
+                    name,
+                    SLICED_QUOTA_IN_FORCE,
+                    State::Unavailable,
+                    Depth::Measured,
+                    r,
+                ),
+                Some(evidence),
+            ),
         );
     }
     let reading = preflight.read_probe(&out.stdout_text());
     let library = preflight.library_in_container(&probe.injection);
     let loaded = match (&reading.maps, &library) {
-        (None, _) => Row::new(name, SLICED_RUNTIME_LOADED, State::Unavailable, Depth::Measured, "the probe printed no maps between its markers"),
-        (Some(_), None) => Row::new(name, SLICED_RUNTIME_LOADED, State::Unavailable, Depth::Measured, "the responder's slice mounts no preload library"),
-        (Some(maps), Some(path)) if maps.iter().any(|l| l.contains(path.as_str())) => {
-            Row::new(name, SLICED_RUNTIME_LOADED, State::Ok, Depth::Measured, format!("{path} is mapped into the probe's process"))
-        }
-        (Some(_), Some(path)) => Row::new(name, SLICED_RUNTIME_LOADED, State::Unavailable, Depth::Measured, format!("{path} is not mapped into the probe's process")),
+        (None, _) => Row::new(
+            name,
+            SLICED_RUNTIME_LOADED,
+            State::Unavailable,
+            Depth::Measured,
+            "the probe printed no maps between its markers",
+        ),
+        (Some(_), None) => Row::new(
+            name,
+            SLICED_RUNTIME_LOADED,
+            State::Unavailable,
+            Depth::Measured,
+            "the responder's slice mounts no preload library",
+        ),
+        (Some(maps), Some(path)) if maps.iter().any(|l| l.contains(path.as_str())) => Row::new(
+            name,
+            SLICED_RUNTIME_LOADED,
+            State::Ok,
+            Depth::Measured,
+            format!("{path} is mapped into the probe's process"),
+        ),
+        (Some(_), Some(path)) => Row::new(
+            name,
+            SLICED_RUNTIME_LOADED,
+            State::Unavailable,
+            Depth::Measured,
+            format!("{path} is not mapped into the probe's process"),
+        ),
     };
-    let quota = quota_row(name, SLICED_QUOTA_IN_FORCE, reading.memory_mib.first().copied(), probe.expected, vram);
-    (finish(loaded, Some(evidence.clone())), finish(quota, Some(evidence)))
+    let quota = quota_row(
+        name,
+        SLICED_QUOTA_IN_FORCE,
+        reading.memory_mib.first().copied(),
+        probe.expected,
+        vram,
+    );
+    (
+        finish(loaded, Some(evidence.clone())),
+        finish(quota, Some(evidence)),
+    )
 }
 
-fn quota_row(name: &str, capability: &str, seen: Option<u64>, expected: Option<u64>, vram: Option<u64>) -> Row {
+fn quota_row(
+    name: &str,
+    capability: &str,
+    seen: Option<u64>,
+    expected: Option<u64>,
+    vram: Option<u64>,
+) -> Row {
     match (seen, expected) {
-        (None, _) => Row::new(name, capability, State::Unavailable, Depth::Measured, "the probe reported no memory figure"),
-        (Some(seen), Some(expected)) if seen == expected => {
-            Row::new(name, capability, State::Ok, Depth::Measured, format!("the probe sees its quota, {seen} MiB"))
-        }
+        (None, _) => Row::new(
+            name,
+            capability,
+            State::Unavailable,
+            Depth::Measured,
+            "the probe reported no memory figure",
+        ),
+        (Some(seen), Some(expected)) if seen == expected => Row::new(
+            name,
+            capability,
+            State::Ok,
+            Depth::Measured,
+            format!("the probe sees its quota, {seen} MiB"),
+        ),
         (Some(seen), _) if Some(seen) == vram => Row::new(
             name,
             capability,
             State::Unavailable,
             Depth::Measured,
-            format!("the probe sees the whole accelerator ({seen} MiB) instead of its quota ({} MiB)", expected.map_or("?".into(), |e| e.to_string())),
+            format!(
+                "the probe sees the whole accelerator ({seen} MiB) instead of its quota ({} MiB)",
+                expected.map_or("?".into(), |e| e.to_string())
+            ),
         ),
         (Some(seen), expected) => Row::new(
             name,
             capability,
             State::Unavailable,
             Depth::Measured,
-            format!("the probe sees {seen} MiB, not its quota ({} MiB)", expected.map_or("?".into(), |e| e.to_string())),
+            format!(
+                "the probe sees {seen} MiB, not its quota ({} MiB)",
+                expected.map_or("?".into(), |e| e.to_string())
+            ),
         ),
     }
 }
 
-fn co_tenancy_row(preflight: &dyn Preflight, name: &str, tenants: &[Probe], outputs: Vec<Result<accel_host::CommandOutput, String>>) -> Row {
+fn co_tenancy_row(
+    preflight: &dyn Preflight,
+    name: &str,
+    tenants: &[Probe],
+    outputs: Vec<Result<accel_host::CommandOutput, String>>,
+) -> Row {
     let mut seen = Vec::new();
     let mut evidence = String::new();
     for (tenant, out) in tenants.iter().zip(outputs) {
         let out = match out {
             Ok(out) => out,
-            Err(e) => return Row::new(name, CO_TENANCY, State::Unavailable, Depth::Measured, format!("{}: could not be started: {e}", tenant.name)),
+            Err(e) => {
+                return Row::new(
+                    name,
+                    CO_TENANCY,
+                    State::Unavailable,
+                    Depth::Measured,
+                    format!("{}: could not be started: {e}", tenant.name),
+                );
+            }
         };
-        evidence.push_str(&format!("{}:\n{}{}", tenant.name, out.stdout_text(), out.stderr_text()));
+        evidence.push_str(&format!(
+            "{}:\n{}{}",
+            tenant.name,
+            out.stdout_text(),
+            out.stderr_text()
+        ));
         if !out.success() {
-            let mut row = Row::new(name, CO_TENANCY, State::Unavailable, Depth::Measured, format!("{}: {}", tenant.name, probe_failed(&out)));
+            let mut row = Row::new(
+                name,
+                CO_TENANCY,
+                State::Unavailable,
+                Depth::Measured,
+                format!("{}: {}", tenant.name, probe_failed(&out)),
+            );
             row.evidence = Some(evidence);
             return row;
         }
         let reading = preflight.read_probe(&out.stdout_text());
-        seen.push((tenant.name.clone(), reading.memory_mib.first().copied(), tenant.expected));
+        seen.push((
+            tenant.name.clone(),
+            reading.memory_mib.first().copied(),
+            tenant.expected,
+        ));
     }
     let wrong: Vec<String> = seen
         .iter()
         .filter(|(_, s, e)| s.is_none() || s != e)
-        .map(|(n, s, e)| format!("{n} sees {} MiB, its quota is {} MiB", s.map_or("no".into(), |v| v.to_string()), e.map_or("?".into(), |v| v.to_string())))
+        .map(|(n, s, e)| {
+            format!(
+                "{n} sees {} MiB, its quota is {} MiB",
+                s.map_or("no".into(), |v| v.to_string()),
+                e.map_or("?".into(), |v| v.to_string())
+            )
+        })
         .collect();
     let mut row = if wrong.is_empty() {
-        let figures: Vec<String> = seen.iter().map(|(n, s, _)| format!("{n} {} MiB", s.unwrap_or(0))).collect();
-        Row::new(name, CO_TENANCY, State::Ok, Depth::Measured, format!("two slices ran together, each seeing its own quota: {}", figures.join(", ")))
+        let figures: Vec<String> = seen
+            .iter()
+            .map(|(n, s, _)| format!("{n} {} MiB", s.unwrap_or(0)))
+            .collect();
+        Row::new(
+            name,
+            CO_TENANCY,
+            State::Ok,
+            Depth::Measured,
+            format!(
+                "two slices ran together, each seeing its own quota: {}",
+                figures.join(", ")
+            ),
+        )
     } else {
-        Row::new(name, CO_TENANCY, State::Unavailable, Depth::Measured, wrong.join("; "))
+        Row::new(
+            name,
+            CO_TENANCY,
+            State::Unavailable,
+            Depth::Measured,
+            wrong.join("; "),
+        )
     };
     row.evidence = Some(evidence);
     row
@@ -924,11 +1325,17 @@ mod tests {
             assert_eq!(probe.envs["CUDA_DEVICE_MEMORY_LIMIT_0"], "12282m");
             // The mounts differ only in where the per-Pod directory lives.
             let containers = |m: &[accel_backend::respond::Mount]| {
-                m.iter().map(|m| m.container_path.clone()).collect::<Vec<_>>()
+                m.iter()
+                    .map(|m| m.container_path.clone())
+                    .collect::<Vec<_>>()
             };
             assert_eq!(
                 containers(&probe.mounts),
-                allocated.mounts.iter().map(|m| m.container_path.clone()).collect::<Vec<_>>()
+                allocated
+                    .mounts
+                    .iter()
+                    .map(|m| m.container_path.clone())
+                    .collect::<Vec<_>>()
             );
             plugins.stop().await;
         }
@@ -946,12 +1353,17 @@ mod tests {
         };
         let names = vec!["GPU-a".to_string(), "GPU-b".to_string()];
         let out = contained(group.clone(), &names, |g| {
-            g.checks.push(Row::new("GPU-a", "x", State::Ok, Depth::Declared, "r"));
+            g.checks
+                .push(Row::new("GPU-a", "x", State::Ok, Depth::Declared, "r"));
             panic!("the reader fell over");
         });
         assert_eq!(out.detection.state, "ok");
         assert_eq!(out.checks.len(), 2);
-        assert!(out.checks.iter().all(|r| r.capability == PREFLIGHT_PANICKED && r.unavailable()));
+        assert!(
+            out.checks
+                .iter()
+                .all(|r| r.capability == PREFLIGHT_PANICKED && r.unavailable())
+        );
         assert_eq!(out.note.as_deref(), Some("panicked: the reader fell over"));
         let fine = contained(group, &names, |g| g.note = Some("fine".into()));
         assert_eq!(fine.note.as_deref(), Some("fine"));
@@ -971,7 +1383,10 @@ mod tests {
         );
         assert_eq!(places.host_path("/host/var/x"), "/var/x");
         assert_eq!(places.host_path("/hostile/x"), "/hostile/x");
-        assert_eq!(places.host_path("/var/lib/gpustack/operator/lib/cuda-13/libvgpu.so"), "/var/lib/gpustack/operator/lib/cuda-13/libvgpu.so");
+        assert_eq!(
+            places.host_path("/var/lib/gpustack/operator/lib/cuda-13/libvgpu.so"),
+            "/var/lib/gpustack/operator/lib/cuda-13/libvgpu.so"
+        );
     }
 
     #[test]
@@ -980,18 +1395,32 @@ mod tests {
         let path = dir.path().join("a/b/lock");
         let first = lock(&path).unwrap();
         let refused = lock(&path).unwrap_err();
-        assert!(refused.contains("another preflight holds the lock"), "{refused}");
+        assert!(
+            refused.contains("another preflight holds the lock"),
+            "{refused}"
+        );
         drop(first);
         assert!(lock(&path).is_ok());
     }
 
     #[test]
     fn quota_rows_tell_the_whole_gpu_from_another_figure() {
-        assert_eq!(quota_row("g", "c", Some(12282), Some(12282), Some(24564)).state, "ok");
+        assert_eq!(
+            quota_row("g", "c", Some(12282), Some(12282), Some(24564)).state,
+            "ok"
+        );
         let whole = quota_row("g", "c", Some(24564), Some(12282), Some(24564));
-        assert!(whole.reason.contains("whole accelerator"), "{}", whole.reason);
+        assert!(
+            whole.reason.contains("whole accelerator"),
+            "{}",
+            whole.reason
+        );
         let other = quota_row("g", "c", Some(100), Some(12282), Some(24564));
-        assert!(other.reason.contains("100 MiB, not its quota"), "{}", other.reason);
+        assert!(
+            other.reason.contains("100 MiB, not its quota"),
+            "{}",
+            other.reason
+        );
         assert!(quota_row("g", "c", None, Some(1), None).unavailable());
     }
 }

@@ -75,7 +75,13 @@ pub struct Row {
 }
 
 impl Row {
-    pub fn new(accelerator: &str, capability: &str, state: State, depth: Depth, reason: impl Into<String>) -> Row {
+    pub fn new(
+        accelerator: &str,
+        capability: &str,
+        state: State,
+        depth: Depth,
+        reason: impl Into<String>,
+    ) -> Row {
         Row {
             accelerator: accelerator.to_string(),
             capability: capability.to_string(),
@@ -120,7 +126,8 @@ impl Document {
     /// Whether any accelerator answer is `unavailable` (the run's exit is then non-zero).
     pub fn failed(&self) -> bool {
         self.accelerators.iter().any(|g| {
-            g.detection.state == State::Unavailable.as_str() || g.checks.iter().any(Row::unavailable)
+            g.detection.state == State::Unavailable.as_str()
+                || g.checks.iter().any(Row::unavailable)
         })
     }
 }
