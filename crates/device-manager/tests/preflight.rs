@@ -398,3 +398,44 @@ fn a_runtime_flag_outside_the_three_is_a_usage_error() {
         run.stderr
     );
 }
+
+#[test]
+fn a_containerd_node_runs_its_probes_with_nerdctl_in_the_preflight_namespace() {
+    let host = assemble("nerdctl-node");
+    let run = preflight(host.path(), &[]);
+    assert_eq!(run.status, 0, "{}\n{}", run.stdout, run.stderr);
+    let doc = yaml(&run);
+    for gpu in [GPU0, GPU1] {
+        let r = rows(&doc, gpu);
+        assert!(r.contains(&row("sliced-quota-in-force", "ok", "measured")), "{r:?}");
+        assert!(r.contains(&row("co-tenancy", "ok", "measured")), "{r:?}");
+    }
+    assert!(run.stdout.contains(
+        "chroot /host nerdctl --address /run/containerd/containerd.sock --namespace gpustack-preflight run --rm"
+    ));
+    // The drop-in directory the kubelet names overrides its configuration file.
+    assert_eq!(doc["topology"]["policy"].as_str(), Some("restricted"));
+    assert_eq!(
+        doc["topology"]["source"].as_str(),
+        Some("/etc/kubernetes/kubelet.conf.d/50-topology.conf")
+    );
+    insta::assert_snapshot!("preflight-nerdctl-node", run.stdout);
+}
+
+#[test]
+fn ctr_never_starts_a_probe_and_prints_the_steps_instead() {
+    let host = assemble("ctr-only");
+    let run = preflight(host.path(), &[]);
+    assert_eq!(run.status, 0, "{}\n{}", run.stdout, run.stderr);
+    let doc = yaml(&run);
+    let r = rows(&doc, GPU0);
+    assert!(r.contains(&row("sliced-quota-in-force", "ok", "simulated")), "{r:?}");
+    assert!(run.stdout.contains("not run: ctr has no flag that hands a container its devices"));
+    let steps = doc["accelerators"][0]["steps"].as_sequence().unwrap();
+    assert_eq!(steps.len(), 6);
+    // Printed in a dialect that can pass the devices: nerdctl's, on the kubelet's socket.
+    assert!(steps.iter().all(|s| s.as_str().unwrap().starts_with(
+        "chroot /host nerdctl --address /run/containerd/containerd.sock --namespace gpustack-preflight run --rm"
+    )));
+    insta::assert_snapshot!("preflight-ctr-only", run.stdout);
+}

@@ -747,7 +747,13 @@ impl Pass<'_> {
             image.is_none().then(|| "not run: no probe image (the driver reports no runtime version; give --probe-image)".to_string())
         });
         let image = image.unwrap_or_else(|| "<--probe-image>".into());
+        // A CLI that cannot hand a container its devices (ctr) has its steps printed in a
+        // dialect that can: nerdctl's, on the same containerd socket and namespace.
         let runtime = match &self.resolution {
+            Resolution::Found(r) if preflight.device_flags(r.cli).is_none() => Runtime {
+                cli: ContainerCli::Nerdctl,
+                ..r.clone()
+            },
             Resolution::Found(r) => r.clone(),
             Resolution::None { .. } => Runtime {
                 cli: ContainerCli::Docker,
