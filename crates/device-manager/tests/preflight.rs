@@ -407,7 +407,10 @@ fn a_containerd_node_runs_its_probes_with_nerdctl_in_the_preflight_namespace() {
     let doc = yaml(&run);
     for gpu in [GPU0, GPU1] {
         let r = rows(&doc, gpu);
-        assert!(r.contains(&row("sliced-quota-in-force", "ok", "measured")), "{r:?}");
+        assert!(
+            r.contains(&row("sliced-quota-in-force", "ok", "measured")),
+            "{r:?}"
+        );
         assert!(r.contains(&row("co-tenancy", "ok", "measured")), "{r:?}");
     }
     assert!(run.stdout.contains(
@@ -429,8 +432,14 @@ fn ctr_never_starts_a_probe_and_prints_the_steps_instead() {
     assert_eq!(run.status, 0, "{}\n{}", run.stdout, run.stderr);
     let doc = yaml(&run);
     let r = rows(&doc, GPU0);
-    assert!(r.contains(&row("sliced-quota-in-force", "ok", "simulated")), "{r:?}");
-    assert!(run.stdout.contains("not run: ctr has no flag that hands a container its devices"));
+    assert!(
+        r.contains(&row("sliced-quota-in-force", "ok", "simulated")),
+        "{r:?}"
+    );
+    assert!(
+        run.stdout
+            .contains("not run: ctr has no flag that hands a container its devices")
+    );
     let steps = doc["accelerators"][0]["steps"].as_sequence().unwrap();
     assert_eq!(steps.len(), 6);
     // Printed in a dialect that can pass the devices: nerdctl's, on the kubelet's socket.

@@ -350,4 +350,30 @@ mod tests {
             facts.notes
         );
     }
+
+    #[test]
+    fn odd_bytes_and_odd_yaml_name_nothing_and_never_panic() {
+        let (_d, host) = host_with(&[
+            ("proc/7/cmdline", b"\xff\xfe\0--config\0"),
+            ("proc/8/cmdline", b""),
+            (
+                "proc/9/cmdline",
+                b"kubelet\0--config=/c.yaml\0--config-dir\0",
+            ),
+            ("c.yaml", b"- a list\n- not a map\n"),
+            (KUBEADM_FLAGS, b"KUBELET_KUBEADM_ARGS=\""),
+        ]);
+        let facts = read(&host);
+        assert_eq!(facts.pid, Some(9));
+        assert_eq!(facts.endpoint, None);
+        assert_eq!(facts.topology_policy, None);
+        let (_d, host) = host_with(&[("c.yaml", b"topologyManagerPolicy: 5\n")]);
+        assert!(
+            read_config(&host, "c.yaml")
+                .unwrap()
+                .unwrap()
+                .policy
+                .is_none()
+        );
+    }
 }

@@ -375,11 +375,25 @@ pub fn run(
         .map(|r| containers::sweep(&pass.shell, r));
     let mut groups = Vec::new();
     for (manufacturer, row) in rows {
-        groups.push(pass.group(
-            *manufacturer,
-            row,
-            before.as_ref().and_then(|r| r.as_ref().err()),
-        ));
+        let sweep_failure = before.as_ref().and_then(|r| r.as_ref().err());
+        // A panic while detecting leaves no detection block to keep: the group is unavailable.
+        let group = catch_unwind(AssertUnwindSafe(|| {
+            pass.group(*manufacturer, row, sweep_failure)
+        }))
+        .unwrap_or_else(|payload| Group {
+            manufacturer: manufacturer.name().to_string(),
+            timestamp: now(),
+            detection: Detection::new(
+                State::Unavailable,
+                Depth::Declared,
+                0,
+                "preflight panicked while detecting".into(),
+            ),
+            checks: Vec::new(),
+            steps: Vec::new(),
+            note: Some(format!("panicked: {}", panic_text(payload.as_ref()))),
+        });
+        groups.push(group);
     }
     // On --dry-run the printed probes are framed by the sweeps they would run between.
     if let (true, Resolution::Found(r)) = (options.dry_run, &pass.resolution) {
@@ -437,12 +451,12 @@ impl Pass<'_> {
             steps: Vec::new(),
             note: None,
         };
-        let (Some(backend), Some(preflight)) = (&row.backend, &row.preflight) else {
+        let Some(backend) = &row.backend else {
             group.detection.reason = format!("this build has no {} backend", manufacturer.name());
             group.note = Some("detection is unavailable, so nothing else can be answered".into());
             return group;
         };
-        let section = match self.detect(backend, preflight.as_ref(), &mut group) {
+        let section = match self.detect(backend, row.preflight.as_deref(), &mut group) {
             Some(section) => section,
             None => {
                 group.note =
@@ -456,6 +470,14 @@ impl Pass<'_> {
             .filter(|a| a.grantable != Grantable::Nothing)
             .map(accelerator_name)
             .collect();
+        // A manufacturer whose backend has no preflight knowledge yet answers detection alone.
+        let Some(preflight) = &row.preflight else {
+            group.note = Some(format!(
+                "this build has no preflight rows for {}: only detection is answered",
+                manufacturer.name()
+            ));
+            return group;
+        };
         if let Some(reason) = sweep_failure {
             for name in &names {
                 group.checks.push(Row::new(
@@ -476,7 +498,7 @@ impl Pass<'_> {
     fn detect(
         &self,
         backend: &Backend,
-        preflight: &dyn Preflight,
+        preflight: Option<&dyn Preflight>,
         group: &mut Group,
     ) -> Option<accel_core::ManufacturerInventory> {
         let request = DetectRequest {
@@ -517,7 +539,8 @@ impl Pass<'_> {
         } else {
             format!(" ({})", section.notes.join("; "))
         };
-        let Some(listing) = preflight.host_listing() else {
+        let Some((preflight, listing)) = preflight.and_then(|p| Some((p, p.host_listing()?)))
+        else {
             group.detection = Detection::new(
                 State::Ok,
                 Depth::Declared,
@@ -1428,5 +1451,67 @@ mod tests {
             other.reason
         );
         assert!(quota_row("g", "c", None, Some(1), None).unavailable());
+    }
+
+    /// The structure other manufacturers' rows plug into: a backend without preflight
+    /// knowledge answers detection alone (the container's own view), one without a backend is
+    /// reported unavailable; neither stops the other groups.
+    #[test]
+    fn a_backend_without_preflight_rows_answers_detection_alone() {
+        let host =
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata/hosts/dual-rtx-a5000");
+        let node = Node::open(&host).unwrap();
+        let options = Options {
+            manufacturers: vec![Manufacturer::Nvidia, Manufacturer::Amd],
+            dry_run: true,
+            probe_image: None,
+            runtime: None,
+            pci_gate: true,
+            deadlines: Deadlines::default(),
+            pci_classes: PciClassPrefixes::default(),
+        };
+        let entries = [
+            (
+                Manufacturer::Nvidia,
+                Entry {
+                    backend: Some(accel_nvidia::backend::backend()),
+                    preflight: None,
+                },
+            ),
+            (
+                Manufacturer::Amd,
+                Entry {
+                    backend: None,
+                    preflight: None,
+                },
+            ),
+        ];
+        let doc = run(&node, &Settings::default(), &options, &entries);
+        let nvidia = &doc.accelerators[0];
+        assert_eq!(
+            (
+                nvidia.detection.state,
+                nvidia.detection.depth,
+                nvidia.detection.accelerators
+            ),
+            ("ok", "declared", 2)
+        );
+        assert!(
+            nvidia.detection.reason.contains("container's own view"),
+            "{}",
+            nvidia.detection.reason
+        );
+        assert!(nvidia.checks.is_empty());
+        assert!(
+            nvidia
+                .note
+                .as_deref()
+                .unwrap()
+                .contains("no preflight rows for nvidia")
+        );
+        let amd = &doc.accelerators[1];
+        assert_eq!(amd.detection.state, "unavailable");
+        assert_eq!(amd.detection.reason, "this build has no amd backend");
+        assert!(doc.failed());
     }
 }
