@@ -9,7 +9,9 @@
 //!   device nodes, mounts, annotations, CDI device names ([`respond::Injection`]);
 //! - [`slicing::SlicingLibrary`] — the preload library's layout on the host and the gate
 //!   "slices only where the library for the node's runtime generation is staged";
-//! - [`partition::Partitioner`] — hardware partitions (the MIG work's seam), optional.
+//! - [`partition::Partitioner`] — hardware partitions (the MIG work's seam), optional;
+//! - [`preflight::Preflight`] — what `device-manager preflight` needs to know of the manufacturer
+//!   (its host CLI, driver-read row, probe image and reader), optional.
 //!
 //! The ledger, the token pools, container identification, the journal, publishing and the
 //! webhook never see a manufacturer's name through these traits: they take the facts
@@ -21,6 +23,7 @@
 pub mod detect;
 pub mod partition;
 pub mod pod;
+pub mod preflight;
 pub mod respond;
 pub mod slicing;
 

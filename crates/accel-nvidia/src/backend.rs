@@ -147,3 +147,8 @@ impl SlicingLibrary for HamiCore {
         NvidiaResponder::library_path(library_dir, major)
     }
 }
+
+/// NVIDIA's preflight row (`device-manager preflight`).
+pub fn preflight() -> Arc<dyn accel_backend::preflight::Preflight> {
+    Arc::new(crate::preflight::NvidiaPreflight)
+}

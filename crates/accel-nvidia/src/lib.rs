@@ -15,6 +15,7 @@ pub mod enrich;
 pub mod faults;
 pub mod layer2;
 pub mod passthrough;
+pub mod preflight;
 pub mod procfs;
 pub mod reset;
 pub mod responder;

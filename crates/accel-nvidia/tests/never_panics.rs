@@ -6,6 +6,8 @@ use std::fs;
 use std::path::PathBuf;
 use std::sync::OnceLock;
 
+use accel_backend::preflight::Preflight as _;
+use accel_nvidia::preflight::NvidiaPreflight;
 use accel_nvidia::smi::{csv, list, mig, topo, xml};
 use proptest::prelude::*;
 
@@ -38,6 +40,9 @@ fn read_all(bytes: &[u8]) {
     let _ = csv::parse_samples(&text, &text);
     let _ = csv::parse_compute_app_counts(&text);
     let _ = csv::parse_compute_caps(&text);
+    // preflight's readers of the host's listing and of a probe container's output
+    let _ = NvidiaPreflight.count_listed(&text);
+    let _ = NvidiaPreflight.read_probe(&text);
     let _ = csv::refused_field(&text);
     let _ = list::parse(&text);
     let _ = topo::parse(&text);

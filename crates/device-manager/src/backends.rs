@@ -28,3 +28,14 @@ pub fn backend(manufacturer: Manufacturer) -> anyhow::Result<Backend> {
             )
         })
 }
+
+/// The manufacturer's preflight knowledge (`device-manager preflight`), where this build has
+/// it: one line per manufacturer, beside its backend row.
+pub fn preflight(
+    manufacturer: Manufacturer,
+) -> Option<std::sync::Arc<dyn accel_backend::preflight::Preflight>> {
+    match manufacturer {
+        Manufacturer::Nvidia => Some(accel_nvidia::backend::preflight()),
+        _ => None,
+    }
+}

@@ -17,6 +17,7 @@ mod cmd;
 mod daemon;
 mod metrics;
 mod node;
+mod preflight;
 mod publish;
 mod settings;
 
@@ -56,6 +57,9 @@ enum Command {
     Record(cmd::record::Args),
     /// Check what this node needs (driver, bus, kernel log, kubelet, CDI, preload library).
     Doctor(cmd::doctor::Args),
+    /// Ask the allocator itself whether this node will serve what it advertises: detected,
+    /// sliceable, manageable while sliced (one YAML document; exit 1 on an unavailable answer).
+    Preflight(cmd::preflight::Args),
     /// Print the XID events found in kernel log text (dmesg, journalctl, a file, stdin).
     Xids(cmd::xids::Args),
     /// Print each GPU's live usage, one line per GPU (--watch: again every --monitor-period).
@@ -113,6 +117,7 @@ fn main() -> ExitCode {
         Command::Xids(args) => cmd::xids::run(args),
         Command::Monitor(args) => cmd::monitor::run(args),
         Command::Doctor(args) => cmd::doctor::run(args, &settings),
+        Command::Preflight(args) => cmd::preflight::run(args, &settings),
         Command::Admit(args) => cmd::admit::run(args, &settings),
         Command::Worker(args) => cmd::worker::run(args, &settings),
         Command::CpuKey(args) => cmd::cpu_key::run(args),

@@ -7,6 +7,7 @@ pub mod detect;
 pub mod doctor;
 pub mod labels;
 pub mod monitor;
+pub mod preflight;
 pub mod record;
 pub mod refresh;
 pub mod reset;

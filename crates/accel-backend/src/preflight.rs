@@ -1,0 +1,124 @@
+//! Preflight's per-manufacturer knowledge (`device-manager preflight`, seed 000 "Preflight
+//! checks"): how the host's own vendor CLI lists the accelerators, the driver-read row, which
+//! accelerators are partition-backed, how a probe container is given the devices, what it runs
+//! and how its output reads. The pass itself (questions, states, depths, the container runtime,
+//! the lock, the document) is manufacturer-neutral and lives in the binary; it drives the
+//! manufacturer's own [`crate::Responder`] for every injection, so this trait never builds one.
+
+use std::collections::BTreeSet;
+
+use accel_core::Manufacturer;
+use accel_core::inventory::Accelerator;
+
+use crate::respond::Injection;
+
+/// A row's answer (seed 000: exhaustive and mutually exclusive).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum State {
+    /// The capability works, at the depth the row states.
+    Ok,
+    /// The accelerator does not offer it: nothing to check.
+    NotDeclared,
+    /// Offered, and this pass did not establish it.
+    Unavailable,
+}
+
+impl State {
+    /// The spelling the document uses.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            State::Ok => "ok",
+            State::NotDeclared => "not-declared",
+            State::Unavailable => "unavailable",
+        }
+    }
+}
+
+/// How far a row was taken (never deeper than reached).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Depth {
+    /// The driver was asked and answered.
+    Declared,
+    /// The allocator's own code produced the artifact and it was asserted on.
+    Simulated,
+    /// Something ran and was observed.
+    Measured,
+}
+
+impl Depth {
+    /// The spelling the document uses.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Depth::Declared => "declared",
+            Depth::Simulated => "simulated",
+            Depth::Measured => "measured",
+        }
+    }
+}
+
+/// The container CLI a probe is started with (on the host, through `chroot`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ContainerCli {
+    Docker,
+    Nerdctl,
+    Ctr,
+}
+
+impl ContainerCli {
+    /// The program's name.
+    pub fn program(self) -> &'static str {
+        match self {
+            ContainerCli::Docker => "docker",
+            ContainerCli::Nerdctl => "nerdctl",
+            ContainerCli::Ctr => "ctr",
+        }
+    }
+}
+
+/// One driver-read row (NVIDIA: `mig-partitioning`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DriverRead {
+    pub capability: &'static str,
+    pub state: State,
+    pub reason: String,
+}
+
+/// What a probe container printed, as the manufacturer reads it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ProbeReading {
+    /// The lines between the maps markers (`None`: the markers were not both printed).
+    pub maps: Option<Vec<String>>,
+    /// The memory each visible accelerator reports, in MiB, in the order printed.
+    pub memory_mib: Vec<u64>,
+}
+
+/// One manufacturer's preflight knowledge.
+pub trait Preflight: Send + Sync {
+    fn manufacturer(&self) -> Manufacturer;
+    /// The host's own vendor CLI listing the accelerators (run as `chroot <host-root> …`);
+    /// `None` where no host reader is established.
+    fn host_listing(&self) -> Option<Vec<String>>;
+    /// How many accelerators a successful listing names.
+    fn count_listed(&self, stdout: &str) -> usize;
+    /// The driver-read row of one accelerator, when the manufacturer has one.
+    fn driver_read(&self, accelerator: &Accelerator) -> Option<DriverRead>;
+    /// Whether the accelerator serves only hardware partitions (its management rows are
+    /// answered at `declared`, and it has no sliced rows).
+    fn partition_backed(&self, accelerator: &Accelerator) -> bool;
+    /// The default probe image for the node's runtime major; `None`: `--probe-image` is
+    /// required.
+    fn probe_image(&self, runtime_major: Option<u32>) -> Option<String>;
+    /// The flags that let `cli` hand the granted devices to a container; `None`: this CLI has
+    /// no way to (the steps are printed instead of run).
+    fn device_flags(&self, cli: ContainerCli) -> Option<Vec<String>>;
+    /// The shell script a probe runs (prints the maps between markers, then the memory).
+    fn probe_script(&self) -> String;
+    /// Reads a probe's standard output.
+    fn read_probe(&self, stdout: &str) -> ProbeReading;
+    /// The memory quota (MiB) an injection sets for the accelerator at `position`.
+    fn quota_mib(&self, injection: &Injection, position: usize) -> Option<u64>;
+    /// Where the injection puts the preload library inside the container.
+    fn library_in_container(&self, injection: &Injection) -> Option<String>;
+    /// The accelerators an injection makes visible (by the names it uses).
+    fn visible(&self, injection: &Injection) -> BTreeSet<String>;
+}

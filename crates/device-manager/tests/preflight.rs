@@ -1,0 +1,450 @@
+//! `device-manager preflight` through the real binary, on recorded hosts assembled from a base
+//! host of `testdata/hosts/` and the layers of `testdata/preflight/` (a recorded container CLI,
+//! the host's own `nvidia-smi -L` through chroot, the kubelet's command line and
+//! configuration): each case's YAML is a snapshot, and the states the issue names are asserted
+//! on too: every row ok on a docker node, a probe that sees the whole GPU, a runtime that cannot
+//! pass devices, a failed sweep, a MIG GPU (read and unreadable), a container that sees fewer
+//! GPUs than the host, a host root without the host's process table, `--dry-run` (writes
+//! nothing) and a lock already held.
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn preflight_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata/preflight")
+}
+
+/// Copies `from` over `to`: a recorded command's folder replaces the one of the same name.
+fn overlay(from: &Path, to: &Path) {
+    for sub in ["commands", "root"] {
+        let src = from.join(sub);
+        if !src.is_dir() {
+            continue;
+        }
+        if sub == "commands" {
+            for entry in std::fs::read_dir(&src).unwrap() {
+                let entry = entry.unwrap();
+                let target = to.join("commands").join(entry.file_name());
+                if target.exists() {
+                    std::fs::remove_dir_all(&target).unwrap();
+                }
+                support::copy_tree(&entry.path(), &target);
+            }
+        } else {
+            support::copy_tree(&src, &to.join(sub));
+        }
+    }
+}
+
+/// Assembles a case into a fresh recorded host: its `layers` file names the base host first,
+/// then the layers, applied in order, then the case's own files.
+fn assemble(case: &str) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let case_dir = preflight_dir().join("cases").join(case);
+    let layers = std::fs::read_to_string(case_dir.join("layers")).unwrap();
+    let mut lines = layers.lines().map(str::trim).filter(|l| !l.is_empty());
+    let base = lines.next().expect("a base host");
+    support::copy_tree(&support::hosts().join(base), dir.path());
+    std::fs::create_dir_all(dir.path().join("commands")).unwrap();
+    for layer in lines {
+        overlay(&preflight_dir().join("layers").join(layer), dir.path());
+    }
+    overlay(&case_dir, dir.path());
+    dir
+}
+
+struct Run {
+    status: i32,
+    stdout: String,
+    stderr: String,
+}
+
+fn preflight(host: &Path, extra: &[&str]) -> Run {
+    let output = Command::new(env!("CARGO_BIN_EXE_device-manager"))
+        .arg("preflight")
+        .arg("--host-root")
+        .arg(host)
+        .args(["--nvidia-smi-timeout", "2"])
+        .args(extra)
+        .env_remove("HOST_ROOT")
+        .env_remove("GPUSTACK_DATA_DIR")
+        .env_remove("GPUSTACK_NVIDIA_DEVICE_INJECTION_STRATEGY")
+        .env_remove("GPUSTACK_PCI_CLASS_PREFIXES")
+        .output()
+        .expect("device-manager runs");
+    Run {
+        status: output.status.code().unwrap_or(-1),
+        stdout: redact(&String::from_utf8_lossy(&output.stdout)),
+        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+    }
+}
+
+/// Timestamps are the one thing that changes between runs.
+fn redact(text: &str) -> String {
+    text.lines()
+        .map(|l| match l.find("timestamp: ") {
+            Some(at) => format!("{}timestamp: '[time]'", &l[..at]),
+            None => l.to_string(),
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+        + "\n"
+}
+
+fn yaml(run: &Run) -> serde_yaml::Value {
+    serde_yaml::from_str(&run.stdout).unwrap_or_else(|e| panic!("{e}: {}", run.stdout))
+}
+
+/// `(capability, state, depth)` of every row of the first group, for one accelerator.
+fn rows(doc: &serde_yaml::Value, accelerator: &str) -> Vec<(String, String, String)> {
+    doc["accelerators"][0]["checks"]
+        .as_sequence()
+        .map(|s| s.as_slice())
+        .unwrap_or_default()
+        .iter()
+        .filter(|r| r["accelerator"].as_str() == Some(accelerator))
+        .map(|r| {
+            (
+                r["capability"].as_str().unwrap().to_string(),
+                r["state"].as_str().unwrap().to_string(),
+                r["depth"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect()
+}
+
+fn row(c: &str, s: &str, d: &str) -> (String, String, String) {
+    (c.into(), s.into(), d.into())
+}
+
+const GPU0: &str = "GPU-12345678-aaaa-bbbb-cccc-0123456789ab";
+const GPU1: &str = "GPU-12345678-aaaa-bbbb-cccc-0123456789cd";
+const H100: &str = "GPU-00000000-0000-0000-0000-000000000000";
+
+fn files_under(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    if let Ok(entries) = std::fs::read_dir(dir) {
+        for entry in entries {
+            let entry = entry.unwrap();
+            let path = entry.path();
+            // Links as links: sysfs links lead in circles.
+            if entry.file_type().unwrap().is_dir() {
+                out.extend(files_under(&path));
+            } else {
+                out.push(path);
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+#[test]
+fn every_row_answers_ok_on_a_docker_node() {
+    let host = assemble("ok-docker");
+    let run = preflight(host.path(), &[]);
+    assert_eq!(run.status, 0, "{}\n{}", run.stdout, run.stderr);
+    let doc = yaml(&run);
+    assert_eq!(
+        doc["accelerators"][0]["detection"]["state"].as_str(),
+        Some("ok")
+    );
+    assert_eq!(
+        doc["accelerators"][0]["detection"]["depth"].as_str(),
+        Some("measured")
+    );
+    for gpu in [GPU0, GPU1] {
+        assert_eq!(
+            rows(&doc, gpu),
+            vec![
+                row("mig-partitioning", "not-declared", "declared"),
+                row("sidecar-visibility", "ok", "simulated"),
+                row("sliced-runtime-loaded", "ok", "measured"),
+                row("sliced-quota-in-force", "ok", "measured"),
+                row("co-tenancy", "ok", "measured"),
+            ]
+        );
+    }
+    assert_eq!(doc["topology"]["policy"].as_str(), Some("single-numa-node"));
+    assert_eq!(
+        doc["topology"]["source"].as_str(),
+        Some("/var/lib/kubelet/config.yaml")
+    );
+    // The rendered files are gone; the lock file stays.
+    let preflight = host.path().join("root/var/lib/gpustack/operator/preflight");
+    assert_eq!(files_under(&preflight), vec![preflight.join("lock")]);
+    insta::assert_snapshot!("preflight-ok-docker", run.stdout);
+}
+
+#[test]
+fn a_probe_that_sees_the_whole_gpu_is_unavailable() {
+    let host = assemble("whole-gpu");
+    let run = preflight(host.path(), &[]);
+    assert_eq!(run.status, 1, "{}", run.stdout);
+    let doc = yaml(&run);
+    let gpu0 = rows(&doc, GPU0);
+    assert!(
+        gpu0.contains(&row("sliced-quota-in-force", "unavailable", "measured")),
+        "{gpu0:?}"
+    );
+    assert!(
+        gpu0.contains(&row("sliced-runtime-loaded", "unavailable", "measured")),
+        "{gpu0:?}"
+    );
+    assert!(run.stdout.contains(
+        "the probe sees the whole accelerator (24564 MiB) instead of its quota (12282 MiB)"
+    ));
+    // The other GPU is unaffected.
+    assert!(rows(&doc, GPU1).contains(&row("sliced-quota-in-force", "ok", "measured")));
+    insta::assert_snapshot!("preflight-whole-gpu", run.stdout);
+}
+
+#[test]
+fn a_runtime_that_cannot_pass_devices_leaves_the_probes_unavailable() {
+    let host = assemble("no-nvidia-runtime");
+    let run = preflight(host.path(), &[]);
+    assert_eq!(run.status, 1, "{}", run.stdout);
+    let doc = yaml(&run);
+    for gpu in [GPU0, GPU1] {
+        let r = rows(&doc, gpu);
+        for c in [
+            "sliced-runtime-loaded",
+            "sliced-quota-in-force",
+            "co-tenancy",
+        ] {
+            assert!(r.contains(&row(c, "unavailable", "measured")), "{c}: {r:?}");
+        }
+        // Simulated from the responder alone, it still holds.
+        assert!(r.contains(&row("sidecar-visibility", "ok", "simulated")));
+    }
+    assert!(
+        run.stdout
+            .contains("unknown or invalid runtime name: nvidia")
+    );
+    insta::assert_snapshot!("preflight-no-nvidia-runtime", run.stdout);
+}
+
+#[test]
+fn a_failed_sweep_is_a_stale_container_sweep_row_per_accelerator() {
+    let host = assemble("sweep-fails");
+    let run = preflight(host.path(), &[]);
+    assert_eq!(run.status, 1, "{}", run.stdout);
+    let doc = yaml(&run);
+    for gpu in [GPU0, GPU1] {
+        let sweeps: Vec<_> = rows(&doc, gpu)
+            .into_iter()
+            .filter(|r| r.0 == "stale-container-sweep")
+            .collect();
+        assert_eq!(sweeps.len(), 2, "before and after: {sweeps:?}");
+        assert!(sweeps.iter().all(|r| r.1 == "unavailable"));
+    }
+    insta::assert_snapshot!("preflight-sweep-fails", run.stdout);
+}
+
+#[test]
+fn a_mig_gpu_answers_its_management_rows_at_declared_and_has_no_sliced_rows() {
+    let host = assemble("mig");
+    let run = preflight(host.path(), &[]);
+    assert_eq!(run.status, 0, "{}\n{}", run.stdout, run.stderr);
+    let doc = yaml(&run);
+    assert_eq!(
+        rows(&doc, H100),
+        vec![
+            row("mig-partitioning", "ok", "declared"),
+            row("sidecar-visibility", "ok", "declared"),
+            row("co-tenancy", "ok", "declared"),
+        ]
+    );
+    // No probe ran and no partition was made: the only commands recorded are the listing,
+    // the CLI's version and the sweep.
+    assert!(doc["accelerators"][0]["steps"].is_null());
+    insta::assert_snapshot!("preflight-mig", run.stdout);
+}
+
+#[test]
+fn a_mig_gpu_whose_profiles_cannot_be_read_is_unavailable() {
+    let host = assemble("mig-unreadable");
+    let run = preflight(host.path(), &[]);
+    assert_eq!(run.status, 1, "{}", run.stdout);
+    let doc = yaml(&run);
+    assert_eq!(
+        rows(&doc, H100),
+        vec![
+            row("mig-partitioning", "unavailable", "declared"),
+            row("sidecar-visibility", "unavailable", "declared"),
+            row("co-tenancy", "unavailable", "declared"),
+        ]
+    );
+    insta::assert_snapshot!("preflight-mig-unreadable", run.stdout);
+}
+
+#[test]
+fn a_container_that_sees_fewer_gpus_than_the_host_fails_detection() {
+    let host = assemble("container-blind");
+    let run = preflight(host.path(), &["--no-pci-check"]);
+    assert_eq!(run.status, 1, "{}", run.stdout);
+    let doc = yaml(&run);
+    let detection = &doc["accelerators"][0]["detection"];
+    assert_eq!(detection["state"].as_str(), Some("unavailable"));
+    assert_eq!(detection["accelerators"].as_u64(), Some(0));
+    assert_eq!(detection["host"].as_u64(), Some(1));
+    assert!(doc["accelerators"][0]["checks"].is_null());
+    assert!(
+        doc["accelerators"][0]["note"]
+            .as_str()
+            .unwrap()
+            .contains("nothing else")
+    );
+    insta::assert_snapshot!("preflight-container-blind", run.stdout);
+}
+
+#[test]
+fn without_the_hosts_process_table_every_step_is_printed_and_topology_is_unknown() {
+    let host = assemble("no-host-proc");
+    let run = preflight(host.path(), &[]);
+    assert_eq!(run.status, 0, "{}", run.stdout);
+    let doc = yaml(&run);
+    let r = rows(&doc, GPU0);
+    assert!(
+        r.contains(&row("sliced-quota-in-force", "ok", "simulated")),
+        "{r:?}"
+    );
+    assert!(r.contains(&row("co-tenancy", "ok", "simulated")), "{r:?}");
+    assert_eq!(
+        doc["accelerators"][0]["steps"].as_sequence().unwrap().len(),
+        6
+    );
+    assert_eq!(doc["topology"]["policy"].as_str(), Some("unknown"));
+    assert!(doc["topology"]["depth"].is_null());
+    insta::assert_snapshot!("preflight-no-host-proc", run.stdout);
+}
+
+#[test]
+fn dry_run_prints_every_container_step_and_writes_nothing() {
+    let host = assemble("ok-docker");
+    let before = files_under(host.path());
+    let run = preflight(host.path(), &["--dry-run"]);
+    assert_eq!(run.status, 0, "{}", run.stdout);
+    assert_eq!(
+        files_under(host.path()),
+        before,
+        "--dry-run wrote under the host"
+    );
+    let doc = yaml(&run);
+    let steps: Vec<&str> = doc["accelerators"][0]["steps"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .map(|s| s.as_str().unwrap())
+        .collect();
+    // The sweep before, three probes per GPU, the sweep after.
+    assert_eq!(steps.len(), 8, "{steps:?}");
+    assert!(steps[0].ends_with("docker ps -aq --filter label=gpustack.ai/preflight=true"));
+    assert!(steps[1].starts_with("chroot /host docker run --rm --name gpustack-preflight-nvidia-0-quota --label gpustack.ai/preflight=true --runtime nvidia -e CUDA_DEVICE_MEMORY_LIMIT_0=12282m"));
+    let r = rows(&doc, GPU0);
+    assert!(
+        r.contains(&row("sliced-runtime-loaded", "ok", "simulated")),
+        "{r:?}"
+    );
+    insta::assert_snapshot!("preflight-dry-run", run.stdout);
+}
+
+#[test]
+fn a_lock_already_held_refuses_every_manufacturer() {
+    let host = assemble("ok-docker");
+    let dir = host.path().join("root/var/lib/gpustack/operator/preflight");
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = std::fs::File::create(dir.join("lock")).unwrap();
+    let held = nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusiveNonblock)
+        .map_err(|(_, e)| e)
+        .unwrap();
+    let run = preflight(host.path(), &[]);
+    assert_eq!(run.status, 1, "{}", run.stdout);
+    let doc = yaml(&run);
+    let detection = &doc["accelerators"][0]["detection"];
+    assert_eq!(detection["state"].as_str(), Some("unavailable"));
+    assert!(
+        detection["reason"]
+            .as_str()
+            .unwrap()
+            .contains("another preflight holds the lock")
+    );
+    assert!(doc["accelerators"][0]["checks"].is_null());
+    // --dry-run is exempt.
+    assert_eq!(preflight(host.path(), &["--dry-run"]).status, 0);
+    drop(held);
+    insta::assert_snapshot!(
+        "preflight-lock-held",
+        run.stdout
+            .replace(&host.path().display().to_string(), "[host]")
+    );
+}
+
+#[test]
+fn a_runtime_flag_outside_the_three_is_a_usage_error() {
+    let host = assemble("ok-docker");
+    let run = preflight(host.path(), &["--runtime", "runc"]);
+    assert_eq!(run.status, 2);
+    assert!(run.stdout.trim().is_empty(), "{}", run.stdout);
+    assert!(run.stderr.contains("runc"), "{}", run.stderr);
+    let run = preflight(host.path(), &["--manufacturer", "nvidai"]);
+    assert_eq!(run.status, 2);
+    assert!(
+        run.stderr
+            .contains("--manufacturer \"nvidai\": not a manufacturer"),
+        "{}",
+        run.stderr
+    );
+}
+
+#[test]
+fn a_containerd_node_runs_its_probes_with_nerdctl_in_the_preflight_namespace() {
+    let host = assemble("nerdctl-node");
+    let run = preflight(host.path(), &[]);
+    assert_eq!(run.status, 0, "{}\n{}", run.stdout, run.stderr);
+    let doc = yaml(&run);
+    for gpu in [GPU0, GPU1] {
+        let r = rows(&doc, gpu);
+        assert!(
+            r.contains(&row("sliced-quota-in-force", "ok", "measured")),
+            "{r:?}"
+        );
+        assert!(r.contains(&row("co-tenancy", "ok", "measured")), "{r:?}");
+    }
+    assert!(run.stdout.contains(
+        "chroot /host nerdctl --address /run/containerd/containerd.sock --namespace gpustack-preflight run --rm"
+    ));
+    // The drop-in directory the kubelet names overrides its configuration file.
+    assert_eq!(doc["topology"]["policy"].as_str(), Some("restricted"));
+    assert_eq!(
+        doc["topology"]["source"].as_str(),
+        Some("/etc/kubernetes/kubelet.conf.d/50-topology.conf")
+    );
+    insta::assert_snapshot!("preflight-nerdctl-node", run.stdout);
+}
+
+#[test]
+fn ctr_never_starts_a_probe_and_prints_the_steps_instead() {
+    let host = assemble("ctr-only");
+    let run = preflight(host.path(), &[]);
+    assert_eq!(run.status, 0, "{}\n{}", run.stdout, run.stderr);
+    let doc = yaml(&run);
+    let r = rows(&doc, GPU0);
+    assert!(
+        r.contains(&row("sliced-quota-in-force", "ok", "simulated")),
+        "{r:?}"
+    );
+    assert!(
+        run.stdout
+            .contains("not run: ctr has no flag that hands a container its devices")
+    );
+    let steps = doc["accelerators"][0]["steps"].as_sequence().unwrap();
+    assert_eq!(steps.len(), 6);
+    // Printed in a dialect that can pass the devices: nerdctl's, on the kubelet's socket.
+    assert!(steps.iter().all(|s| s.as_str().unwrap().starts_with(
+        "chroot /host nerdctl --address /run/containerd/containerd.sock --namespace gpustack-preflight run --rm"
+    )));
+    insta::assert_snapshot!("preflight-ctr-only", run.stdout);
+}
