@@ -538,3 +538,210 @@ async fn a_partition_owners_sidecar_sees_the_partition_and_fails_closed_without_
         refused.message()
     );
 }
+
+/// Waits until the (re)started plugin answers on its socket.
+async fn wait_registered(rig: &Rig) {
+    let until = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        match rig.kubelet.allocate_raw(PARTITIONED, Vec::new()).await {
+            Err(e) if e.code() == Code::Unavailable || e.code() == Code::NotFound => {
+                assert!(tokio::time::Instant::now() < until, "the plugin never answered: {e}");
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            _ => return,
+        }
+    }
+}
+
+/// A small deterministic generator (xorshift), so a failing history can be replayed by seed.
+struct Dice(u64);
+
+impl Dice {
+    fn roll(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0 % n
+    }
+}
+
+const PROFILES: [&str; 6] = ["1g.10gb", "1g.20gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb"];
+
+/// Every invariant the history must keep, checked from the host's MIG state, the ledger and the
+/// ownership records.
+fn check(rig: &Rig, live: &[String], seed: u64, step: usize) {
+    let at = format!("seed {seed} step {step}");
+    let state = rig.state();
+    // No two instances share a memory slice on a GPU.
+    for (n, a) in state.instances.iter().enumerate() {
+        for b in &state.instances[n + 1..] {
+            let overlap = a.gpu == b.gpu
+                && a.start < b.start + b.size
+                && b.start < a.start + a.size;
+            assert!(!overlap, "{at}: {a:?} overlaps {b:?}");
+        }
+    }
+    let ledger = rig.plugins().ledger();
+    ledger.verify().unwrap_or_else(|e| panic!("{at}: {e}"));
+    let (records, errors) = ownership::read_all(&rig.data());
+    assert!(errors.is_empty(), "{at}: {errors:?}");
+    // Every live Pod's partition is in the ledger, recorded, and on the host as recorded.
+    for uid in live {
+        let record = records
+            .iter()
+            .find(|r| &r.pod_uid == uid)
+            .unwrap_or_else(|| panic!("{at}: {uid} has no record"));
+        let on_host = state.instances.iter().any(|i| {
+            i.gpu == record.gpu_index
+                && i.start == record.start
+                && i.compute_instances.iter().any(|c| c.uuid == record.mig_uuid)
+        });
+        assert!(on_host, "{at}: {uid}'s instance is not on the host");
+        assert!(ledger.grants().keys().any(|k| &k.pod_uid == uid), "{at}: {uid}");
+    }
+    // Every instance we made is owned by a record (a gone Pod's until it is reclaimed).
+    for instance in &state.instances {
+        let hand = instance
+            .compute_instances
+            .iter()
+            .any(|c| c.uuid.starts_with("MIG-hand"));
+        let owned = instance
+            .compute_instances
+            .iter()
+            .any(|c| records.iter().any(|r| r.mig_uuid == c.uuid));
+        assert!(hand || owned, "{at}: {instance:?} is nobody's");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn random_histories_share_no_placement_and_leak_nothing_across_restarts() {
+    // What the histories did, so a history that exercises nothing fails.
+    let (mut admitted, mut deleted, mut retried, mut restarts, mut carved) = (0, 0, 0, 0, 0);
+    for seed in [0x9e37_79b9_7f4a_7c15_u64, 0x1234_5678, 0xdead_beef_cafe] {
+        let mut rig = Rig::new().await;
+        let mut dice = Dice(seed);
+        let mut live: Vec<String> = Vec::new();
+        let mut made = 0;
+        for step in 0..30 {
+            match dice.roll(10) {
+                0..=3 => {
+                    made += 1;
+                    let uid = format!("p{made}");
+                    let profile = PROFILES[dice.roll(6) as usize];
+                    match rig.admit(&uid, profile).await {
+                        Ok(uuid) => {
+                            assert!(uuid.starts_with("MIG-"), "{uuid}");
+                            live.push(uid);
+                            admitted += 1;
+                        }
+                        Err(e) => {
+                            // No room (or a hand-carved instance in the way): refused, and the
+                            // kubelet fails the Pod, which is then deleted.
+                            assert_eq!(e.code(), Code::FailedPrecondition, "{}", e.message());
+                            rig.kubelet.delete(&uid);
+                        }
+                    }
+                }
+                4 | 5 if !live.is_empty() => {
+                    let uid = live.remove(dice.roll(live.len() as u64) as usize);
+                    rig.kubelet.delete(&uid);
+                    deleted += 1;
+                }
+                6 if !live.is_empty() => {
+                    let uid = &live[dice.roll(live.len() as u64) as usize];
+                    let held = rig.kubelet.held(uid, "main", PARTITIONED);
+                    let again = rig.kubelet.allocate_raw(PARTITIONED, held).await.unwrap();
+                    let record = ownership::read(&rig.data(), uid, "main").unwrap().unwrap();
+                    assert_eq!(
+                        again.container_responses[0].envs["NVIDIA_VISIBLE_DEVICES"],
+                        record.mig_uuid,
+                        "a retry reuses its instance"
+                    );
+                    retried += 1;
+                }
+                7 => {
+                    rig.restart_plugins().await;
+                    wait_registered(&rig).await;
+                    restarts += 1;
+                }
+                8 => {
+                    // Someone carves a 1g by hand at a free slice.
+                    let path = rig.dir.path().join("host").join(mig_replay::STATE_FILE);
+                    let mut state = rig.state();
+                    let gpu = dice.roll(8) as u32;
+                    let free = (0..7).find(|s| {
+                        !state
+                            .instances
+                            .iter()
+                            .any(|i| i.gpu == gpu && i.start <= *s && *s < i.start + i.size)
+                    });
+                    if let Some(start) = free {
+                        let id = (1..)
+                            .find(|id| {
+                                !state
+                                    .instances
+                                    .iter()
+                                    .any(|i| i.gpu == gpu && i.gpu_instance == *id)
+                            })
+                            .unwrap();
+                        state.instances.push(mig_replay::StateInstance {
+                            gpu,
+                            gpu_instance: id,
+                            profile_id: 19,
+                            profile: "1g.10gb".into(),
+                            start,
+                            size: 1,
+                            compute_instances: vec![mig_replay::StateCompute {
+                                id: 0,
+                                uuid: format!("MIG-hand-{step}"),
+                            }],
+                            busy: false,
+                        });
+                        state.save(&path).unwrap();
+                        carved += 1;
+                    }
+                }
+                _ => {}
+            }
+            // Let the Pod watch and the reclaimer settle what this step changed.
+            let until = tokio::time::Instant::now() + Duration::from_secs(10);
+            loop {
+                let owned = rig
+                    .plugins()
+                    .ledger()
+                    .grants()
+                    .keys()
+                    .all(|k| live.contains(&k.pod_uid));
+                if owned {
+                    break;
+                }
+                assert!(tokio::time::Instant::now() < until, "seed {seed} step {step}: reclaim");
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            check(&rig, &live, seed, step);
+        }
+        // Every Pod goes: only the hand-carved instances stay, no grant, no record.
+        for uid in live.drain(..) {
+            rig.kubelet.delete(&uid);
+        }
+        let until = tokio::time::Instant::now() + Duration::from_secs(10);
+        while !rig.plugins().ledger().grants().is_empty() {
+            assert!(tokio::time::Instant::now() < until, "seed {seed}: all released");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let state = rig.state();
+        assert!(
+            state
+                .instances
+                .iter()
+                .all(|i| i.compute_instances[0].uuid.starts_with("MIG-hand")),
+            "seed {seed}: {state:?}"
+        );
+        assert_eq!(ownership::read_all(&rig.data()), (vec![], vec![]));
+    }
+    let did = (admitted, deleted, retried, restarts, carved);
+    assert!(
+        admitted >= 10 && deleted >= 3 && retried >= 1 && restarts >= 1 && carved >= 1,
+        "(admitted, deleted, retried, restarts, carved) = {did:?}"
+    );
+}
