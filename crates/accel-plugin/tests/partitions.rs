@@ -545,7 +545,10 @@ async fn wait_registered(rig: &Rig) {
     loop {
         match rig.kubelet.allocate_raw(PARTITIONED, Vec::new()).await {
             Err(e) if e.code() == Code::Unavailable || e.code() == Code::NotFound => {
-                assert!(tokio::time::Instant::now() < until, "the plugin never answered: {e}");
+                assert!(
+                    tokio::time::Instant::now() < until,
+                    "the plugin never answered: {e}"
+                );
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
             _ => return,
@@ -565,7 +568,9 @@ impl Dice {
     }
 }
 
-const PROFILES: [&str; 6] = ["1g.10gb", "1g.20gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb"];
+const PROFILES: [&str; 6] = [
+    "1g.10gb", "1g.20gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb",
+];
 
 /// Every invariant the history must keep, checked from the host's MIG state, the ledger and the
 /// ownership records.
@@ -575,9 +580,8 @@ fn check(rig: &Rig, live: &[String], seed: u64, step: usize) {
     // No two instances share a memory slice on a GPU.
     for (n, a) in state.instances.iter().enumerate() {
         for b in &state.instances[n + 1..] {
-            let overlap = a.gpu == b.gpu
-                && a.start < b.start + b.size
-                && b.start < a.start + a.size;
+            let overlap =
+                a.gpu == b.gpu && a.start < b.start + b.size && b.start < a.start + a.size;
             assert!(!overlap, "{at}: {a:?} overlaps {b:?}");
         }
     }
@@ -594,10 +598,15 @@ fn check(rig: &Rig, live: &[String], seed: u64, step: usize) {
         let on_host = state.instances.iter().any(|i| {
             i.gpu == record.gpu_index
                 && i.start == record.start
-                && i.compute_instances.iter().any(|c| c.uuid == record.mig_uuid)
+                && i.compute_instances
+                    .iter()
+                    .any(|c| c.uuid == record.mig_uuid)
         });
         assert!(on_host, "{at}: {uid}'s instance is not on the host");
-        assert!(ledger.grants().keys().any(|k| &k.pod_uid == uid), "{at}: {uid}");
+        assert!(
+            ledger.grants().keys().any(|k| &k.pod_uid == uid),
+            "{at}: {uid}"
+        );
     }
     // Every instance we made is owned by a record (a gone Pod's until it is reclaimed).
     for instance in &state.instances {
@@ -715,7 +724,10 @@ async fn random_histories_share_no_placement_and_leak_nothing_across_restarts() 
                 if owned {
                     break;
                 }
-                assert!(tokio::time::Instant::now() < until, "seed {seed} step {step}: reclaim");
+                assert!(
+                    tokio::time::Instant::now() < until,
+                    "seed {seed} step {step}: reclaim"
+                );
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
             check(&rig, &live, seed, step);
@@ -726,7 +738,10 @@ async fn random_histories_share_no_placement_and_leak_nothing_across_restarts() 
         }
         let until = tokio::time::Instant::now() + Duration::from_secs(10);
         while !rig.plugins().ledger().grants().is_empty() {
-            assert!(tokio::time::Instant::now() < until, "seed {seed}: all released");
+            assert!(
+                tokio::time::Instant::now() < until,
+                "seed {seed}: all released"
+            );
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         let state = rig.state();
