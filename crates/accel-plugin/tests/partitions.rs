@@ -760,3 +760,39 @@ async fn random_histories_share_no_placement_and_leak_nothing_across_restarts() 
         "(admitted, deleted, retried, restarts, carved) = {did:?}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unowned_instance_of_the_profile_is_claimed_before_one_is_made() {
+    let rig = Rig::new().await;
+    // A 3g.40gb carved by hand on GPU 0 at slices 4-7, with its one compute instance.
+    let path = rig.dir.path().join("host").join(mig_replay::STATE_FILE);
+    let mut state = rig.state();
+    state.instances.push(mig_replay::StateInstance {
+        gpu: 0,
+        gpu_instance: 2,
+        profile_id: 9,
+        profile: "3g.40gb".into(),
+        start: 4,
+        size: 4,
+        compute_instances: vec![mig_replay::StateCompute {
+            id: 0,
+            uuid: "MIG-hand-carved".into(),
+        }],
+        busy: false,
+    });
+    state.save(&path).unwrap();
+    let uuid = rig.admit("a", "3g.40gb").await.unwrap();
+    assert_eq!(uuid, "MIG-hand-carved", "claimed, not made");
+    assert_eq!(placements(&rig.state()), [(0, 4, "3g.40gb".to_string())]);
+    let record = ownership::read(&rig.data(), "a", "main").unwrap().unwrap();
+    assert_eq!((record.start, record.gpu_instance), (4, 2));
+    let ledger = rig.plugins().ledger();
+    let grant = ledger.grants().values().next().unwrap();
+    assert_eq!(grant.partition.as_ref().map(|p| p.start), Some(4));
+    // Now owned: its Pod's end destroys it.
+    rig.kubelet.delete("a");
+    wait_state(&rig, "the claimed instance reclaimed", |s| {
+        s.instances.is_empty()
+    })
+    .await;
+}

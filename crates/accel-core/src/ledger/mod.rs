@@ -688,6 +688,29 @@ impl Ledger {
         }
     }
 
+    /// Moves a reserved partition grant to another start on its accelerator (it claims an
+    /// instance found there), refused when the new placement overlaps another grant's; the
+    /// grant is unchanged on a refusal.
+    pub fn move_partition(&mut self, key: &GrantKey, start: u32) -> Result<(), Refusal> {
+        let Some(mut grant) = self.remove(key) else {
+            return Err(Refusal::PartitionShape { key: key.clone() });
+        };
+        let old = grant.clone();
+        match grant.partition.as_mut() {
+            Some(p) => p.start = start,
+            None => {
+                self.insert(key.clone(), old);
+                return Err(Refusal::PartitionShape { key: key.clone() });
+            }
+        }
+        if let Err(refusal) = self.check_room(&grant) {
+            self.insert(key.clone(), old);
+            return Err(refusal);
+        }
+        self.insert(key.clone(), grant);
+        Ok(())
+    }
+
     /// Undoes a recorded claim the responder refused: the grant goes, and a claim the container
     /// held before is restored. A retry's receipt gives nothing back (the earlier call's grant
     /// is still the container's).

@@ -131,7 +131,7 @@ impl Shared {
                 },
             )
             .await;
-        let reserved = match decided {
+        let mut reserved = match decided {
             Ok(Ok(reserved)) => reserved,
             Ok(Err(status)) => return Err(status),
             Err(e) => {
@@ -147,7 +147,11 @@ impl Shared {
             index: reserved.seat.index,
             uuid: reserved.seat.uuid.clone(),
         };
-        let instance = match reserved.placement.instance.clone() {
+        let claimed = match reserved.placement.instance {
+            Some(_) => None,
+            None => self.claim_unowned(&parts, &gpu, &mut reserved).await,
+        };
+        let instance = match reserved.placement.instance.clone().or(claimed) {
             Some(instance) => instance,
             None => match self.materialise(&parts, &gpu, &reserved).await {
                 Ok(instance) => instance,
@@ -307,6 +311,71 @@ impl Shared {
             placement,
             receipt: Some(receipt),
         })
+    }
+
+    /// An instance of the reserved profile already live on the chosen GPU that no grant owns
+    /// (carved by hand) is claimed before a new one is made: the reservation moves to its start
+    /// (refused, and nothing claimed, when that overlaps another grant). Only the chosen GPU is
+    /// looked at, so a claim costs no more vendor calls than a create.
+    async fn claim_unowned(
+        &self,
+        parts: &crate::service::Partitions,
+        gpu: &PartitionGpu,
+        reserved: &mut Reserved,
+    ) -> Option<PartitionInstance> {
+        let (partitioner, commands, target) = (
+            parts.partitioner.clone(),
+            parts.commands.clone(),
+            gpu.clone(),
+        );
+        let live =
+            tokio::task::spawn_blocking(move || partitioner.instances(commands.as_ref(), &target))
+                .await
+                .ok()?
+                .ok()?;
+        let mut state = self.lock();
+        let owned: Vec<String> = state
+            .ledger
+            .grants()
+            .values()
+            .filter_map(|g| {
+                g.partition
+                    .as_ref()?
+                    .instance
+                    .as_ref()
+                    .map(|i| i.uuid.clone())
+            })
+            .collect();
+        let candidate = live.into_iter().find(|i| {
+            i.profile == reserved.placement.profile
+                && i.size == reserved.placement.size
+                && i.compute_instances.len() == 1
+                && i.uuid.as_ref().is_some_and(|u| !owned.contains(u))
+        })?;
+        if let Err(refusal) = state.ledger.move_partition(&reserved.key, candidate.start) {
+            tracing::info!(
+                "{}: the unowned {} instance {} on {gpu} is not claimed: {refusal}",
+                reserved.who,
+                candidate.profile,
+                candidate.uuid.as_deref().unwrap_or("")
+            );
+            return None;
+        }
+        drop(state);
+        reserved.placement.start = candidate.start;
+        let instance = PartitionInstance {
+            gpu_instance: candidate.gpu_instance,
+            compute_instance: *candidate.compute_instances.first()?,
+            uuid: candidate.uuid?,
+        };
+        tracing::info!(
+            "{}: claims the unowned {} instance {} on {gpu} (GPU instance {})",
+            reserved.who,
+            reserved.placement.profile,
+            instance.uuid,
+            instance.gpu_instance
+        );
+        Some(instance)
     }
 
     /// Makes the reserved instance, with no lock held.
@@ -470,6 +539,14 @@ impl Shared {
             .await;
             match outcome {
                 Ok(Ok(destroyed)) => {
+                    // The record goes first, so once the grant is released nothing of the
+                    // partition is left (a crash in between: the restart finds the instance
+                    // gone and drops the grant without a destroy).
+                    if let Err(e) =
+                        ownership::remove(&self.config.data_dir, &key.pod_uid, &key.container)
+                    {
+                        tracing::error!("{key}: {e}");
+                    }
                     {
                         let mut state = self.lock();
                         state.reclaiming.remove(&key);
@@ -480,11 +557,6 @@ impl Shared {
                                 tracing::error!("ledger journal: {e}");
                             }
                         }
-                    }
-                    if let Err(e) =
-                        ownership::remove(&self.config.data_dir, &key.pod_uid, &key.container)
-                    {
-                        tracing::error!("{key}: {e}");
                     }
                     tracing::info!(
                         "released {key}: its Pod is gone; MIG instance {} (GPU instance {}) on {gpu} {}",
