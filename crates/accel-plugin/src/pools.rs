@@ -422,6 +422,45 @@ mod tests {
     }
 
     #[test]
+    fn the_partitioned_pool_is_served_only_where_a_gpu_is_in_mig_mode_and_it_is_offered() {
+        use accel_core::ledger::partitions::PartitionShape;
+        let mut mig = seat(1, Grantable::PartitionsOnly);
+        mig.partitions = vec![PartitionShape {
+            id: 19,
+            name: "1g.10gb".into(),
+            memory_mib: Some(9984),
+            size: 1,
+            starts: (0..7).collect(),
+        }];
+        let seats = [seat(0, Grantable::Whole), mig];
+        let resource = "nvidia.com/gpu.partitioned";
+        let served = Pool::build_offer(&Offer::of(Manufacturer::Nvidia), &seats);
+        let pool = served.iter().find(|p| p.resource == resource).unwrap();
+        assert_eq!(pool.tokens.len(), 7);
+        assert_eq!(pool.accelerators, [1]);
+        // `serve --no-partitioned`.
+        let off = Offer {
+            partitioned: false,
+            ..Offer::of(Manufacturer::Nvidia)
+        };
+        assert!(
+            Pool::build_offer(&off, &seats)
+                .iter()
+                .all(|p| p.resource != resource)
+        );
+        // No GPU in MIG mode: not registered at all.
+        assert!(
+            Pool::build_offer(&Offer::of(Manufacturer::Nvidia), &seats[..1])
+                .iter()
+                .all(|p| p.resource != resource)
+        );
+        // Every token is Healthy on an empty GPU, and none names a NUMA node.
+        let ledger = Ledger::new(seats.to_vec(), Policy::default());
+        let states = pool.partition_states(&ledger);
+        assert!(states.iter().all(|t| t.healthy && t.numa_node.is_none()));
+    }
+
+    #[test]
     fn a_token_id_is_parsed_to_the_accelerator_its_pool_names() {
         let mut seats = vec![
             seat(0, Grantable::Whole),
