@@ -32,7 +32,10 @@ use std::sync::Arc;
 use accel_core::Manufacturer;
 
 pub use detect::{Deadlines, DetectRequest, Detector, StateError};
-pub use partition::Partitioner;
+pub use partition::{
+    Geometry, Instance, PartitionError, PartitionErrorKind, PartitionGpu, Partitioner,
+    ProfileGeometry,
+};
 pub use pod::{Container, Phase, Pod};
 pub use respond::{
     Answer, Channel, DeviceNode, EngineFacts, EngineSource, Injection, InjectionStrategy, Mount,

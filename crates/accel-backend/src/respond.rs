@@ -70,6 +70,9 @@ pub struct Answer<'a> {
     /// Units per accelerator of a slice.
     pub slice_units: u64,
     pub cores_percentage: Option<u32>,
+    /// A partition's device UUID (`MIG-…`) for a partition grant, or for the visibility
+    /// sidecar of a partition owner: the partition is injected, never its parent accelerator.
+    pub partition: Option<&'a str>,
     pub pod: &'a Pod,
     pub container: Option<&'a Container>,
 }

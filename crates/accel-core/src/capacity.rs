@@ -124,6 +124,7 @@ mod tests {
             grantable,
             healthy: true,
             slice_capacity: slices,
+            partitions: Vec::new(),
         }
     }
 

@@ -1,7 +1,7 @@
 //! NVIDIA behind the manufacturer seam (accel-backend): the detector (both layers of seed 002,
 //! with the passthrough memory kept in the daemon's state directory), the slicing library's
-//! layout (HAMi-core, one `cuda-<major>/libvgpu.so` per CUDA major) and the responder. No
-//! partitioner yet (MIG is the next issue's).
+//! layout (HAMi-core, one `cuda-<major>/libvgpu.so` per CUDA major), the MIG partitioner
+//! (`nvidia-smi mig`, [`crate::partitioner`]) and the responder.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -25,7 +25,7 @@ pub fn backend() -> Backend {
         manufacturer: Manufacturer::Nvidia,
         detector: Arc::new(NvidiaDetector),
         slicing: Some(Arc::new(HamiCore)),
-        partitioner: None,
+        partitioner: Some(Arc::new(crate::partitioner::SmiPartitioner::default())),
         responder: nvidia_responder,
     }
 }

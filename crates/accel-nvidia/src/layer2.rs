@@ -106,6 +106,12 @@ pub fn apply_topology(gpus: &mut [Accelerator], text: &str, notes: &mut Vec<Stri
 }
 
 /// Sets each GPU's partition profiles from `mig -lgip` and their placements from `-lgipp`.
+///
+/// A profile whose name is not a valid resource-name segment (`1g.10gb+me`, `+me.all`, `+gfx`)
+/// is left out, never rewritten, so it reaches no inventory, `Devices` spec, capacity key or
+/// offered set. A profile with no legal placement (none listed, or `-lgipp` unreadable or not
+/// run) is left out too, with a note naming the GPU and the profile: a profile nothing can be
+/// placed for must not be offered.
 pub fn apply_mig_profiles(
     gpus: &mut [Accelerator],
     profiles: Option<&str>,
@@ -135,7 +141,10 @@ pub fn apply_mig_profiles(
         let Some(gpu) = index.get(&profile.gpu).and_then(|at| gpus.get_mut(*at)) else {
             continue;
         };
-        let places = placements
+        if !accel_core::resources::is_profile_segment(&profile.name) {
+            continue;
+        }
+        let places: Vec<PartitionPlacement> = placements
             .iter()
             .filter(|p| p.gpu == profile.gpu && p.profile_id == profile.id)
             .flat_map(|p| {
@@ -145,6 +154,16 @@ pub fn apply_mig_profiles(
                 })
             })
             .collect();
+        if places.is_empty() {
+            notes.push(format!(
+                "GPU {} ({}): MIG profile {} (id {}) has no legal placement in nvidia-smi mig -lgipp, left out",
+                profile.gpu,
+                gpu.uuid.as_deref().unwrap_or("no UUID"),
+                profile.name,
+                profile.id
+            ));
+            continue;
+        }
         gpu.partition_profiles.push(PartitionProfile {
             memory_mib: profile.memory_mib(),
             name: profile.name,
@@ -201,6 +220,53 @@ mod tests {
         assert_eq!(gpus[1].peers.get(&1).map(String::as_str), Some("NV18"));
         assert_eq!(gpus[0].numa_node, Some(1));
         assert!(notes.is_empty(), "{notes:?}");
+    }
+
+    #[test]
+    fn profiles_that_are_no_resource_name_segment_or_have_no_placement_are_left_out() {
+        let fixtures = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../../shared/fixtures/nvidia/mig");
+        let lgip = std::fs::read_to_string(
+            fixtures.join("gh200-480gb-550.54.15-mig-lgip__kf-cuanschutz-gh-logs.txt"),
+        )
+        .unwrap();
+        // The NVL's placements (same ids), without profile 0's line (7g.96gb).
+        let lgipp: String = std::fs::read_to_string(
+            fixtures.join("h100-nvl-560.35.03-mig-lgipp__alizeechen11-mig-and-mps.txt"),
+        )
+        .unwrap()
+        .lines()
+        .filter(|l| !l.contains("Profile ID  0 "))
+        .map(|l| format!("{l}\n"))
+        .collect();
+        let mut gpus = vec![gpu("GPU-a", "0000:18:00.0")];
+        let mut notes = Vec::new();
+        apply_mig_profiles(&mut gpus, Some(&lgip), Some(&lgipp), &mut notes);
+        let names: Vec<&str> = gpus[0]
+            .partition_profiles
+            .iter()
+            .map(|p| p.name.as_str())
+            .collect();
+        assert_eq!(
+            names,
+            ["1g.12gb", "1g.24gb", "2g.24gb", "3g.48gb", "4g.48gb"],
+            "+me and the placement-less 7g.96gb are left out"
+        );
+        assert_eq!(notes.len(), 1, "{notes:?}");
+        assert!(
+            notes[0].contains("GPU 0 (GPU-a)")
+                && notes[0].contains("7g.96gb (id 0)")
+                && notes[0].contains("no legal placement"),
+            "{notes:?}"
+        );
+
+        // An unreadable -lgipp: every profile is left out, each named.
+        let mut gpus = vec![gpu("GPU-a", "0000:18:00.0")];
+        let mut notes = Vec::new();
+        apply_mig_profiles(&mut gpus, Some(&lgip), Some("garbage"), &mut notes);
+        assert!(gpus[0].partition_profiles.is_empty());
+        assert!(notes[0].starts_with("nvidia-smi mig -lgipp:"), "{notes:?}");
+        assert_eq!(notes.len(), 1 + 6, "{notes:?}");
     }
 
     #[test]

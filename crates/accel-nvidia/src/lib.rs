@@ -14,6 +14,8 @@ pub mod engine;
 pub mod enrich;
 pub mod faults;
 pub mod layer2;
+pub mod mig_replay;
+pub mod partitioner;
 pub mod passthrough;
 pub mod preflight;
 pub mod procfs;

@@ -90,6 +90,16 @@ impl NvidiaResponder {
 
     /// The answer for one container.
     pub fn respond(&self, answer: &Answer<'_>) -> Result<Injection, ResponderError> {
+        // A partition (or a partition owner's sidecar) sees its MIG instance and nothing else,
+        // always through the environment: no vendor CDI spec names an instance made at
+        // Allocate, and no preload or slicing variable applies.
+        if let Some(instance) = answer.partition {
+            let mut response = Injection::default();
+            response
+                .envs
+                .insert("NVIDIA_VISIBLE_DEVICES".into(), instance.to_string());
+            return Ok(response);
+        }
         let mut uuids = Vec::with_capacity(answer.seats.len());
         for seat in answer.seats {
             match &seat.uuid {
@@ -282,6 +292,7 @@ mod tests {
             grantable: Grantable::Whole,
             healthy: true,
             slice_capacity: 128,
+            partitions: Vec::new(),
         }
     }
 
@@ -332,6 +343,7 @@ mod tests {
                 seats: &seats,
                 slice_units: 400_000,
                 cores_percentage: Some(30),
+                partition: None,
                 pod: &pod,
                 container: Some(&container),
             })
@@ -366,6 +378,7 @@ mod tests {
                 seats: &seats,
                 slice_units: 400_000,
                 cores_percentage: None,
+                partition: None,
                 pod: &pod,
                 container: Some(&container),
             })
@@ -389,6 +402,7 @@ mod tests {
                 seats: &seats,
                 slice_units: 0,
                 cores_percentage: None,
+                partition: None,
                 pod: &pod,
                 container: None,
             })

@@ -68,6 +68,7 @@ fn config(dir: &Path) -> Config {
             grantable: Grantable::Whole,
             healthy: true,
             slice_capacity: 128,
+            partitions: Vec::new(),
         })
         .collect();
     Config {
@@ -85,6 +86,7 @@ fn config(dir: &Path) -> Config {
             engine: std::sync::Arc::new(EngineFacts::default()),
         }),
         poll_interval: Duration::from_secs(1),
+        partitions: None,
         metrics: Default::default(),
     }
 }

@@ -352,6 +352,7 @@ mod tests {
             accelerators: vec![index],
             units: 1_600_000,
             cores_percentage: None,
+            partition: None,
             finished: false,
         }
     }

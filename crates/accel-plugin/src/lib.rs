@@ -12,6 +12,7 @@ pub mod budget;
 pub mod identify;
 pub mod journal;
 pub mod metrics;
+pub mod ownership;
 pub mod pods;
 pub mod pools;
 pub mod service;
@@ -21,4 +22,4 @@ pub mod socket;
 pub mod testing;
 
 pub use metrics::PluginMetrics;
-pub use service::{Config, DevicePlugins, Offer, PluginHandle, StartError};
+pub use service::{Config, DevicePlugins, Offer, Partitions, PluginHandle, StartError};

@@ -172,6 +172,9 @@ impl From<&Refusal> for RefusalReason {
             Refusal::NoRoom { .. } => RefusalReason::NoRoom,
             Refusal::BadBudget { .. } => RefusalReason::BadBudget,
             Refusal::SecondFamily { .. } => RefusalReason::SecondFamily,
+            Refusal::PartitionShape { .. } => RefusalReason::Empty,
+            Refusal::NotOffered { .. } => RefusalReason::NotGrantable,
+            Refusal::PlacementTaken { .. } => RefusalReason::NoRoom,
         }
     }
 }

@@ -4,13 +4,21 @@
 //! `<base>` has one token per accelerator, `<base>.shared` ten, `<base>.sliced` the slice count
 //! (only where slicing is possible), `device.gpustack.ai/<manufacturer>.visibility` 512. Only
 //! accelerators that can be granted whole feed them. IDs are `<uuid>` and `<uuid>::<n>`.
+//!
+//! `<base>.partitioned` (registered only where an accelerator is in a partitioning mode) is the
+//! exception: its tokens are a fungible count over a stable ID set, each partitioned
+//! accelerator's largest per-profile instance count (7 on an H100). Which accelerator a
+//! partition lands on is the allocator's choice, so its health is node-level: as many IDs are
+//! Healthy as the node has room (Σ per accelerator of allocated + largest placeable count,
+//! `accel_core::ledger::partitions::room`), every ID a live grant holds among them, the rest
+//! Unhealthy; the tokens carry no NUMA node.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use accel_core::Manufacturer;
 use accel_core::inventory::Grantable;
 use accel_core::ledger::units::{SHARES_PER_ACCELERATOR, VISIBILITY_TOKENS_PER_ACCELERATOR};
-use accel_core::ledger::{Family, Ledger, Seat};
+use accel_core::ledger::{Family, Ledger, Seat, partitions};
 
 use crate::service::Offer;
 
@@ -44,6 +52,14 @@ pub struct AcceleratorState {
     pub index: u32,
     pub healthy: bool,
     pub numa_node: Option<u32>,
+}
+
+/// What a pool's ListAndWatch list is a function of: its accelerators' states, or (for the
+/// partitioned pool, whose health is node-level) every token's state.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PoolView {
+    Accelerators(Vec<AcceleratorState>),
+    Tokens(Vec<TokenState>),
 }
 
 /// One advertised token with its health and NUMA node.
@@ -92,30 +108,7 @@ impl Pool {
                     per
                 }
             };
-            let mut names: Vec<(String, u32, u32)> = seats()
-                .map(|s| (seat_name(s), s.index, per_of(s)))
-                .collect();
-            names.sort();
-            let tokens: BTreeMap<String, u32> = seats()
-                .flat_map(|s| {
-                    let per = if kind == PoolKind::Family(Family::Sliced) {
-                        s.slice_capacity
-                    } else {
-                        per
-                    };
-                    (0..per).map(move |n| (token_id(s, n, per), s.index))
-                })
-                .collect();
-            let mut accelerators: Vec<u32> = tokens.values().copied().collect();
-            accelerators.sort_unstable();
-            accelerators.dedup();
-            Pool {
-                resource,
-                kind,
-                tokens,
-                accelerators,
-                names,
-            }
+            build(resource, kind, seats().copied(), per_of)
         };
         pools.push(pool(
             base.to_string(),
@@ -136,12 +129,89 @@ impl Pool {
                 0,
             ));
         }
-        pools.push(pool(
+        // The SSH sidecar sees its owner's accelerator or partition: every accelerator that
+        // feeds a family has visibility tokens, one in a partitioning mode too.
+        pools.push(build(
             offer.visibility_resource.clone(),
             PoolKind::Visibility,
-            VISIBILITY_TOKENS_PER_ACCELERATOR,
+            seats.iter().filter(|s| s.grantable != Grantable::Nothing),
+            |_| VISIBILITY_TOKENS_PER_ACCELERATOR,
         ));
+        let partitioned: Vec<&Seat> = seats
+            .iter()
+            .filter(|s| {
+                s.grantable == Grantable::PartitionsOnly && partitions::token_ceiling(s) > 0
+            })
+            .collect();
+        if offer.partitioned && !partitioned.is_empty() {
+            pools.push(build(
+                format!("{base}.partitioned"),
+                PoolKind::Family(Family::Partitioned),
+                partitioned.into_iter(),
+                partitions::token_ceiling,
+            ));
+        }
         pools
+    }
+
+    /// What this pool's token list is a function of now (compared by ListAndWatch).
+    pub fn view(&self, ledger: &Ledger) -> PoolView {
+        if self.kind == PoolKind::Family(Family::Partitioned) {
+            PoolView::Tokens(self.partition_states(ledger))
+        } else {
+            PoolView::Accelerators(self.accelerator_states(ledger))
+        }
+    }
+
+    /// The tokens of a view.
+    pub fn tokens_of(&self, view: &PoolView) -> Vec<TokenState> {
+        match view {
+            PoolView::Accelerators(states) => self.states_from(states),
+            PoolView::Tokens(tokens) => tokens.clone(),
+        }
+    }
+
+    /// The partitioned pool's tokens: the IDs live grants hold, then as many more (in ID order)
+    /// as the node has room, Healthy; the rest Unhealthy; no NUMA node.
+    pub fn partition_states(&self, ledger: &Ledger) -> Vec<TokenState> {
+        let held: BTreeSet<&str> = ledger
+            .grants()
+            .values()
+            .filter(|g| g.family == Family::Partitioned && g.resource == self.resource)
+            .flat_map(|g| g.device_ids.iter().map(String::as_str))
+            .collect();
+        let room: u32 = self
+            .accelerators
+            .iter()
+            .filter_map(|i| ledger.seat(*i))
+            .map(|s| partitions::room(s, ledger, &[]))
+            .sum();
+        let held_here = self
+            .tokens
+            .keys()
+            .filter(|id| held.contains(id.as_str()))
+            .count();
+        let mut spare = usize::try_from(room)
+            .unwrap_or(usize::MAX)
+            .saturating_sub(held_here);
+        self.tokens
+            .keys()
+            .map(|id| {
+                let healthy = if held.contains(id.as_str()) {
+                    true
+                } else if spare > 0 {
+                    spare -= 1;
+                    true
+                } else {
+                    false
+                };
+                TokenState {
+                    id: id.clone(),
+                    healthy,
+                    numa_node: None,
+                }
+            })
+            .collect()
     }
 
     /// The accelerator a token ID of this pool names, `None` for an ID the pool does not
@@ -245,6 +315,36 @@ impl Pool {
     }
 }
 
+/// A pool of `per_of(seat)` tokens on each of `seats`.
+fn build<'s>(
+    resource: String,
+    kind: PoolKind,
+    seats: impl Iterator<Item = &'s Seat> + Clone,
+    per_of: impl Fn(&Seat) -> u32,
+) -> Pool {
+    let mut names: Vec<(String, u32, u32)> = seats
+        .clone()
+        .map(|s| (seat_name(s), s.index, per_of(s)))
+        .collect();
+    names.sort();
+    let tokens: BTreeMap<String, u32> = seats
+        .flat_map(|s| {
+            let per = per_of(s);
+            (0..per).map(move |n| (token_id(s, n, per), s.index))
+        })
+        .collect();
+    let mut accelerators: Vec<u32> = tokens.values().copied().collect();
+    accelerators.sort_unstable();
+    accelerators.dedup();
+    Pool {
+        resource,
+        kind,
+        tokens,
+        accelerators,
+        names,
+    }
+}
+
 fn seat_name(seat: &Seat) -> String {
     seat.uuid
         .clone()
@@ -275,11 +375,12 @@ mod tests {
             grantable,
             healthy: true,
             slice_capacity: 128,
+            partitions: Vec::new(),
         }
     }
 
     #[test]
-    fn pools_count_tokens_per_family_and_skip_mig_and_passthrough() {
+    fn pools_count_tokens_per_family_and_skip_mig_and_passthrough_in_the_whole_families() {
         let seats = [
             seat(0, Grantable::Whole),
             seat(1, Grantable::PartitionsOnly),
@@ -297,7 +398,9 @@ mod tests {
                 ("nvidia.com/gpu", 2),
                 ("nvidia.com/gpu.shared", 20),
                 ("nvidia.com/gpu.sliced", 256),
-                ("device.gpustack.ai/nvidia.visibility", 1024),
+                // The MIG GPU's sidecar tokens too (its partitions are made visible); no
+                // partitioned pool: its seat offers no profile.
+                ("device.gpustack.ai/nvidia.visibility", 1536),
             ]
         );
         assert_eq!(pools[0].tokens.get("GPU-3"), Some(&3));
@@ -308,11 +411,53 @@ mod tests {
         // No accelerator grantable whole: every pool is still there, with no token.
         let none = Pool::build(Manufacturer::Nvidia, &seats[1..3], true);
         assert_eq!(none.len(), 4);
-        assert!(none.iter().all(|p| p.tokens.is_empty()));
+        assert!(
+            none.iter()
+                .all(|p| p.tokens.is_empty() == (p.kind != PoolKind::Visibility))
+        );
         assert_eq!(
             pools[1].socket_name(),
             "gpustack-nvidia.com_gpu.shared.sock"
         );
+    }
+
+    #[test]
+    fn the_partitioned_pool_is_served_only_where_a_gpu_is_in_mig_mode_and_it_is_offered() {
+        use accel_core::ledger::partitions::PartitionShape;
+        let mut mig = seat(1, Grantable::PartitionsOnly);
+        mig.partitions = vec![PartitionShape {
+            id: 19,
+            name: "1g.10gb".into(),
+            memory_mib: Some(9984),
+            size: 1,
+            starts: (0..7).collect(),
+        }];
+        let seats = [seat(0, Grantable::Whole), mig];
+        let resource = "nvidia.com/gpu.partitioned";
+        let served = Pool::build_offer(&Offer::of(Manufacturer::Nvidia), &seats);
+        let pool = served.iter().find(|p| p.resource == resource).unwrap();
+        assert_eq!(pool.tokens.len(), 7);
+        assert_eq!(pool.accelerators, [1]);
+        // `serve --no-partitioned`.
+        let off = Offer {
+            partitioned: false,
+            ..Offer::of(Manufacturer::Nvidia)
+        };
+        assert!(
+            Pool::build_offer(&off, &seats)
+                .iter()
+                .all(|p| p.resource != resource)
+        );
+        // No GPU in MIG mode: not registered at all.
+        assert!(
+            Pool::build_offer(&Offer::of(Manufacturer::Nvidia), &seats[..1])
+                .iter()
+                .all(|p| p.resource != resource)
+        );
+        // Every token is Healthy on an empty GPU, and none names a NUMA node.
+        let ledger = Ledger::new(seats.to_vec(), Policy::default());
+        let states = pool.partition_states(&ledger);
+        assert!(states.iter().all(|t| t.healthy && t.numa_node.is_none()));
     }
 
     #[test]
@@ -374,6 +519,7 @@ mod tests {
                 accelerators: vec![0],
                 slice_units: 0,
                 cores_percentage: None,
+                partition: None,
             })
             .unwrap();
         assert!(pools[0].states(&ledger)[0].healthy);

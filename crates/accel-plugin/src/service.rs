@@ -45,12 +45,13 @@ use crate::identify::IdentifyError;
 use crate::journal::{Entry, Journal, JournalError};
 use crate::metrics::{Attribution, PluginMetrics, RefusalReason, Refuse, ResourceMetrics};
 use crate::pods::{Pod, PodSource};
-use crate::pools::{AcceleratorState, Pool, PoolKind};
+use crate::pools::{Pool, PoolKind, PoolView};
 use crate::settings::Settings;
 use crate::socket;
 use accel_backend::respond::{Answer, Injection, Responder};
 
 mod identity;
+mod partition;
 mod rebuild;
 mod reseat;
 mod verify;
@@ -88,6 +89,22 @@ pub struct Config {
     pub poll_interval: Duration,
     /// Where Allocate's latency, refusals and grants are counted.
     pub metrics: PluginMetrics,
+    /// The backend's partitioner and the programs it runs (`None`: no partition is made here).
+    pub partitions: Option<Partitions>,
+}
+
+/// What makes and takes back hardware partitions on this node.
+#[derive(Clone)]
+pub struct Partitions {
+    pub partitioner: Arc<dyn accel_backend::Partitioner>,
+    /// The node's programs (live, or the recorded host's replay).
+    pub commands: Arc<dyn accel_host::Commands>,
+}
+
+impl std::fmt::Debug for Partitions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Partitions").finish_non_exhaustive()
+    }
 }
 
 /// What one manufacturer's accelerators are offered as: the facts the plugin takes from the
@@ -104,6 +121,13 @@ pub struct Offer {
     /// The `<base>.sliced` pool is served: the backend slices, its library for the node's
     /// runtime is staged, and `serve --no-sliced` is not given.
     pub sliced: bool,
+    /// The `<base>.partitioned` pool is served: the backend has a partitioner and
+    /// `serve --no-partitioned` is not given. It is registered only where an accelerator is in
+    /// a partitioning mode with a profile it can place.
+    pub partitioned: bool,
+    /// `<kind>` of `<base>.partitioned.<kind>-<profile>` (`GPUSTACK_<MANUFACTURER>_PARTITION_KIND`,
+    /// `mig` for NVIDIA); `None`: the manufacturer has no partitioned family.
+    pub partition_kind: Option<String>,
 }
 
 impl Offer {
@@ -123,6 +147,8 @@ impl Offer {
             ),
             shared: true,
             sliced: true,
+            partitioned: true,
+            partition_kind: accel_core::resources::partition_kind(manufacturer).map(str::to_string),
         }
     }
 }
@@ -157,6 +183,12 @@ struct State {
     /// Grants made from the Pod watch's answer alone, until the kubelet confirms their
     /// container ([`verify`]).
     unverified: Vec<verify::Unverified>,
+    /// Partition grants whose Pod is gone and whose instance is being destroyed: they stay in
+    /// the ledger, occupying their placement, until it is ([`partition`]).
+    reclaiming: BTreeSet<GrantKey>,
+    /// Partition grants whose instance was not found live after a restart: never acted on,
+    /// their container's next Allocate is refused ([`partition`]).
+    stale: BTreeMap<GrantKey, String>,
 }
 
 struct Shared {
@@ -214,6 +246,8 @@ impl DevicePlugins {
                 visibility: BTreeMap::new(),
                 direct: BTreeMap::new(),
                 unverified: Vec::new(),
+                reclaiming: BTreeSet::new(),
+                stale: BTreeMap::new(),
             }),
             changed: watch::channel(0).0,
             notify_pending: Arc::new(AtomicBool::new(false)),
@@ -239,6 +273,7 @@ impl DevicePlugins {
             None => replay.grants,
         };
         shared.restore(grants);
+        shared.check_partitions().await;
         shared.adopt_unattributed();
         // The journal first; then what the cluster recorded, once the Pods are known (else
         // the Pod watcher settles at its first sync: Allocate cannot identify a container
@@ -528,6 +563,7 @@ impl Shared {
                             accelerators: distinct,
                             units,
                             cores_percentage: cores,
+                            partition: None,
                             finished: pod.phase.finished(),
                         },
                     );
@@ -537,10 +573,12 @@ impl Shared {
         grants
     }
 
-    /// Releases the grants of Pods that are gone and stops charging finished ones.
-    fn reconcile_pods(&self) {
+    /// Releases the grants of Pods that are gone and stops charging finished ones. A partition
+    /// whose Pod is gone stays in the ledger while its instance is destroyed ([`partition`]).
+    fn reconcile_pods(self: &Arc<Self>) {
         let mut changed = false;
         let mut gone = Vec::new();
+        let mut reclaim = Vec::new();
         {
             // The Pods are read under the ledger lock: a snapshot taken before it could miss a
             // Pod whose Allocate granted in between, and release that fresh grant as "gone".
@@ -568,6 +606,60 @@ impl Shared {
                 match by_uid.get(uid.as_str()) {
                     None if state.direct.contains_key(&uid) => {}
                     None => {
+                        let made: Vec<(GrantKey, Grant)> = state
+                            .ledger
+                            .grants()
+                            .iter()
+                            .filter(|(k, g)| k.pod_uid == uid && partition::has_instance(g))
+                            .map(|(k, g)| (k.clone(), g.clone()))
+                            .collect();
+                        if !made.is_empty() {
+                            for (key, grant) in made {
+                                if !state.stale.contains_key(&key)
+                                    && state.reclaiming.insert(key.clone())
+                                {
+                                    reclaim.push((key, grant));
+                                }
+                            }
+                            let others: Vec<GrantKey> = state
+                                .ledger
+                                .grants()
+                                .iter()
+                                .filter(|(k, g)| k.pod_uid == uid && !partition::has_instance(g))
+                                .map(|(k, _)| k.clone())
+                                .collect();
+                            for key in others {
+                                if state.ledger.release(&key).is_some() {
+                                    if let Err(e) = state.journal.append(&Entry::Release { key }) {
+                                        tracing::error!("ledger journal: {e}");
+                                    }
+                                    changed = true;
+                                }
+                            }
+                            let stale: Vec<GrantKey> = state
+                                .stale
+                                .keys()
+                                .filter(|k| k.pod_uid == uid)
+                                .cloned()
+                                .collect();
+                            for key in stale {
+                                // A record whose instance is gone is never acted on: the grant
+                                // and the record go, nothing is destroyed.
+                                state.stale.remove(&key);
+                                if state.ledger.release(&key).is_some() {
+                                    let _ = crate::ownership::remove(
+                                        &self.config.data_dir,
+                                        &key.pod_uid,
+                                        &key.container,
+                                    );
+                                    if let Err(e) = state.journal.append(&Entry::Release { key }) {
+                                        tracing::error!("ledger journal: {e}");
+                                    }
+                                    changed = true;
+                                }
+                            }
+                            continue;
+                        }
                         for (key, grant) in state.ledger.pod_gone(&uid) {
                             tracing::info!(
                                 "released {key}: its Pod is gone ({:?})",
@@ -608,6 +700,16 @@ impl Shared {
         for uid in gone {
             self.config.responder.reclaim(&uid);
         }
+        for (key, grant) in reclaim {
+            match tokio::runtime::Handle::try_current() {
+                Ok(runtime) => {
+                    runtime.spawn(self.clone().reclaim_partition(key, grant));
+                }
+                Err(_) => {
+                    self.lock().reclaiming.remove(&key);
+                }
+            }
+        }
         if changed {
             self.notify();
         }
@@ -629,9 +731,10 @@ impl Shared {
         }
     }
 
-    /// The state every token of `pool` derives from, read under the lock (a few entries).
-    fn accelerator_states(&self, pool: &Pool) -> Vec<AcceleratorState> {
-        pool.accelerator_states(&self.lock().ledger)
+    /// The state every token of `pool` derives from, read under the lock (a few entries; every
+    /// token of the partitioned pool, whose health is node-level).
+    fn pool_view(&self, pool: &Pool) -> PoolView {
+        pool.view(&self.lock().ledger)
     }
 
     async fn preferred(
@@ -640,8 +743,9 @@ impl Shared {
         request: &dp::ContainerPreferredAllocationRequest,
     ) -> Vec<String> {
         let size = usize::try_from(request.allocation_size).unwrap_or(0);
-        let Some(family) = pool.family() else {
-            // Visibility tokens are a fungible count: any will do.
+        let family = pool.family().filter(|f| *f != Family::Partitioned);
+        let Some(family) = family else {
+            // Visibility and partition tokens are a fungible count: any will do.
             let mut ids: Vec<String> = request.must_include_device_i_ds.clone();
             for id in &request.available_device_i_ds {
                 if ids.len() >= size {
@@ -754,6 +858,9 @@ impl Shared {
         device_ids: Vec<String>,
     ) -> Result<dp::ContainerAllocateResponse, Status> {
         let started = Instant::now();
+        if pool.family() == Some(Family::Partitioned) && !device_ids.is_empty() {
+            return self.allocate_partition(pool, device_ids, started).await;
+        }
         if device_ids.is_empty() {
             return Err(refused(
                 &pool.resource,
@@ -896,22 +1003,67 @@ impl Shared {
         }
         let container = pod.container(&key.container);
         let Some(family) = pool.family() else {
-            // The sidecar sees exactly its owner's accelerators; it takes no ledger capacity.
-            let owner = state
+            // The sidecar sees exactly its owner's accelerators; it takes no ledger capacity. A
+            // partition owner's sidecar sees the partition, never the parent accelerator.
+            let owner_grant = state
                 .ledger
                 .grants()
                 .iter()
                 .filter(|(k, _)| k.pod_uid == key.pod_uid && k.container != key.container)
                 .min_by_key(|(k, g)| (g.accelerators.len() != device_ids.len(), (*k).clone()))
-                .map(|(_, g)| g.accelerators.clone())
-                .ok_or_else(|| {
-                    refuse(
-                        Status::failed_precondition(format!(
-                            "{who}: no other container of the Pod holds accelerators to make visible"
-                        ))
-                        .refused(RefusalReason::NoOwner),
-                    )
-                })?;
+                .map(|(k, g)| (k.clone(), g.clone()));
+            if let Some((owner_key, owner)) = owner_grant
+                .as_ref()
+                .filter(|(_, g)| g.family == Family::Partitioned)
+            {
+                let uuid = partition::sidecar_partition(state, &self.config.data_dir, owner_key, owner)
+                    .map_err(|why| {
+                        refuse(
+                            Status::failed_precondition(format!(
+                                "{who}: the partition of {owner_key} cannot be made visible, and the parent GPU never is: {why}"
+                            ))
+                            .refused(RefusalReason::NoOwner),
+                        )
+                    })?;
+                let seats: Vec<&Seat> = owner
+                    .accelerators
+                    .iter()
+                    .filter_map(|i| state.ledger.seat(*i))
+                    .collect();
+                let response = self
+                    .config
+                    .responder
+                    .respond(&Answer {
+                        family: None,
+                        seats: &seats,
+                        slice_units: 0,
+                        cores_percentage: None,
+                        partition: Some(&uuid),
+                        pod,
+                        container,
+                    })
+                    .map(container_response)
+                    .map_err(|e| {
+                        refuse(
+                            Status::failed_precondition(format!("{who}: {e}"))
+                                .refused(RefusalReason::Responder),
+                        )
+                    })?;
+                let mut sorted = device_ids;
+                sorted.sort();
+                if state.visibility.insert(key, sorted).is_none() {
+                    self.config.metrics.granted(None);
+                }
+                return Ok((response, false));
+            }
+            let owner = owner_grant.map(|(_, g)| g.accelerators).ok_or_else(|| {
+                refuse(
+                    Status::failed_precondition(format!(
+                        "{who}: no other container of the Pod holds accelerators to make visible"
+                    ))
+                    .refused(RefusalReason::NoOwner),
+                )
+            })?;
             let seats: Vec<&Seat> = owner.iter().filter_map(|i| state.ledger.seat(*i)).collect();
             let response = self
                 .config
@@ -921,6 +1073,7 @@ impl Shared {
                     seats: &seats,
                     slice_units: 0,
                     cores_percentage: None,
+                    partition: None,
                     pod,
                     container,
                 })
@@ -954,6 +1107,7 @@ impl Shared {
             accelerators,
             slice_units: units,
             cores_percentage: cores,
+            partition: None,
         };
         let receipt = state
             .ledger
@@ -975,6 +1129,7 @@ impl Shared {
             seats: &seats,
             slice_units: grant.units,
             cores_percentage: grant.cores_percentage,
+            partition: None,
             pod,
             container,
         });
@@ -1096,7 +1251,7 @@ impl DevicePlugin for PoolService {
             loop {
                 let pools = shared.pools();
                 let pool = &pools[index];
-                let states = shared.accelerator_states(pool);
+                let states = shared.pool_view(pool);
                 if last.as_ref() != Some(&states) {
                     let list = device_list(pool, &states);
                     last = Some(states);
@@ -1181,11 +1336,11 @@ impl PoolService {
     }
 }
 
-/// The ListAndWatch message for `pool` with its accelerators in `states`, built outside the lock.
-fn device_list(pool: &Pool, states: &[AcceleratorState]) -> dp::ListAndWatchResponse {
+/// The ListAndWatch message for `pool` in the state `view`, built outside the lock.
+fn device_list(pool: &Pool, view: &PoolView) -> dp::ListAndWatchResponse {
     dp::ListAndWatchResponse {
         devices: pool
-            .states_from(states)
+            .tokens_of(view)
             .into_iter()
             .map(|t| dp::Device {
                 id: t.id,

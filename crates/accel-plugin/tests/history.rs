@@ -65,6 +65,7 @@ fn seats() -> Vec<Seat> {
             healthy: true,
             // Few slots, so the slot gate is reached.
             slice_capacity: 3,
+            partitions: Vec::new(),
         })
         .collect()
 }
@@ -85,6 +86,7 @@ fn config(dir: &std::path::Path) -> Config {
             engine: std::sync::Arc::new(EngineFacts::default()),
         }),
         poll_interval: Duration::from_millis(20),
+        partitions: None,
         metrics: Default::default(),
     }
 }

@@ -38,6 +38,7 @@ fn seats(n: u32) -> Vec<Seat> {
             grantable: Grantable::Whole,
             healthy: true,
             slice_capacity: 128,
+            partitions: Vec::new(),
         })
         .collect()
 }
@@ -75,6 +76,7 @@ impl Rig {
                 engine: std::sync::Arc::new(EngineFacts::default()),
             }),
             poll_interval: Duration::from_millis(20),
+            partitions: None,
             metrics: metrics.clone(),
         };
         let watch = kubelet.watch();

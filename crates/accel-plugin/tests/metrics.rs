@@ -42,6 +42,7 @@ fn seats(n: u32) -> Vec<Seat> {
             grantable: Grantable::Whole,
             healthy: true,
             slice_capacity: 128,
+            partitions: Vec::new(),
         })
         .collect()
 }
@@ -128,6 +129,7 @@ async fn allocate_latency_refusals_and_grants_are_exposed() {
             engine: std::sync::Arc::new(EngineFacts::default()),
         }),
         poll_interval: Duration::from_millis(20),
+        partitions: None,
         metrics,
     };
     let plugins = DevicePlugins::start(config, Arc::new(kubelet.pods().clone()))

@@ -33,6 +33,7 @@ fn seats(n: u32) -> Vec<Seat> {
             grantable: Grantable::Whole,
             healthy: true,
             slice_capacity: 128,
+            partitions: Vec::new(),
         })
         .collect()
 }
@@ -67,6 +68,7 @@ impl Rig {
                 engine: std::sync::Arc::new(EngineFacts::default()),
             }),
             poll_interval: Duration::from_millis(20),
+            partitions: None,
             metrics: Default::default(),
         };
         let mut rig = Rig {

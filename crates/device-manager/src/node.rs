@@ -87,9 +87,14 @@ impl Node {
         }
         let host = FsHost::new(kind.files());
         let commands: Box<dyn Commands> = match &kind {
-            HostRoot::Recorded { dir, .. } => Box::new(
-                RecordedCommands::load(dir)
-                    .with_context(|| format!("recorded host {}", dir.display()))?,
+            // A recording that keeps MIG state (`mig-state.json`) answers the MIG commands from
+            // it, so the instances `serve` makes show in a later `detect`.
+            HostRoot::Recorded { dir, .. } => accel_nvidia::mig_replay::wrap(
+                dir,
+                Box::new(
+                    RecordedCommands::load(dir)
+                        .with_context(|| format!("recorded host {}", dir.display()))?,
+                ),
             ),
             HostRoot::Live { .. } => Box::new(SystemCommands::new()),
         };

@@ -21,8 +21,8 @@ use accel_core::devices::{
 };
 use accel_core::inventory::{Inventory, ManufacturerInventory};
 use accel_core::labels::labels_with;
-use accel_core::ledger::Ledger;
 use accel_core::ledger::units::slices_per_accelerator;
+use accel_core::ledger::{Ledger, Policy, partitions};
 use accel_core::resources::KeyGrammar;
 use accel_kube::publish::{Desired, NodeEvent, pod_annotations};
 use accel_plugin::PluginHandle;
@@ -96,12 +96,29 @@ pub fn desired(
         snapshot.manufacturer,
         slices(snapshot.manufacturer).unwrap_or(0),
     );
-    let capacity = node_capacity(grammar, snapshot.manufacturer, &seats, &BTreeMap::new());
+    // Partition profiles: each partitioned accelerator's allocated and placeable instances, from
+    // the ledger's grants; before the plugins serve, an empty ledger over the detected seats
+    // (every profile at its static ceiling, never 0).
+    let unserved;
+    let ledger_now = match snapshot.ledger {
+        Some(ledger) => ledger,
+        None => {
+            unserved = Ledger::new(seats.clone(), Policy::default());
+            &unserved
+        }
+    };
+    let partition_occupancy = partitions::occupancies(ledger_now, &BTreeMap::new());
+    let capacity = node_capacity(
+        grammar,
+        snapshot.manufacturer,
+        &seats,
+        &partitions::node_profiles(&partition_occupancy),
+    );
     let empty = BTreeMap::new();
     let previous_annotations = previous.map_or(&empty, |p| &p.annotations);
     let (accelerators, annotations) = match snapshot.ledger {
         Some(ledger) => (
-            allocations(snapshot.manufacturer, ledger, &BTreeMap::new()),
+            allocations(snapshot.manufacturer, ledger, &partition_occupancy),
             pod_annotations(snapshot.pods, ledger.grants(), previous_annotations),
         ),
         None => (Vec::new(), BTreeMap::new()),

@@ -172,6 +172,7 @@ fn seat(index: u32, slice_capacity: u32) -> Seat {
         },
         healthy: true,
         slice_capacity,
+        partitions: Vec::new(),
     }
 }
 
@@ -184,6 +185,7 @@ fn claim(pod: &str, family: Family, accelerators: &[u32], units: u64) -> Claim {
         accelerators: accelerators.to_vec(),
         slice_units: units,
         cores_percentage: None,
+        partition: None,
     }
 }
 

@@ -64,6 +64,7 @@ mod tests {
             accelerators,
             units: 400_000,
             cores_percentage: Some(50),
+            partition: None,
             finished: false,
         }
     }

@@ -9,6 +9,7 @@
 //! It never decides who a container is (the plugin identifies it) nor what is injected.
 
 pub mod annotation;
+pub mod partitions;
 pub mod placement;
 pub mod units;
 
@@ -109,6 +110,9 @@ pub struct Grant {
     /// The Pod reached Succeeded or Failed.
     #[serde(default)]
     pub finished: bool,
+    /// A partition grant's instance: its profile and placement on its one accelerator.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub partition: Option<partitions::PartitionPlacement>,
 }
 
 /// What a container asks the ledger for: the accelerators the kubelet's tokens name, one entry
@@ -120,9 +124,12 @@ pub struct Claim {
     pub resource: String,
     pub device_ids: Vec<String>,
     pub accelerators: Vec<u32>,
-    /// Units per accelerator for a slice; ignored for exclusive and shared.
+    /// Units per accelerator for a slice or a partition (its profile's VRAM folded); ignored
+    /// for exclusive and shared.
     pub slice_units: u64,
     pub cores_percentage: Option<u32>,
+    /// A partition's profile and placement (the allocator chose them against the geometry).
+    pub partition: Option<partitions::PartitionPlacement>,
 }
 
 /// The ledger's switches (seed 000's settings).
@@ -158,6 +165,8 @@ pub struct Seat {
     pub healthy: bool,
     /// Logical slices it may host (0: not logically sliceable here).
     pub slice_capacity: u32,
+    /// The partition profiles it offers with their placements (in a partitioning mode).
+    pub partitions: Vec<partitions::PartitionShape>,
 }
 
 impl Seat {
@@ -172,6 +181,7 @@ impl Seat {
             grantable: accelerator.grantable,
             healthy: accelerator.healthy,
             slice_capacity,
+            partitions: partitions::shapes_of(accelerator),
         }
     }
 
@@ -272,6 +282,25 @@ pub enum Refusal {
     /// A slice with a budget outside 1 – 1,600,000 units.
     #[error("{key}: a slice of {units} units is outside 1-1600000")]
     BadBudget { key: GrantKey, units: u64 },
+    /// A partition claim without its one accelerator and placement.
+    #[error("{key}: a partition grant is one instance on one accelerator, with its placement")]
+    PartitionShape { key: GrantKey },
+    /// A profile or start the accelerator does not offer.
+    #[error("accelerator {accelerator} offers no {profile} instance at memory slice {start}")]
+    NotOffered {
+        accelerator: String,
+        profile: String,
+        start: u32,
+    },
+    /// The placement overlaps a live instance.
+    #[error(
+        "accelerator {accelerator}: a {profile} instance at memory slice {start} overlaps a live instance"
+    )]
+    PlacementTaken {
+        accelerator: String,
+        profile: String,
+        start: u32,
+    },
     /// One container asking for a second family.
     #[error("{key} already holds a {held} grant; one container holds one family")]
     SecondFamily { key: GrantKey, held: Family },
@@ -409,6 +438,7 @@ impl Ledger {
             accelerators: grant.accelerators,
             slice_units: grant.units,
             cores_percentage: grant.cores_percentage,
+            partition: grant.partition,
         };
         if !charges {
             // A finished Pod's released grant takes no room; only its shape is checked.
@@ -468,9 +498,11 @@ impl Ledger {
         device_ids: Vec<String>,
         check_health: bool,
     ) -> Result<Grant, Refusal> {
-        if claim.family == Family::Partitioned {
-            return Err(Refusal::FamilyNotServed {
-                family: claim.family,
+        if claim.family == Family::Partitioned
+            && (claim.accelerators.len() != 1 || claim.partition.is_none())
+        {
+            return Err(Refusal::PartitionShape {
+                key: claim.key.clone(),
             });
         }
         if claim.accelerators.is_empty() {
@@ -489,10 +521,15 @@ impl Ledger {
                     family: claim.family,
                 });
             }
-            let why = match seat.grantable {
-                Grantable::Whole => None,
-                Grantable::PartitionsOnly => Some("it is in MIG mode and feeds only partitions"),
-                Grantable::Nothing => Some("it is passed through to a virtual machine"),
+            let why = match (seat.grantable, claim.family) {
+                (Grantable::Whole, Family::Partitioned) => {
+                    Some("it is not in MIG mode and feeds no partitions")
+                }
+                (Grantable::Whole, _) | (Grantable::PartitionsOnly, Family::Partitioned) => None,
+                (Grantable::PartitionsOnly, _) => {
+                    Some("it is in MIG mode and feeds only partitions")
+                }
+                (Grantable::Nothing, _) => Some("it is passed through to a virtual machine"),
             };
             if let Some(why) = why {
                 return Err(Refusal::NotGrantable {
@@ -514,11 +551,23 @@ impl Ledger {
                     why: "it fails the health rule".to_string(),
                 });
             }
+            if let (Family::Partitioned, Some(p)) = (claim.family, &claim.partition) {
+                let offered = seat.partitions.iter().any(|s| {
+                    s.name == p.profile && s.size == p.size && s.starts.contains(&p.start)
+                });
+                if !offered {
+                    return Err(Refusal::NotOffered {
+                        accelerator: self.describe(index),
+                        profile: p.profile.clone(),
+                        start: p.start,
+                    });
+                }
+            }
         }
         let units = match claim.family {
-            Family::Exclusive | Family::Partitioned => UNITS_PER_ACCELERATOR,
+            Family::Exclusive => UNITS_PER_ACCELERATOR,
             Family::Shared => UNITS_PER_SHARE,
-            Family::Sliced => {
+            Family::Sliced | Family::Partitioned => {
                 if claim.slice_units == 0 || claim.slice_units > UNITS_PER_ACCELERATOR {
                     return Err(Refusal::BadBudget {
                         key: claim.key.clone(),
@@ -536,6 +585,7 @@ impl Ledger {
             units,
             cores_percentage: claim.cores_percentage,
             finished: false,
+            partition: claim.partition.clone(),
         })
     }
 
@@ -548,6 +598,19 @@ impl Ledger {
                 .copied()
                 .unwrap_or(Occupancy::FREE);
             self.fits(index, &occupancy, grant.family, grant.units)?;
+            if let Some(p) = &grant.partition {
+                let taken = partitions::occupied(self, index, &[]);
+                if taken
+                    .iter()
+                    .any(|o| partitions::overlaps((p.start, p.size), *o))
+                {
+                    return Err(Refusal::PlacementTaken {
+                        accelerator: self.describe(index),
+                        profile: p.profile.clone(),
+                        start: p.start,
+                    });
+                }
+            }
         }
         Ok(())
     }
@@ -607,6 +670,45 @@ impl Ledger {
             }
             _ => Ok(()),
         }
+    }
+
+    /// Records the instance made for a reserved partition grant (its placement and charge stay
+    /// as reserved). Returns false when `key` holds no partition grant.
+    pub fn set_partition_instance(
+        &mut self,
+        key: &GrantKey,
+        instance: partitions::PartitionInstance,
+    ) -> bool {
+        match self.grants.get_mut(key).and_then(|g| g.partition.as_mut()) {
+            Some(placement) => {
+                placement.instance = Some(instance);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Moves a reserved partition grant to another start on its accelerator (it claims an
+    /// instance found there), refused when the new placement overlaps another grant's; the
+    /// grant is unchanged on a refusal.
+    pub fn move_partition(&mut self, key: &GrantKey, start: u32) -> Result<(), Refusal> {
+        let Some(mut grant) = self.remove(key) else {
+            return Err(Refusal::PartitionShape { key: key.clone() });
+        };
+        let old = grant.clone();
+        match grant.partition.as_mut() {
+            Some(p) => p.start = start,
+            None => {
+                self.insert(key.clone(), old);
+                return Err(Refusal::PartitionShape { key: key.clone() });
+            }
+        }
+        if let Err(refusal) = self.check_room(&grant) {
+            self.insert(key.clone(), old);
+            return Err(refusal);
+        }
+        self.insert(key.clone(), grant);
+        Ok(())
     }
 
     /// Undoes a recorded claim the responder refused: the grant goes, and a claim the container
@@ -756,6 +858,14 @@ impl Ledger {
                     "accelerator {index} is exclusive with {} holders",
                     occupancy.holders
                 ));
+            }
+            let placed = partitions::occupied(self, *index, &[]);
+            for (n, a) in placed.iter().enumerate() {
+                if placed[n + 1..].iter().any(|b| partitions::overlaps(*a, *b)) {
+                    return Err(format!(
+                        "accelerator {index} has overlapping partitions {placed:?}"
+                    ));
+                }
             }
             if occupancy.shares > SHARES_PER_ACCELERATOR {
                 return Err(format!(

@@ -14,6 +14,7 @@ fn seat(index: u32, numa: u32) -> Seat {
         grantable: Grantable::Whole,
         healthy: true,
         slice_capacity: NVIDIA_SLICES_PER_ACCELERATOR,
+        partitions: Vec::new(),
     }
 }
 
@@ -30,6 +31,7 @@ fn claim(pod: &str, family: Family, accelerators: &[u32], units: u64) -> Claim {
         accelerators: accelerators.to_vec(),
         slice_units: units,
         cores_percentage: None,
+        partition: None,
     }
 }
 
@@ -84,6 +86,7 @@ fn slice_gate_refuses_without_slot_or_room() {
     let mut l = Ledger::new(
         [Seat {
             slice_capacity: HYGON_SLICES_PER_ACCELERATOR,
+            partitions: Vec::new(),
             ..seat(0, 0)
         }],
         Policy::default(),
@@ -113,6 +116,7 @@ fn slice_gate_refuses_without_slot_or_room() {
     let mut open = Ledger::new(
         [Seat {
             slice_capacity: 1,
+            partitions: Vec::new(),
             ..seat(0, 0)
         }],
         Policy {
@@ -231,7 +235,7 @@ fn mig_and_passthrough_accelerators_are_refused() {
     ));
     assert!(matches!(
         l.allocate(claim("a", Family::Partitioned, &[0], 0)),
-        Err(Refusal::FamilyNotServed { .. })
+        Err(Refusal::PartitionShape { .. })
     ));
 }
 
@@ -254,6 +258,7 @@ fn unhealthy_accelerator_refuses_new_grants_but_restores_old() {
             accelerators: c.accelerators,
             units: UNITS_PER_ACCELERATOR,
             cores_percentage: None,
+            partition: None,
             finished: false,
         },
     )
@@ -562,6 +567,7 @@ fn grant(family: Family, accelerators: &[u32], units: u64) -> Grant {
         accelerators: accelerators.to_vec(),
         units,
         cores_percentage: None,
+        partition: None,
         finished: false,
     }
 }
@@ -679,10 +685,12 @@ fn only_a_slice_needs_a_sliceable_accelerator() {
         [
             Seat {
                 slice_capacity: 0,
+                partitions: Vec::new(),
                 ..seat(0, 0)
             },
             Seat {
                 slice_capacity: 0,
+                partitions: Vec::new(),
                 ..seat(1, 0)
             },
         ],
@@ -824,6 +832,7 @@ fn verify_allows_every_share_and_not_one_more() {
 fn verify_bounds_slots_and_units_only_while_the_slice_gate_is_on() {
     let two_slots = || Seat {
         slice_capacity: 2,
+        partitions: Vec::new(),
         ..seat(0, 0)
     };
     let slices = |units: &[u64]| {

@@ -752,6 +752,7 @@ mod tests {
             accelerators: vec![0],
             units: 1_600_000,
             cores_percentage: None,
+            partition: None,
             finished: false,
         }
     }

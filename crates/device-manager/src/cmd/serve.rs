@@ -88,7 +88,8 @@ pub struct Args {
     /// Do not serve logical slices (`<base>.sliced`, and no sliced capacity is published).
     #[arg(long, env = "NO_SLICED")]
     pub no_sliced: bool,
-    /// Do not serve hardware partitions (`<base>.partitioned`; no backend serves them yet).
+    /// Do not serve hardware partitions (`<base>.partitioned`, registered only where a GPU is in
+    /// MIG mode).
     #[arg(long, env = "NO_PARTITIONED")]
     pub no_partitioned: bool,
     /// Detect without first looking for the manufacturer's PCI vendor id on the bus (a host
@@ -194,6 +195,10 @@ pub fn run(args: Args, settings: &Settings) -> anyhow::Result<ExitCode> {
     std::fs::create_dir_all(&paths.data_dir)
         .with_context(|| format!("creating the data directory {}", paths.data_dir.display()))?;
     let mut node = Node::open(&args.host_root)?;
+    // The partitioner's own handle on the node's programs: a create never waits for a
+    // detection pass holding the collector (a recorded host's MIG state is one file for both).
+    let partition_commands: Arc<dyn accel_host::Commands> =
+        Arc::from(Node::open(&args.host_root)?.commands);
     node.table = settings.manufacturers.clone();
     node.pci_gate = !args.no_pci_check;
     if node.is_recorded() {
@@ -334,6 +339,7 @@ pub fn run(args: Args, settings: &Settings) -> anyhow::Result<ExitCode> {
                         engine,
                         plugin_metrics,
                         &daemon,
+                        &partition_commands,
                         section,
                     )
                 },
@@ -378,6 +384,7 @@ fn plugin_config(
     engine: Arc<dyn EngineSource>,
     metrics: PluginMetrics,
     daemon: &Daemon,
+    partition_commands: &Arc<dyn accel_host::Commands>,
     section: &ManufacturerInventory,
 ) -> Config {
     let slicing = slices_offered(backend, daemon, &paths.library_dir, section);
@@ -403,6 +410,10 @@ fn plugin_config(
         offer: Offer {
             shared: !args.no_shared,
             sliced: slicing.offered && !args.no_sliced && row.slice_count.is_some(),
+            partitioned: backend.partitioner.is_some()
+                && !args.no_partitioned
+                && row.partition_kind.is_some(),
+            partition_kind: row.partition_kind.clone(),
             ..Offer::with_base(section.name, &row.resource_base)
         },
         seats: daemon::seats_of(&inventory, section.name),
@@ -416,6 +427,13 @@ fn plugin_config(
         }),
         poll_interval: Duration::from_secs(1),
         metrics,
+        partitions: backend
+            .partitioner
+            .clone()
+            .map(|partitioner| accel_plugin::Partitions {
+                partitioner,
+                commands: partition_commands.clone(),
+            }),
     }
 }
 

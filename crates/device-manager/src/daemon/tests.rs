@@ -180,6 +180,7 @@ fn plugin_config(kubelet_dir: &Path, data: &Path, section: &ManufacturerInventor
             engine: std::sync::Arc::new(EngineFacts::default()),
         }),
         poll_interval: Duration::from_millis(50),
+        partitions: None,
         metrics: Default::default(),
     }
 }
@@ -1514,4 +1515,168 @@ async fn xids_are_counted_by_code_and_class_and_health_follows() {
         "an application XID leaves it in service"
     );
     rig.stop().await;
+}
+
+/// A copy of the recorded 8×H100 host in MIG mode (no instances), its MIG state included.
+fn mig_host() -> tempfile::TempDir {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata/hosts/hgx-h100-8gpu-mig");
+    let dir = tempfile::tempdir().unwrap();
+    let status = std::process::Command::new("cp")
+        .arg("-a")
+        .arg(format!("{}/.", src.display()))
+        .arg(dir.path())
+        .status()
+        .unwrap();
+    assert!(status.success());
+    set_boot(dir.path(), BOOT);
+    dir
+}
+
+/// Issue 13: the worked 8×H100 example through `serve`'s published state. Eight empty H100s in
+/// MIG mode advertise 56 Healthy partition tokens and publish every profile's capacity; after
+/// one `3g.40gb` (admitted through the emulator: GPU 0, slices 0-3) the tokens are 53 and the
+/// keys 52, 30, 22, 16, 7, 7; the `Devices` status shows GPU 0 partitioned with its allocated and
+/// still-placeable profiles; `+me` profiles reach no key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_worked_mig_example_reaches_the_published_tokens_capacity_and_devices_status() {
+    use accel_core::devices::AllocationMode;
+    use accel_core::resources::KeyGrammar;
+    use tokio::sync::watch;
+
+    use crate::publish::Feed;
+
+    const PARTITIONED: &str = "nvidia.com/gpu.partitioned";
+    let host = mig_host();
+    let parent = tempfile::tempdir().unwrap();
+    let data = data_dir(&parent);
+    let kubelet_dir = tempfile::tempdir().unwrap();
+    let kubelet = Kubelet::start(kubelet_dir.path(), MemoryPods::new()).await;
+    let (daemon, _commands) = prepare(host.path(), options(&data));
+    // The partitioner's own handle on the host's programs, as `serve` opens it.
+    let partition_commands: Arc<dyn Commands> =
+        Arc::from(Node::open(host.path()).unwrap().commands);
+    let pods = Arc::new(kubelet.pods().clone());
+    let start = daemon.start_plugins(
+        |s| Config {
+            partitions: Some(accel_plugin::Partitions {
+                partitioner: Arc::new(accel_nvidia::partitioner::SmiPartitioner::default()),
+                commands: partition_commands.clone(),
+            }),
+            ..plugin_config(kubelet_dir.path(), &data, s)
+        },
+        pods,
+    );
+    let plugins = tokio::time::timeout(SETTLE, start)
+        .await
+        .expect("the MIG host's GPUs were detected at start")
+        .unwrap();
+    kubelet.wait_for(&[PARTITIONED]).await;
+    let healthy = |n: usize| {
+        kubelet.wait_devices(PARTITIONED, move |devices| {
+            devices.iter().filter(|d| d.health == "Healthy").count() == n
+        })
+    };
+    tokio::time::timeout(SETTLE, healthy(56))
+        .await
+        .expect("56 Healthy tokens");
+    assert_eq!(kubelet.devices(PARTITIONED).len(), 56);
+    assert!(
+        kubelet.devices(GPU).is_empty(),
+        "no whole-GPU token on a MIG GPU"
+    );
+
+    let (_plugins_tx, plugins_rx) = watch::channel(Some(plugins.handle()));
+    let feed = Feed {
+        grammar: KeyGrammar::default(),
+        slices: Arc::new(|_| false),
+        pods: Arc::new(kubelet.pods().clone()),
+        detected: daemon.published(),
+        plugins: plugins_rx,
+        out: watch::channel(None).0,
+    };
+    let keys = |feed: &Feed| -> BTreeMap<String, u64> {
+        feed.update();
+        feed.out
+            .borrow()
+            .as_ref()
+            .unwrap()
+            .capacity
+            .iter()
+            .filter(|(k, _)| k.starts_with("nvidia.com/gpu.partitioned."))
+            .map(|(k, v)| (k.clone(), *v))
+            .collect()
+    };
+    let expect = |pairs: &[(&str, u64)]| -> BTreeMap<String, u64> {
+        pairs
+            .iter()
+            .map(|(k, v)| (format!("nvidia.com/gpu.partitioned.{k}"), *v))
+            .collect()
+    };
+    assert_eq!(
+        keys(&feed),
+        expect(&[
+            ("units", 12_800_000),
+            ("mig-1g.10gb", 56),
+            ("mig-1g.20gb", 32),
+            ("mig-2g.20gb", 24),
+            ("mig-3g.40gb", 16),
+            ("mig-4g.40gb", 8),
+            ("mig-7g.80gb", 8),
+        ])
+    );
+
+    kubelet.create(Pod {
+        containers: vec![Container {
+            name: "main".into(),
+            limits: BTreeMap::from([
+                (PARTITIONED.to_string(), "1".to_string()),
+                (format!("{PARTITIONED}.mig-3g.40gb"), "1".to_string()),
+            ]),
+            env: BTreeMap::new(),
+        }],
+        ..pod_with("uid-a", PARTITIONED, "1")
+    });
+    let admission = kubelet.admit("uid-a").await.unwrap();
+    let visible = &admission["main"][PARTITIONED].envs["NVIDIA_VISIBLE_DEVICES"];
+    assert!(visible.starts_with("MIG-"), "{visible}");
+    tokio::time::timeout(SETTLE, healthy(53))
+        .await
+        .expect("53 Healthy tokens");
+    assert_eq!(
+        keys(&feed),
+        expect(&[
+            ("units", 12_800_000),
+            ("mig-1g.10gb", 52),
+            ("mig-1g.20gb", 30),
+            ("mig-2g.20gb", 22),
+            ("mig-3g.40gb", 16),
+            ("mig-4g.40gb", 7),
+            ("mig-7g.80gb", 7),
+        ])
+    );
+    let desired = feed.out.borrow().clone().unwrap();
+    let gpu0 = &desired.devices_status.accelerators[0];
+    assert_eq!(gpu0.mode, AllocationMode::Partitioned);
+    assert!(gpu0.remaining < 1_600_000 && gpu0.remaining > 0, "{gpu0:?}");
+    let allocated = gpu0.allocated_profiles.as_ref().unwrap();
+    let placeable = gpu0.placeable_profiles.as_ref().unwrap();
+    assert_eq!((allocated["3g.40gb"], allocated["4g.40gb"]), (1, 0));
+    assert_eq!((placeable["3g.40gb"], placeable["4g.40gb"]), (1, 0));
+    assert!(!allocated.keys().any(|k| k.contains('+')), "{allocated:?}");
+    let gpu1 = &desired.devices_status.accelerators[1];
+    assert_eq!(gpu1.mode, AllocationMode::Free);
+    assert_eq!(gpu1.placeable_profiles.as_ref().unwrap()["1g.10gb"], 7);
+
+    // `detect` on the same folder afterwards shows the instance `serve` made.
+    let node = Node::open(host.path()).unwrap();
+    let (inventory, _) = node
+        .detect(None, &PciClassPrefixes::default(), Deadlines::default())
+        .unwrap();
+    let gpus = &inventory.manufacturers[0].accelerators;
+    assert_eq!(gpus[0].mig_devices.len(), 1);
+    assert_eq!(
+        gpus[0].mig_devices[0].uuid.as_deref(),
+        Some(visible.as_str())
+    );
+    plugins.stop().await;
 }

@@ -1,0 +1,734 @@
+//! Allocate for the partitioned family (seed 000 "Partitioned", "The partitioned family:
+//! fungible tokens"; spec §1.4–§1.6, §1.9).
+//!
+//! The kubelet's device IDs are a quantity: the allocator identifies the container as for every
+//! family, reads its profile from its `<base>.partitioned.<kind>-<profile>` limit, and picks the
+//! accelerator and the start itself against the ledger's partition geometry
+//! (`accel_core::ledger::partitions::choose`: packed, ties by index, lowest free start). Under
+//! the ledger lock it records that choice as the grant (the in-process reservation, charging the
+//! profile's VRAM folded by `accel_core::units::fold`, the webhook's function), so a concurrent
+//! call sees it. Then, with no lock held, the backend's partitioner makes the instance (one GI
+//! at that start, one CI over it; bounded, one call at a time per accelerator); the durable
+//! ownership record ([`crate::ownership`]) and the journal entry are written; and the answer
+//! names the instance (`NVIDIA_VISIBLE_DEVICES=MIG-…`, whatever the injection strategy).
+//!
+//! A retried call for a container that already holds a partition reuses it. A profile the node
+//! cannot place, or a create that fails, is refused `FailedPrecondition` naming the GPU, the
+//! profile and why; the reservation is given back and nothing is left half-made (the
+//! partitioner destroys what a failed create made; a record or journal that cannot be written
+//! destroys the instance it was for).
+//!
+//! Reclaim: when a partition's Pod is gone its grant stays in the ledger — its placement still
+//! occupied, so a same-profile replacement can never be handed the outgoing instance — while a
+//! task destroys the CI, then the GI, with no lock held. The instance is destroyed only while it
+//! is the one recorded (the GI still carries the recorded MIG UUID: GI ids are reused); `In use`
+//! is retried [`RECLAIM_ATTEMPTS`] times, doubling from [`RECLAIM_FIRST_RETRY`], and a straggler
+//! is logged and tried again [`RECLAIM_REPASS`] later; other GPUs never wait for it. Then the
+//! grant is released, journalled, and the ownership record removed.
+//!
+//! Restart: after the journal is read, every partition grant's instance is looked up live; one
+//! whose GI is gone or carries another MIG UUID is marked stale and never acted on: its
+//! container's next Allocate is refused, nothing is re-created, and when its Pod goes the grant
+//! and the record go without a destroy.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use accel_backend::partition::{PartitionErrorKind, PartitionGpu};
+use accel_core::ledger::partitions::{self, PartitionInstance, PartitionPlacement};
+use accel_core::ledger::{Claim, Family, Grant, GrantKey, Receipt, Seat};
+use accel_core::units::{MemoryBudget, fold};
+use tokio::time::Instant;
+use tonic::Status;
+
+use super::{Shared, State, container_response, refusal_status, refused};
+use crate::api::deviceplugin as dp;
+use crate::identify::IdentifyError;
+use crate::journal::Entry;
+use crate::metrics::{Attribution, RefusalReason, Refuse};
+use crate::ownership::{self, OwnershipRecord};
+use crate::pods::Pod;
+use crate::pools::Pool;
+use accel_backend::respond::Answer;
+
+/// How many times a reclaim tries a destroy refused `In use` before leaving it for later.
+pub const RECLAIM_ATTEMPTS: u32 = 5;
+/// The first pause after an `In use` refusal (then doubled each time).
+pub const RECLAIM_FIRST_RETRY: Duration = Duration::from_millis(100);
+/// When a reclaim that gave up is tried again.
+pub const RECLAIM_REPASS: Duration = Duration::from_secs(5);
+
+/// Whether a grant is a partition whose instance was made.
+pub(super) fn has_instance(grant: &Grant) -> bool {
+    grant.family == Family::Partitioned
+        && grant
+            .partition
+            .as_ref()
+            .is_some_and(|p| p.instance.is_some())
+}
+
+/// What the decision under the lock left to do.
+struct Reserved {
+    key: GrantKey,
+    who: String,
+    pod: Arc<Pod>,
+    seat: Seat,
+    profile_id: u32,
+    placement: PartitionPlacement,
+    /// The grant this call recorded (`None`: a retry of one already made).
+    receipt: Option<Receipt>,
+}
+
+impl Shared {
+    pub(super) async fn allocate_partition(
+        &self,
+        pool: &Pool,
+        device_ids: Vec<String>,
+        started: Instant,
+    ) -> Result<dp::ContainerAllocateResponse, Status> {
+        let Some(parts) = self.config.partitions.clone() else {
+            return Err(refused(
+                &pool.resource,
+                "a container",
+                Status::failed_precondition(format!(
+                    "{}: this device manager makes no partitions (no partitioner)",
+                    pool.resource
+                ))
+                .refused(RefusalReason::NotGrantable),
+            ));
+        };
+        // A retry is a live container's: a gone Pod's partition being reclaimed still holds its
+        // device IDs, which the kubelet may already have handed to another Pod.
+        let retry = {
+            let state = self.lock();
+            state
+                .ledger
+                .find_by_devices(&pool.resource, &device_ids)
+                .filter(|k| !state.reclaiming.contains(*k))
+                .cloned()
+        };
+        let retry = retry.filter(|k| {
+            self.pods
+                .snapshot()
+                .is_none_or(|pods| pods.iter().any(|p| p.uid == k.pod_uid))
+        });
+        let kubelet = if retry.is_none() && self.config.settings.identify_by_kubelet {
+            self.list_pod_resources().await
+        } else {
+            None
+        };
+        let decided = self
+            .identified(
+                pool,
+                device_ids.len(),
+                retry,
+                kubelet.as_ref(),
+                started,
+                |state, pod, key| {
+                    let reserved = self.reserve(state, pool, pod, key, &device_ids);
+                    let granted = reserved.is_ok();
+                    (reserved, granted)
+                },
+            )
+            .await;
+        let mut reserved = match decided {
+            Ok(Ok(reserved)) => reserved,
+            Ok(Err(status)) => return Err(status),
+            Err(e) => {
+                let status = match e {
+                    IdentifyError::PodsUnknown { .. } => Status::unavailable(e.to_string()),
+                    _ => Status::failed_precondition(e.to_string()),
+                }
+                .refused((&e).into());
+                return Err(refused(&pool.resource, "an unidentified container", status));
+            }
+        };
+        let gpu = PartitionGpu {
+            index: reserved.seat.index,
+            uuid: reserved.seat.uuid.clone(),
+        };
+        let claimed = match reserved.placement.instance {
+            Some(_) => None,
+            None => self.claim_unowned(&parts, &gpu, &mut reserved).await,
+        };
+        let instance = match reserved.placement.instance.clone().or(claimed) {
+            Some(instance) => instance,
+            None => match self.materialise(&parts, &gpu, &reserved).await {
+                Ok(instance) => instance,
+                Err(status) => {
+                    self.give_back(&reserved);
+                    return Err(refused(&pool.resource, &reserved.who, status));
+                }
+            },
+        };
+        let fresh = reserved.receipt.as_ref().is_some_and(|r| r.fresh);
+        if fresh {
+            if let Err(status) = self.make_durable(&parts, &gpu, &reserved, &instance).await {
+                self.give_back(&reserved);
+                return Err(refused(&pool.resource, &reserved.who, status));
+            }
+        }
+        let container = reserved.pod.container(&reserved.key.container);
+        let answer = self
+            .config
+            .responder
+            .respond(&Answer {
+                family: Some(Family::Partitioned),
+                seats: &[&reserved.seat],
+                slice_units: 0,
+                cores_percentage: None,
+                partition: Some(&instance.uuid),
+                pod: &reserved.pod,
+                container,
+            })
+            .map(container_response)
+            .map_err(|e| {
+                Status::failed_precondition(format!("{}: {e}", reserved.who))
+                    .refused(RefusalReason::Responder)
+            });
+        match answer {
+            Ok(response) => {
+                if fresh {
+                    self.config.metrics.granted(Some(Family::Partitioned));
+                    self.config.metrics.attributed(Attribution::Kubelet);
+                    self.notify_after_answer();
+                }
+                Ok(response)
+            }
+            Err(status) => Err(refused(&pool.resource, &reserved.who, status)),
+        }
+    }
+
+    /// Under the ledger lock: the container's partition as it stands (a retry), or a new
+    /// reservation at the accelerator and start chosen against the ledger.
+    fn reserve(
+        &self,
+        state: &mut State,
+        pool: &Pool,
+        pod: &Arc<Pod>,
+        key: GrantKey,
+        device_ids: &[String],
+    ) -> Result<Reserved, Status> {
+        let who = format!("{}/{} container {}", pod.namespace, pod.name, key.container);
+        let seat_of = |state: &State, index: u32| state.ledger.seat(index).cloned();
+        if let Some(why) = state.stale.get(&key) {
+            return Err(Status::failed_precondition(format!(
+                "{who}: its partition is not live any more ({why}); it is not re-created: recreate the Pod"
+            ))
+            .refused(RefusalReason::NoRoom));
+        }
+        if let Some(grant) = state
+            .ledger
+            .grant(&key)
+            .filter(|g| g.family == Family::Partitioned)
+        {
+            let placement = grant.partition.clone();
+            let seat = grant.accelerators.first().and_then(|i| seat_of(state, *i));
+            return match (placement, seat) {
+                (Some(placement), Some(seat)) if placement.instance.is_some() => {
+                    let profile_id = profile_id(&seat, &placement.profile);
+                    Ok(Reserved {
+                        key,
+                        who,
+                        pod: pod.clone(),
+                        seat,
+                        profile_id,
+                        placement,
+                        receipt: None,
+                    })
+                }
+                _ => Err(Status::unavailable(format!(
+                    "{who}: its partition is still being made; retry"
+                ))
+                .refused(RefusalReason::NoRoom)),
+            };
+        }
+        let kind = self.config.offer.partition_kind.as_deref().unwrap_or("mig");
+        let prefix = format!("{}.{kind}-", pool.resource);
+        let profiles: Vec<&str> = pod
+            .container(&key.container)
+            .map(|c| {
+                c.limits
+                    .keys()
+                    .filter_map(|k| k.strip_prefix(prefix.as_str()))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let [profile] = profiles.as_slice() else {
+            return Err(Status::failed_precondition(format!(
+                "{who}: a {} request must name exactly one profile ({prefix}<profile>), found {profiles:?}",
+                pool.resource
+            ))
+            .refused(RefusalReason::Empty));
+        };
+        let (index, shape, start) = partitions::choose(&state.ledger, profile).map_err(|why| {
+            Status::failed_precondition(format!(
+                "{who}: no GPU on this node can place a {profile} instance: {why}"
+            ))
+            .refused(RefusalReason::NoRoom)
+        })?;
+        let Some(seat) = seat_of(state, index) else {
+            return Err(Status::internal(format!("{who}: GPU {index} vanished")));
+        };
+        let units = shape
+            .memory_mib
+            .ok_or_else(|| format!("the driver reports no memory for {profile}"))
+            .and_then(|mib| {
+                fold(MemoryBudget::Profile(mib), seat.memory_mib).map_err(|e| e.to_string())
+            })
+            .map_err(|e| {
+                Status::failed_precondition(format!(
+                    "{who}: GPU {}: {profile} cannot be charged: {e}",
+                    state.ledger.describe(index)
+                ))
+                .refused(RefusalReason::BadBudget)
+            })?;
+        let placement = PartitionPlacement {
+            profile: (*profile).to_string(),
+            start,
+            size: shape.size,
+            instance: None,
+        };
+        let receipt = state
+            .ledger
+            .allocate(Claim {
+                key: key.clone(),
+                family: Family::Partitioned,
+                resource: pool.resource.clone(),
+                device_ids: device_ids.to_vec(),
+                accelerators: vec![index],
+                slice_units: units,
+                cores_percentage: None,
+                partition: Some(placement.clone()),
+            })
+            .map_err(|r| refusal_status(pod, &key, &r))?;
+        Ok(Reserved {
+            key,
+            who,
+            pod: pod.clone(),
+            seat,
+            profile_id: shape.id,
+            placement,
+            receipt: Some(receipt),
+        })
+    }
+
+    /// An instance of the reserved profile already live on the chosen GPU that no grant owns
+    /// (carved by hand) is claimed before a new one is made: the reservation moves to its start
+    /// (refused, and nothing claimed, when that overlaps another grant). Only the chosen GPU is
+    /// looked at, so a claim costs no more vendor calls than a create.
+    async fn claim_unowned(
+        &self,
+        parts: &crate::service::Partitions,
+        gpu: &PartitionGpu,
+        reserved: &mut Reserved,
+    ) -> Option<PartitionInstance> {
+        let (partitioner, commands, target) = (
+            parts.partitioner.clone(),
+            parts.commands.clone(),
+            gpu.clone(),
+        );
+        let live =
+            tokio::task::spawn_blocking(move || partitioner.instances(commands.as_ref(), &target))
+                .await
+                .ok()?
+                .ok()?;
+        let mut state = self.lock();
+        let owned: Vec<String> = state
+            .ledger
+            .grants()
+            .values()
+            .filter_map(|g| {
+                g.partition
+                    .as_ref()?
+                    .instance
+                    .as_ref()
+                    .map(|i| i.uuid.clone())
+            })
+            .collect();
+        let candidate = live.into_iter().find(|i| {
+            i.profile == reserved.placement.profile
+                && i.size == reserved.placement.size
+                && i.compute_instances.len() == 1
+                && i.uuid.as_ref().is_some_and(|u| !owned.contains(u))
+        })?;
+        if let Err(refusal) = state.ledger.move_partition(&reserved.key, candidate.start) {
+            tracing::info!(
+                "{}: the unowned {} instance {} on {gpu} is not claimed: {refusal}",
+                reserved.who,
+                candidate.profile,
+                candidate.uuid.as_deref().unwrap_or("")
+            );
+            return None;
+        }
+        drop(state);
+        reserved.placement.start = candidate.start;
+        let instance = PartitionInstance {
+            gpu_instance: candidate.gpu_instance,
+            compute_instance: *candidate.compute_instances.first()?,
+            uuid: candidate.uuid?,
+        };
+        tracing::info!(
+            "{}: claims the unowned {} instance {} on {gpu} (GPU instance {})",
+            reserved.who,
+            reserved.placement.profile,
+            instance.uuid,
+            instance.gpu_instance
+        );
+        Some(instance)
+    }
+
+    /// Makes the reserved instance, with no lock held.
+    async fn materialise(
+        &self,
+        parts: &crate::service::Partitions,
+        gpu: &PartitionGpu,
+        reserved: &Reserved,
+    ) -> Result<PartitionInstance, Status> {
+        let partitioner = parts.partitioner.clone();
+        let commands = parts.commands.clone();
+        let (target, id, start) = (gpu.clone(), reserved.profile_id, reserved.placement.start);
+        let made = tokio::task::spawn_blocking(move || {
+            partitioner.create(commands.as_ref(), &target, id, start)
+        })
+        .await;
+        let profile = &reserved.placement.profile;
+        let who = &reserved.who;
+        let refuse = |why: String| {
+            Status::failed_precondition(format!("{who}: {profile} on {gpu}: {why}"))
+                .refused(RefusalReason::NoRoom)
+        };
+        match made {
+            Ok(Ok(instance)) => match (instance.uuid.clone(), instance.compute_instances.first()) {
+                (Some(uuid), Some(ci)) => Ok(PartitionInstance {
+                    gpu_instance: instance.gpu_instance,
+                    compute_instance: *ci,
+                    uuid,
+                }),
+                _ => Err(refuse("the instance made has no MIG UUID".into())),
+            },
+            Ok(Err(e)) => {
+                let why = match e.kind {
+                    PartitionErrorKind::TimedOut => format!("timed out: {}", e.reason),
+                    _ => e.reason,
+                };
+                Err(refuse(why))
+            }
+            Err(join) => Err(refuse(format!("the create did not finish: {join}"))),
+        }
+    }
+
+    /// Writes the ownership record and the journal entry of a new instance; when either cannot
+    /// be written the instance is destroyed.
+    async fn make_durable(
+        &self,
+        parts: &crate::service::Partitions,
+        gpu: &PartitionGpu,
+        reserved: &Reserved,
+        instance: &PartitionInstance,
+    ) -> Result<(), Status> {
+        let record = OwnershipRecord {
+            gpu_uuid: reserved.seat.uuid.clone(),
+            gpu_index: reserved.seat.index,
+            profile: reserved.placement.profile.clone(),
+            gpu_instance: instance.gpu_instance,
+            compute_instance: instance.compute_instance,
+            start: reserved.placement.start,
+            size: reserved.placement.size,
+            mig_uuid: instance.uuid.clone(),
+            pod_uid: reserved.key.pod_uid.clone(),
+            container: reserved.key.container.clone(),
+            created: ownership::now(),
+        };
+        let mut failure = ownership::write(&self.config.data_dir, &record).err();
+        if failure.is_none() {
+            let mut state = self.lock();
+            state
+                .ledger
+                .set_partition_instance(&reserved.key, instance.clone());
+            let grant = state.ledger.grant(&reserved.key).cloned();
+            if let Some(grant) = grant {
+                if let Err(e) = state.journal.append(&Entry::Grant {
+                    key: reserved.key.clone(),
+                    grant,
+                }) {
+                    failure = Some(format!("ledger journal: {e}"));
+                }
+            }
+        }
+        let Some(why) = failure else {
+            return Ok(());
+        };
+        let _ = ownership::remove(
+            &self.config.data_dir,
+            &reserved.key.pod_uid,
+            &reserved.key.container,
+        );
+        let partitioner = parts.partitioner.clone();
+        let commands = parts.commands.clone();
+        let (target, gi, ci) = (
+            gpu.clone(),
+            instance.gpu_instance,
+            instance.compute_instance,
+        );
+        let destroyed = tokio::task::spawn_blocking(move || {
+            partitioner.destroy(commands.as_ref(), &target, gi, Some(ci))
+        })
+        .await;
+        let undone = match destroyed {
+            Ok(Ok(())) => "the instance was destroyed".to_string(),
+            Ok(Err(e)) => format!("the instance could not be destroyed: {e}"),
+            Err(e) => format!("the instance could not be destroyed: {e}"),
+        };
+        tracing::error!("{}: {why}; {undone}", reserved.who);
+        Err(Status::unavailable(format!(
+            "{}: the partition could not be made durable: {why}; {undone}",
+            reserved.who
+        ))
+        .refused(RefusalReason::Journal))
+    }
+
+    /// Destroys the instance of a partition whose Pod is gone, then releases its grant and
+    /// record (see the module's "Reclaim").
+    pub(super) async fn reclaim_partition(self: Arc<Self>, key: GrantKey, grant: Grant) {
+        let (Some(placement), Some(&index)) =
+            (grant.partition.as_ref(), grant.accelerators.first())
+        else {
+            return;
+        };
+        let Some(instance) = placement.instance.clone() else {
+            return;
+        };
+        let gpu = PartitionGpu {
+            index,
+            uuid: self.lock().ledger.seat(index).and_then(|s| s.uuid.clone()),
+        };
+        let Some(parts) = self.config.partitions.clone() else {
+            tracing::warn!(
+                "{key}: no partitioner to destroy {} on {gpu}",
+                instance.uuid
+            );
+            self.lock().reclaiming.remove(&key);
+            return;
+        };
+        let mut pause = RECLAIM_FIRST_RETRY;
+        for attempt in 1..=RECLAIM_ATTEMPTS {
+            let (partitioner, commands, target, made) = (
+                parts.partitioner.clone(),
+                parts.commands.clone(),
+                gpu.clone(),
+                instance.clone(),
+            );
+            let outcome = tokio::task::spawn_blocking(move || {
+                let live = partitioner.instances(commands.as_ref(), &target)?;
+                let ours = live.iter().any(|i| {
+                    i.gpu_instance == made.gpu_instance && i.uuid.as_deref() == Some(&made.uuid)
+                });
+                if !ours {
+                    return Ok(false);
+                }
+                partitioner
+                    .destroy(
+                        commands.as_ref(),
+                        &target,
+                        made.gpu_instance,
+                        Some(made.compute_instance),
+                    )
+                    .map(|()| true)
+            })
+            .await;
+            match outcome {
+                Ok(Ok(destroyed)) => {
+                    // The record goes first, so once the grant is released nothing of the
+                    // partition is left (a crash in between: the restart finds the instance
+                    // gone and drops the grant without a destroy).
+                    if let Err(e) =
+                        ownership::remove(&self.config.data_dir, &key.pod_uid, &key.container)
+                    {
+                        tracing::error!("{key}: {e}");
+                    }
+                    {
+                        let mut state = self.lock();
+                        state.reclaiming.remove(&key);
+                        if state.ledger.release(&key).is_some() {
+                            if let Err(e) =
+                                state.journal.append(&Entry::Release { key: key.clone() })
+                            {
+                                tracing::error!("ledger journal: {e}");
+                            }
+                        }
+                    }
+                    tracing::info!(
+                        "released {key}: its Pod is gone; MIG instance {} (GPU instance {}) on {gpu} {}",
+                        instance.uuid,
+                        instance.gpu_instance,
+                        if destroyed {
+                            "destroyed"
+                        } else {
+                            "was already gone"
+                        }
+                    );
+                    self.notify();
+                    return;
+                }
+                Ok(Err(e)) if e.kind == PartitionErrorKind::InUse && attempt < RECLAIM_ATTEMPTS => {
+                    tokio::time::sleep(pause).await;
+                    pause *= 2;
+                }
+                Ok(Err(e)) => {
+                    tracing::warn!(
+                        "{key}: MIG instance {} on {gpu} not destroyed yet (attempt {attempt}): {e}; it stays occupied and is tried again in {RECLAIM_REPASS:?}",
+                        instance.uuid
+                    );
+                    break;
+                }
+                Err(e) => {
+                    tracing::warn!(
+                        "{key}: the reclaim of {} did not finish: {e}",
+                        instance.uuid
+                    );
+                    break;
+                }
+            }
+        }
+        self.lock().reclaiming.remove(&key);
+        tokio::time::sleep(RECLAIM_REPASS).await;
+        self.reconcile_pods();
+    }
+
+    /// After a restart: every partition grant's instance is looked up live; a grant whose GI is
+    /// gone or carries another MIG UUID is marked stale (logged, never acted on).
+    pub(super) async fn check_partitions(&self) {
+        let Some(parts) = self.config.partitions.clone() else {
+            return;
+        };
+        let grants: Vec<(GrantKey, Grant)> = self
+            .lock()
+            .ledger
+            .grants()
+            .iter()
+            .filter(|(_, g)| has_instance(g))
+            .map(|(k, g)| (k.clone(), g.clone()))
+            .collect();
+        for (key, grant) in grants {
+            let (Some(placement), Some(&index)) =
+                (grant.partition.as_ref(), grant.accelerators.first())
+            else {
+                continue;
+            };
+            let Some(instance) = placement.instance.clone() else {
+                continue;
+            };
+            let gpu = PartitionGpu {
+                index,
+                uuid: self.lock().ledger.seat(index).and_then(|s| s.uuid.clone()),
+            };
+            let (partitioner, commands, target) = (
+                parts.partitioner.clone(),
+                parts.commands.clone(),
+                gpu.clone(),
+            );
+            let live = tokio::task::spawn_blocking(move || {
+                partitioner.instances(commands.as_ref(), &target)
+            })
+            .await;
+            let why = match live {
+                Ok(Ok(live)) => match live
+                    .iter()
+                    .find(|i| i.gpu_instance == instance.gpu_instance)
+                {
+                    Some(i) if i.uuid.as_deref() == Some(instance.uuid.as_str()) => None,
+                    Some(i) => Some(format!(
+                        "GPU instance {} on {gpu} now carries {}, not {}",
+                        instance.gpu_instance,
+                        i.uuid.as_deref().unwrap_or("no MIG UUID"),
+                        instance.uuid
+                    )),
+                    None => Some(format!(
+                        "GPU instance {} ({}) is gone from {gpu}",
+                        instance.gpu_instance, instance.uuid
+                    )),
+                },
+                // Not readable now: not proven gone, so it stays as recorded.
+                Ok(Err(e)) => {
+                    tracing::warn!("{key}: its partition could not be checked: {e}");
+                    None
+                }
+                Err(e) => {
+                    tracing::warn!("{key}: its partition could not be checked: {e}");
+                    None
+                }
+            };
+            if let Some(why) = why {
+                tracing::error!(
+                    "{key}: its partition record is not acted on: {why}; its container's next Allocate is refused"
+                );
+                self.lock().stale.insert(key, why);
+            }
+        }
+    }
+
+    /// Takes a reservation back (a failed create or record): the grant goes, the tokens heal.
+    fn give_back(&self, reserved: &Reserved) {
+        let Some(receipt) = &reserved.receipt else {
+            return;
+        };
+        self.lock().ledger.give_back(receipt);
+        self.notify();
+    }
+}
+
+/// The MIG UUID a partition owner's SSH sidecar may see, read from the owner's durable
+/// ownership record and checked against what the ledger knows live (decision: no vendor call on
+/// the Allocate path; liveness was established when the instance was made and again after a
+/// restart, and a reclaim in progress means it is going). Fails closed when the record is
+/// missing or unreadable, names another GPU or another instance, or the instance is gone or
+/// going.
+pub(super) fn sidecar_partition(
+    state: &State,
+    data_dir: &std::path::Path,
+    owner_key: &GrantKey,
+    owner: &Grant,
+) -> Result<String, String> {
+    let record = ownership::read(data_dir, &owner_key.pod_uid, &owner_key.container)?
+        .ok_or_else(|| format!("{owner_key} has no partition ownership record"))?;
+    let instance = owner
+        .partition
+        .as_ref()
+        .and_then(|p| p.instance.as_ref())
+        .ok_or_else(|| format!("the partition of {owner_key} is not made yet"))?;
+    let index = owner.accelerators.first().copied();
+    let seat_uuid = index
+        .and_then(|i| state.ledger.seat(i))
+        .and_then(|s| s.uuid.clone());
+    if Some(record.gpu_index) != index || record.gpu_uuid != seat_uuid {
+        return Err(format!(
+            "its record names GPU {} ({}), the grant GPU {} ({})",
+            record.gpu_index,
+            record.gpu_uuid.as_deref().unwrap_or("no UUID"),
+            index.map_or_else(|| "none".to_string(), |i| i.to_string()),
+            seat_uuid.as_deref().unwrap_or("no UUID")
+        ));
+    }
+    if record.mig_uuid != instance.uuid || record.gpu_instance != instance.gpu_instance {
+        return Err(format!(
+            "its record names GPU instance {} {}, the live one is {} {}",
+            record.gpu_instance, record.mig_uuid, instance.gpu_instance, instance.uuid
+        ));
+    }
+    if let Some(why) = state.stale.get(owner_key) {
+        return Err(format!("its instance is not live: {why}"));
+    }
+    if state.reclaiming.contains(owner_key) {
+        return Err("its instance is being destroyed".to_string());
+    }
+    Ok(record.mig_uuid)
+}
+
+/// The vendor's id of `profile` on `seat` (0 when the seat no longer lists it).
+fn profile_id(seat: &Seat, profile: &str) -> u32 {
+    seat.partitions
+        .iter()
+        .find(|p| p.name == profile)
+        .map_or(0, |p| p.id)
+}

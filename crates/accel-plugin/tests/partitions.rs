@@ -1,0 +1,798 @@
+//! The partitioned family through the kubelet emulator over real unix sockets, on copies of the
+//! recorded 8×H100 MIG host whose MIG state follows the commands (issue 13, items 3 and 4):
+//! the fungible pool (56 → 53), Allocate with the durable ownership record and the journal,
+//! packing, retry reuse, refusals that leave nothing half-made, and a restart.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use accel_core::Manufacturer;
+use accel_core::ledger::{Family, Seat};
+use accel_host::{FsHost, RecordedCommands};
+use accel_nvidia::mig_replay::{self, MigState};
+use accel_nvidia::partitioner::SmiPartitioner;
+use accel_nvidia::responder::{EngineFacts, NvidiaResponder};
+use accel_plugin::ownership;
+use accel_plugin::pods::{Container, MemoryPods, Phase, Pod};
+use accel_plugin::service::Offer;
+use accel_plugin::settings::{InjectionStrategy, Settings};
+use accel_plugin::testing::Kubelet;
+use accel_plugin::{Config, DevicePlugins, Partitions};
+use tonic::Code;
+
+const PARTITIONED: &str = "nvidia.com/gpu.partitioned";
+
+fn copy(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let kind = entry.file_type().unwrap();
+        let target = to.join(entry.file_name());
+        if kind.is_dir() {
+            copy(&entry.path(), &target);
+        } else if kind.is_symlink() {
+            std::os::unix::fs::symlink(std::fs::read_link(entry.path()).unwrap(), target).unwrap();
+        } else {
+            std::fs::copy(entry.path(), target).unwrap();
+        }
+    }
+}
+
+struct Rig {
+    dir: tempfile::TempDir,
+    kubelet: Kubelet,
+    plugins: Option<DevicePlugins>,
+    config: Config,
+}
+
+impl Rig {
+    async fn new() -> Rig {
+        let dir = tempfile::tempdir().unwrap();
+        let host = dir.path().join("host");
+        copy(
+            &Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata/hosts/hgx-h100-8gpu-mig"),
+            &host,
+        );
+        let commands: Arc<dyn accel_host::Commands> = Arc::from(mig_replay::wrap(
+            &host,
+            Box::new(RecordedCommands::load(&host).unwrap()),
+        ));
+        let detected = accel_nvidia::detector::detect(
+            &FsHost::new(host.join("root")),
+            commands.as_ref(),
+            accel_nvidia::detector::DetectOptions::default(),
+        );
+        let section = detected.detection.unwrap();
+        let seats: Vec<Seat> = section
+            .accelerators
+            .iter()
+            .map(|a| Seat::from_accelerator(a, 0))
+            .collect();
+        let kubelet = Kubelet::start(&dir.path().join("kubelet"), MemoryPods::new()).await;
+        let config = Config {
+            kubelet_dir: dir.path().join("kubelet"),
+            data_dir: dir.path().join("data"),
+            settings: Settings::default(),
+            offer: Offer {
+                sliced: false,
+                ..Offer::of(Manufacturer::Nvidia)
+            },
+            seats,
+            responder: Arc::new(NvidiaResponder {
+                // Partitions take the environment whatever the strategy.
+                strategy: InjectionStrategy::CdiAnnotations,
+                cuda_major: Some(13),
+                pod_dir_root: dir.path().join("data/pods"),
+                preload_dir: dir.path().join("data/preload"),
+                library_dir: accel_nvidia::responder::HOST_LIBRARY_DIR.into(),
+                engine: EngineFacts::default(),
+            }),
+            poll_interval: Duration::from_millis(20),
+            metrics: Default::default(),
+            partitions: Some(Partitions {
+                partitioner: Arc::new(SmiPartitioner::default()),
+                commands,
+            }),
+        };
+        let mut rig = Rig {
+            dir,
+            kubelet,
+            plugins: None,
+            config,
+        };
+        rig.start_plugins().await;
+        rig
+    }
+
+    async fn start_plugins(&mut self) {
+        let pods = Arc::new(self.kubelet.pods().clone());
+        let plugins = DevicePlugins::start(self.config.clone(), pods)
+            .await
+            .unwrap();
+        // The whole-GPU pools are registered empty on a MIG node: wait for those with tokens.
+        self.kubelet.wait_for(&[PARTITIONED, VISIBILITY]).await;
+        self.plugins = Some(plugins);
+    }
+
+    async fn restart_plugins(&mut self) {
+        if let Some(p) = self.plugins.take() {
+            p.stop().await;
+        }
+        self.start_plugins().await;
+    }
+
+    fn plugins(&self) -> &DevicePlugins {
+        self.plugins.as_ref().unwrap()
+    }
+
+    fn state(&self) -> MigState {
+        MigState::load(&self.dir.path().join("host").join(mig_replay::STATE_FILE)).unwrap()
+    }
+
+    fn data(&self) -> std::path::PathBuf {
+        self.dir.path().join("data")
+    }
+
+    /// Waits until the pool advertises `healthy` Healthy tokens.
+    async fn wait_healthy(&self, healthy: usize) {
+        let wait = self.kubelet.wait_devices(PARTITIONED, |devices| {
+            devices.iter().filter(|d| d.health == "Healthy").count() == healthy
+        });
+        if tokio::time::timeout(Duration::from_secs(5), wait)
+            .await
+            .is_err()
+        {
+            let now = self
+                .kubelet
+                .devices(PARTITIONED)
+                .iter()
+                .filter(|d| d.health == "Healthy")
+                .count();
+            panic!("the pool did not reach {healthy} Healthy tokens (it has {now})");
+        }
+    }
+
+    fn create(&self, uid: &str, profile: &str) {
+        self.kubelet.create(Pod {
+            uid: uid.into(),
+            namespace: "ns".into(),
+            name: format!("pod-{uid}"),
+            created: 1_700_000_000,
+            phase: Phase::Pending,
+            runtime_class: None,
+            allocated: None,
+            containers: vec![Container {
+                name: "main".into(),
+                limits: BTreeMap::from([
+                    (PARTITIONED.to_string(), "1".to_string()),
+                    (format!("{PARTITIONED}.mig-{profile}"), "1".to_string()),
+                ]),
+                env: BTreeMap::new(),
+            }],
+        });
+    }
+
+    async fn admit(&self, uid: &str, profile: &str) -> Result<String, tonic::Status> {
+        self.create(uid, profile);
+        let admission = self.kubelet.admit(uid).await?;
+        let envs = &admission["main"][PARTITIONED].envs;
+        Ok(envs["NVIDIA_VISIBLE_DEVICES"].clone())
+    }
+}
+
+/// (GPU, start, profile) of every instance on the host.
+fn placements(state: &MigState) -> Vec<(u32, u32, String)> {
+    let mut all: Vec<(u32, u32, String)> = state
+        .instances
+        .iter()
+        .map(|i| (i.gpu, i.start, i.profile.clone()))
+        .collect();
+    all.sort();
+    all
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_worked_example_56_then_53_with_the_record_and_the_instance_injected() {
+    let rig = Rig::new().await;
+    let devices = rig.kubelet.devices(PARTITIONED);
+    assert_eq!(devices.len(), 56, "8 GPUs × 7 tokens");
+    assert!(
+        devices.iter().all(|d| d.topology.is_none()),
+        "no NUMA on partition tokens"
+    );
+    rig.wait_healthy(56).await;
+
+    let uuid = rig.admit("a", "3g.40gb").await.unwrap();
+    assert!(uuid.starts_with("MIG-"), "{uuid}");
+    rig.wait_healthy(53).await;
+    // The walkthrough: GPU 0, slices 0-3, one GI with one CI, the UUID the container sees.
+    let state = rig.state();
+    assert_eq!(placements(&state), [(0, 0, "3g.40gb".to_string())]);
+    assert_eq!(state.instances[0].compute_instances.len(), 1);
+    assert_eq!(state.instances[0].compute_instances[0].uuid, uuid);
+
+    let record = ownership::read(&rig.data(), "a", "main").unwrap().unwrap();
+    assert_eq!(
+        (
+            record.gpu_index,
+            record.profile.as_str(),
+            record.start,
+            record.mig_uuid.as_str(),
+            record.gpu_instance
+        ),
+        (
+            0,
+            "3g.40gb",
+            0,
+            uuid.as_str(),
+            state.instances[0].gpu_instance
+        )
+    );
+    assert!(
+        record
+            .gpu_uuid
+            .as_deref()
+            .is_some_and(|u| u.starts_with("GPU-"))
+    );
+    let ledger = rig.plugins().ledger();
+    let grant = ledger
+        .grants()
+        .values()
+        .find(|g| g.family == Family::Partitioned)
+        .unwrap();
+    assert_eq!(grant.accelerators, [0]);
+    // 3g.40gb folded against the H100's VRAM: the webhook's function.
+    let vram = ledger.seat(0).unwrap().memory_mib;
+    assert_eq!(
+        Ok(grant.units),
+        accel_core::units::fold(accel_core::units::MemoryBudget::Profile(40448), vram)
+    );
+    let journal =
+        std::fs::read_to_string(rig.data().join(accel_plugin::journal::FILE_NAME)).unwrap();
+    assert!(
+        journal.contains(&uuid),
+        "the journal entry names the instance"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn instances_pack_onto_the_most_occupied_gpu_and_a_retry_reuses_its_instance() {
+    let rig = Rig::new().await;
+    rig.admit("a", "3g.40gb").await.unwrap();
+    rig.admit("b", "3g.40gb").await.unwrap();
+    rig.admit("c", "1g.10gb").await.unwrap();
+    assert_eq!(
+        placements(&rig.state()),
+        [
+            (0, 0, "3g.40gb".to_string()),
+            (0, 4, "3g.40gb".to_string()),
+            (1, 0, "1g.10gb".to_string()),
+        ],
+        "GPU 0 is filled before GPU 1 is opened"
+    );
+    rig.admit("d", "1g.10gb").await.unwrap();
+    assert_eq!(placements(&rig.state())[3], (1, 1, "1g.10gb".to_string()));
+
+    // The kubelet retries a's Allocate with the same IDs: the same instance, nothing new.
+    let held = rig.kubelet.held("a", "main", PARTITIONED);
+    let again = rig.kubelet.allocate_raw(PARTITIONED, held).await.unwrap();
+    let record = ownership::read(&rig.data(), "a", "main").unwrap().unwrap();
+    assert_eq!(
+        again.container_responses[0].envs["NVIDIA_VISIBLE_DEVICES"],
+        record.mig_uuid
+    );
+    assert_eq!(rig.state().instances.len(), 4);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_profile_no_gpu_offers_and_a_failed_create_are_refused_with_nothing_left() {
+    let rig = Rig::new().await;
+    let refused = rig.admit("x", "9g.99gb").await.unwrap_err();
+    assert_eq!(refused.code(), Code::FailedPrecondition);
+    assert!(
+        refused
+            .message()
+            .contains("no GPU on this node can place a 9g.99gb instance")
+            && refused.message().contains("does not offer it"),
+        "{}",
+        refused.message()
+    );
+
+    // An instance carved by hand on GPU 0 at 0-3: the ledger does not know it, so the
+    // allocator picks GPU 0 at 0 and the driver refuses. The reservation is given back.
+    let path = rig.dir.path().join("host").join(mig_replay::STATE_FILE);
+    let mut state = rig.state();
+    state.instances.push(mig_replay::StateInstance {
+        gpu: 0,
+        gpu_instance: 9,
+        profile_id: 5,
+        profile: "4g.40gb".into(),
+        start: 0,
+        size: 4,
+        compute_instances: vec![],
+        busy: false,
+    });
+    state.save(&path).unwrap();
+    let refused = rig.admit("y", "3g.40gb").await.unwrap_err();
+    assert_eq!(refused.code(), Code::FailedPrecondition);
+    let message = refused.message();
+    assert!(
+        message.contains("3g.40gb on GPU 0")
+            && message.contains("Insufficient Resources")
+            && !message.contains('\n'),
+        "{message}"
+    );
+    assert!(
+        rig.plugins().ledger().grants().is_empty(),
+        "the reservation was given back"
+    );
+    assert_eq!(rig.state().instances.len(), 1, "only the hand-carved one");
+    assert_eq!(ownership::read(&rig.data(), "y", "main"), Ok(None));
+    rig.wait_healthy(56).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_keeps_the_partition_and_its_tokens() {
+    let mut rig = Rig::new().await;
+    let uuid = rig.admit("a", "2g.20gb").await.unwrap();
+    // GPU 0: 1 allocated + five 1g starts left; the other seven: 7 each.
+    rig.wait_healthy(55).await;
+    rig.restart_plugins().await;
+    rig.wait_healthy(55).await;
+    let ledger = rig.plugins().ledger();
+    let grant = ledger.grants().values().next().unwrap();
+    let placement = grant.partition.as_ref().unwrap();
+    assert_eq!(
+        placement.instance.as_ref().map(|i| i.uuid.as_str()),
+        Some(uuid.as_str())
+    );
+    assert_eq!(rig.state().instances.len(), 1, "nothing re-created");
+}
+
+fn set_busy(rig: &Rig, busy: bool) {
+    let path = rig.dir.path().join("host").join(mig_replay::STATE_FILE);
+    let mut state = rig.state();
+    for instance in &mut state.instances {
+        instance.busy = busy;
+    }
+    state.save(&path).unwrap();
+}
+
+/// Waits (bounded) until `check` holds for the host's MIG state.
+async fn wait_state(rig: &Rig, what: &str, check: impl Fn(&MigState) -> bool) {
+    let until = tokio::time::Instant::now() + Duration::from_secs(15);
+    while !check(&rig.state()) {
+        assert!(
+            tokio::time::Instant::now() < until,
+            "{what}: {:?}",
+            rig.state()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gone_pods_partition_stays_occupied_until_destroyed_then_is_released() {
+    let rig = Rig::new().await;
+    rig.admit("a", "3g.40gb").await.unwrap();
+    // Processes still run on it: its destroy is refused `In use` for now.
+    set_busy(&rig, true);
+    rig.kubelet.delete("a");
+    // Past the bounded retries (0.1 + 0.2 + 0.4 + 0.8 s).
+    tokio::time::sleep(Duration::from_millis(1800)).await;
+    assert_eq!(rig.state().instances.len(), 1, "not destroyed while in use");
+    assert!(
+        rig.plugins()
+            .ledger()
+            .grants()
+            .keys()
+            .any(|k| k.pod_uid == "a"),
+        "the outgoing instance stays counted"
+    );
+    // A same-profile replacement is never handed the outgoing instance's placement.
+    rig.admit("b", "3g.40gb").await.unwrap();
+    assert_eq!(
+        placements(&rig.state()),
+        [(0, 0, "3g.40gb".to_string()), (0, 4, "3g.40gb".to_string())]
+    );
+    // The processes end: the next pass destroys it (CI, then GI) and releases the grant.
+    let path = rig.dir.path().join("host").join(mig_replay::STATE_FILE);
+    let mut state = rig.state();
+    state.instances[0].busy = false;
+    state.save(&path).unwrap();
+    wait_state(&rig, "a's instance destroyed", |s| s.instances.len() == 1).await;
+    assert_eq!(placements(&rig.state()), [(0, 4, "3g.40gb".to_string())]);
+    let until = tokio::time::Instant::now() + Duration::from_secs(5);
+    while rig
+        .plugins()
+        .ledger()
+        .grants()
+        .keys()
+        .any(|k| k.pod_uid == "a")
+    {
+        assert!(tokio::time::Instant::now() < until, "a's grant released");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(ownership::read(&rig.data(), "a", "main"), Ok(None));
+    assert!(ownership::read(&rig.data(), "b", "main").unwrap().is_some());
+    // b's 3g at 4 is allocated; the largest free on GPU 0 is four 1g.10gb at 0-3.
+    rig.wait_healthy(49 + 1 + 4).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_restart_a_record_whose_gi_carries_another_uuid_fails_closed_and_is_never_destroyed()
+ {
+    let mut rig = Rig::new().await;
+    let uuid = rig.admit("a", "1g.10gb").await.unwrap();
+    let held = rig.kubelet.held("a", "main", PARTITIONED);
+    rig.plugins.take().unwrap().stop().await;
+    // Meanwhile (a reboot and a hand carve) GPU instance 1 was made again: another UUID.
+    let path = rig.dir.path().join("host").join(mig_replay::STATE_FILE);
+    let mut state = rig.state();
+    state.instances[0].compute_instances[0].uuid = "MIG-someone-else".into();
+    state.save(&path).unwrap();
+    rig.start_plugins().await;
+
+    // The restarted plugin registers again on a new socket: retry until it answers.
+    let until = tokio::time::Instant::now() + Duration::from_secs(10);
+    let refused = loop {
+        let answer = rig.kubelet.allocate_raw(PARTITIONED, held.clone()).await;
+        match answer {
+            Err(e) if e.code() == Code::Unavailable && tokio::time::Instant::now() < until => {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            other => break other.unwrap_err(),
+        }
+    };
+    assert_eq!(
+        refused.code(),
+        Code::FailedPrecondition,
+        "{}",
+        refused.message()
+    );
+    assert!(
+        refused
+            .message()
+            .contains("now carries MIG-someone-else, not")
+            && refused.message().contains(&uuid)
+            && refused.message().contains("not re-created"),
+        "{}",
+        refused.message()
+    );
+    assert_eq!(rig.state().instances.len(), 1, "nothing re-created");
+
+    // Its Pod goes: the grant and the record go, the other instance is not destroyed.
+    rig.kubelet.delete("a");
+    let until = tokio::time::Instant::now() + Duration::from_secs(5);
+    while !rig.plugins().ledger().grants().is_empty() {
+        assert!(
+            tokio::time::Instant::now() < until,
+            "the stale grant released"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(ownership::read(&rig.data(), "a", "main"), Ok(None));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        rig.state().instances[0].compute_instances[0].uuid,
+        "MIG-someone-else"
+    );
+}
+
+const VISIBILITY: &str = "device.gpustack.ai/nvidia.visibility";
+
+fn with_sidecar(uid: &str) -> Pod {
+    Pod {
+        uid: uid.into(),
+        namespace: "ns".into(),
+        name: format!("pod-{uid}"),
+        created: 1_700_000_000,
+        phase: Phase::Pending,
+        runtime_class: None,
+        allocated: None,
+        containers: vec![
+            Container {
+                name: "main".into(),
+                limits: BTreeMap::from([
+                    (PARTITIONED.to_string(), "1".to_string()),
+                    (format!("{PARTITIONED}.mig-1g.20gb"), "1".to_string()),
+                ]),
+                env: BTreeMap::new(),
+            },
+            Container {
+                name: "sshd".into(),
+                limits: BTreeMap::from([(VISIBILITY.to_string(), "1".to_string())]),
+                env: BTreeMap::new(),
+            },
+        ],
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partition_owners_sidecar_sees_the_partition_and_fails_closed_without_its_record() {
+    let rig = Rig::new().await;
+    rig.kubelet.create(with_sidecar("s"));
+    let admission = rig.kubelet.admit("s").await.unwrap();
+    let main = &admission["main"][PARTITIONED].envs["NVIDIA_VISIBLE_DEVICES"];
+    let sshd = &admission["sshd"][VISIBILITY].envs["NVIDIA_VISIBLE_DEVICES"];
+    assert!(main.starts_with("MIG-"), "{main}");
+    assert_eq!(
+        sshd, main,
+        "the sidecar sees the partition, never the parent GPU"
+    );
+
+    // Another owner whose record is lost: its sidecar is refused, never widened to the GPU.
+    rig.kubelet.create(with_sidecar("t"));
+    rig.kubelet.admit_only("t", &["main"]).await.unwrap();
+    ownership::remove(&rig.data(), "t", "main").unwrap();
+    let refused = rig.kubelet.admit_only("t", &["sshd"]).await.unwrap_err();
+    assert_eq!(refused.code(), Code::FailedPrecondition);
+    assert!(
+        refused
+            .message()
+            .contains("has no partition ownership record")
+            && refused.message().contains("the parent GPU never is"),
+        "{}",
+        refused.message()
+    );
+}
+
+/// Waits until the (re)started plugin answers on its socket.
+async fn wait_registered(rig: &Rig) {
+    let until = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        match rig.kubelet.allocate_raw(PARTITIONED, Vec::new()).await {
+            Err(e) if e.code() == Code::Unavailable || e.code() == Code::NotFound => {
+                assert!(
+                    tokio::time::Instant::now() < until,
+                    "the plugin never answered: {e}"
+                );
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            _ => return,
+        }
+    }
+}
+
+/// A small deterministic generator (xorshift), so a failing history can be replayed by seed.
+struct Dice(u64);
+
+impl Dice {
+    fn roll(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0 % n
+    }
+}
+
+const PROFILES: [&str; 6] = [
+    "1g.10gb", "1g.20gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb",
+];
+
+/// Every invariant the history must keep, checked from the host's MIG state, the ledger and the
+/// ownership records.
+fn check(rig: &Rig, live: &[String], seed: u64, step: usize) {
+    let at = format!("seed {seed} step {step}");
+    let state = rig.state();
+    // No two instances share a memory slice on a GPU.
+    for (n, a) in state.instances.iter().enumerate() {
+        for b in &state.instances[n + 1..] {
+            let overlap =
+                a.gpu == b.gpu && a.start < b.start + b.size && b.start < a.start + a.size;
+            assert!(!overlap, "{at}: {a:?} overlaps {b:?}");
+        }
+    }
+    let ledger = rig.plugins().ledger();
+    ledger.verify().unwrap_or_else(|e| panic!("{at}: {e}"));
+    let (records, errors) = ownership::read_all(&rig.data());
+    assert!(errors.is_empty(), "{at}: {errors:?}");
+    // Every live Pod's partition is in the ledger, recorded, and on the host as recorded.
+    for uid in live {
+        let record = records
+            .iter()
+            .find(|r| &r.pod_uid == uid)
+            .unwrap_or_else(|| panic!("{at}: {uid} has no record"));
+        let on_host = state.instances.iter().any(|i| {
+            i.gpu == record.gpu_index
+                && i.start == record.start
+                && i.compute_instances
+                    .iter()
+                    .any(|c| c.uuid == record.mig_uuid)
+        });
+        assert!(on_host, "{at}: {uid}'s instance is not on the host");
+        assert!(
+            ledger.grants().keys().any(|k| &k.pod_uid == uid),
+            "{at}: {uid}"
+        );
+    }
+    // Every instance we made is owned by a record (a gone Pod's until it is reclaimed).
+    for instance in &state.instances {
+        let hand = instance
+            .compute_instances
+            .iter()
+            .any(|c| c.uuid.starts_with("MIG-hand"));
+        let owned = instance
+            .compute_instances
+            .iter()
+            .any(|c| records.iter().any(|r| r.mig_uuid == c.uuid));
+        assert!(hand || owned, "{at}: {instance:?} is nobody's");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn random_histories_share_no_placement_and_leak_nothing_across_restarts() {
+    // What the histories did, so a history that exercises nothing fails.
+    let (mut admitted, mut deleted, mut retried, mut restarts, mut carved) = (0, 0, 0, 0, 0);
+    for seed in [0x9e37_79b9_7f4a_7c15_u64, 0x1234_5678, 0xdead_beef_cafe] {
+        let mut rig = Rig::new().await;
+        let mut dice = Dice(seed);
+        let mut live: Vec<String> = Vec::new();
+        let mut made = 0;
+        for step in 0..30 {
+            match dice.roll(10) {
+                0..=3 => {
+                    made += 1;
+                    let uid = format!("p{made}");
+                    let profile = PROFILES[dice.roll(6) as usize];
+                    match rig.admit(&uid, profile).await {
+                        Ok(uuid) => {
+                            assert!(uuid.starts_with("MIG-"), "{uuid}");
+                            live.push(uid);
+                            admitted += 1;
+                        }
+                        Err(e) => {
+                            // No room (or a hand-carved instance in the way): refused, and the
+                            // kubelet fails the Pod, which is then deleted.
+                            assert_eq!(e.code(), Code::FailedPrecondition, "{}", e.message());
+                            rig.kubelet.delete(&uid);
+                        }
+                    }
+                }
+                4 | 5 if !live.is_empty() => {
+                    let uid = live.remove(dice.roll(live.len() as u64) as usize);
+                    rig.kubelet.delete(&uid);
+                    deleted += 1;
+                }
+                6 if !live.is_empty() => {
+                    let uid = &live[dice.roll(live.len() as u64) as usize];
+                    let held = rig.kubelet.held(uid, "main", PARTITIONED);
+                    let again = rig.kubelet.allocate_raw(PARTITIONED, held).await.unwrap();
+                    let record = ownership::read(&rig.data(), uid, "main").unwrap().unwrap();
+                    assert_eq!(
+                        again.container_responses[0].envs["NVIDIA_VISIBLE_DEVICES"],
+                        record.mig_uuid,
+                        "a retry reuses its instance"
+                    );
+                    retried += 1;
+                }
+                7 => {
+                    rig.restart_plugins().await;
+                    wait_registered(&rig).await;
+                    restarts += 1;
+                }
+                8 => {
+                    // Someone carves a 1g by hand at a free slice.
+                    let path = rig.dir.path().join("host").join(mig_replay::STATE_FILE);
+                    let mut state = rig.state();
+                    let gpu = dice.roll(8) as u32;
+                    let free = (0..7).find(|s| {
+                        !state
+                            .instances
+                            .iter()
+                            .any(|i| i.gpu == gpu && i.start <= *s && *s < i.start + i.size)
+                    });
+                    if let Some(start) = free {
+                        let id = (1..)
+                            .find(|id| {
+                                !state
+                                    .instances
+                                    .iter()
+                                    .any(|i| i.gpu == gpu && i.gpu_instance == *id)
+                            })
+                            .unwrap();
+                        state.instances.push(mig_replay::StateInstance {
+                            gpu,
+                            gpu_instance: id,
+                            profile_id: 19,
+                            profile: "1g.10gb".into(),
+                            start,
+                            size: 1,
+                            compute_instances: vec![mig_replay::StateCompute {
+                                id: 0,
+                                uuid: format!("MIG-hand-{step}"),
+                            }],
+                            busy: false,
+                        });
+                        state.save(&path).unwrap();
+                        carved += 1;
+                    }
+                }
+                _ => {}
+            }
+            // Let the Pod watch and the reclaimer settle what this step changed.
+            let until = tokio::time::Instant::now() + Duration::from_secs(10);
+            loop {
+                let owned = rig
+                    .plugins()
+                    .ledger()
+                    .grants()
+                    .keys()
+                    .all(|k| live.contains(&k.pod_uid));
+                if owned {
+                    break;
+                }
+                assert!(
+                    tokio::time::Instant::now() < until,
+                    "seed {seed} step {step}: reclaim"
+                );
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            check(&rig, &live, seed, step);
+        }
+        // Every Pod goes: only the hand-carved instances stay, no grant, no record.
+        for uid in live.drain(..) {
+            rig.kubelet.delete(&uid);
+        }
+        let until = tokio::time::Instant::now() + Duration::from_secs(10);
+        while !rig.plugins().ledger().grants().is_empty() {
+            assert!(
+                tokio::time::Instant::now() < until,
+                "seed {seed}: all released"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let state = rig.state();
+        assert!(
+            state
+                .instances
+                .iter()
+                .all(|i| i.compute_instances[0].uuid.starts_with("MIG-hand")),
+            "seed {seed}: {state:?}"
+        );
+        assert_eq!(ownership::read_all(&rig.data()), (vec![], vec![]));
+    }
+    let did = (admitted, deleted, retried, restarts, carved);
+    assert!(
+        admitted >= 10 && deleted >= 3 && retried >= 1 && restarts >= 1 && carved >= 1,
+        "(admitted, deleted, retried, restarts, carved) = {did:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unowned_instance_of_the_profile_is_claimed_before_one_is_made() {
+    let rig = Rig::new().await;
+    // A 3g.40gb carved by hand on GPU 0 at slices 4-7, with its one compute instance.
+    let path = rig.dir.path().join("host").join(mig_replay::STATE_FILE);
+    let mut state = rig.state();
+    state.instances.push(mig_replay::StateInstance {
+        gpu: 0,
+        gpu_instance: 2,
+        profile_id: 9,
+        profile: "3g.40gb".into(),
+        start: 4,
+        size: 4,
+        compute_instances: vec![mig_replay::StateCompute {
+            id: 0,
+            uuid: "MIG-hand-carved".into(),
+        }],
+        busy: false,
+    });
+    state.save(&path).unwrap();
+    let uuid = rig.admit("a", "3g.40gb").await.unwrap();
+    assert_eq!(uuid, "MIG-hand-carved", "claimed, not made");
+    assert_eq!(placements(&rig.state()), [(0, 4, "3g.40gb".to_string())]);
+    let record = ownership::read(&rig.data(), "a", "main").unwrap().unwrap();
+    assert_eq!((record.start, record.gpu_instance), (4, 2));
+    let ledger = rig.plugins().ledger();
+    let grant = ledger.grants().values().next().unwrap();
+    assert_eq!(grant.partition.as_ref().map(|p| p.start), Some(4));
+    // Now owned: its Pod's end destroys it.
+    rig.kubelet.delete("a");
+    wait_state(&rig, "the claimed instance reclaimed", |s| {
+        s.instances.is_empty()
+    })
+    .await;
+}
