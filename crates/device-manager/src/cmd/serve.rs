@@ -206,6 +206,9 @@ pub fn run(args: Args, settings: &Settings) -> anyhow::Result<ExitCode> {
     // what `auto` injects.
     let engine =
         accel_nvidia::engine::engine_facts_in(node.host.as_ref(), &settings.containerd_config_dir);
+    // The host a responder that injects device nodes itself checks them on (AMD).
+    let node_files: Arc<dyn accel_host::Host> =
+        Arc::new(accel_host::FsHost::new(node.kind.files()));
     let prefixes = node::class_prefixes(args.pci_class_prefixes.as_deref())?;
     let deadlines = Deadlines {
         per_query: Duration::from_secs(30),
@@ -333,6 +336,7 @@ pub fn run(args: Args, settings: &Settings) -> anyhow::Result<ExitCode> {
                         plugin_metrics,
                         &daemon,
                         section,
+                        node_files.clone(),
                     )
                 },
                 pods,
@@ -377,6 +381,7 @@ fn plugin_config(
     metrics: PluginMetrics,
     daemon: &Daemon,
     section: &ManufacturerInventory,
+    host: Arc<dyn accel_host::Host>,
 ) -> Config {
     let slicing = slices_offered(backend, daemon, &paths.library_dir, section);
     if !slicing.offered && !args.no_sliced {
@@ -411,6 +416,8 @@ fn plugin_config(
             preload_dir: paths.data_dir.join("preload"),
             library_dir: paths.library_dir.clone(),
             engine,
+            accelerators: section.accelerators.clone(),
+            host: Some(host),
         }),
         poll_interval: Duration::from_secs(1),
         metrics,
