@@ -8,6 +8,7 @@ pub mod amdsmi;
 pub mod backend;
 pub mod cumask;
 pub mod detector;
+pub mod doctor;
 pub mod drm;
 pub mod kfd;
 pub mod kmsg;
