@@ -107,21 +107,40 @@ fn run(commands: &dyn Commands, argv: &[&str], deadline: Duration) -> Result<Str
     }
 }
 
+/// Exit status of a program the image's wrapper could not find on the host (`deploy/image/amd-smi`).
+const NOT_ON_HOST: i32 = 127;
+
 fn ask_tool(commands: &dyn Commands, options: &DetectOptions) -> Tool {
     let mut tool = Tool::default();
     if commands.is_installed("amd-smi") {
-        match run(commands, AMD_SMI_STATIC, options.per_query)
-            .and_then(|t| amdsmi::parse_static(&t).map_err(|e| e.to_string()))
-        {
-            Ok(gpus) => {
-                if gpus.iter().any(|g| g.identity_unreadable) {
-                    tool.notes.push(
-                        "amd-smi cannot read the GPUs' identity (no access to /dev/kfd or the render nodes: run as root or in the render group)".into(),
-                    );
-                }
-                tool.gpus = gpus;
+        match commands.run(AMD_SMI_STATIC, options.per_query) {
+            Ok(out) if out.status == Some(NOT_ON_HOST) => {
+                tool.notes.push("amd-smi is not installed on the host".into());
+                return ask_rocm_smi(commands, options, tool);
             }
-            Err(e) => tool.notes.push(format!("amd-smi: {e}")),
+            answered => {
+                let text = match answered {
+                    Ok(out) if out.success() => Ok(out.stdout_text()),
+                    Ok(out) => Err(format!(
+                        "{} exited with {}: {}",
+                        AMD_SMI_STATIC.join(" "),
+                        out.status.map_or("a signal".into(), |s| s.to_string()),
+                        out.stderr_text().lines().next().unwrap_or("").trim()
+                    )),
+                    Err(e) => Err(e.to_string()),
+                };
+                match text.and_then(|t| amdsmi::parse_static(&t).map_err(|e| e.to_string())) {
+                    Ok(gpus) => {
+                        if gpus.iter().any(|g| g.identity_unreadable) {
+                            tool.notes.push(
+                                "amd-smi cannot read the GPUs' identity (no access to /dev/kfd or the render nodes: run as root or in the render group)".into(),
+                            );
+                        }
+                        tool.gpus = gpus;
+                    }
+                    Err(e) => tool.notes.push(format!("amd-smi: {e}")),
+                }
+            }
         }
         match run(commands, AMD_SMI_VERSION, options.per_query) {
             Ok(t) => match amdsmi::parse_version_json(&t) {
@@ -135,6 +154,11 @@ fn ask_tool(commands: &dyn Commands, options: &DetectOptions) -> Tool {
         }
         return tool;
     }
+    ask_rocm_smi(commands, options, tool)
+}
+
+/// The fallback: `rocm-smi --showallinfo --json`.
+fn ask_rocm_smi(commands: &dyn Commands, options: &DetectOptions, mut tool: Tool) -> Tool {
     if commands.is_installed("rocm-smi") {
         match run(commands, rocmsmi::ARGV, options.per_query)
             .and_then(|t| rocmsmi::parse(&t).map_err(|e| e.to_string()))
