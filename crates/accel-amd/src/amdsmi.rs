@@ -162,7 +162,8 @@ fn driver_version(text: Option<String>) -> Option<String> {
     text.filter(|t| {
         t.len() <= 32
             && t.chars().next().is_some_and(|c| c.is_ascii_digit())
-            && t.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_' | '+'))
+            && t.chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_' | '+'))
     })
 }
 
@@ -206,7 +207,9 @@ pub fn parse_version_text(text_out: &str) -> Option<Versions> {
 /// `major.minor` of a version (`7.2.1` → `7.2`), the runtime version the labels carry.
 pub fn major_minor(version: &str) -> Option<String> {
     let mut parts = version.split('.');
-    let major = parts.next().filter(|p| p.chars().all(|c| c.is_ascii_digit()) && !p.is_empty())?;
+    let major = parts
+        .next()
+        .filter(|p| p.chars().all(|c| c.is_ascii_digit()) && !p.is_empty())?;
     let minor: String = parts
         .next()
         .map(|p| p.chars().take_while(char::is_ascii_digit).collect())

@@ -80,10 +80,15 @@ pub fn window(topology: &CuTopology, percent: u32) -> Result<Window, String> {
                 return Err("the card reports no shader engine".into());
             }
             if cu % 2 != 0 {
-                return Err(format!("{cu} compute units is not a whole number of work-group processors"));
+                return Err(format!(
+                    "{cu} compute units is not a whole number of work-group processors"
+                ));
             }
             if se > cu / 2 {
-                return Err(format!("{se} shader engines exceed {} work-group processors", cu / 2));
+                return Err(format!(
+                    "{se} shader engines exceed {} work-group processors",
+                    cu / 2
+                ));
             }
             (2 * se, cu / 2, se)
         }
@@ -93,11 +98,8 @@ pub fn window(topology: &CuTopology, percent: u32) -> Result<Window, String> {
             "{cu} compute units is not a whole number of {quantum}-cu allocation atoms"
         ));
     }
-    let min_percent = u32::try_from(div_ceil(
-        100 * u64::from(atom) - 50,
-        u64::from(units),
-    ))
-    .unwrap_or(u32::MAX);
+    let min_percent =
+        u32::try_from(div_ceil(100 * u64::from(atom) - 50, u64::from(units))).unwrap_or(u32::MAX);
     // roundHalfUp(units * pct / 100), then down to whole atoms.
     let n = (u64::from(units) * u64::from(percent) + 50) / 100;
     let n = n / u64::from(atom) * u64::from(atom);

@@ -19,12 +19,12 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use accel_core::Manufacturer;
 use accel_core::busid::BusId;
 use accel_core::inventory::{
     Accelerator, ComputeGeometry, DetectError, Detection, DrmNodes, ManufacturerInventory,
     Partitioning, Source,
 };
-use accel_core::Manufacturer;
 use accel_host::{Commands, Host};
 
 use crate::amdsmi::{self, StaticGpu, Versions};
@@ -115,7 +115,8 @@ fn ask_tool(commands: &dyn Commands, options: &DetectOptions) -> Tool {
     if commands.is_installed("amd-smi") {
         match commands.run(AMD_SMI_STATIC, options.per_query) {
             Ok(out) if out.status == Some(NOT_ON_HOST) => {
-                tool.notes.push("amd-smi is not installed on the host".into());
+                tool.notes
+                    .push("amd-smi is not installed on the host".into());
                 return ask_rocm_smi(commands, options, tool);
             }
             answered => {
@@ -224,10 +225,16 @@ pub fn detect(host: &dyn Host, commands: &dyn Commands, options: DetectOptions) 
     }
     let tool = ask_tool(commands, &options);
     section.notes.extend(tool.notes.iter().cloned());
-    section.driver_version = tool.versions.amdgpu.clone().or_else(|| {
-        tool.gpus.iter().find_map(|g| g.driver_version.clone())
-    });
-    let rocm = tool.versions.rocm.clone().or_else(|| rocm_version_file(host));
+    section.driver_version = tool
+        .versions
+        .amdgpu
+        .clone()
+        .or_else(|| tool.gpus.iter().find_map(|g| g.driver_version.clone()));
+    let rocm = tool
+        .versions
+        .rocm
+        .clone()
+        .or_else(|| rocm_version_file(host));
     section.runtime_version = rocm.as_deref().and_then(amdsmi::major_minor);
     section.management_version = tool.versions.library.clone();
 
@@ -254,7 +261,11 @@ pub fn detect(host: &dyn Host, commands: &dyn Commands, options: DetectOptions) 
                 .iter()
                 .find(|c| c.bus_id == Some(board.bus_id))
                 .or_else(|| {
-                    card.and_then(|d| doc.cards.iter().find(|c| c.card == d.card && c.bus_id.is_none()))
+                    card.and_then(|d| {
+                        doc.cards
+                            .iter()
+                            .find(|c| c.card == d.card && c.bus_id.is_none())
+                    })
                 })
         });
         let mut a = accelerator(index, board, card, &smi, rsmi);
@@ -346,7 +357,11 @@ fn accelerator(
             .and_then(|g| g.vram_mib)
             .or_else(|| card.and_then(|c| c.vram_bytes).map(|b| b >> 20))
             .or_else(|| rsmi.and_then(|c| c.vram_bytes).map(|b| b >> 20))
-            .or_else(|| primary.and_then(kfd::KfdNode::framebuffer_bytes).map(|b| b >> 20))
+            .or_else(|| {
+                primary
+                    .and_then(kfd::KfdNode::framebuffer_bytes)
+                    .map(|b| b >> 20)
+            })
     };
     a.numa_node = card
         .and_then(|c| c.numa_node)
@@ -354,11 +369,17 @@ fn accelerator(
     a.compute_capability = primary
         .and_then(kfd::KfdNode::gfx_target)
         .or_else(|| first_smi.and_then(|g| g.gfx_target.clone()));
-    a.architecture = a.compute_capability.as_deref().and_then(family).map(String::from);
+    a.architecture = a
+        .compute_capability
+        .as_deref()
+        .and_then(family)
+        .map(String::from);
     a.cores = board
         .compute_units()
         .or_else(|| first_smi.and_then(|g| g.compute_units));
-    a.serial = first_smi.and_then(|g| g.serial.clone()).or_else(|| card.and_then(|c| c.serial_number.clone()));
+    a.serial = first_smi
+        .and_then(|g| g.serial.clone())
+        .or_else(|| card.and_then(|c| c.serial_number.clone()));
     a.vbios_version = card
         .and_then(|c| c.vbios_version.clone())
         .or_else(|| first_smi.and_then(|g| g.vbios_version.clone()));

@@ -100,7 +100,12 @@ pub fn run(
         )
     } else {
         match std::fs::OpenOptions::new().read(true).open(&kfd_path) {
-            Ok(_) => check("kfd", Verdict::Ok, format!("{KFD} is present and readable"), None),
+            Ok(_) => check(
+                "kfd",
+                Verdict::Ok,
+                format!("{KFD} is present and readable"),
+                None,
+            ),
             Err(e) => check(
                 "kfd",
                 Verdict::Fail,
@@ -111,12 +116,9 @@ pub fn run(
     });
     checks.push(if commands.is_installed("amd-smi") {
         match commands.run(AMD_SMI_VERSION, per_query) {
-            Ok(out) if out.success() => check(
-                "amd-smi",
-                Verdict::Ok,
-                "amd-smi answers".into(),
-                None,
-            ),
+            Ok(out) if out.success() => {
+                check("amd-smi", Verdict::Ok, "amd-smi answers".into(), None)
+            }
             Ok(out) => check(
                 "amd-smi",
                 Verdict::Warn,
@@ -185,7 +187,12 @@ pub fn run(
         .map(|a| a.index.to_string())
         .collect();
     checks.push(if partitioned.is_empty() {
-        check("partitions", Verdict::Ok, "no board is partitioned".into(), None)
+        check(
+            "partitions",
+            Verdict::Ok,
+            "no board is partitioned".into(),
+            None,
+        )
     } else {
         check(
             "partitions",
@@ -207,7 +214,12 @@ pub fn run(
             None,
         )
     } else if host.exists(&library) {
-        check("slicing-library", Verdict::Ok, format!("{library} is staged"), None)
+        check(
+            "slicing-library",
+            Verdict::Ok,
+            format!("{library} is staged"),
+            None,
+        )
     } else {
         check(
             "slicing-library",
@@ -226,7 +238,10 @@ fn device_nodes(host: &dyn Host, section: &ManufacturerInventory) -> AmdCheck {
     for a in &section.accelerators {
         match a.drm.and_then(|d| d.card.zip(d.render)) {
             Some((card, render)) => {
-                for path in [format!("/dev/dri/card{card}"), format!("/dev/dri/renderD{render}")] {
+                for path in [
+                    format!("/dev/dri/card{card}"),
+                    format!("/dev/dri/renderD{render}"),
+                ] {
                     if !host.exists(&path) {
                         missing.push(path);
                     }
@@ -236,7 +251,12 @@ fn device_nodes(host: &dyn Host, section: &ManufacturerInventory) -> AmdCheck {
         }
     }
     if section.accelerators.is_empty() {
-        check("device-nodes", Verdict::Warn, "no AMD accelerator detected".into(), None)
+        check(
+            "device-nodes",
+            Verdict::Warn,
+            "no AMD accelerator detected".into(),
+            None,
+        )
     } else if !missing.is_empty() {
         check(
             "device-nodes",

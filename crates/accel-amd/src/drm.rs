@@ -154,26 +154,6 @@ pub fn read_cards(host: &dyn Host, class_dir: &str) -> Vec<DrmCard> {
         .collect()
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn card_and_render_minors_are_read_apart() {
-        let entries = vec!["renderD129".to_string(), "card0".to_string()];
-        assert_eq!(minors(&entries), (Some(0), Some(129)));
-        assert_eq!(minors(&["card3".to_string()]), (Some(3), None));
-        assert_eq!(minors(&[]), (None, None));
-    }
-
-    #[test]
-    fn uevent_lines_are_keys_and_values() {
-        let u = parse_uevent("DRIVER=amdgpu\nPCI_ID=1002:744C\n\0\0\0");
-        assert_eq!(u["DRIVER"], "amdgpu");
-        assert_eq!(u.len(), 2);
-    }
-}
-
 /// The character devices an `ls -l` listing shows (`crw-rw---- 1 root render 226, 128 … renderD128`):
 /// `(name, major, minor)`. Other lines are skipped.
 pub fn listed_char_devices(text: &str) -> Vec<(String, u32, u32)> {
@@ -199,7 +179,9 @@ pub fn partition_render_nodes(listing: &str) -> Vec<(u32, u32)> {
     let mut out: Vec<(u32, u32)> = listing
         .lines()
         .filter_map(|line| {
-            let rest = line.trim().strip_prefix("/sys/devices/platform/amdgpu_xcp.")?;
+            let rest = line
+                .trim()
+                .strip_prefix("/sys/devices/platform/amdgpu_xcp.")?;
             let (p, rest) = rest.split_once('/')?;
             let rest = rest.strip_prefix("drm/renderD")?;
             let minor = rest.split('/').next()?.parse().ok()?;
@@ -209,4 +191,24 @@ pub fn partition_render_nodes(listing: &str) -> Vec<(u32, u32)> {
     out.sort_unstable();
     out.dedup();
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn card_and_render_minors_are_read_apart() {
+        let entries = vec!["renderD129".to_string(), "card0".to_string()];
+        assert_eq!(minors(&entries), (Some(0), Some(129)));
+        assert_eq!(minors(&["card3".to_string()]), (Some(3), None));
+        assert_eq!(minors(&[]), (None, None));
+    }
+
+    #[test]
+    fn uevent_lines_are_keys_and_values() {
+        let u = parse_uevent("DRIVER=amdgpu\nPCI_ID=1002:744C\n\0\0\0");
+        assert_eq!(u["DRIVER"], "amdgpu");
+        assert_eq!(u.len(), 2);
+    }
 }

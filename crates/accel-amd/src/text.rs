@@ -50,7 +50,10 @@ mod tests {
             rocr_uuid(unique_id("0x2150e7d042a1124").unwrap()),
             "GPU-02150e7d042a1124"
         );
-        assert_eq!(unique_id("5c88007d760374f3\n\0\0"), Some(0x5c88_007d_7603_74f3));
+        assert_eq!(
+            unique_id("5c88007d760374f3\n\0\0"),
+            Some(0x5c88_007d_7603_74f3)
+        );
         assert_eq!(unique_id("N/A"), None);
         assert_eq!(unique_id("ffffffffffffffff"), None);
         assert_eq!(unique_id("0"), None);

@@ -76,7 +76,16 @@ fn untar(path: &Path) -> tempfile::TempDir {
 
 /// `(boards, GPU nodes, gfx of the first, CUs of the first board, XCCs of the first board,
 /// render minor of the first board's primary)`.
-fn kfd_summary(nodes: &[kfd::KfdNode]) -> (usize, usize, Option<String>, Option<u32>, Option<u32>, Option<u32>) {
+fn kfd_summary(
+    nodes: &[kfd::KfdNode],
+) -> (
+    usize,
+    usize,
+    Option<String>,
+    Option<u32>,
+    Option<u32>,
+    Option<u32>,
+) {
     let boards = kfd::boards(nodes);
     let gpus = nodes.iter().filter(|n| n.is_gpu()).count();
     let first = &boards[0];
@@ -139,7 +148,11 @@ fn kfd_tree(unit: &str, dir: &Path) {
             };
             let peers = kfd::xgmi_peers(&host, base, 2);
             assert!(!peers.is_empty(), "node 2 has XGMI links");
-            assert!(boards.iter().all(|b| b.primary().unwrap().hive_id().is_some()));
+            assert!(
+                boards
+                    .iter()
+                    .all(|b| b.primary().unwrap().hive_id().is_some())
+            );
         }
         "lact__phoenix-apu" | "lact__strixpoint-apu" => {
             // An APU: no unique id; KFD's bank is the shared system memory, far above the
@@ -170,32 +183,199 @@ fn kfd_archive(unit: &str, path: &Path) {
 /// `(card, driver, vendor:device, bus, vram bytes, unique id)` of each DRM snapshot.
 #[allow(clippy::type_complexity)]
 const DRM: &[(&str, u32, &str, &str, &str, Option<u64>, Option<u64>)] = &[
-    ("lact__hd7870", 0, "radeon", "1002:6818", "0000:01:00.0", None, None),
-    ("lact__nvidia-rtx4080-not-amd", 1, "nvidia", "10de:2704", "0000:09:00.0", None, None),
-    ("lact__phoenix", 1, "amdgpu", "1002:15bf", "0000:64:00.0", Some(4_294_967_296), None),
-    ("lact__r7-240", 1, "amdgpu", "1002:6617", "0000:01:00.0", Some(2_147_483_648), None),
-    ("lact__r9-280", 0, "amdgpu", "1002:679a", "0000:01:00.0", None, None),
-    ("lact__rx5500xt", 1, "amdgpu", "1002:7340", "0000:04:00.0", None, None),
-    ("lact__rx5700xt", 1, "amdgpu", "1002:731f", "0000:28:00.0", None, None),
-    ("lact__rx580", 0, "amdgpu", "1002:67df", "0000:09:00.0", Some(4_294_967_296), None),
-    ("lact__rx6600", 1, "amdgpu", "1002:73ff", "0000:12:00.0", None, None),
-    ("lact__rx6600xt", 0, "amdgpu", "1002:73ff", "0000:0b:00.0", None, None),
-    ("lact__rx6900xt", 0, "amdgpu", "1002:73bf", "0000:0c:00.0", Some(17_163_091_968), Some(0x946d_7e1e_f9b1_72dd)),
-    ("lact__rx7600s", 1, "amdgpu", "1002:7480", "0000:03:00.0", None, None),
-    ("lact__rx7700s", 1, "amdgpu", "1002:7480", "0000:03:00.0", None, None),
-    ("lact__rx7800xt", 1, "amdgpu", "1002:747e", "0000:03:00.0", None, None),
-    ("lact__rx7900xtx", 0, "amdgpu", "1002:744c", "0000:03:00.0", None, None),
-    ("lact__rx9070", 1, "amdgpu", "1002:7550", "0000:03:00.0", None, None),
-    ("lact__rx9070xt", 1, "amdgpu", "1002:7550", "0000:0f:00.0", None, None),
-    ("lact__strixpoint", 1, "amdgpu", "1002:150e", "0000:c1:00.0", Some(536_870_912), None),
-    ("lact__vangogh", 0, "amdgpu", "1002:163f", "0000:04:00.0", None, None),
-    ("lact__vega56", 0, "amdgpu", "1002:687f", "0000:0b:00.0", Some(8_573_157_376), None),
-    ("procfs__rx-vega64-asus", 0, "amdgpu", "1002:687f", "0000:09:00.0", Some(8_573_157_376), Some(0x0123_4567_89ab_cdef)),
+    (
+        "lact__hd7870",
+        0,
+        "radeon",
+        "1002:6818",
+        "0000:01:00.0",
+        None,
+        None,
+    ),
+    (
+        "lact__nvidia-rtx4080-not-amd",
+        1,
+        "nvidia",
+        "10de:2704",
+        "0000:09:00.0",
+        None,
+        None,
+    ),
+    (
+        "lact__phoenix",
+        1,
+        "amdgpu",
+        "1002:15bf",
+        "0000:64:00.0",
+        Some(4_294_967_296),
+        None,
+    ),
+    (
+        "lact__r7-240",
+        1,
+        "amdgpu",
+        "1002:6617",
+        "0000:01:00.0",
+        Some(2_147_483_648),
+        None,
+    ),
+    (
+        "lact__r9-280",
+        0,
+        "amdgpu",
+        "1002:679a",
+        "0000:01:00.0",
+        None,
+        None,
+    ),
+    (
+        "lact__rx5500xt",
+        1,
+        "amdgpu",
+        "1002:7340",
+        "0000:04:00.0",
+        None,
+        None,
+    ),
+    (
+        "lact__rx5700xt",
+        1,
+        "amdgpu",
+        "1002:731f",
+        "0000:28:00.0",
+        None,
+        None,
+    ),
+    (
+        "lact__rx580",
+        0,
+        "amdgpu",
+        "1002:67df",
+        "0000:09:00.0",
+        Some(4_294_967_296),
+        None,
+    ),
+    (
+        "lact__rx6600",
+        1,
+        "amdgpu",
+        "1002:73ff",
+        "0000:12:00.0",
+        None,
+        None,
+    ),
+    (
+        "lact__rx6600xt",
+        0,
+        "amdgpu",
+        "1002:73ff",
+        "0000:0b:00.0",
+        None,
+        None,
+    ),
+    (
+        "lact__rx6900xt",
+        0,
+        "amdgpu",
+        "1002:73bf",
+        "0000:0c:00.0",
+        Some(17_163_091_968),
+        Some(0x946d_7e1e_f9b1_72dd),
+    ),
+    (
+        "lact__rx7600s",
+        1,
+        "amdgpu",
+        "1002:7480",
+        "0000:03:00.0",
+        None,
+        None,
+    ),
+    (
+        "lact__rx7700s",
+        1,
+        "amdgpu",
+        "1002:7480",
+        "0000:03:00.0",
+        None,
+        None,
+    ),
+    (
+        "lact__rx7800xt",
+        1,
+        "amdgpu",
+        "1002:747e",
+        "0000:03:00.0",
+        None,
+        None,
+    ),
+    (
+        "lact__rx7900xtx",
+        0,
+        "amdgpu",
+        "1002:744c",
+        "0000:03:00.0",
+        None,
+        None,
+    ),
+    (
+        "lact__rx9070",
+        1,
+        "amdgpu",
+        "1002:7550",
+        "0000:03:00.0",
+        None,
+        None,
+    ),
+    (
+        "lact__rx9070xt",
+        1,
+        "amdgpu",
+        "1002:7550",
+        "0000:0f:00.0",
+        None,
+        None,
+    ),
+    (
+        "lact__strixpoint",
+        1,
+        "amdgpu",
+        "1002:150e",
+        "0000:c1:00.0",
+        Some(536_870_912),
+        None,
+    ),
+    (
+        "lact__vangogh",
+        0,
+        "amdgpu",
+        "1002:163f",
+        "0000:04:00.0",
+        None,
+        None,
+    ),
+    (
+        "lact__vega56",
+        0,
+        "amdgpu",
+        "1002:687f",
+        "0000:0b:00.0",
+        Some(8_573_157_376),
+        None,
+    ),
+    (
+        "procfs__rx-vega64-asus",
+        0,
+        "amdgpu",
+        "1002:687f",
+        "0000:09:00.0",
+        Some(8_573_157_376),
+        Some(0x0123_4567_89ab_cdef),
+    ),
 ];
 
 fn drm_tree(unit: &str, dir: &Path) {
-    let Some(&(_, card, driver, ids, bus, vram, unique)) = DRM.iter().find(|e| e.0 == unit)
-    else {
+    let Some(&(_, card, driver, ids, bus, vram, unique)) = DRM.iter().find(|e| e.0 == unit) else {
         panic!("drm-sysfs/{unit}/: a tree without expectations");
     };
     let cards = drm::read_cards(&FsHost::new(dir), "");
@@ -204,11 +384,7 @@ fn drm_tree(unit: &str, dir: &Path) {
     assert_eq!(c.card, card, "{unit}");
     assert_eq!(c.driver.as_deref(), Some(driver), "{unit}");
     assert_eq!(c.is_amdgpu(), driver == "amdgpu", "{unit}");
-    let read_ids = format!(
-        "{:04x}:{:04x}",
-        c.vendor_id.unwrap(),
-        c.device_id.unwrap()
-    );
+    let read_ids = format!("{:04x}:{:04x}", c.vendor_id.unwrap(), c.device_id.unwrap());
     assert_eq!(read_ids, ids, "{unit}");
     assert_eq!(c.bus_id.unwrap().sysfs(), bus, "{unit}");
     assert_eq!(c.vram_bytes, vram, "{unit}");
@@ -217,7 +393,10 @@ fn drm_tree(unit: &str, dir: &Path) {
     assert_eq!(c.render, None, "{unit}");
     if matches!(unit, "procfs__rx-vega64-asus" | "lact__vega56") {
         assert_eq!(c.numa_node, None, "{unit}: numa_node -1 is no affinity");
-        assert_eq!(c.product_name, None, "{unit}: an empty product_name is absent");
+        assert_eq!(
+            c.product_name, None,
+            "{unit}: an empty product_name is absent"
+        );
     }
     if unit == "lact__strixpoint" {
         assert_eq!(c.numa_node, None);
@@ -275,7 +454,10 @@ fn amd_smi(unit: &str, text: &str) {
         "dellai__8x-mi300x-static-json-nonroot-preamble.txt" => {
             let gpus = amdsmi::parse_static(text).unwrap();
             assert_eq!(gpus.len(), 8);
-            assert!(gpus.iter().all(|g| g.identity_unreadable && g.unique_id.is_none()));
+            assert!(
+                gpus.iter()
+                    .all(|g| g.identity_unreadable && g.unique_id.is_none())
+            );
             assert_eq!(gpus[0].bus_id.unwrap().sysfs(), "0000:1b:00.0");
         }
         "dellai__version-json-amdsmi26.2.2-rocm7.2.1.json" => {
@@ -294,7 +476,10 @@ fn amd_smi(unit: &str, text: &str) {
         "k8sdp-157__mi300x-version-amdgpu-kernel-string.txt" => {
             let v = amdsmi::parse_version_text(text).unwrap();
             assert_eq!(v.rocm.as_deref(), Some("6.4.0"));
-            assert_eq!(v.amdgpu, None, "a squashed /proc/version is no driver version");
+            assert_eq!(
+                v.amdgpu, None,
+                "a squashed /proc/version is no driver version"
+            );
         }
         "ocihpcoke__8x-mi300x-version-list-plain-amdsmi24.5.1-rocm6.1.2.txt" => {
             let v = amdsmi::parse_version_text(text).unwrap();
@@ -316,7 +501,11 @@ fn amd_smi(unit: &str, text: &str) {
         "rocmblogs__mi300x-o-list-static-metric-plain-truncated.txt" => {
             // Its last block is a jq fragment of the old list shape (`.[0]["vram"]`).
             assert!(amdsmi::parse_version_text(text).is_none());
-            assert!(amdsmi::parse_static(text).map(|g| g.iter().all(|g| g.unique_id.is_none())).unwrap_or(true));
+            assert!(
+                amdsmi::parse_static(text)
+                    .map(|g| g.iter().all(|g| g.unique_id.is_none()))
+                    .unwrap_or(true)
+            );
         }
         other => panic!("amd-smi/{other}: a file without expectations"),
     }
@@ -333,7 +522,10 @@ fn rocm_smi(unit: &str, text: &str) {
                 accel_amd::text::rocr_uuid(c.unique_id.unwrap()),
                 "GPU-5c88007d760374f3"
             );
-            assert_eq!(c.name.as_deref(), Some("Navi 32 [Radeon RX 7700 XT / 7800 XT]"));
+            assert_eq!(
+                c.name.as_deref(),
+                Some("Navi 32 [Radeon RX 7700 XT / 7800 XT]")
+            );
             assert_eq!(c.vram_bytes, Some(17_163_091_968));
         }
         "telegraf__mi100-rocm6.0.2-showallinfo.json" => {
@@ -352,7 +544,10 @@ fn rocm_smi(unit: &str, text: &str) {
             let c = card0(&doc);
             assert_eq!(c.unique_id, None, "{unit}: Unique ID N/A");
             assert_eq!(c.bus_id.unwrap().sysfs(), "0000:07:00.0");
-            assert_eq!(c.name.as_deref(), Some("Navi 22 [Radeon RX 6700/6700 XT / 6800M]"));
+            assert_eq!(
+                c.name.as_deref(),
+                Some("Navi 22 [Radeon RX 6700/6700 XT / 6800M]")
+            );
             assert_eq!(c.vram_bytes, Some(12_868_124_672));
         }
         "telegraf__vega10-xt.json" => {
@@ -371,7 +566,10 @@ fn rocm_smi(unit: &str, text: &str) {
         }
         "rocmsmilib-159__mi250x-gcd-showproductname.json" => {
             let c = card0(&rocmsmi::parse(text).unwrap());
-            assert_eq!(c.name.as_deref(), Some("AMD INSTINCT MI200 (MCM) OAM LC MBA HPE C2"));
+            assert_eq!(
+                c.name.as_deref(),
+                Some("AMD INSTINCT MI200 (MCM) OAM LC MBA HPE C2")
+            );
         }
         "torchserve__2x-mi250-gcd-productname-power.json"
         | "torchserve__2x-mi250-gcd-use-meminfo.json" => {
@@ -408,7 +606,10 @@ fn kernel_log(unit: &str, text: &str) {
         "cachyos-960__rx6800xt-journalctl-gcvm-fault.log" => {
             assert_eq!(kinds.0 + kinds.1 + kinds.2, 0, "{unit}");
             assert!(kinds.3 >= 1);
-            let fault = faults.iter().find(|f| f.kind == FaultKind::PageFault).unwrap();
+            let fault = faults
+                .iter()
+                .find(|f| f.kind == FaultKind::PageFault)
+                .unwrap();
             assert_eq!(fault.process.as_deref(), Some("kwin_wayland"));
             assert_eq!(fault.pid, Some(1671));
             assert_eq!(bus.as_deref(), Some("0000:0d:00.0"));
@@ -483,7 +684,10 @@ fn every_capture_has_expectations_and_meets_them() {
     }
     // Every DRM expectation names a tree that is there (a vanished capture fails too).
     for (tree, ..) in DRM {
-        assert!(found.contains(&format!("drm-sysfs/{tree}/")), "drm-sysfs/{tree}/ is missing");
+        assert!(
+            found.contains(&format!("drm-sysfs/{tree}/")),
+            "drm-sysfs/{tree}/ is missing"
+        );
     }
     // Exactly the captures named above: one that vanished (or a new one) changes the count.
     assert_eq!(checked, 72, "captures read: {found:?}");

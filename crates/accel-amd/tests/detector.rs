@@ -44,7 +44,10 @@ fn amd_smi_names_the_mi300x_boards_by_their_asic_serial() {
     assert_eq!(section.driver_version.as_deref(), Some("6.16.13"));
     assert_eq!(section.runtime_version.as_deref(), Some("7.2"));
     let geometry = a.compute_geometry.clone().unwrap();
-    assert_eq!((geometry.xccs, geometry.compute_units), (Some(8), Some(304)));
+    assert_eq!(
+        (geometry.xccs, geometry.compute_units),
+        (Some(8), Some(304))
+    );
     let drm = a.drm.unwrap();
     assert_eq!((drm.card, drm.render), (Some(1), Some(128)));
 }
@@ -53,14 +56,30 @@ fn amd_smi_names_the_mi300x_boards_by_their_asic_serial() {
 fn a_partitioned_board_is_listed_once_and_feeds_nothing() {
     let section = detect_in(&host("amd-mi300x-cpx"), DetectOptions::default());
     assert_eq!(section.accelerators.len(), 8);
-    assert!(section.accelerators.iter().all(|a| a.grantable == Grantable::Nothing));
+    assert!(
+        section
+            .accelerators
+            .iter()
+            .all(|a| a.grantable == Grantable::Nothing)
+    );
     let last = section.accelerators.last().unwrap();
     assert_eq!(last.partitioning.as_ref().unwrap().partitions, 7);
-    assert_eq!(last.partitioning.as_ref().unwrap().compute_mode.as_deref(), Some("CPX"));
-    let ids: std::collections::BTreeSet<_> =
-        section.accelerators.iter().map(|a| a.uuid.clone()).collect();
+    assert_eq!(
+        last.partitioning.as_ref().unwrap().compute_mode.as_deref(),
+        Some("CPX")
+    );
+    let ids: std::collections::BTreeSet<_> = section
+        .accelerators
+        .iter()
+        .map(|a| a.uuid.clone())
+        .collect();
     assert_eq!(ids.len(), 8, "no two accelerators share an id");
-    assert!(section.notes.iter().any(|n| n.contains("split into 8 compute partitions (CPX)")));
+    assert!(
+        section
+            .notes
+            .iter()
+            .any(|n| n.contains("split into 8 compute partitions (CPX)"))
+    );
 }
 
 #[test]
@@ -79,12 +98,20 @@ fn rocm_smi_answers_where_amd_smi_is_missing_from_the_host() {
     std::fs::write(cmd.join("argv"), "amd-smi\nstatic\n--json\n").unwrap();
     std::fs::write(cmd.join("status"), "127\n").unwrap();
     let section = detect_in(&copied, DetectOptions::default());
-    assert_eq!(section.accelerators[0].uuid.as_deref(), Some("GPU-5c88007d760374f3"));
+    assert_eq!(
+        section.accelerators[0].uuid.as_deref(),
+        Some("GPU-5c88007d760374f3")
+    );
     assert_eq!(
         section.accelerators[0].product.as_deref(),
         Some("Navi 32 [Radeon RX 7700 XT / 7800 XT]")
     );
-    assert!(section.notes.iter().any(|n| n == "amd-smi is not installed on the host"));
+    assert!(
+        section
+            .notes
+            .iter()
+            .any(|n| n == "amd-smi is not installed on the host")
+    );
 }
 
 #[test]

@@ -355,8 +355,9 @@ async fn a_missing_render_node_fails_the_allocation_naming_it() {
     let err = rig.kubelet.admit("a").await.unwrap_err();
     assert_eq!(err.code(), Code::FailedPrecondition);
     assert!(
-        err.message()
-            .ends_with("card GPU-d99e7fe92c7bdf75 has no device node \"/dev/dri/renderD129\" on the host"),
+        err.message().ends_with(
+            "card GPU-d99e7fe92c7bdf75 has no device node \"/dev/dri/renderD129\" on the host"
+        ),
         "{}",
         err.message()
     );
@@ -371,8 +372,9 @@ async fn a_host_without_kfd_grants_nothing() {
     rig.kubelet.create(pod("a", &[("main", &[(GPU, "1")])]));
     let err = rig.kubelet.admit("a").await.unwrap_err();
     assert!(
-        err.message()
-            .ends_with("the host has no device node \"/dev/kfd\", so no accelerator can be granted"),
+        err.message().ends_with(
+            "the host has no device node \"/dev/kfd\", so no accelerator can be granted"
+        ),
         "{}",
         err.message()
     );

@@ -315,12 +315,19 @@ fn amd_doctor_names_a_missing_render_node_and_sees_the_staged_shim() {
     let run = doctor(&host, &[]);
     assert_eq!(run.status, 0, "{}", run.stdout);
     assert!(
-        run.stdout
-            .contains("ok    slicing-library  /var/lib/gpustack/operator/lib/amd/libvrocm.so is staged"),
+        run.stdout.contains(
+            "ok    slicing-library  /var/lib/gpustack/operator/lib/amd/libvrocm.so is staged"
+        ),
         "{}",
         run.stdout
     );
-    assert!(run.stdout.contains("warn  amd-smi          amd-smi is not installed; rocm-smi answers in its place"), "{}", run.stdout);
+    assert!(
+        run.stdout.contains(
+            "warn  amd-smi          amd-smi is not installed; rocm-smi answers in its place"
+        ),
+        "{}",
+        run.stdout
+    );
     std::fs::remove_file(host.join("root/dev/dri/renderD128")).unwrap();
     let run = doctor(&host, &[]);
     assert_eq!(run.status, 1, "{}", run.stdout);

@@ -57,9 +57,13 @@ fn chosen(node: &Node) -> Manufacturer {
     let on_bus = |m: Manufacturer| {
         accel_host::pci::scan_pci(host, &accel_host::pci::PciClassPrefixes::default())
             .map(|scan| {
-                scan.functions
-                    .iter()
-                    .any(|f| node.table.get(m).pci_vendor_ids.iter().any(|id| id.vendor == f.vendor_id))
+                scan.functions.iter().any(|f| {
+                    node.table
+                        .get(m)
+                        .pci_vendor_ids
+                        .iter()
+                        .any(|id| id.vendor == f.vendor_id)
+                })
             })
             .unwrap_or(false)
     };
