@@ -51,7 +51,7 @@ RUN build-hami-core "$HAMI_CORE_REPO" "$HAMI_CORE_COMMIT" /out/libvgpu.so
 # chroot.
 FROM debian:${DEBIAN_RELEASE}-slim AS runtime
 COPY --from=build /out/device-manager /usr/local/bin/device-manager
-COPY deploy/image/stage-libraries deploy/image/nvidia-smi /usr/local/bin/
+COPY deploy/image/stage-libraries deploy/image/nvidia-smi deploy/image/amd-smi deploy/image/rocm-smi /usr/local/bin/
 # The file name and layout the responder expects (crates/accel-plugin/src/responder.rs:
 # PRELOAD_LIBRARY, library_dir).
 COPY --from=hami-cuda-12 /out/libvgpu.so /opt/gpustack/lib/cuda-12/libvgpu.so

@@ -9,6 +9,9 @@ use std::fmt;
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use accel_core::inventory::Accelerator;
+use accel_host::Host;
+
 use accel_core::ledger::{Family, Seat};
 
 use crate::pod::{Container, Pod};
@@ -116,6 +119,9 @@ pub enum ResponderError {
     NoVram { index: u32 },
     #[error("cannot create the Pod working directory {path}: {reason}")]
     WorkDir { path: String, reason: String },
+    /// The manufacturer's own refusal, in its words (AMD: a device node the host lacks).
+    #[error("{0}")]
+    Refused(String),
 }
 
 /// What the responder could not prepare on the host before serving slices.
@@ -128,7 +134,7 @@ pub struct PrepareError {
 }
 
 /// What a responder is built from once the node's first detection is known.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct ResponderSetup {
     pub strategy: InjectionStrategy,
     /// The node's runtime major (one driver stack per node), when reported.
@@ -140,6 +146,27 @@ pub struct ResponderSetup {
     /// The host directory the preload libraries are staged in.
     pub library_dir: PathBuf,
     pub engine: Arc<dyn EngineSource>,
+    /// The manufacturer's accelerators as first detected (AMD reads each one's DRM minors and
+    /// compute topology from here).
+    pub accelerators: Vec<Accelerator>,
+    /// The host the grant's device nodes must exist on, for a responder that injects nodes
+    /// itself; `None`: not checked.
+    pub host: Option<Arc<dyn Host>>,
+}
+
+impl fmt::Debug for ResponderSetup {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ResponderSetup")
+            .field("strategy", &self.strategy)
+            .field("runtime_major", &self.runtime_major)
+            .field("pod_dir_root", &self.pod_dir_root)
+            .field("preload_dir", &self.preload_dir)
+            .field("library_dir", &self.library_dir)
+            .field("engine", &self.engine)
+            .field("accelerators", &self.accelerators.len())
+            .field("host", &self.host.as_ref().map(|h| h.root().to_path_buf()))
+            .finish()
+    }
 }
 
 /// One manufacturer's answer to grants.

@@ -156,6 +156,48 @@ pub struct Accelerator {
     /// from the vendor's topology matrix.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub peers: BTreeMap<u32, String>,
+    /// The DRM device nodes a container is handed (AMD: `/dev/dri/card<N>`, `/dev/dri/renderD<M>`),
+    /// their minors read apart from sysfs; absent for a manufacturer that injects no DRM nodes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drm: Option<DrmNodes>,
+    /// The compute geometry a compute-unit mask is derived from (AMD), when the driver shows it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compute_geometry: Option<ComputeGeometry>,
+    /// The board's hardware partitioning as the driver reports it (AMD compute/memory partition
+    /// modes), when it reports one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub partitioning: Option<Partitioning>,
+}
+
+/// An accelerator's DRM minors (`card<N>`, `renderD<M>`): unrelated numbers, each as read.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DrmNodes {
+    pub card: Option<u32>,
+    pub render: Option<u32>,
+}
+
+/// The compute topology of an AMD accelerator (KFD): what `HSA_CU_MASK` is quantised by.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ComputeGeometry {
+    /// Compute units.
+    pub compute_units: Option<u32>,
+    pub shader_engines: Option<u32>,
+    /// Accelerated compute complexes (MI300-class); 1 elsewhere.
+    pub xccs: Option<u32>,
+}
+
+/// A board's hardware partitioning (AMD MI300-class compute and memory partition modes).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Partitioning {
+    /// `SPX`, `DPX`, `QPX`, `CPX` as the driver names it, when it names it.
+    pub compute_mode: Option<String>,
+    /// `NPS1`, `NPS4` …, when the driver names it.
+    pub memory_mode: Option<String>,
+    /// The compute partitions the driver shows for the board (1 when unpartitioned).
+    pub partitions: u32,
 }
 
 impl Accelerator {
@@ -195,6 +237,9 @@ impl Accelerator {
             partition_profiles: Vec::new(),
             nvlinks: Vec::new(),
             peers: BTreeMap::new(),
+            drm: None,
+            compute_geometry: None,
+            partitioning: None,
         }
     }
 

@@ -29,7 +29,7 @@ use serde_json::{Value, json};
 
 /// The manufacturers this project can detect. A new detector adds its manufacturer here and to
 /// the chart's `dm.detectable` together.
-const DETECTABLE: [Manufacturer; 1] = [Manufacturer::Nvidia];
+const DETECTABLE: [Manufacturer; 2] = [Manufacturer::Nvidia, Manufacturer::Amd];
 
 /// The CUDA majors the image builds HAMi-core for.
 const CUDA_MAJORS: [u32; 2] = [12, 13];

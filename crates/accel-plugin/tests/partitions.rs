@@ -87,7 +87,7 @@ impl Rig {
                 pod_dir_root: dir.path().join("data/pods"),
                 preload_dir: dir.path().join("data/preload"),
                 library_dir: accel_nvidia::responder::HOST_LIBRARY_DIR.into(),
-                engine: EngineFacts::default(),
+                engine: std::sync::Arc::new(EngineFacts::default()),
             }),
             poll_interval: Duration::from_millis(20),
             metrics: Default::default(),

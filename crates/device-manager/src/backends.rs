@@ -7,7 +7,10 @@ use accel_core::Manufacturer;
 
 /// Every backend of this build, in the manufacturers table's order.
 pub fn all() -> Vec<Backend> {
-    vec![accel_nvidia::backend::backend()]
+    vec![
+        accel_nvidia::backend::backend(),
+        accel_amd::backend::backend(),
+    ]
 }
 
 /// The manufacturers this build can detect.

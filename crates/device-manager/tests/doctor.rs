@@ -79,7 +79,9 @@ fn all_hosts() -> Vec<String> {
 /// Hosts where a check fails: doctor exits 1 there, 0 elsewhere. The K80 (its 430 driver
 /// answers "Not Found"), the L4 and the WSL 2 host (no CUDA version was captured) report no CUDA
 /// version, which fails the driver check (seed 002: without it NVML does not initialise).
+/// AMD's host without a driver fails its `amdgpu-driver` and `kfd` checks.
 const FAILING: &[&str] = &[
+    "amd-no-driver",
     "azure-4x-k80",
     "no-driver",
     "passthrough-l4",
@@ -298,5 +300,41 @@ fn doctor_looks_for_the_library_and_the_kernel_log_where_serve_does() {
             .unwrap()
             .starts_with(kmsg.to_str().unwrap()),
         "{kernel_log}"
+    );
+}
+
+#[test]
+fn amd_doctor_names_a_missing_render_node_and_sees_the_staged_shim() {
+    let dir = tempfile::tempdir().unwrap();
+    let host = dir.path().join("host");
+    copy_tree(&hosts_dir().join("amd-rocm-smi-only-rx7800xt"), &host);
+    write(
+        &host.join("root/var/lib/gpustack/operator/lib/amd/libvrocm.so"),
+        "",
+    );
+    let run = doctor(&host, &[]);
+    assert_eq!(run.status, 0, "{}", run.stdout);
+    assert!(
+        run.stdout.contains(
+            "ok    slicing-library  /var/lib/gpustack/operator/lib/amd/libvrocm.so is staged"
+        ),
+        "{}",
+        run.stdout
+    );
+    assert!(
+        run.stdout.contains(
+            "warn  amd-smi          amd-smi is not installed; rocm-smi answers in its place"
+        ),
+        "{}",
+        run.stdout
+    );
+    std::fs::remove_file(host.join("root/dev/dri/renderD128")).unwrap();
+    let run = doctor(&host, &[]);
+    assert_eq!(run.status, 1, "{}", run.stdout);
+    assert!(
+        run.stdout
+            .contains("fail  device-nodes     missing on the host: /dev/dri/renderD128"),
+        "{}",
+        run.stdout
     );
 }

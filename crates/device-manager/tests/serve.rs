@@ -123,9 +123,9 @@ fn a_manufacturer_without_a_detector_is_a_one_line_error() {
     let dir = tempfile::tempdir().unwrap();
     for (flag, env, expected) in [
         (
-            Some("amd"),
+            Some("ascend"),
             None,
-            "manufacturer amd: no detector yet (this build detects nvidia)",
+            "manufacturer ascend: no detector yet (this build detects nvidia, amd)",
         ),
         (None, Some("hygon"), "manufacturer hygon: no detector yet"),
         (Some("nokia"), None, "unknown manufacturer \"nokia\""),

@@ -22,6 +22,10 @@ pub const NVIDIA_SLICES_PER_ACCELERATOR: u32 = 128;
 /// Logical slices a Hygon accelerator hosts at most (seed 000: "4 on Hygon").
 pub const HYGON_SLICES_PER_ACCELERATOR: u32 = 4;
 
+/// Logical slices an AMD accelerator hosts at most (`status.logicalSliced.count`: a loose token
+/// pool, VRAM being what binds; compute-unit masks may overlap).
+pub const AMD_SLICES_PER_ACCELERATOR: u32 = 128;
+
 /// Tokens the visibility pool advertises per accelerator (`SlicedResourceMaxSize`).
 pub const VISIBILITY_TOKENS_PER_ACCELERATOR: u32 = 512;
 
@@ -31,6 +35,7 @@ pub fn slices_per_accelerator(manufacturer: Manufacturer) -> Option<u32> {
     match manufacturer {
         Manufacturer::Nvidia | Manufacturer::Iluvatar => Some(NVIDIA_SLICES_PER_ACCELERATOR),
         Manufacturer::Hygon => Some(HYGON_SLICES_PER_ACCELERATOR),
+        Manufacturer::Amd => Some(AMD_SLICES_PER_ACCELERATOR),
         _ => None,
     }
 }
@@ -57,6 +62,6 @@ mod tests {
     fn slice_counts_per_manufacturer() {
         assert_eq!(slices_per_accelerator(Manufacturer::Nvidia), Some(128));
         assert_eq!(slices_per_accelerator(Manufacturer::Hygon), Some(4));
-        assert_eq!(slices_per_accelerator(Manufacturer::Amd), None);
+        assert_eq!(slices_per_accelerator(Manufacturer::Amd), Some(128));
     }
 }

@@ -8,6 +8,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use accel_backend::respond::{EngineFacts, InjectionStrategy};
+use accel_core::Manufacturer;
 use accel_nvidia::detector::Deadlines;
 use accel_nvidia::doctor::{self, Check, Options, Report, Status};
 use accel_nvidia::engine::engine_facts_in;
@@ -42,10 +43,75 @@ pub struct Args {
     /// Output format.
     #[arg(short = 'o', long = "output", value_enum, default_value = "table")]
     pub output: Format,
+    /// The manufacturer whose needs are checked (default: AMD on a host that shows an AMD
+    /// driver or AMD accelerator and no NVIDIA one, NVIDIA otherwise).
+    #[arg(long, env = "MANUFACTURER")]
+    pub manufacturer: Option<Manufacturer>,
+}
+
+/// The manufacturer doctor checks when none is named: AMD where the host shows AMD's KFD
+/// topology or an AMD function on the PCI bus and neither NVIDIA's driver nor an NVIDIA
+/// function; NVIDIA otherwise (its checks explain a host with nothing).
+fn chosen(node: &Node) -> Manufacturer {
+    let host = node.host.as_ref();
+    let on_bus = |m: Manufacturer| {
+        accel_host::pci::scan_pci(host, &accel_host::pci::PciClassPrefixes::default())
+            .map(|scan| {
+                scan.functions.iter().any(|f| {
+                    node.table
+                        .get(m)
+                        .pci_vendor_ids
+                        .iter()
+                        .any(|id| id.vendor == f.vendor_id)
+                })
+            })
+            .unwrap_or(false)
+    };
+    let amd = host.exists(accel_amd::kfd::TOPOLOGY_DIR) || on_bus(Manufacturer::Amd);
+    let nvidia = host.exists("/proc/driver/nvidia") || on_bus(Manufacturer::Nvidia);
+    if amd && !nvidia {
+        Manufacturer::Amd
+    } else {
+        Manufacturer::Nvidia
+    }
+}
+
+/// AMD's checks as a report (accel-amd's doctor).
+fn amd_report(node: &Node, args: &Args, library_dir: &str) -> Report {
+    let checks: Vec<Check> = accel_amd::doctor::run(
+        node.host.as_ref(),
+        node.commands.as_ref(),
+        Duration::from_secs(args.nvidia_smi_timeout),
+        &format!("/{library_dir}"),
+        std::env::consts::ARCH,
+    )
+    .into_iter()
+    .map(|c| Check {
+        name: c.name.to_string(),
+        status: match c.verdict {
+            accel_amd::doctor::Verdict::Ok => Status::Ok,
+            accel_amd::doctor::Verdict::Warn => Status::Warn,
+            accel_amd::doctor::Verdict::Fail => Status::Fail,
+        },
+        reason: c.reason,
+        action: c.action,
+    })
+    .collect();
+    let passed = checks.iter().all(|c| c.status != Status::Fail);
+    Report {
+        checks,
+        gpus: Vec::new(),
+        passed,
+    }
 }
 
 pub fn run(args: Args, settings: &Settings) -> anyhow::Result<ExitCode> {
-    let node = Node::open(&args.host_root)?;
+    let mut node = Node::open(&args.host_root)?;
+    node.table = settings.manufacturers.clone();
+    let manufacturer = args.manufacturer.unwrap_or_else(|| chosen(&node));
+    if manufacturer != Manufacturer::Nvidia && manufacturer != Manufacturer::Amd {
+        anyhow::bail!("doctor: no checks for {manufacturer} yet (this build checks nvidia, amd)");
+    }
     let options = Options {
         deadlines: Deadlines {
             per_query: Duration::from_secs(args.nvidia_smi_timeout),
@@ -61,11 +127,16 @@ pub fn run(args: Args, settings: &Settings) -> anyhow::Result<ExitCode> {
         kmsg: args.kmsg_path.clone(),
         gpus: args.gpus.clone(),
     };
-    let mut report = doctor::run(node.host.as_ref(), node.commands.as_ref(), &options);
-    let engine = engine_facts_in(node.host.as_ref(), &settings.containerd_config_dir);
-    report
-        .checks
-        .push(injection_check(settings.plugin.nvidia_injection, &engine));
+    let mut report = if manufacturer == Manufacturer::Amd {
+        amd_report(&node, &args, &options.library_dir)
+    } else {
+        let mut report = doctor::run(node.host.as_ref(), node.commands.as_ref(), &options);
+        let engine = engine_facts_in(node.host.as_ref(), &settings.containerd_config_dir);
+        report
+            .checks
+            .push(injection_check(settings.plugin.nvidia_injection, &engine));
+        report
+    };
     report.passed = report.passed && report.checks.iter().all(|c| c.status != Status::Fail);
     match args.output {
         Format::Json => println!("{}", serde_json::to_string_pretty(&report)?),

@@ -213,6 +213,9 @@ pub fn run(args: Args, settings: &Settings) -> anyhow::Result<ExitCode> {
         Arc::new(accel_host::FsHost::new(node.host.root())),
         &settings.containerd_config_dir,
     ));
+    // The host a responder that injects device nodes itself checks them on (AMD).
+    let node_files: Arc<dyn accel_host::Host> =
+        Arc::new(accel_host::FsHost::new(node.kind.files()));
     let prefixes = node::class_prefixes(args.pci_class_prefixes.as_deref())?;
     let deadlines = Deadlines {
         per_query: Duration::from_secs(30),
@@ -341,6 +344,7 @@ pub fn run(args: Args, settings: &Settings) -> anyhow::Result<ExitCode> {
                         &daemon,
                         &partition_commands,
                         section,
+                        node_files.clone(),
                     )
                 },
                 pods,
@@ -386,6 +390,7 @@ fn plugin_config(
     daemon: &Daemon,
     partition_commands: &Arc<dyn accel_host::Commands>,
     section: &ManufacturerInventory,
+    host: Arc<dyn accel_host::Host>,
 ) -> Config {
     let slicing = slices_offered(backend, daemon, &paths.library_dir, section);
     if !slicing.offered && !args.no_sliced {
@@ -424,6 +429,8 @@ fn plugin_config(
             preload_dir: paths.data_dir.join("preload"),
             library_dir: paths.library_dir.clone(),
             engine,
+            accelerators: section.accelerators.clone(),
+            host: Some(host),
         }),
         poll_interval: Duration::from_secs(1),
         metrics,

@@ -623,10 +623,10 @@ impl Pass<'_> {
             pod_dir_root: self.places.render_dir.join("pods"),
             preload_dir: self.places.render_dir.clone(),
             library_dir: self.settings.library_dir(),
-            engine: accel_nvidia::engine::engine_facts_in(
+            engine: std::sync::Arc::new(accel_nvidia::engine::engine_facts_in(
                 self.node.host.as_ref(),
                 &self.settings.containerd_config_dir,
-            ),
+            )),
         });
         let mut inventory = Inventory::default();
         inventory.manufacturers.push(section.clone());
@@ -1291,7 +1291,7 @@ mod tests {
             pod_dir_root: dir.join("pods"),
             preload_dir: dir.join("preload"),
             library_dir: PathBuf::from("/var/lib/gpustack/operator/lib"),
-            engine: EngineFacts::default(),
+            engine: std::sync::Arc::new(EngineFacts::default()),
         }
     }
 

@@ -5,6 +5,7 @@ fails the render.
 */}}
 {{- define "dm.detectable" -}}
 nvidia
+amd
 {{- end -}}
 
 {{/* The common prefix of every object's name. */}}

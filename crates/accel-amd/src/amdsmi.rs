@@ -1,0 +1,252 @@
+//! amd-smi's output: `static --json` (identity, VRAM, driver per GPU) and `version` (`--json`
+//! or its one-line text). Both top-level shapes are read (a bare list up to amd-smi 25.x,
+//! `{"gpu_data": […]}` from 26.x), text before the document (a permission notice) is skipped,
+//! and every field is looked up by presence, never by release: a value may be a number, a
+//! string, `{"value": …, "unit": …}` or `"N/A"` (the fixtures' HAZARDS.md, items 18–23).
+
+use serde_json::Value;
+
+use accel_core::busid::BusId;
+
+use crate::text::{clean, hex_u64, unique_id};
+
+/// Why a document could not be read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SmiError {
+    #[error("{what}: no JSON document in the output")]
+    NoDocument { what: String },
+    #[error("{what}: not JSON: {reason}")]
+    NotJson { what: String, reason: String },
+    #[error("{what}: no GPU list (expected a list or an object with \"gpu_data\")")]
+    NoGpuList { what: String },
+}
+
+/// The JSON document in a tool's output, skipping any text printed before it.
+pub fn document(what: &str, text: &str) -> Result<Value, SmiError> {
+    let start = text
+        .find(['{', '['])
+        .ok_or_else(|| SmiError::NoDocument { what: what.into() })?;
+    let mut stream = serde_json::Deserializer::from_str(&text[start..]).into_iter::<Value>();
+    match stream.next() {
+        Some(Ok(v)) => Ok(v),
+        Some(Err(e)) => Err(SmiError::NotJson {
+            what: what.into(),
+            reason: e.to_string(),
+        }),
+        None => Err(SmiError::NoDocument { what: what.into() }),
+    }
+}
+
+/// A field as text: strings cleaned (`N/A` is absent), numbers printed, `{"value": v}` its value.
+pub fn text(value: Option<&Value>) -> Option<String> {
+    match value? {
+        Value::String(s) => clean(s),
+        Value::Number(n) => Some(n.to_string()),
+        Value::Bool(b) => Some(b.to_string()),
+        Value::Object(o) => text(o.get("value")),
+        _ => None,
+    }
+}
+
+/// A field as a whole number (a number, a decimal string, or `{"value": n}`).
+pub fn number(value: Option<&Value>) -> Option<u64> {
+    match value? {
+        Value::Number(n) => n.as_u64(),
+        Value::String(s) => clean(s).and_then(|s| s.parse().ok()),
+        Value::Object(o) => number(o.get("value")),
+        _ => None,
+    }
+}
+
+/// A figure with its unit as megabytes (`{"value": 196592, "unit": "MB"}`, which amd-smi means
+/// as MiB); a figure in GB is scaled.
+fn mebibytes(value: Option<&Value>) -> Option<u64> {
+    let v = value?;
+    let figure = number(Some(v))?;
+    let unit = v.get("unit").and_then(Value::as_str).unwrap_or("MB");
+    match unit.to_ascii_uppercase().as_str() {
+        "MB" | "MIB" => Some(figure),
+        "GB" | "GIB" => figure.checked_mul(1024),
+        "B" => Some(figure >> 20),
+        _ => None,
+    }
+}
+
+fn path<'a>(value: &'a Value, keys: &[&str]) -> Option<&'a Value> {
+    keys.iter().try_fold(value, |v, k| v.get(k))
+}
+
+/// One GPU of `amd-smi static --json`.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct StaticGpu {
+    /// amd-smi's own index (BDF order; never used to join sources).
+    pub gpu: Option<u64>,
+    pub bus_id: Option<BusId>,
+    /// `asic.asic_serial`, normalised.
+    pub unique_id: Option<u64>,
+    pub market_name: Option<String>,
+    /// `board.product_name`.
+    pub board_name: Option<String>,
+    pub device_id: Option<u16>,
+    pub compute_units: Option<u32>,
+    pub gfx_target: Option<String>,
+    pub vram_mib: Option<u64>,
+    pub driver_version: Option<String>,
+    pub vbios_version: Option<String>,
+    pub serial: Option<String>,
+    /// Every identity field read `N/A` (a user without render-group access): the GPU is there,
+    /// its facts are not readable.
+    pub identity_unreadable: bool,
+}
+
+/// Reads `amd-smi static --json`.
+pub fn parse_static(text_out: &str) -> Result<Vec<StaticGpu>, SmiError> {
+    let what = "amd-smi static --json";
+    let doc = document(what, text_out)?;
+    let list = match &doc {
+        Value::Array(list) => list,
+        Value::Object(o) => match o.get("gpu_data") {
+            Some(Value::Array(list)) => list,
+            _ => return Err(SmiError::NoGpuList { what: what.into() }),
+        },
+        _ => return Err(SmiError::NoGpuList { what: what.into() }),
+    };
+    Ok(list.iter().map(static_gpu).collect())
+}
+
+fn static_gpu(g: &Value) -> StaticGpu {
+    let asic = |k: &str| path(g, &["asic", k]);
+    let gfx = text(asic("target_graphics_version")).map(|t| {
+        if t.starts_with("gfx") {
+            t
+        } else {
+            format!("gfx{t}")
+        }
+    });
+    let identity_unreadable = ["market_name", "device_id", "asic_serial", "vendor_id"]
+        .iter()
+        .all(|k| text(asic(k)).is_none());
+    StaticGpu {
+        gpu: number(g.get("gpu")),
+        bus_id: text(path(g, &["bus", "bdf"])).and_then(|b| b.parse().ok()),
+        unique_id: text(asic("asic_serial")).and_then(|s| unique_id(&s)),
+        market_name: text(asic("market_name")),
+        board_name: text(path(g, &["board", "product_name"])),
+        device_id: text(asic("device_id"))
+            .and_then(|d| hex_u64(&d))
+            .and_then(|d| u16::try_from(d).ok()),
+        compute_units: number(asic("num_compute_units")).and_then(|n| u32::try_from(n).ok()),
+        gfx_target: gfx,
+        vram_mib: mebibytes(path(g, &["vram", "size"])),
+        driver_version: text(path(g, &["driver", "version"])),
+        vbios_version: text(path(g, &["ifwi", "version"]))
+            .or_else(|| text(path(g, &["vbios", "version"]))),
+        serial: text(path(g, &["board", "product_serial"])),
+        identity_unreadable,
+    }
+}
+
+/// What `amd-smi version` reports.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Versions {
+    pub tool: Option<String>,
+    pub library: Option<String>,
+    pub rocm: Option<String>,
+    /// The amdgpu driver's version; `None` when the field is missing or carries the kernel's
+    /// whole `/proc/version` (an inbox driver has no version of its own).
+    pub amdgpu: Option<String>,
+}
+
+/// A driver version worth reporting: a dotted figure, not a squashed kernel banner.
+fn driver_version(text: Option<String>) -> Option<String> {
+    text.filter(|t| {
+        t.len() <= 32
+            && t.chars().next().is_some_and(|c| c.is_ascii_digit())
+            && t.chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_' | '+'))
+    })
+}
+
+/// Reads `amd-smi version --json` (a list of one object, or the object).
+pub fn parse_version_json(text_out: &str) -> Result<Versions, SmiError> {
+    let what = "amd-smi version --json";
+    let doc = document(what, text_out)?;
+    let o = match &doc {
+        Value::Array(list) => list.first().cloned().unwrap_or(Value::Null),
+        other => other.clone(),
+    };
+    Ok(Versions {
+        tool: text(o.get("version")),
+        library: text(o.get("amdsmi_library_version")),
+        rocm: text(o.get("rocm_version")),
+        amdgpu: driver_version(text(o.get("amdgpu_version"))),
+    })
+}
+
+/// Reads `amd-smi version`'s text line (`AMDSMI Tool: … | ROCm version: 6.4.1 | amdgpu version:
+/// 6.10.5 | …`), wherever it sits in the output.
+pub fn parse_version_text(text_out: &str) -> Option<Versions> {
+    let line = text_out.lines().find(|l| l.contains("AMDSMI Tool:"))?;
+    let mut v = Versions::default();
+    for field in line.split(" | ") {
+        let Some((key, value)) = field.split_once(':') else {
+            continue;
+        };
+        let value = clean(value);
+        match key.trim() {
+            "AMDSMI Tool" => v.tool = value,
+            "AMDSMI Library version" => v.library = value,
+            "ROCm version" => v.rocm = value,
+            "amdgpu version" => v.amdgpu = driver_version(value),
+            _ => {}
+        }
+    }
+    Some(v)
+}
+
+/// `major.minor` of a version (`7.2.1` → `7.2`), the runtime version the labels carry.
+pub fn major_minor(version: &str) -> Option<String> {
+    let mut parts = version.split('.');
+    let major = parts
+        .next()
+        .filter(|p| p.chars().all(|c| c.is_ascii_digit()) && !p.is_empty())?;
+    let minor: String = parts
+        .next()
+        .map(|p| p.chars().take_while(char::is_ascii_digit).collect())
+        .unwrap_or_default();
+    if minor.is_empty() {
+        Some(major.to_string())
+    } else {
+        Some(format!("{major}.{minor}"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn values_come_in_every_shape() {
+        let v: Value = serde_json::from_str(
+            r#"{"a": {"value": 750, "unit": "W"}, "b": "N/A", "c": 3, "d": "12"}"#,
+        )
+        .unwrap();
+        assert_eq!(number(v.get("a")), Some(750));
+        assert_eq!(number(v.get("b")), None);
+        assert_eq!(number(v.get("c")), Some(3));
+        assert_eq!(number(v.get("d")), Some(12));
+    }
+
+    #[test]
+    fn a_kernel_banner_is_no_driver_version() {
+        let v = parse_version_text(
+            "AMDSMI Tool: 25.3.0+ede62f2 | ROCm version: 6.4.0 | amdgpu version: Linuxversion6.8.0-79-generic(buildd@lcy02)#79 | amd_hsmp version: N/A",
+        )
+        .unwrap();
+        assert_eq!(v.rocm.as_deref(), Some("6.4.0"));
+        assert_eq!(v.amdgpu, None);
+        assert_eq!(major_minor("7.2.1").as_deref(), Some("7.2"));
+        assert_eq!(major_minor("6").as_deref(), Some("6"));
+        assert_eq!(major_minor("x"), None);
+    }
+}

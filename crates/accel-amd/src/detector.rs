@@ -1,0 +1,426 @@
+//! The AMD detector: the kernel's views first (KFD topology, DRM sysfs), then the vendor tool
+//! (`amd-smi static --json` and `version --json`, or `rocm-smi --showallinfo --json` where
+//! amd-smi is missing), joined by PCI address — never by a tool's index (HAZARDS.md item 24).
+//! No ROCm library is loaded; every command runs through accel-host's [`Commands`] with the
+//! per-query deadline, and every source may be missing.
+//!
+//! **What an accelerator is.** One PCI board (function 0). A board the driver has split into
+//! compute partitions (MI300-class DPX/QPX/CPX) shows several KFD nodes, render nodes and
+//! amd-smi processors that share one unique id; it is listed **once**, with its partitioning,
+//! and feeds no family (there is no AMD partition family, and granting the board's first
+//! partition as the whole card would hand a container an eighth of what it asked for). The
+//! described system lists whole cards only; this keeps that and refuses the rest explicitly,
+//! naming the board in a note. Two boards never share an id.
+//!
+//! Answers: no amdgpu card and no KFD GPU node → `Ok(empty)` (no driver); amdgpu cards but no
+//! KFD topology → `Ok(empty)` with a note (ROCm cannot use them); boards found → `Ok(list)`,
+//! whatever the vendor tool did (its failure is a note).
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use accel_core::Manufacturer;
+use accel_core::busid::BusId;
+use accel_core::inventory::{
+    Accelerator, ComputeGeometry, DetectError, Detection, DrmNodes, ManufacturerInventory,
+    Partitioning, Source,
+};
+use accel_host::{Commands, Host};
+
+use crate::amdsmi::{self, StaticGpu, Versions};
+use crate::drm::{self, DrmCard};
+use crate::kfd::{self, KfdBoard};
+use crate::rocmsmi::{self, RocmSmi};
+use crate::text::rocr_uuid;
+
+/// The amd-smi queries the detector runs.
+pub const AMD_SMI_STATIC: &[&str] = &["amd-smi", "static", "--json"];
+pub const AMD_SMI_VERSION: &[&str] = &["amd-smi", "version", "--json"];
+
+/// Where the ROCm version is read when the tool does not say (`<rocm>/.info/version`).
+pub const ROCM_VERSION_FILES: &[&str] = &[
+    "/opt/rocm/.info/version",
+    "/opt/rocm/.info/version-rocm",
+    "/opt/rocm/.info/version-dev",
+    "/opt/rocm/.info/version-libs",
+];
+
+/// The family name HSA reports for a gfx target (its `ASIC_FAMILY_ID` names), derived from the
+/// target because no ROCm library is loaded here; an unknown target has none.
+pub fn family(gfx: &str) -> Option<&'static str> {
+    let rest = gfx.strip_prefix("gfx")?;
+    Some(match rest {
+        "902" | "909" | "90c" => "Raven",
+        r if r.starts_with("9") && r.len() == 3 => "Arctic Islands",
+        "1033" => "Van Gogh",
+        "1035" => "Yellow Carp",
+        "1036" => "GC 10.3.6",
+        "1037" => "GC 10.3.7",
+        r if r.starts_with("10") && r.len() == 4 => "Navi",
+        "1103" => "GC 11.0.1",
+        r if r.starts_with("115") && r.len() == 4 => "GC 11.5.0",
+        r if r.starts_with("11") && r.len() == 4 => "GC 11.0.0",
+        r if r.starts_with("12") && r.len() == 4 => "GC 12.0.0",
+        r if r.starts_with("8") && r.len() == 3 => "Volcanic Islands",
+        _ => return None,
+    })
+}
+
+/// What the detector is given.
+#[derive(Debug, Clone)]
+pub struct DetectOptions {
+    /// Each vendor-tool query's deadline.
+    pub per_query: Duration,
+    /// The PCI vendor ids that are AMD's (`GPUSTACK_AMD_PCI_VENDOR_ID`): a KFD node of another
+    /// vendor (a Hygon DCU runs a fork of this driver stack) is not AMD's.
+    pub vendor_ids: Vec<u16>,
+}
+
+impl Default for DetectOptions {
+    fn default() -> Self {
+        DetectOptions {
+            per_query: Duration::from_secs(30),
+            vendor_ids: vec![0x1002],
+        }
+    }
+}
+
+/// What the vendor tool said, whichever answered.
+#[derive(Debug, Default)]
+struct Tool {
+    gpus: Vec<StaticGpu>,
+    rocm_smi: Option<RocmSmi>,
+    versions: Versions,
+    notes: Vec<String>,
+}
+
+fn run(commands: &dyn Commands, argv: &[&str], deadline: Duration) -> Result<String, String> {
+    match commands.run(argv, deadline) {
+        Ok(out) if out.success() => Ok(out.stdout_text()),
+        Ok(out) => Err(format!(
+            "{} exited with {}: {}",
+            argv.join(" "),
+            out.status.map_or("a signal".into(), |s| s.to_string()),
+            out.stderr_text().lines().next().unwrap_or("").trim()
+        )),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// Exit status of a program the image's wrapper could not find on the host (`deploy/image/amd-smi`).
+const NOT_ON_HOST: i32 = 127;
+
+fn ask_tool(commands: &dyn Commands, options: &DetectOptions) -> Tool {
+    let mut tool = Tool::default();
+    if commands.is_installed("amd-smi") {
+        match commands.run(AMD_SMI_STATIC, options.per_query) {
+            Ok(out) if out.status == Some(NOT_ON_HOST) => {
+                tool.notes
+                    .push("amd-smi is not installed on the host".into());
+                return ask_rocm_smi(commands, options, tool);
+            }
+            answered => {
+                let text = match answered {
+                    Ok(out) if out.success() => Ok(out.stdout_text()),
+                    Ok(out) => Err(format!(
+                        "{} exited with {}: {}",
+                        AMD_SMI_STATIC.join(" "),
+                        out.status.map_or("a signal".into(), |s| s.to_string()),
+                        out.stderr_text().lines().next().unwrap_or("").trim()
+                    )),
+                    Err(e) => Err(e.to_string()),
+                };
+                match text.and_then(|t| amdsmi::parse_static(&t).map_err(|e| e.to_string())) {
+                    Ok(gpus) => {
+                        if gpus.iter().any(|g| g.identity_unreadable) {
+                            tool.notes.push(
+                                "amd-smi cannot read the GPUs' identity (no access to /dev/kfd or the render nodes: run as root or in the render group)".into(),
+                            );
+                        }
+                        tool.gpus = gpus;
+                    }
+                    Err(e) => tool.notes.push(format!("amd-smi: {e}")),
+                }
+            }
+        }
+        match run(commands, AMD_SMI_VERSION, options.per_query) {
+            Ok(t) => match amdsmi::parse_version_json(&t) {
+                Ok(v) => tool.versions = v,
+                Err(e) => match amdsmi::parse_version_text(&t) {
+                    Some(v) => tool.versions = v,
+                    None => tool.notes.push(format!("amd-smi: {e}")),
+                },
+            },
+            Err(e) => tool.notes.push(format!("amd-smi: {e}")),
+        }
+        return tool;
+    }
+    ask_rocm_smi(commands, options, tool)
+}
+
+/// The fallback: `rocm-smi --showallinfo --json`.
+fn ask_rocm_smi(commands: &dyn Commands, options: &DetectOptions, mut tool: Tool) -> Tool {
+    if commands.is_installed("rocm-smi") {
+        match run(commands, rocmsmi::ARGV, options.per_query)
+            .and_then(|t| rocmsmi::parse(&t).map_err(|e| e.to_string()))
+        {
+            Ok(doc) => {
+                tool.versions.amdgpu = doc.driver_version.clone();
+                tool.rocm_smi = Some(doc);
+            }
+            Err(e) => tool.notes.push(format!("rocm-smi: {e}")),
+        }
+        return tool;
+    }
+    tool.notes
+        .push("neither amd-smi nor rocm-smi is installed: facts from the kernel only".into());
+    tool
+}
+
+fn rocm_version_file(host: &dyn Host) -> Option<String> {
+    ROCM_VERSION_FILES.iter().find_map(|p| {
+        host.read(p)
+            .ok()
+            .and_then(|b| crate::text::clean(&String::from_utf8_lossy(&b)))
+    })
+}
+
+/// One detection pass over `host`.
+pub fn detect(host: &dyn Host, commands: &dyn Commands, options: DetectOptions) -> Detection {
+    let m = Manufacturer::Amd;
+    let topology = match kfd::read_topology(host, kfd::TOPOLOGY_DIR) {
+        Ok(t) => t,
+        Err(e) => {
+            return Err(DetectError::NotMeasured {
+                manufacturer: m,
+                reason: format!("the KFD topology cannot be read: {e}"),
+            });
+        }
+    };
+    let cards: Vec<DrmCard> = drm::read_cards(host, drm::CLASS_DIR)
+        .into_iter()
+        .filter(DrmCard::is_amdgpu)
+        .collect();
+    let boards: Vec<KfdBoard> = topology
+        .as_deref()
+        .map(kfd::boards)
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|b| {
+            b.primary()
+                .and_then(kfd::KfdNode::vendor_id)
+                .is_none_or(|v| options.vendor_ids.contains(&v))
+        })
+        .collect();
+    let mut section = ManufacturerInventory::empty(m);
+    if boards.is_empty() {
+        if !cards.is_empty() {
+            section.notes.push(format!(
+                "amdgpu drives {} card(s) but the kernel shows no KFD GPU node ({}): ROCm cannot use them",
+                cards.len(),
+                kfd::TOPOLOGY_DIR
+            ));
+        }
+        return Ok(section);
+    }
+    let tool = ask_tool(commands, &options);
+    section.notes.extend(tool.notes.iter().cloned());
+    section.driver_version = tool
+        .versions
+        .amdgpu
+        .clone()
+        .or_else(|| tool.gpus.iter().find_map(|g| g.driver_version.clone()));
+    let rocm = tool
+        .versions
+        .rocm
+        .clone()
+        .or_else(|| rocm_version_file(host));
+    section.runtime_version = rocm.as_deref().and_then(amdsmi::major_minor);
+    section.management_version = tool.versions.library.clone();
+
+    let by_bus = |bus: BusId| {
+        cards
+            .iter()
+            .find(|c| c.bus_id.map(|b| BusId { function: 0, ..b }) == Some(bus))
+    };
+    let mut node_index: BTreeMap<u32, u32> = BTreeMap::new();
+    let mut seen_ids: BTreeMap<String, u32> = BTreeMap::new();
+    for (index, board) in boards.iter().enumerate() {
+        let index = u32::try_from(index).unwrap_or(u32::MAX);
+        for node in &board.nodes {
+            node_index.insert(node.id, index);
+        }
+        let card = by_bus(board.bus_id);
+        let smi: Vec<&StaticGpu> = tool
+            .gpus
+            .iter()
+            .filter(|g| g.bus_id.map(|b| BusId { function: 0, ..b }) == Some(board.bus_id))
+            .collect();
+        let rsmi = tool.rocm_smi.as_ref().and_then(|doc| {
+            doc.cards
+                .iter()
+                .find(|c| c.bus_id == Some(board.bus_id))
+                .or_else(|| {
+                    card.and_then(|d| {
+                        doc.cards
+                            .iter()
+                            .find(|c| c.card == d.card && c.bus_id.is_none())
+                    })
+                })
+        });
+        let mut a = accelerator(index, board, card, &smi, rsmi);
+        if let Some(uuid) = &a.uuid {
+            if let Some(other) = seen_ids.insert(uuid.clone(), index) {
+                section.notes.push(format!(
+                    "accelerators {other} and {index} report one unique id {uuid}: neither is named by it"
+                ));
+                a.uuid = None;
+                if let Some(first) = section.accelerators.get_mut(other as usize) {
+                    first.uuid = None;
+                }
+            }
+        } else {
+            section.notes.push(format!(
+                "accelerator {index} ({}) reports no unique id, so it cannot be granted",
+                board.bus_id.sysfs()
+            ));
+        }
+        if let Some(p) = &a.partitioning
+            && p.partitions > 1
+        {
+            a.grantable = accel_core::inventory::Grantable::Nothing;
+            section.notes.push(format!(
+                "accelerator {index} ({}) is split into {} compute partitions{}: a partitioned AMD board is not served (no AMD partition family); set it to SPX to serve it",
+                board.bus_id.sysfs(),
+                p.partitions,
+                p.compute_mode.as_deref().map(|m| format!(" ({m})")).unwrap_or_default()
+            ));
+        }
+        section.accelerators.push(a);
+    }
+    // XGMI peers, by accelerator index.
+    if let Some(nodes) = &topology {
+        for board in &boards {
+            let Some(primary) = board.primary() else {
+                continue;
+            };
+            let Some(&me) = node_index.get(&primary.id) else {
+                continue;
+            };
+            let peers = kfd::xgmi_peers(host, kfd::TOPOLOGY_DIR, primary.id);
+            for peer in peers {
+                if let Some(&other) = node_index.get(&peer)
+                    && other != me
+                    && nodes.iter().any(|n| n.id == peer)
+                    && let Some(a) = section.accelerators.get_mut(me as usize)
+                {
+                    a.peers.insert(other, "XGMI".into());
+                }
+            }
+        }
+    }
+    Ok(section)
+}
+
+fn accelerator(
+    index: u32,
+    board: &KfdBoard,
+    card: Option<&DrmCard>,
+    smi: &[&StaticGpu],
+    rsmi: Option<&rocmsmi::RocmSmiCard>,
+) -> Accelerator {
+    let mut a = Accelerator::new(index, Source::Driver);
+    let primary = board.primary();
+    let first_smi = smi
+        .iter()
+        .find(|g| g.bus_id.is_some_and(|b| b.function == 0))
+        .or(smi.first())
+        .copied();
+    a.bus_id = Some(board.bus_id);
+    let unique = first_smi
+        .and_then(|g| g.unique_id)
+        .or_else(|| primary.and_then(kfd::KfdNode::unique_id))
+        .or_else(|| card.and_then(|c| c.unique_id))
+        .or_else(|| rsmi.and_then(|c| c.unique_id));
+    a.uuid = unique.map(rocr_uuid);
+    a.product = first_smi
+        .and_then(|g| g.market_name.clone())
+        .or_else(|| rsmi.and_then(|c| c.name.clone()))
+        .or_else(|| card.and_then(|c| c.product_name.clone()));
+    let partitions = board.partitions();
+    // A partitioned board's tool and KFD figures are per partition; its DRM figure is the
+    // board's.
+    a.memory_mib = if partitions > 1 {
+        card.and_then(|c| c.vram_bytes).map(|b| b >> 20)
+    } else {
+        first_smi
+            .and_then(|g| g.vram_mib)
+            .or_else(|| card.and_then(|c| c.vram_bytes).map(|b| b >> 20))
+            .or_else(|| rsmi.and_then(|c| c.vram_bytes).map(|b| b >> 20))
+            .or_else(|| {
+                primary
+                    .and_then(kfd::KfdNode::framebuffer_bytes)
+                    .map(|b| b >> 20)
+            })
+    };
+    a.numa_node = card
+        .and_then(|c| c.numa_node)
+        .or_else(|| rsmi.and_then(|c| c.numa_node));
+    a.compute_capability = primary
+        .and_then(kfd::KfdNode::gfx_target)
+        .or_else(|| first_smi.and_then(|g| g.gfx_target.clone()));
+    a.architecture = a
+        .compute_capability
+        .as_deref()
+        .and_then(family)
+        .map(String::from);
+    a.cores = board
+        .compute_units()
+        .or_else(|| first_smi.and_then(|g| g.compute_units));
+    a.serial = first_smi
+        .and_then(|g| g.serial.clone())
+        .or_else(|| card.and_then(|c| c.serial_number.clone()));
+    a.vbios_version = card
+        .and_then(|c| c.vbios_version.clone())
+        .or_else(|| first_smi.and_then(|g| g.vbios_version.clone()));
+    a.minor_number = card.map(|c| c.card);
+    a.drm = Some(DrmNodes {
+        card: card.map(|c| c.card),
+        render: card
+            .and_then(|c| c.render)
+            .or_else(|| primary.and_then(kfd::KfdNode::render_minor)),
+    });
+    a.compute_geometry = Some(ComputeGeometry {
+        compute_units: a.cores,
+        shader_engines: primary.and_then(kfd::KfdNode::shader_engines),
+        xccs: board.xccs(),
+    });
+    let compute_mode = card.and_then(|c| c.compute_partition.clone());
+    let memory_mode = card.and_then(|c| c.memory_partition.clone());
+    if partitions > 1 || compute_mode.is_some() || memory_mode.is_some() {
+        a.partitioning = Some(Partitioning {
+            compute_mode,
+            memory_mode,
+            partitions: u32::try_from(partitions).unwrap_or(u32::MAX),
+        });
+    }
+    a
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn families_follow_the_gfx_target() {
+        assert_eq!(family("gfx942"), Some("Arctic Islands"));
+        assert_eq!(family("gfx90a"), Some("Arctic Islands"));
+        assert_eq!(family("gfx1101"), Some("GC 11.0.0"));
+        assert_eq!(family("gfx1150"), Some("GC 11.5.0"));
+        assert_eq!(family("gfx1103"), Some("GC 11.0.1"));
+        assert_eq!(family("gfx1030"), Some("Navi"));
+        assert_eq!(family("gfx1201"), Some("GC 12.0.0"));
+        assert_eq!(family("gfx"), None);
+        assert_eq!(family("sm_90"), None);
+    }
+}

@@ -1,0 +1,288 @@
+//! `doctor` for an AMD node: what the detector and the responder need, each check `ok`, `warn`
+//! or `fail` with a one-line reason and what to do. It reads the host through [`Host`] and
+//! [`Commands`] and changes nothing.
+//!
+//! Checks: `amdgpu-driver` (the driver bound to a card and its KFD topology showing GPU nodes),
+//! `kfd` (`/dev/kfd` present and openable for reading), `amd-smi` (answering within its
+//! deadline; rocm-smi alone is a warning, neither a warning: facts then come from the kernel
+//! only), `device-nodes` (every detected accelerator's `/dev/dri/card<N>` and `renderD<M>` on the
+//! host, the responder's precondition for passing them to a container), `unique-ids`
+//! (an accelerator without one cannot be granted), `partitions` (a partitioned board is not
+//! served), `slicing-library` (`<library-dir>/amd/libvrocm.so` staged; none on arm64).
+
+use std::time::Duration;
+
+use accel_core::inventory::ManufacturerInventory;
+use accel_host::{Commands, Host};
+
+use crate::backend::vrocm_built_for;
+use crate::detector::{self, AMD_SMI_VERSION, DetectOptions};
+use crate::responder::{AmdResponder, KFD, SHIM};
+use crate::{drm, kfd, rocmsmi};
+
+/// A check's verdict.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    Ok,
+    Warn,
+    Fail,
+}
+
+/// One check.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AmdCheck {
+    pub name: &'static str,
+    pub verdict: Verdict,
+    pub reason: String,
+    pub action: Option<String>,
+}
+
+fn check(name: &'static str, verdict: Verdict, reason: String, action: Option<&str>) -> AmdCheck {
+    AmdCheck {
+        name,
+        verdict,
+        reason,
+        action: action.map(String::from),
+    }
+}
+
+/// Runs every check. `library_dir` is the host path the shim is staged under (its `amd/`);
+/// `arch` the CPU architecture the daemon's image is built for.
+pub fn run(
+    host: &dyn Host,
+    commands: &dyn Commands,
+    per_query: Duration,
+    library_dir: &str,
+    arch: &str,
+) -> Vec<AmdCheck> {
+    let mut checks = Vec::new();
+    let amdgpu_cards = drm::read_cards(host, drm::CLASS_DIR)
+        .into_iter()
+        .filter(drm::DrmCard::is_amdgpu)
+        .count();
+    let gpu_nodes = kfd::read_topology(host, kfd::TOPOLOGY_DIR)
+        .ok()
+        .flatten()
+        .map(|n| n.iter().filter(|n| n.is_gpu()).count())
+        .unwrap_or(0);
+    checks.push(if gpu_nodes > 0 {
+        check(
+            "amdgpu-driver",
+            Verdict::Ok,
+            format!("amdgpu drives {amdgpu_cards} card(s); KFD shows {gpu_nodes} GPU node(s)"),
+            None,
+        )
+    } else if amdgpu_cards > 0 {
+        check(
+            "amdgpu-driver",
+            Verdict::Fail,
+            format!(
+                "amdgpu drives {amdgpu_cards} card(s) but {} shows no GPU node: ROCm cannot use them",
+                kfd::TOPOLOGY_DIR
+            ),
+            Some("load amdgpu with KFD support (a ROCm-capable kernel or amdgpu-dkms)"),
+        )
+    } else {
+        check(
+            "amdgpu-driver",
+            Verdict::Fail,
+            "no card is bound to amdgpu and there is no KFD topology".into(),
+            Some("install and load the amdgpu driver (modprobe amdgpu)"),
+        )
+    });
+    let kfd_path = host.root().join(KFD.trim_start_matches('/'));
+    checks.push(if !host.exists(KFD) {
+        check(
+            "kfd",
+            Verdict::Fail,
+            format!("{KFD} is missing: no accelerator can be granted"),
+            Some("load amdgpu; in a container, mount the host's /dev"),
+        )
+    } else {
+        match std::fs::OpenOptions::new().read(true).open(&kfd_path) {
+            Ok(_) => check(
+                "kfd",
+                Verdict::Ok,
+                format!("{KFD} is present and readable"),
+                None,
+            ),
+            Err(e) => check(
+                "kfd",
+                Verdict::Fail,
+                format!("{KFD} cannot be opened: {e}"),
+                Some("run as root or in the render group (udev rule for /dev/kfd)"),
+            ),
+        }
+    });
+    checks.push(if commands.is_installed("amd-smi") {
+        match commands.run(AMD_SMI_VERSION, per_query) {
+            Ok(out) if out.success() => {
+                check("amd-smi", Verdict::Ok, "amd-smi answers".into(), None)
+            }
+            Ok(out) => check(
+                "amd-smi",
+                Verdict::Warn,
+                format!(
+                    "amd-smi version exited with {}: {}",
+                    out.status.map_or("a signal".into(), |s| s.to_string()),
+                    out.stderr_text().lines().next().unwrap_or("").trim()
+                ),
+                Some("check the ROCm install (amd-smi version)"),
+            ),
+            Err(e) => check(
+                "amd-smi",
+                Verdict::Warn,
+                e.to_string(),
+                Some("check the ROCm install (amd-smi version)"),
+            ),
+        }
+    } else if commands.is_installed(rocmsmi::ARGV[0]) {
+        check(
+            "amd-smi",
+            Verdict::Warn,
+            "amd-smi is not installed; rocm-smi answers in its place".into(),
+            Some("install amd-smi (ROCm 6 or later)"),
+        )
+    } else {
+        check(
+            "amd-smi",
+            Verdict::Warn,
+            "neither amd-smi nor rocm-smi is installed: products and versions are not known".into(),
+            Some("install amd-smi (ROCm 6 or later)"),
+        )
+    });
+    let section = detector::detect(
+        host,
+        commands,
+        DetectOptions {
+            per_query,
+            ..DetectOptions::default()
+        },
+    )
+    .unwrap_or_else(|_| ManufacturerInventory::empty(accel_core::Manufacturer::Amd));
+    checks.push(device_nodes(host, &section));
+    let nameless: Vec<String> = section
+        .accelerators
+        .iter()
+        .filter(|a| a.uuid.is_none())
+        .map(|a| a.index.to_string())
+        .collect();
+    checks.push(if nameless.is_empty() {
+        check("unique-ids", Verdict::Ok, "every accelerator reports a unique id".into(), None)
+    } else {
+        check(
+            "unique-ids",
+            Verdict::Warn,
+            format!(
+                "accelerator(s) {} report no unique id: ROCR_VISIBLE_DEVICES cannot name them, so they cannot be granted",
+                nameless.join(", ")
+            ),
+            None,
+        )
+    });
+    let partitioned: Vec<String> = section
+        .accelerators
+        .iter()
+        .filter(|a| a.partitioning.as_ref().is_some_and(|p| p.partitions > 1))
+        .map(|a| a.index.to_string())
+        .collect();
+    checks.push(if partitioned.is_empty() {
+        check(
+            "partitions",
+            Verdict::Ok,
+            "no board is partitioned".into(),
+            None,
+        )
+    } else {
+        check(
+            "partitions",
+            Verdict::Warn,
+            format!(
+                "accelerator(s) {} are split into compute partitions and are not served",
+                partitioned.join(", ")
+            ),
+            Some("set the boards to SPX (amd-smi set --compute-partition SPX)"),
+        )
+    });
+    let library = AmdResponder::shim_dir(std::path::Path::new(library_dir)).join(SHIM);
+    let library = library.display().to_string();
+    checks.push(if !vrocm_built_for(arch) {
+        check(
+            "slicing-library",
+            Verdict::Ok,
+            format!("no AMD slicing shim is built for {arch}: logical slices are not offered"),
+            None,
+        )
+    } else if host.exists(&library) {
+        check(
+            "slicing-library",
+            Verdict::Ok,
+            format!("{library} is staged"),
+            None,
+        )
+    } else {
+        check(
+            "slicing-library",
+            Verdict::Warn,
+            format!("{library} is missing: logical slices are not advertised"),
+            Some("let the device manager's init container stage the libraries"),
+        )
+    });
+    checks
+}
+
+/// Every detected accelerator's DRM nodes present on the host.
+fn device_nodes(host: &dyn Host, section: &ManufacturerInventory) -> AmdCheck {
+    let mut missing = Vec::new();
+    let mut unnamed = Vec::new();
+    for a in &section.accelerators {
+        match a.drm.and_then(|d| d.card.zip(d.render)) {
+            Some((card, render)) => {
+                for path in [
+                    format!("/dev/dri/card{card}"),
+                    format!("/dev/dri/renderD{render}"),
+                ] {
+                    if !host.exists(&path) {
+                        missing.push(path);
+                    }
+                }
+            }
+            None => unnamed.push(a.index.to_string()),
+        }
+    }
+    if section.accelerators.is_empty() {
+        check(
+            "device-nodes",
+            Verdict::Warn,
+            "no AMD accelerator detected".into(),
+            None,
+        )
+    } else if !missing.is_empty() {
+        check(
+            "device-nodes",
+            Verdict::Fail,
+            format!("missing on the host: {}", missing.join(", ")),
+            Some("mount the host's /dev/dri into the device manager"),
+        )
+    } else if !unnamed.is_empty() {
+        check(
+            "device-nodes",
+            Verdict::Fail,
+            format!(
+                "accelerator(s) {} record no drm card and render node",
+                unnamed.join(", ")
+            ),
+            Some("compare /sys/module/amdgpu/drivers/pci:amdgpu/<bdf>/drm"),
+        )
+    } else {
+        check(
+            "device-nodes",
+            Verdict::Ok,
+            format!(
+                "/dev/kfd and the card and render nodes of {} accelerator(s) can be passed to containers",
+                section.accelerators.len()
+            ),
+            None,
+        )
+    }
+}

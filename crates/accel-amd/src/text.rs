@@ -1,0 +1,69 @@
+//! Small text rules every AMD source shares: NUL padding and whitespace trimmed, empty and the
+//! tools' placeholders (`N/A`) read as absent, unique ids normalised to one u64.
+
+/// The value of a sysfs file or a tool's field: NULs and whitespace trimmed; empty or `N/A`
+/// (any case, with or without a trailing note such as `N/A (Secondary die)`) is `None`.
+pub fn clean(text: &str) -> Option<String> {
+    let t = text.trim_matches(|c: char| c == '\0' || c.is_whitespace());
+    if t.is_empty() || t.len() >= 3 && t[..3].eq_ignore_ascii_case("n/a") {
+        None
+    } else {
+        Some(t.to_string())
+    }
+}
+
+/// A hex figure with or without `0x` (`0x687f`, `744C`).
+pub fn hex_u64(text: &str) -> Option<u64> {
+    let t = clean(text)?;
+    let digits = t
+        .strip_prefix("0x")
+        .or_else(|| t.strip_prefix("0X"))
+        .unwrap_or(&t);
+    if digits.is_empty() || digits.len() > 16 {
+        return None;
+    }
+    u64::from_str_radix(digits, 16).ok()
+}
+
+/// A unique id (ASIC serial) in any of its spellings — sysfs hex without `0x`, rocm-smi `0x`-
+/// prefixed with leading zeros dropped, amd-smi upper-case `0x…` — as a u64; 0 and the
+/// all-ones "unsupported" sentinel are `None`.
+pub fn unique_id(text: &str) -> Option<u64> {
+    hex_u64(text).filter(|u| *u != 0 && *u != u64::MAX)
+}
+
+/// The accelerator's UUID in the form ROCr takes in `ROCR_VISIBLE_DEVICES` (and HSA reports as
+/// the agent's UUID): `GPU-` and the unique id as 16 lower-case hex digits.
+pub fn rocr_uuid(unique_id: u64) -> String {
+    format!("GPU-{unique_id:016x}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unique_ids_in_every_spelling_meet() {
+        assert_eq!(unique_id("0x28246CE5673B4AA0"), Some(0x2824_6ce5_673b_4aa0));
+        assert_eq!(unique_id("0x2150e7d042a1124"), Some(0x0215_0e7d_042a_1124));
+        assert_eq!(
+            rocr_uuid(unique_id("0x2150e7d042a1124").unwrap()),
+            "GPU-02150e7d042a1124"
+        );
+        assert_eq!(
+            unique_id("5c88007d760374f3\n\0\0"),
+            Some(0x5c88_007d_7603_74f3)
+        );
+        assert_eq!(unique_id("N/A"), None);
+        assert_eq!(unique_id("ffffffffffffffff"), None);
+        assert_eq!(unique_id("0"), None);
+        assert_eq!(unique_id("<redacted>"), None);
+    }
+
+    #[test]
+    fn placeholders_are_absent() {
+        assert_eq!(clean("N/A (Secondary die)"), None);
+        assert_eq!(clean("\n"), None);
+        assert_eq!(clean(" MI300X \0").as_deref(), Some("MI300X"));
+    }
+}

@@ -1,0 +1,132 @@
+//! The detector over the recorded AMD hosts (`testdata/hosts/amd-*`): the facts joined by PCI
+//! address, the vendor-tool fallbacks, a partitioned board served not, another vendor's KFD
+//! nodes not AMD's.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use accel_amd::detector::{self, DetectOptions};
+use accel_core::inventory::Grantable;
+use accel_host::{FsHost, RecordedCommands};
+
+fn host(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../testdata/hosts")
+        .join(name)
+}
+
+fn detect_in(dir: &Path, options: DetectOptions) -> accel_core::ManufacturerInventory {
+    let files = FsHost::new(dir.join("root"));
+    let commands = RecordedCommands::load(dir).unwrap();
+    detector::detect(&files, &commands, options).unwrap()
+}
+
+fn copy(from: &Path, to: &Path) {
+    let status = std::process::Command::new("cp")
+        .arg("-a")
+        .arg(from)
+        .arg(to)
+        .status()
+        .unwrap();
+    assert!(status.success());
+}
+
+#[test]
+fn amd_smi_names_the_mi300x_boards_by_their_asic_serial() {
+    let section = detect_in(&host("amd-8x-mi300x"), DetectOptions::default());
+    assert_eq!(section.accelerators.len(), 8);
+    let a = &section.accelerators[0];
+    assert_eq!(a.uuid.as_deref(), Some("GPU-28246ce5673b4aa0"));
+    assert_eq!(a.product.as_deref(), Some("AMD Instinct MI300X"));
+    assert_eq!(a.memory_mib, Some(196_592));
+    assert_eq!(a.cores, Some(304));
+    assert_eq!(a.compute_capability.as_deref(), Some("gfx942"));
+    assert_eq!(section.driver_version.as_deref(), Some("6.16.13"));
+    assert_eq!(section.runtime_version.as_deref(), Some("7.2"));
+    let geometry = a.compute_geometry.clone().unwrap();
+    assert_eq!(
+        (geometry.xccs, geometry.compute_units),
+        (Some(8), Some(304))
+    );
+    let drm = a.drm.unwrap();
+    assert_eq!((drm.card, drm.render), (Some(1), Some(128)));
+}
+
+#[test]
+fn a_partitioned_board_is_listed_once_and_feeds_nothing() {
+    let section = detect_in(&host("amd-mi300x-cpx"), DetectOptions::default());
+    assert_eq!(section.accelerators.len(), 8);
+    assert!(
+        section
+            .accelerators
+            .iter()
+            .all(|a| a.grantable == Grantable::Nothing)
+    );
+    let last = section.accelerators.last().unwrap();
+    assert_eq!(last.partitioning.as_ref().unwrap().partitions, 7);
+    assert_eq!(
+        last.partitioning.as_ref().unwrap().compute_mode.as_deref(),
+        Some("CPX")
+    );
+    let ids: std::collections::BTreeSet<_> = section
+        .accelerators
+        .iter()
+        .map(|a| a.uuid.clone())
+        .collect();
+    assert_eq!(ids.len(), 8, "no two accelerators share an id");
+    assert!(
+        section
+            .notes
+            .iter()
+            .any(|n| n.contains("split into 8 compute partitions (CPX)"))
+    );
+}
+
+#[test]
+fn rocm_smi_answers_where_amd_smi_is_missing_from_the_host() {
+    let dir = tempfile::tempdir().unwrap();
+    let copied = dir.path().join("h");
+    copy(&host("amd-rocm-smi-only-rx7800xt"), &copied);
+    let section = detect_in(&copied, DetectOptions::default());
+    assert_eq!(
+        section.accelerators[0].product.as_deref(),
+        Some("Navi 32 [Radeon RX 7700 XT / 7800 XT]")
+    );
+    // The image's amd-smi wrapper on a host without amd-smi exits 127: rocm-smi still answers.
+    let cmd = copied.join("commands/amd-smi-static");
+    std::fs::create_dir_all(&cmd).unwrap();
+    std::fs::write(cmd.join("argv"), "amd-smi\nstatic\n--json\n").unwrap();
+    std::fs::write(cmd.join("status"), "127\n").unwrap();
+    let section = detect_in(&copied, DetectOptions::default());
+    assert_eq!(
+        section.accelerators[0].uuid.as_deref(),
+        Some("GPU-5c88007d760374f3")
+    );
+    assert_eq!(
+        section.accelerators[0].product.as_deref(),
+        Some("Navi 32 [Radeon RX 7700 XT / 7800 XT]")
+    );
+    assert!(
+        section
+            .notes
+            .iter()
+            .any(|n| n == "amd-smi is not installed on the host")
+    );
+}
+
+#[test]
+fn kfd_nodes_of_another_vendor_are_not_amds() {
+    // A Hygon DCU runs a fork of this stack: its KFD nodes carry its own vendor id.
+    let options = DetectOptions {
+        per_query: Duration::from_secs(30),
+        vendor_ids: vec![0x1d94],
+    };
+    let section = detect_in(&host("amd-8x-mi210-xgmi"), options);
+    assert!(section.accelerators.is_empty());
+}
+
+#[test]
+fn no_driver_is_no_accelerator_and_no_error() {
+    let section = detect_in(&host("amd-no-driver"), DetectOptions::default());
+    assert!(section.accelerators.is_empty());
+}
