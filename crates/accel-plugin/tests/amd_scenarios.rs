@@ -100,6 +100,7 @@ impl Rig {
             responder: responder.clone(),
             poll_interval: Duration::from_millis(20),
             metrics: Default::default(),
+            partitions: None,
         };
         let plugins = DevicePlugins::start(config, Arc::new(kubelet.pods().clone()))
             .await

@@ -117,6 +117,7 @@ pub fn slice_injection(
             seats: &seats,
             slice_units: units,
             cores_percentage: None,
+            partition: None,
             pod,
             container: pod.containers.first(),
         })
@@ -627,6 +628,10 @@ impl Pass<'_> {
                 self.node.host.as_ref(),
                 &self.settings.containerd_config_dir,
             )),
+            accelerators: section.accelerators.clone(),
+            host: Some(std::sync::Arc::new(accel_host::FsHost::new(
+                self.node.kind.files(),
+            ))),
         });
         let mut inventory = Inventory::default();
         inventory.manufacturers.push(section.clone());
@@ -901,6 +906,7 @@ impl Pass<'_> {
             seats: &seats,
             slice_units: PROBE_UNITS,
             cores_percentage: None,
+            partition: None,
             pod,
             container: pod.container(PROBE_CONTAINER),
         });
@@ -909,6 +915,7 @@ impl Pass<'_> {
             seats: &seats,
             slice_units: 0,
             cores_percentage: None,
+            partition: None,
             pod,
             container: pod.container(SIDECAR_CONTAINER),
         });
@@ -1292,6 +1299,8 @@ mod tests {
             preload_dir: dir.join("preload"),
             library_dir: PathBuf::from("/var/lib/gpustack/operator/lib"),
             engine: std::sync::Arc::new(EngineFacts::default()),
+            accelerators: Vec::new(),
+            host: None,
         }
     }
 
@@ -1325,6 +1334,7 @@ mod tests {
                 responder: (backend.responder)(setup(&dir.path().join("daemon"), strategy)),
                 poll_interval: std::time::Duration::from_millis(20),
                 metrics: Default::default(),
+                partitions: None,
             };
             let plugins = DevicePlugins::start(config, Arc::new(kubelet.pods().clone()))
                 .await
