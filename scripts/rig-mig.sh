@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# rig-mig.sh — the partitioned family (issue 13) on the rig's real kubelet (../shared/rig):
+#   1. serve on a copy of testdata/hosts/hgx-h100-8gpu-mig (8 H100s in MIG mode, no instances;
+#      its MIG state changes with the nvidia-smi mig commands run against it);
+#   2. the kubelet registers nvidia.com/gpu.partitioned with 56 allocatable tokens, and the Node
+#      carries the capacity keys of the worked example;
+#   3. a Pod asking for a 3g.40gb partition runs, its container sees NVIDIA_VISIBLE_DEVICES=MIG-…,
+#      allocatable drops to 53, and `detect` on the same host shows the instance serve made;
+#   4. the Pod deleted: the instance is reclaimed and allocatable is back at 56.
+#
+#   cargo build --release -p device-manager && scripts/rig-mig.sh
+#
+# Needs root and the rig built (../shared/rig/build.sh). CI cannot run it. Leaves the rig stopped.
+set -u
+HERE=$(cd "$(dirname "$0")" && pwd)
+REPO=$(cd "$HERE/.." && pwd)
+K=/tmp/k8s
+export KUBECONFIG=$K/kubeconfig
+KC=$K/bin/kubectl
+BIN=$(readlink -f "${BIN:-$REPO/target/release/device-manager}")
+[ -x "$BIN" ] || { echo "no binary $BIN (cargo build --release -p device-manager)"; exit 2; }
+[ -x $K/up.sh ] || { echo "no rig at $K (run ../shared/rig/build.sh)"; exit 2; }
+WORK=$(mktemp -d /tmp/rig-mig.XXXXXX)
+HOST=$WORK/hgx-h100-8gpu-mig
+cp -a "$REPO/testdata/hosts/hgx-h100-8gpu-mig" "$HOST"
+WITH_KCM=1 WITH_SCHED=1 $K/up.sh >/tmp/rig-mig-up.log 2>&1 && $K/node-up.sh >/tmp/rig-mig-node.log 2>&1 || {
+  echo "rig did not come up (/tmp/rig-mig-*.log)"; exit 2; }
+D=$WORK/data
+"$BIN" serve --node-name rig-node --host-root "$HOST" --kubelet-dir $K/kubelet --data-dir "$D" \
+  >/tmp/rig-mig-serve.log 2>&1 &
+SERVE=$!
+stop() { kill $SERVE 2>/dev/null; wait $SERVE 2>/dev/null; $KC delete pod mig-pod --wait=false >/dev/null 2>&1
+  $K/node-down.sh >/dev/null 2>&1; $K/down.sh >/dev/null 2>&1; rm -rf "$WORK"; }
+trap stop EXIT
+failed=0
+alloc() { $KC get node rig-node -o jsonpath="{.status.allocatable.nvidia\.com/gpu\.partitioned}" 2>/dev/null; }
+want() { # value label
+  for _ in $(seq 1 60); do [ "$(alloc)" = "$1" ] && break; sleep 1; done
+  echo "$2: allocatable nvidia.com/gpu.partitioned: $(alloc) (want $1)"
+  [ "$(alloc)" = "$1" ] || failed=1
+}
+want 56 "registered"
+echo "node capacity keys:"
+$KC get node rig-node -o json | python3 -c '
+import json,sys
+c=json.load(sys.stdin)["status"]["capacity"]
+for k in sorted(c):
+    if k.startswith("nvidia.com/gpu.partitioned"): print("  %s: %s" % (k, c[k]))'
+$KC delete pod --all --wait=true --timeout=60s >/dev/null 2>&1
+cat <<EOT | $KC apply -f - >/dev/null
+apiVersion: v1
+kind: Pod
+metadata: {name: mig-pod, namespace: default}
+spec:
+  hostNetwork: true
+  restartPolicy: Never
+  terminationGracePeriodSeconds: 0
+  containers:
+  - name: c
+    image: localhost/rig/busybox:1.0
+    imagePullPolicy: Never
+    command: ["sh", "-c", "env | grep NVIDIA_VISIBLE_DEVICES; sleep 3600"]
+    resources:
+      limits:
+        nvidia.com/gpu.partitioned: "1"
+        nvidia.com/gpu.partitioned.mig-3g.40gb: "1"
+EOT
+if $KC wait --for=condition=Ready pod/mig-pod --timeout=90s >/dev/null 2>&1; then
+  sleep 1
+  echo "mig-pod: Running; its container: $($KC logs mig-pod 2>/dev/null)"
+  $KC logs mig-pod 2>/dev/null | grep -q '^NVIDIA_VISIBLE_DEVICES=MIG-' || failed=1
+else
+  echo "mig-pod: NOT RUNNING: $($KC get pod mig-pod -o jsonpath='{.status.reason}: {.status.message}')"
+  failed=1
+fi
+want 53 "after one 3g.40gb"
+echo "detect on the same host now:"
+"$BIN" detect --host-root "$HOST" -o json 2>/dev/null | python3 -c '
+import json,sys
+d=json.load(sys.stdin)
+for m in d.get("manufacturers", []):
+    for a in m.get("accelerators", []):
+        for g in a.get("migDevices", []) or []:
+            print("  GPU %s: %s" % (a.get("index"), json.dumps(g, sort_keys=True)[:200]))'
+$KC delete pod mig-pod --wait=true --timeout=60s >/dev/null 2>&1
+want 56 "after the Pod is gone (reclaimed)"
+grep -iE "partition|mig" /tmp/rig-mig-serve.log | grep -viE "^\s*$" | tail -8
+if [ "$failed" = 0 ]; then echo "rig-mig: OK"; else echo "rig-mig: FAILED"; fi
+exit $failed
