@@ -1012,59 +1012,39 @@ impl Shared {
                 .filter(|(k, _)| k.pod_uid == key.pod_uid && k.container != key.container)
                 .min_by_key(|(k, g)| (g.accelerators.len() != device_ids.len(), (*k).clone()))
                 .map(|(k, g)| (k.clone(), g.clone()));
-            if let Some((owner_key, owner)) = owner_grant
+            let (accelerators, partition) = match owner_grant
                 .as_ref()
                 .filter(|(_, g)| g.family == Family::Partitioned)
             {
-                let uuid = partition::sidecar_partition(state, &self.config.data_dir, owner_key, owner)
-                    .map_err(|why| {
+                Some((owner_key, owner)) => {
+                    let uuid =
+                        partition::sidecar_partition(state, &self.config.data_dir, owner_key, owner)
+                            .map_err(|why| {
+                                refuse(
+                                    Status::failed_precondition(format!(
+                                        "{who}: the partition of {owner_key} cannot be made visible, and the parent GPU never is: {why}"
+                                    ))
+                                    .refused(RefusalReason::NoOwner),
+                                )
+                            })?;
+                    (owner.accelerators.clone(), Some(uuid))
+                }
+                None => {
+                    let owner = owner_grant.map(|(_, g)| g.accelerators).ok_or_else(|| {
                         refuse(
                             Status::failed_precondition(format!(
-                                "{who}: the partition of {owner_key} cannot be made visible, and the parent GPU never is: {why}"
+                                "{who}: no other container of the Pod holds accelerators to make visible"
                             ))
                             .refused(RefusalReason::NoOwner),
                         )
                     })?;
-                let seats: Vec<&Seat> = owner
-                    .accelerators
-                    .iter()
-                    .filter_map(|i| state.ledger.seat(*i))
-                    .collect();
-                let response = self
-                    .config
-                    .responder
-                    .respond(&Answer {
-                        family: None,
-                        seats: &seats,
-                        slice_units: 0,
-                        cores_percentage: None,
-                        partition: Some(&uuid),
-                        pod,
-                        container,
-                    })
-                    .map(container_response)
-                    .map_err(|e| {
-                        refuse(
-                            Status::failed_precondition(format!("{who}: {e}"))
-                                .refused(RefusalReason::Responder),
-                        )
-                    })?;
-                let mut sorted = device_ids;
-                sorted.sort();
-                if state.visibility.insert(key, sorted).is_none() {
-                    self.config.metrics.granted(None);
+                    (owner, None)
                 }
-                return Ok((response, false));
-            }
-            let owner = owner_grant.map(|(_, g)| g.accelerators).ok_or_else(|| {
-                refuse(
-                    Status::failed_precondition(format!(
-                        "{who}: no other container of the Pod holds accelerators to make visible"
-                    ))
-                    .refused(RefusalReason::NoOwner),
-                )
-            })?;
-            let seats: Vec<&Seat> = owner.iter().filter_map(|i| state.ledger.seat(*i)).collect();
+            };
+            let seats: Vec<&Seat> = accelerators
+                .iter()
+                .filter_map(|i| state.ledger.seat(*i))
+                .collect();
             let response = self
                 .config
                 .responder
@@ -1073,7 +1053,7 @@ impl Shared {
                     seats: &seats,
                     slice_units: 0,
                     cores_percentage: None,
-                    partition: None,
+                    partition: partition.as_deref(),
                     pod,
                     container,
                 })
