@@ -606,58 +606,10 @@ impl Shared {
                 match by_uid.get(uid.as_str()) {
                     None if state.direct.contains_key(&uid) => {}
                     None => {
-                        let made: Vec<(GrantKey, Grant)> = state
-                            .ledger
-                            .grants()
-                            .iter()
-                            .filter(|(k, g)| k.pod_uid == uid && partition::has_instance(g))
-                            .map(|(k, g)| (k.clone(), g.clone()))
-                            .collect();
-                        if !made.is_empty() {
-                            for (key, grant) in made {
-                                if !state.stale.contains_key(&key)
-                                    && state.reclaiming.insert(key.clone())
-                                {
-                                    reclaim.push((key, grant));
-                                }
-                            }
-                            let others: Vec<GrantKey> = state
-                                .ledger
-                                .grants()
-                                .iter()
-                                .filter(|(k, g)| k.pod_uid == uid && !partition::has_instance(g))
-                                .map(|(k, _)| k.clone())
-                                .collect();
-                            for key in others {
-                                if state.ledger.release(&key).is_some() {
-                                    if let Err(e) = state.journal.append(&Entry::Release { key }) {
-                                        tracing::error!("ledger journal: {e}");
-                                    }
-                                    changed = true;
-                                }
-                            }
-                            let stale: Vec<GrantKey> = state
-                                .stale
-                                .keys()
-                                .filter(|k| k.pod_uid == uid)
-                                .cloned()
-                                .collect();
-                            for key in stale {
-                                // A record whose instance is gone is never acted on: the grant
-                                // and the record go, nothing is destroyed.
-                                state.stale.remove(&key);
-                                if state.ledger.release(&key).is_some() {
-                                    let _ = crate::ownership::remove(
-                                        &self.config.data_dir,
-                                        &key.pod_uid,
-                                        &key.container,
-                                    );
-                                    if let Err(e) = state.journal.append(&Entry::Release { key }) {
-                                        tracing::error!("ledger journal: {e}");
-                                    }
-                                    changed = true;
-                                }
-                            }
+                        if let Some(released) =
+                            partition::pod_gone(state, &uid, &self.config.data_dir, &mut reclaim)
+                        {
+                            changed |= released;
                             continue;
                         }
                         for (key, grant) in state.ledger.pod_gone(&uid) {

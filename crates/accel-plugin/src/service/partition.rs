@@ -59,6 +59,65 @@ pub const RECLAIM_FIRST_RETRY: Duration = Duration::from_millis(100);
 pub const RECLAIM_REPASS: Duration = Duration::from_secs(5);
 
 /// Whether a grant is a partition whose instance was made.
+/// A gone Pod that holds a partition instance: its instances are queued on `reclaim` (they stay
+/// in the ledger, occupying their placement, until destroyed), its other grants are released,
+/// and a stale record's grant goes with its record, nothing destroyed. `None` when the Pod holds
+/// no instance (the ordinary release applies); else whether the ledger changed.
+pub(super) fn pod_gone(
+    state: &mut State,
+    uid: &str,
+    data_dir: &std::path::Path,
+    reclaim: &mut Vec<(GrantKey, Grant)>,
+) -> Option<bool> {
+    let of_pod: Vec<(GrantKey, Grant)> = state
+        .ledger
+        .grants()
+        .iter()
+        .filter(|(k, _)| k.pod_uid == uid)
+        .map(|(k, g)| (k.clone(), g.clone()))
+        .collect();
+    if !of_pod.iter().any(|(_, g)| has_instance(g)) {
+        return None;
+    }
+    let mut changed = false;
+    for (key, grant) in of_pod {
+        if has_instance(&grant) {
+            if !state.stale.contains_key(&key) && state.reclaiming.insert(key.clone()) {
+                reclaim.push((key, grant));
+            }
+        } else {
+            changed |= release_journalled(state, key);
+        }
+    }
+    let stale: Vec<GrantKey> = state
+        .stale
+        .keys()
+        .filter(|k| k.pod_uid == uid)
+        .cloned()
+        .collect();
+    for key in stale {
+        // A record whose instance is gone is never acted on: the grant and the record go,
+        // nothing is destroyed.
+        state.stale.remove(&key);
+        if state.ledger.grant(&key).is_some() {
+            let _ = ownership::remove(data_dir, &key.pod_uid, &key.container);
+            changed |= release_journalled(state, key);
+        }
+    }
+    Some(changed)
+}
+
+/// Releases `key` from the ledger and journals the release; whether it was held.
+fn release_journalled(state: &mut State, key: GrantKey) -> bool {
+    if state.ledger.release(&key).is_none() {
+        return false;
+    }
+    if let Err(e) = state.journal.append(&Entry::Release { key }) {
+        tracing::error!("ledger journal: {e}");
+    }
+    true
+}
+
 pub(super) fn has_instance(grant: &Grant) -> bool {
     grant.family == Family::Partitioned
         && grant
