@@ -61,7 +61,7 @@ echo "=== the slice pair: 60 %, then 50 %"
 WITH_KCM=1 WITH_SCHED=1 $K/up.sh >/tmp/rig-allocate-up.log 2>&1 && $K/node-up.sh >/tmp/rig-allocate-node.log 2>&1 || {
   echo "rig did not come up (/tmp/rig-allocate-*.log)"; exit 2; }
 D=$(mktemp -d)
-"$BIN" serve --node-name rig-node --host-root "$HOST" --kubelet-dir $K/kubelet --data-dir "$D" \
+MALLOC_ARENA_MAX=${MALLOC_ARENA_MAX-1} "$BIN" serve --node-name rig-node --host-root "$HOST" --kubelet-dir $K/kubelet --data-dir "$D" \
   >/tmp/rig-allocate-pair-serve.log 2>&1 &
 SERVE=$!
 stop() { kill $SERVE 2>/dev/null; wait $SERVE 2>/dev/null; $K/node-down.sh >/dev/null 2>&1; $K/down.sh >/dev/null 2>&1; cleanup; }

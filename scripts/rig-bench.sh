@@ -7,6 +7,7 @@
 #     (ours; NVIDIA's plugin serves no shared resource);
 #   - with METRICS=1, our own Allocate histogram beside the kubelet's (what the kubelet adds);
 #   - GetPreferredAllocation and Allocate through a plain v1beta1 client (dp-bench, n=1000).
+#   - with SMAPS=1, the resident memory of each mapping after the churn (what RSS is made of).
 #
 #   cargo build --release -p device-manager
 #   N=100 scripts/rig-bench.sh
@@ -47,7 +48,15 @@ own_metric() { # resource -> "sum count" of our own Allocate histogram (seconds)
 }
 mean_us() { python3 -c "b=[float(x) for x in '$1'.split()]; a=[float(x) for x in '$2'.split()]; n=a[1]-b[1]; print(('%.0f us over %d calls' % ((a[0]-b[0])/n*1e6, n)) if n else 'n/a')"; }
 alloc() { $KC get node rig-node -o jsonpath="{.status.allocatable.${1//./\\.}}" 2>/dev/null; }
-rss() { awk '/VmRSS/{printf "%.1f MiB", $2/1024}' "/proc/$1/status"; }
+rss() { # VmRSS, and its anonymous and file-backed shares
+  awk '/^VmRSS/{t=$2} /^RssAnon/{a=$2} /^RssFile/{f=$2}
+    END {printf "%.1f MiB (anon %.1f, file %.1f)", t/1024, a/1024, f/1024}' "/proc/$1/status"
+}
+smaps() { # with SMAPS=1: the resident KiB of each mapped file and of the anonymous memory
+  [ "${SMAPS:-0}" = 1 ] || return 0
+  awk '/^[0-9a-f]+-[0-9a-f]+ /{name=($6==""?"[anon]":$6)} /^Rss:/{r[name]+=$2}
+    END {for (n in r) if (r[n] >= 64) printf "  %6d KiB  %s\n", r[n], n}' "/proc/$1/smaps" | sort -rn
+}
 churn() { # who resource
   local res=$2 b a ob oa rejected=0
   b=$(kubelet_metric "$res"); ob=$(own_metric "$res")
@@ -81,7 +90,8 @@ bench() { # who socket
 echo "=== device-manager ($BIN, host $HOST)"
 extra=()
 [ "${METRICS:-0}" = 1 ] && extra=(--metrics-listen 127.0.0.1:9402)
-"$BIN" serve --node-name rig-node --host-root "$HOST" --kubelet-dir $K/kubelet --data-dir "$D" "${extra[@]}" \
+# As the chart runs it (deviceManager.mallocArenaMax); MALLOC_ARENA_MAX= (empty) for glibc's default.
+MALLOC_ARENA_MAX=${MALLOC_ARENA_MAX-1} "$BIN" serve --node-name rig-node --host-root "$HOST" --kubelet-dir $K/kubelet --data-dir "$D" "${extra[@]}" \
   >/tmp/rig-bench-serve.log 2>&1 &
 SERVE=$!
 for _ in $(seq 1 60); do [ "$(alloc nvidia.com/gpu)" = 8 ] && break; sleep 1; done
@@ -90,6 +100,7 @@ echo "device-manager: RSS idle $(rss $SERVE)"
 churn device-manager nvidia.com/gpu
 churn device-manager nvidia.com/gpu.shared
 echo "device-manager: RSS after the churn $(rss $SERVE)"
+smaps $SERVE
 bench device-manager "$PLUGINS/gpustack-nvidia.com_gpu.sock"
 kill $SERVE; wait $SERVE 2>/dev/null; SERVE=
 
@@ -101,5 +112,6 @@ sleep 10
 echo "nvidia-device-plugin: RSS idle $(rss "$P")"
 churn nvidia-device-plugin nvidia.com/gpu
 echo "nvidia-device-plugin: RSS after the churn $(rss "$P")"
+smaps "$P"
 bench nvidia-device-plugin "$PLUGINS/nvidia-gpu.sock"
 kill "$P"

@@ -1246,6 +1246,20 @@ fn the_log_format_is_a_value_for_each_component() {
 }
 
 #[test]
+fn the_daemon_runs_with_one_malloc_arena_unless_told_otherwise() {
+    let Some(helm) = helm() else { return };
+    let docs = render(&helm, &[]);
+    assert_eq!(env_value(daemon(&docs), "MALLOC_ARENA_MAX"), "1");
+    let two = render(&helm, &["deviceManager.mallocArenaMax=2"]);
+    assert_eq!(env_value(daemon(&two), "MALLOC_ARENA_MAX"), "2");
+    let default = render(&helm, &["deviceManager.mallocArenaMax=null"]);
+    assert!(
+        !env(daemon(&default)).contains_key("MALLOC_ARENA_MAX"),
+        "null leaves glibc's default"
+    );
+}
+
+#[test]
 fn the_image_carries_each_cuda_majors_library_where_the_init_container_copies_from() {
     let path = repo().join("Dockerfile");
     let dockerfile =

@@ -10,6 +10,10 @@ use std::io::IsTerminal as _;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
+use tracing::Level;
+use tracing_subscriber::filter::Targets;
+use tracing_subscriber::layer::SubscriberExt as _;
+use tracing_subscriber::util::SubscriberInitExt as _;
 
 mod admin;
 mod backends;
@@ -81,22 +85,34 @@ enum Command {
     Cleanup(cmd::cleanup::Args),
 }
 
-/// Sends logs to stderr in `format`, filtered by `RUST_LOG`.
+/// Sends logs to stderr in `format`, filtered by `RUST_LOG`: a level (`info`) or per-module
+/// directives (`info,accel_kube=debug`), `warn` when unset. A value that does not parse is said
+/// once on stderr and `warn` is used. (A target filter, not the span- and field-matching one:
+/// that one brings a regular-expression engine the daemon would otherwise not load.)
 fn init_logging(format: LogFormat) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
-    let builder = tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_env_filter(filter);
+    let filter = match std::env::var("RUST_LOG") {
+        Ok(value) if !value.trim().is_empty() => parse_log_filter(&value).unwrap_or_else(|e| {
+            eprintln!("device-manager: RUST_LOG={value:?}: {e}; logging at warn");
+            Targets::new().with_default(Level::WARN)
+        }),
+        _ => Targets::new().with_default(Level::WARN),
+    };
+    let colour = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
+    let layer = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
+    let registry = tracing_subscriber::registry().with(filter);
     match format {
-        LogFormat::Json => builder.json().with_current_span(false).init(),
-        LogFormat::Text => {
-            // Colour codes only for a person at a terminal: a file, a pipe or a container log
-            // gets plain text.
-            let colour = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
-            builder.with_ansi(colour).init();
-        }
+        LogFormat::Json => registry.with(layer.json().with_current_span(false)).init(),
+        // Colour codes only for a person at a terminal: a file, a pipe or a container log
+        // gets plain text.
+        LogFormat::Text => registry.with(layer.with_ansi(colour)).init(),
     }
+}
+
+/// `RUST_LOG`'s value as a target filter; a bare level is the default for every module.
+fn parse_log_filter(value: &str) -> Result<Targets, String> {
+    value
+        .parse::<Targets>()
+        .map_err(|e| format!("not a level or module=level list ({e})"))
 }
 
 fn main() -> ExitCode {
@@ -132,5 +148,36 @@ fn main() -> ExitCode {
             eprintln!("device-manager: {e:#}");
             ExitCode::from(2)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn enabled(filter: &Targets, target: &'static str, level: Level) -> bool {
+        // Targets answers per target and level; the callsite is irrelevant to it.
+        filter.would_enable(target, &level)
+    }
+
+    #[test]
+    fn a_bare_level_is_every_module_s_level() {
+        let filter = parse_log_filter("info").unwrap();
+        assert!(enabled(&filter, "accel_plugin::service", Level::INFO));
+        assert!(!enabled(&filter, "accel_plugin::service", Level::DEBUG));
+    }
+
+    #[test]
+    fn module_directives_narrow_the_default() {
+        let filter = parse_log_filter("info,accel_kube=debug").unwrap();
+        assert!(enabled(&filter, "accel_kube::pods", Level::DEBUG));
+        assert!(!enabled(&filter, "accel_plugin::service", Level::DEBUG));
+        assert!(enabled(&filter, "accel_plugin::service", Level::INFO));
+    }
+
+    #[test]
+    fn a_value_that_does_not_parse_says_what_it_expected() {
+        let e = parse_log_filter("accel_kube=loud").unwrap_err();
+        assert!(e.starts_with("not a level or module=level list"), "{e}");
     }
 }
