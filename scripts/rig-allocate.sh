@@ -9,7 +9,7 @@
 # absolute path on this machine (so the kubelet's bind mount of it resolves; a static busybox
 # ignores the preload).
 #
-#   cargo build --release -p device-manager
+#   scripts/build-release.sh
 #   N=100 PEER=1 scripts/rig-allocate.sh
 #
 # Needs root and the rig built (../shared/rig/build.sh). CI cannot run it: a person runs it and
@@ -21,10 +21,10 @@ RIGSRC=${RIGSRC:-$REPO/../shared/rig}
 K=/tmp/k8s
 export KUBECONFIG=$K/kubeconfig
 KC=$K/bin/kubectl
-BIN=$(readlink -f "${BIN:-$REPO/target/release/device-manager}")
+BIN=$(readlink -f "${BIN:-$REPO/target/$(uname -m)-unknown-linux-gnu/release/device-manager}")
 N=${N:-100}
 PEER=${PEER:-0}
-[ -x "$BIN" ] || { echo "no binary $BIN (cargo build --release -p device-manager)"; exit 2; }
+[ -x "$BIN" ] || { echo "no binary $BIN (scripts/build-release.sh)"; exit 2; }
 [ -x $K/up.sh ] || { echo "no rig at $K (run $RIGSRC/build.sh)"; exit 2; }
 
 LIB=/var/lib/gpustack/operator/lib/cuda-13/libvgpu.so

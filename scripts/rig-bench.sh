@@ -9,7 +9,7 @@
 #   - GetPreferredAllocation and Allocate through a plain v1beta1 client (dp-bench, n=1000).
 #   - with SMAPS=1, the resident memory of each mapping after the churn (what RSS is made of).
 #
-#   cargo build --release -p device-manager
+#   scripts/build-release.sh
 #   N=100 scripts/rig-bench.sh
 #
 # Needs root and the rig built (../shared/rig/build.sh). CI cannot run it: a person runs it and
@@ -20,9 +20,9 @@ REPO=$(cd "$HERE/.." && pwd)
 K=/tmp/k8s
 export KUBECONFIG=$K/kubeconfig
 KC=$K/bin/kubectl
-BIN=$(readlink -f "${BIN:-$REPO/target/release/device-manager}")
+BIN=$(readlink -f "${BIN:-$REPO/target/$(uname -m)-unknown-linux-gnu/release/device-manager}")
 N=${N:-100}
-[ -x "$BIN" ] || { echo "no binary $BIN (cargo build --release -p device-manager)"; exit 2; }
+[ -x "$BIN" ] || { echo "no binary $BIN (scripts/build-release.sh)"; exit 2; }
 [ -x $K/up.sh ] || { echo "no rig at $K (run ../shared/rig/build.sh)"; exit 2; }
 HOST=$REPO/testdata/hosts/hgx-h100-8gpu
 PLUGINS=$K/kubelet/device-plugins

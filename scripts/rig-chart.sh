@@ -11,7 +11,7 @@
 #   5. `helm uninstall` (its post-delete hook) leaves nothing of ours behind: no NodeFeature,
 #      NodeFeatureRule, Lease, Devices, nor accelerator budget keys on the Node.
 #
-#   cargo build --release -p device-manager
+#   scripts/build-release.sh
 #   HELM=/path/to/helm scripts/rig-chart.sh
 #
 # Needs root, the rig built (../shared/rig/build.sh), helm (HELM or PATH) and openssl. CI cannot
@@ -24,14 +24,14 @@ K=/tmp/k8s
 export KUBECONFIG=$K/kubeconfig
 export PATH=$K/bin:$PATH
 KC=$K/bin/kubectl
-BIN=$(readlink -f "${BIN:-$REPO/target/release/device-manager}")
+BIN=$(readlink -f "${BIN:-$REPO/target/$(uname -m)-unknown-linux-gnu/release/device-manager}")
 HELM=${HELM:-$(command -v helm || true)}
 NS=gpustack-system
 REL=dm
 CHART=$REPO/deploy/helm/device-manager
 IMAGE=localhost/rig/device-manager
 TAG=rig
-[ -x "$BIN" ] || { echo "no binary $BIN (cargo build --release -p device-manager)"; exit 2; }
+[ -x "$BIN" ] || { echo "no binary $BIN (scripts/build-release.sh)"; exit 2; }
 [ -x $K/up.sh ] || { echo "no rig at $K (run $RIGSRC/build.sh)"; exit 2; }
 [ -n "$HELM" ] && [ -x "$HELM" ] || { echo "no helm (set HELM)"; exit 2; }
 

@@ -8,7 +8,7 @@
 #      allocatable drops to 53, and `detect` on the same host shows the instance serve made;
 #   4. the Pod deleted: the instance is reclaimed and allocatable is back at 56.
 #
-#   cargo build --release -p device-manager && scripts/rig-mig.sh
+#   scripts/build-release.sh && scripts/rig-mig.sh
 #
 # Needs root and the rig built (../shared/rig/build.sh). CI cannot run it. Leaves the rig stopped.
 set -u
@@ -17,8 +17,8 @@ REPO=$(cd "$HERE/.." && pwd)
 K=/tmp/k8s
 export KUBECONFIG=$K/kubeconfig
 KC=$K/bin/kubectl
-BIN=$(readlink -f "${BIN:-$REPO/target/release/device-manager}")
-[ -x "$BIN" ] || { echo "no binary $BIN (cargo build --release -p device-manager)"; exit 2; }
+BIN=$(readlink -f "${BIN:-$REPO/target/$(uname -m)-unknown-linux-gnu/release/device-manager}")
+[ -x "$BIN" ] || { echo "no binary $BIN (scripts/build-release.sh)"; exit 2; }
 [ -x $K/up.sh ] || { echo "no rig at $K (run ../shared/rig/build.sh)"; exit 2; }
 WORK=$(mktemp -d /tmp/rig-mig.XXXXXX)
 HOST=$WORK/hgx-h100-8gpu-mig

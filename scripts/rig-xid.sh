@@ -7,7 +7,7 @@
 #   - the node's Devices object carries the fault in status.faults (code, class, driver text, time);
 #   - a Warning Event on the Node says which GPU left service and why (`kubectl describe node`).
 #
-#   cargo build --release -p device-manager
+#   scripts/build-release.sh
 #   scripts/rig-xid.sh
 #
 # Needs root and the rig built (../shared/rig/build.sh). CI cannot run it: a person runs it and
@@ -18,8 +18,8 @@ REPO=$(cd "$HERE/.." && pwd)
 K=/tmp/k8s
 export KUBECONFIG=$K/kubeconfig
 KC=$K/bin/kubectl
-BIN=$(readlink -f "${BIN:-$REPO/target/release/device-manager}")
-[ -x "$BIN" ] || { echo "no binary $BIN (cargo build --release -p device-manager)"; exit 2; }
+BIN=$(readlink -f "${BIN:-$REPO/target/$(uname -m)-unknown-linux-gnu/release/device-manager}")
+[ -x "$BIN" ] || { echo "no binary $BIN (scripts/build-release.sh)"; exit 2; }
 [ -x $K/up.sh ] || { echo "no rig at $K (run ../shared/rig/build.sh)"; exit 2; }
 KUBECONFIG_SERVE=$K/kubeconfig
 

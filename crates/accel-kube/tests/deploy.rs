@@ -1275,7 +1275,15 @@ fn the_image_carries_each_cuda_majors_library_where_the_init_container_copies_fr
             "no HAMi-core stage for CUDA {major}"
         );
     }
-    assert!(dockerfile.contains("cargo build --release --locked -p device-manager"));
+    // The binary is built by the script that links glibc in statically, and the script builds
+    // the locked release of the binary for the named host target (so the flag reaches it).
+    assert!(dockerfile.contains("scripts/build-release.sh"));
+    let script = std::fs::read_to_string(repo().join("scripts/build-release.sh")).expect("script");
+    assert!(script.contains("-C target-feature=+crt-static"), "{script}");
+    assert!(
+        script.contains("cargo build --release --locked -p device-manager --target \"$host\""),
+        "{script}"
+    );
 }
 
 /// A fresh scratch directory.
