@@ -1,7 +1,7 @@
 //! The device-manager binary: argument parsing, wiring and exit codes. Logic lives in the
 //! libraries; each subcommand is a module under `cmd/`.
 //!
-//! Logs go to stderr, filtered by `RUST_LOG` (default `warn`): plain text, coloured only when
+//! Logs go to stderr, filtered by `RUST_LOG` (default `warn`; `error` for `demo`): plain text, coloured only when
 //! stderr is a terminal and `NO_COLOR` is unset, or one JSON object a line with
 //! `--log-format json` (`LOG_FORMAT=json`), for log collectors.
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
@@ -15,6 +15,7 @@ mod admin;
 mod backends;
 mod cmd;
 mod daemon;
+mod demo;
 mod metrics;
 mod node;
 mod preflight;
@@ -79,12 +80,15 @@ enum Command {
     Serve(cmd::serve::Args),
     /// Remove what the daemons and the worker created at run time (the chart's uninstall hook).
     Cleanup(cmd::cleanup::Args),
+    /// Watch the whole system work in one process on recorded hosts: the webhook, the device
+    /// plugins against an emulated kubelet, the ledger, health, a restart (no GPU, no cluster).
+    Demo(cmd::demo::Args),
 }
 
 /// Sends logs to stderr in `format`, filtered by `RUST_LOG`.
-fn init_logging(format: LogFormat) {
+fn init_logging(format: LogFormat, default: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
     let builder = tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_env_filter(filter);
@@ -101,7 +105,13 @@ fn init_logging(format: LogFormat) {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_logging(cli.log_format);
+    // The demo's daemons say what a node's would (a recorded host, a missing library); its
+    // report says what matters, so only errors are logged unless RUST_LOG asks for more.
+    let default_level = match cli.command {
+        Command::Demo(_) => "error",
+        _ => "warn",
+    };
+    init_logging(cli.log_format, default_level);
     // The settings are read once, here, and handed to every subcommand that reads one.
     let settings = match settings::Settings::from_env() {
         Ok(settings) => settings,
@@ -125,6 +135,7 @@ fn main() -> ExitCode {
         Command::Reset(args) => cmd::reset::run(args),
         Command::Serve(args) => cmd::serve::run(args, &settings),
         Command::Cleanup(args) => cmd::cleanup::run(args, &settings),
+        Command::Demo(args) => cmd::demo::run(args, &settings),
     };
     match result {
         Ok(code) => code,
