@@ -321,7 +321,7 @@ impl Kubelet {
 
     /// Waits until `check` holds for a resource's token list.
     pub async fn wait_devices(&self, resource: &str, check: impl Fn(&[dp::Device]) -> bool) {
-        if self.inner.books().plugins.get(resource).is_none() {
+        if !self.inner.books().plugins.contains_key(resource) {
             panic!("{resource} is not registered");
         }
         if !self

@@ -79,7 +79,7 @@ fn gpus(grant: &Value) -> Vec<u64> {
         .collect()
 }
 
-fn row<'a>(step: &'a Value, index: u64) -> &'a Value {
+fn row(step: &Value, index: u64) -> &Value {
     step["ledger"]["rows"]
         .as_array()
         .unwrap()
