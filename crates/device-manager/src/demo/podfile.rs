@@ -87,7 +87,17 @@ pub fn parse(text: &str) -> Result<Vec<Value>, String> {
             .and_then(Value::as_str)
             .unwrap_or(DEFAULT_NAMESPACE);
         match item.pointer("/spec/containers") {
-            Some(Value::Array(c)) if !c.is_empty() => {}
+            Some(Value::Array(c)) if !c.is_empty() => {
+                for (j, container) in c.iter().enumerate() {
+                    let named = container
+                        .get("name")
+                        .and_then(Value::as_str)
+                        .is_some_and(|n| !n.is_empty());
+                    if !named {
+                        return Err(format!("{label}: spec.containers[{j}].name is missing"));
+                    }
+                }
+            }
             Some(Value::Array(_)) => {
                 return Err(format!("{label}: spec.containers is empty"));
             }
@@ -156,7 +166,11 @@ mod tests {
             ),
             (
                 "- metadata: {name: a}\n  spec: {containers: [{image: x}]}\n",
-                "item 1 (a): not a Pod: missing field `name`",
+                "item 1 (a): spec.containers[0].name is missing",
+            ),
+            (
+                "- metadata: {name: a}\n  spec: {containers: [{name: m, resources: {limits: 3}}]}\n",
+                "item 1 (a): not a Pod: ",
             ),
             (
                 "- metadata: {name: a}\n  spec: {containers: [{name: m}]}\n- metadata: {name: a}\n  spec: {containers: [{name: m}]}\n",

@@ -233,3 +233,37 @@ fn ledger_text(out: &mut String, ledger: &LedgerView, style: Style) {
         );
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::{Style, render};
+    use crate::demo::report::{PodOutcome, Report, Step};
+
+    fn report() -> Report {
+        Report {
+            hosts: [("node-a".to_string(), "h".to_string())].into(),
+            steps: vec![Step {
+                number: 1,
+                name: "rejected".into(),
+                title: "refused".into(),
+                pods: vec![PodOutcome {
+                    pod: "p".into(),
+                    namespace: "demo".into(),
+                    message: Some("no".into()),
+                    ..PodOutcome::default()
+                }],
+                ..Step::default()
+            }],
+            devices: Default::default(),
+        }
+    }
+
+    #[test]
+    fn colour_codes_only_when_asked_for() {
+        let plain = render(&report(), Style { colour: false });
+        assert!(!plain.contains('\x1b'), "{plain}");
+        assert!(plain.contains("webhook   denied"), "{plain}");
+        let coloured = render(&report(), Style { colour: true });
+        assert!(coloured.contains("\x1b[1;31mdenied\x1b[0m"), "{coloured}");
+    }
+}
