@@ -472,4 +472,13 @@ fn another_recorded_host_and_one_made_by_record_run_the_script() {
     assert_eq!(status, 2);
     assert!(stderr.contains("not a recorded host"), "{stderr}");
     assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    let (status, _, stderr) = demo(&["--mig-host-root", out.path().to_str().unwrap()]);
+    assert_eq!(status, 2);
+    assert_eq!(
+        stderr,
+        format!(
+            "device-manager: --mig-host-root {}: not a recorded host (no recorded-host.json); make one with `device-manager record DIR`\n",
+            out.path().display()
+        )
+    );
 }

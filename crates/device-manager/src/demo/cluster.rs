@@ -76,6 +76,8 @@ pub struct Node {
     pub name: String,
     /// The temporary copy of the recorded host the daemon reads.
     pub host: PathBuf,
+    /// The flag and recorded host it was copied from, for messages.
+    source: String,
     pub kubelet: Kubelet,
     args: serve::Args,
     settings: Settings,
@@ -98,17 +100,18 @@ impl Node {
     /// as on a node whose init container staged HAMi-core), and starts the daemon.
     pub async fn start(
         name: &str,
+        flag: &str,
         recorded: &Path,
         work: &Path,
         settings: &Settings,
         api: Arc<MemoryApi>,
     ) -> anyhow::Result<Node> {
         match accel_host::HostRoot::classify(recorded)
-            .with_context(|| format!("--host-root {}", recorded.display()))?
+            .with_context(|| format!("{flag} {}", recorded.display()))?
         {
             accel_host::HostRoot::Recorded { .. } => {}
             accel_host::HostRoot::Live { .. } => anyhow::bail!(
-                "--host-root {}: not a recorded host (no {}); make one with `device-manager record DIR`",
+                "{flag} {}: not a recorded host (no {}); make one with `device-manager record DIR`",
                 recorded.display(),
                 accel_host::recording::MARK_FILE
             ),
@@ -156,6 +159,7 @@ impl Node {
         let mut node = Node {
             name: name.to_string(),
             host,
+            source: format!("{flag} {}", recorded.display()),
             kubelet,
             args,
             settings: settings.clone(),
@@ -181,8 +185,8 @@ impl Node {
             .and_then(|p| p.inventory.manufacturer(Manufacturer::Nvidia).cloned());
         let Some(section) = section else {
             anyhow::bail!(
-                "--host-root {}: no NVIDIA accelerator detected on this recorded host",
-                self.host.display()
+                "{}: no NVIDIA accelerator detected on this recorded host",
+                self.source
             );
         };
         if stage {

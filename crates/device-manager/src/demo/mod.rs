@@ -78,6 +78,7 @@ impl Demo {
         let mut nodes = vec![
             Node::start(
                 MAIN_NODE,
+                "--host-root",
                 &options.host_root,
                 work.path(),
                 settings,
@@ -86,7 +87,17 @@ impl Demo {
             .await?,
         ];
         if let Some(mig) = &options.mig_host_root {
-            nodes.push(Node::start(MIG_NODE, mig, work.path(), settings, api.clone()).await?);
+            nodes.push(
+                Node::start(
+                    MIG_NODE,
+                    "--mig-host-root",
+                    mig,
+                    work.path(),
+                    settings,
+                    api.clone(),
+                )
+                .await?,
+            );
         }
         for node in &mut nodes {
             node.published().await?;
