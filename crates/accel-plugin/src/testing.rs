@@ -5,8 +5,10 @@
 //! socket and recreating its own), vanish, finish Pods and delete them. It also plays the API
 //! server through a [`MemoryPods`], and the plugin's watch of it through a [`PodWatch`] that can
 //! deliver a Pod late or never, the way a real watch lags the kubelet's own (the kubelet adds
-//! and admits a Pod as soon as its watch sees it). Behind the `testing` feature; never in
-//! production paths.
+//! and admits a Pod as soon as its watch sees it). Behind the `testing` feature: the scenario
+//! tests and benchmarks use it, and so does `device-manager demo`, which runs the real daemon
+//! against it in one process (the `try_`/`until_` methods answer instead of panicking, for it).
+//! Never on the node daemon's path.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -34,6 +36,8 @@ struct Plugin {
     client: DevicePluginClient<tonic::transport::Channel>,
     options: dp::DevicePluginOptions,
     devices: watch::Receiver<Vec<dp::Device>>,
+    /// Whether ListAndWatch has sent its first list (possibly empty).
+    listed: watch::Receiver<bool>,
 }
 
 #[derive(Default)]
@@ -124,6 +128,14 @@ pub type Admission = BTreeMap<String, BTreeMap<String, dp::ContainerAllocateResp
 impl Kubelet {
     /// Starts a kubelet whose directory is `dir` (`device-plugins/`, `pod-resources/`).
     pub async fn start(dir: &Path, pods: MemoryPods) -> Kubelet {
+        match Kubelet::try_start(dir, pods).await {
+            Ok(kubelet) => kubelet,
+            Err(e) => panic!("{e}"),
+        }
+    }
+
+    /// Starts a kubelet whose directory is `dir`, or says which socket could not be bound.
+    pub async fn try_start(dir: &Path, pods: MemoryPods) -> Result<Kubelet, String> {
         let inner = Arc::new(Inner {
             dir: dir.to_path_buf(),
             books: Mutex::new(Books::default()),
@@ -139,11 +151,11 @@ impl Kubelet {
             inner,
             servers: None,
         };
-        kubelet.serve();
-        kubelet
+        kubelet.serve()?;
+        Ok(kubelet)
     }
 
-    fn serve(&mut self) {
+    fn serve(&mut self) -> Result<(), String> {
         let plugin_dir = self.inner.dir.join("device-plugins");
         let resources_dir = self.inner.dir.join("pod-resources");
         let _ = std::fs::create_dir_all(&plugin_dir);
@@ -155,10 +167,8 @@ impl Kubelet {
             (resources_dir.join("kubelet.sock"), 1),
         ] {
             let _ = std::fs::remove_file(&path);
-            let listener = match tokio::net::UnixListener::bind(&path) {
-                Ok(l) => l,
-                Err(e) => panic!("emulated kubelet cannot bind {}: {e}", path.display()),
-            };
+            let listener = tokio::net::UnixListener::bind(&path)
+                .map_err(|e| format!("emulated kubelet cannot bind {}: {e}", path.display()))?;
             let incoming = tokio_stream::wrappers::UnixListenerStream::new(listener);
             let mut stopped = stop.subscribe();
             let shutdown = async move {
@@ -184,6 +194,7 @@ impl Kubelet {
             }));
         }
         self.servers = Some((stop, tasks));
+        Ok(())
     }
 
     async fn halt(&mut self) {
@@ -205,7 +216,9 @@ impl Kubelet {
                 let _ = std::fs::remove_file(entry.path());
             }
         }
-        self.serve();
+        if let Err(e) = self.serve() {
+            panic!("{e}");
+        }
     }
 
     /// The kubelet goes away: its sockets vanish and stay gone until [`Kubelet::restart`].
@@ -241,28 +254,59 @@ impl Kubelet {
 
     /// Waits until every resource has registered and listed its tokens.
     pub async fn wait_for(&self, resources: &[&str]) {
+        if !self
+            .until_registered(resources, Duration::from_secs(10))
+            .await
+        {
+            panic!("plugins for {resources:?} did not register within 10 s");
+        }
+    }
+
+    /// Waits at most `within` until every resource has registered and listed its tokens;
+    /// answers whether they did.
+    pub async fn until_registered(&self, resources: &[&str], within: Duration) -> bool {
+        self.until_plugins(resources, within, |p| !p.devices.borrow().is_empty())
+            .await
+    }
+
+    /// Waits at most `within` until every resource has registered and sent its first token
+    /// list, empty or not (a pool whose accelerators all serve another family lists none);
+    /// answers whether they did.
+    pub async fn until_listed(&self, resources: &[&str], within: Duration) -> bool {
+        self.until_plugins(resources, within, |p| *p.listed.borrow())
+            .await
+    }
+
+    async fn until_plugins(
+        &self,
+        resources: &[&str],
+        within: Duration,
+        ready: impl Fn(&Plugin) -> bool,
+    ) -> bool {
         let mut registrations = self.inner.registrations.subscribe();
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        let deadline = tokio::time::Instant::now() + within;
         loop {
             let ready = {
                 let books = self.inner.books();
-                resources.iter().all(|r| {
-                    books
-                        .plugins
-                        .get(*r)
-                        .is_some_and(|p| !p.devices.borrow().is_empty())
-                })
+                resources
+                    .iter()
+                    .all(|r| books.plugins.get(*r).is_some_and(&ready))
             };
             if ready {
-                return;
+                return true;
             }
             if tokio::time::timeout_at(deadline, registrations.changed())
                 .await
                 .is_err()
             {
-                panic!("plugins for {resources:?} did not register within 10 s");
+                return false;
             }
         }
+    }
+
+    /// The resources registered now.
+    pub fn resources(&self) -> Vec<String> {
+        self.inner.books().plugins.keys().cloned().collect()
     }
 
     /// The tokens a resource advertises now (id → healthy).
@@ -277,29 +321,43 @@ impl Kubelet {
 
     /// Waits until `check` holds for a resource's token list.
     pub async fn wait_devices(&self, resource: &str, check: impl Fn(&[dp::Device]) -> bool) {
+        if !self.inner.books().plugins.contains_key(resource) {
+            panic!("{resource} is not registered");
+        }
+        if !self
+            .until_devices(resource, check, Duration::from_secs(10))
+            .await
+        {
+            panic!("{resource}: the token list never reached the expected state");
+        }
+    }
+
+    /// Waits at most `within` until `check` holds for a resource's token list; answers whether
+    /// it did (never, for a resource not registered or whose ListAndWatch ended).
+    pub async fn until_devices(
+        &self,
+        resource: &str,
+        check: impl Fn(&[dp::Device]) -> bool,
+        within: Duration,
+    ) -> bool {
         let mut rx = {
             let books = self.inner.books();
             match books.plugins.get(resource) {
                 Some(p) => p.devices.clone(),
-                None => panic!("{resource} is not registered"),
+                None => return false,
             }
         };
         let wait = async {
             loop {
                 if check(&rx.borrow_and_update()) {
-                    return;
+                    return true;
                 }
                 if rx.changed().await.is_err() {
-                    panic!("{resource}: ListAndWatch ended");
+                    return false;
                 }
             }
         };
-        if tokio::time::timeout(Duration::from_secs(10), wait)
-            .await
-            .is_err()
-        {
-            panic!("{resource}: the token list never reached the expected state");
-        }
+        tokio::time::timeout(within, wait).await.unwrap_or(false)
     }
 
     /// Creates a Pod in the API server (Pending; the kubelet has not seen it).
@@ -596,16 +654,19 @@ impl Registration for RegistrationService {
             };
             let mut stream = stream.into_inner();
             let (tx, rx) = watch::channel(Vec::new());
+            let (listed_tx, listed) = watch::channel(false);
             inner.books().plugins.insert(
                 request.resource_name.clone(),
                 Plugin {
                     client,
                     options: options.into_inner(),
                     devices: rx,
+                    listed,
                 },
             );
             while let Ok(Some(list)) = stream.message().await {
                 let _ = tx.send(list.devices);
+                listed_tx.send_replace(true);
                 inner.registrations.send_modify(|n| *n += 1);
             }
         });

@@ -1,7 +1,7 @@
 //! The device-manager binary: argument parsing, wiring and exit codes. Logic lives in the
 //! libraries; each subcommand is a module under `cmd/`.
 //!
-//! Logs go to stderr, filtered by `RUST_LOG` (default `warn`): plain text, coloured only when
+//! Logs go to stderr, filtered by `RUST_LOG` (default `warn`; `error` for `demo`): plain text, coloured only when
 //! stderr is a terminal and `NO_COLOR` is unset, or one JSON object a line with
 //! `--log-format json` (`LOG_FORMAT=json`), for log collectors.
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
@@ -19,6 +19,7 @@ mod admin;
 mod backends;
 mod cmd;
 mod daemon;
+mod demo;
 mod metrics;
 mod node;
 mod preflight;
@@ -83,19 +84,22 @@ enum Command {
     Serve(cmd::serve::Args),
     /// Remove what the daemons and the worker created at run time (the chart's uninstall hook).
     Cleanup(cmd::cleanup::Args),
+    /// Watch the whole system work in one process on recorded hosts: the webhook, the device
+    /// plugins against an emulated kubelet, the ledger, health, a restart (no GPU, no cluster).
+    Demo(cmd::demo::Args),
 }
 
 /// Sends logs to stderr in `format`, filtered by `RUST_LOG`: a level (`info`) or per-module
-/// directives (`info,accel_kube=debug`), `warn` when unset. A value that does not parse is said
-/// once on stderr and `warn` is used. (A target filter, not the span- and field-matching one:
+/// directives (`info,accel_kube=debug`), `default` when unset. A value that does not parse is said
+/// once on stderr and `default` is used. (A target filter, not the span- and field-matching one:
 /// that one brings a regular-expression engine the daemon would otherwise not load.)
-fn init_logging(format: LogFormat) {
+fn init_logging(format: LogFormat, default: Level) {
     let filter = match std::env::var("RUST_LOG") {
         Ok(value) if !value.trim().is_empty() => parse_log_filter(&value).unwrap_or_else(|e| {
-            eprintln!("device-manager: RUST_LOG={value:?}: {e}; logging at warn");
-            Targets::new().with_default(Level::WARN)
+            eprintln!("device-manager: RUST_LOG={value:?}: {e}; logging at {default}");
+            Targets::new().with_default(default)
         }),
-        _ => Targets::new().with_default(Level::WARN),
+        _ => Targets::new().with_default(default),
     };
     let colour = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
     let layer = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
@@ -117,7 +121,13 @@ fn parse_log_filter(value: &str) -> Result<Targets, String> {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_logging(cli.log_format);
+    // The demo's daemons say what a node's would (a recorded host, a missing library); its
+    // report says what matters, so only errors are logged unless RUST_LOG asks for more.
+    let default_level = match cli.command {
+        Command::Demo(_) => Level::ERROR,
+        _ => Level::WARN,
+    };
+    init_logging(cli.log_format, default_level);
     // The settings are read once, here, and handed to every subcommand that reads one.
     let settings = match settings::Settings::from_env() {
         Ok(settings) => settings,
@@ -141,6 +151,7 @@ fn main() -> ExitCode {
         Command::Reset(args) => cmd::reset::run(args),
         Command::Serve(args) => cmd::serve::run(args, &settings),
         Command::Cleanup(args) => cmd::cleanup::run(args, &settings),
+        Command::Demo(args) => cmd::demo::run(args, &settings),
     };
     match result {
         Ok(code) => code,

@@ -3,6 +3,7 @@
 pub mod admit;
 pub mod cleanup;
 pub mod cpu_key;
+pub mod demo;
 pub mod detect;
 pub mod doctor;
 pub mod labels;

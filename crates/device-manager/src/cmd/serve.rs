@@ -18,7 +18,7 @@ use accel_backend::slicing::{self, SliceOffer};
 use accel_core::Manufacturer;
 use accel_core::inventory::ManufacturerInventory;
 use accel_kube::publish::kube::KubeApi;
-use accel_kube::publish::{PublishMetrics, Publisher, PublisherConfig};
+use accel_kube::publish::{ClusterApi, PublishMetrics, Publisher, PublisherConfig};
 use accel_nvidia::detector::Deadlines;
 use accel_nvidia::reset::RESET_DEADLINE;
 use accel_plugin::pods::{MemoryPods, PodSource};
@@ -188,66 +188,230 @@ fn kubelet_dir_of(socket: &std::path::Path) -> anyhow::Result<PathBuf> {
     }
 }
 
-pub fn run(args: Args, settings: &Settings) -> anyhow::Result<ExitCode> {
-    let backend = backends::backend(args.manufacturer)?;
-    let paths = Paths::resolve(&args, settings)?;
-    let settings = settings.clone();
-    std::fs::create_dir_all(&paths.data_dir)
-        .with_context(|| format!("creating the data directory {}", paths.data_dir.display()))?;
-    let mut node = Node::open(&args.host_root)?;
-    // The partitioner's own handle on the node's programs: a create never waits for a
-    // detection pass holding the collector (a recorded host's MIG state is one file for both).
-    let partition_commands: Arc<dyn accel_host::Commands> =
-        Arc::from(Node::open(&args.host_root)?.commands);
-    node.table = settings.manufacturers.clone();
-    node.pci_gate = !args.no_pci_check;
-    if node.is_recorded() {
-        tracing::warn!(
-            "{}: a recorded host: its files and programs are replayed, not this node's",
-            args.host_root.display()
-        );
+/// What `serve` has opened and prepared before anything runs: the daemon with its first
+/// detection, the backend, the paths, and the handles the plugins' configuration needs. `serve`
+/// and `demo` both start from here, so the demo runs the daemon exactly as a node does.
+pub(crate) struct Prepared {
+    pub daemon: Arc<Daemon>,
+    backend: Backend,
+    paths: Paths,
+    settings: Settings,
+    engine: Arc<dyn EngineSource>,
+    node_files: Arc<dyn accel_host::Host>,
+    partition_commands: Arc<dyn accel_host::Commands>,
+}
+
+/// The API server the node publishes to, and the namespace of its NodeFeature.
+pub(crate) struct Cluster<A> {
+    pub api: Arc<A>,
+    pub namespace: String,
+}
+
+/// What runs beside the plugins once [`Prepared::begin`] started it: the kernel-log and
+/// detection loops, and (with a cluster) the feed and the publisher.
+pub(crate) struct Begun {
+    loops: Loops,
+    plugins: watch::Sender<Option<accel_plugin::PluginHandle>>,
+    pub publisher: Option<accel_kube::PublisherHandle>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Begun {
+    /// The plugins serve: the feed and the daemon's health follow them from now on.
+    pub fn serving(&self, plugins: &accel_plugin::DevicePlugins) {
+        self.plugins.send_replace(Some(plugins.handle()));
     }
-    // The container engine's configuration and the vendor's CDI specs decide what `auto`
-    // injects; read now, and again whenever the files they came from change.
-    let engine: Arc<dyn EngineSource> = Arc::new(accel_nvidia::engine::LiveEngine::new(
-        Arc::new(accel_host::FsHost::new(node.host.root())),
-        &settings.containerd_config_dir,
-    ));
-    // The host a responder that injects device nodes itself checks them on (AMD).
-    let node_files: Arc<dyn accel_host::Host> =
-        Arc::new(accel_host::FsHost::new(node.kind.files()));
-    let prefixes = node::class_prefixes(args.pci_class_prefixes.as_deref())?;
-    let deadlines = Deadlines {
-        per_query: Duration::from_secs(30),
-        snapshot: Duration::from_secs(60),
-    };
+
+    /// Stops the loops, the feed and the publisher.
+    pub async fn stop(self) {
+        for task in &self.tasks {
+            task.abort();
+        }
+        self.loops.stop().await;
+    }
+}
+
+impl Prepared {
+    /// Opens the node (`--host-root`, a live root or a recording) and runs the daemon's first
+    /// detection with this boot's faults applied.
+    pub(crate) fn open(
+        args: &Args,
+        settings: &Settings,
+        metrics: DaemonMetrics,
+    ) -> anyhow::Result<Prepared> {
+        let backend = backends::backend(args.manufacturer)?;
+        let paths = Paths::resolve(args, settings)?;
+        let settings = settings.clone();
+        std::fs::create_dir_all(&paths.data_dir)
+            .with_context(|| format!("creating the data directory {}", paths.data_dir.display()))?;
+        let mut node = Node::open(&args.host_root)?;
+        // The partitioner's own handle on the node's programs: a create never waits for a
+        // detection pass holding the collector (a recorded host's MIG state is one file for both).
+        let partition_commands: Arc<dyn accel_host::Commands> =
+            Arc::from(Node::open(&args.host_root)?.commands);
+        node.table = settings.manufacturers.clone();
+        node.pci_gate = !args.no_pci_check;
+        if node.is_recorded() {
+            tracing::warn!(
+                "{}: a recorded host: its files and programs are replayed, not this node's",
+                args.host_root.display()
+            );
+        }
+        // The container engine's configuration and the vendor's CDI specs decide what `auto`
+        // injects; read now, and again whenever the files they came from change.
+        let engine: Arc<dyn EngineSource> = Arc::new(accel_nvidia::engine::LiveEngine::new(
+            Arc::new(accel_host::FsHost::new(node.host.root())),
+            &settings.containerd_config_dir,
+        ));
+        // The host a responder that injects device nodes itself checks them on (AMD).
+        let node_files: Arc<dyn accel_host::Host> =
+            Arc::new(accel_host::FsHost::new(node.kind.files()));
+        let prefixes = node::class_prefixes(args.pci_class_prefixes.as_deref())?;
+        let deadlines = Deadlines {
+            per_query: Duration::from_secs(30),
+            snapshot: Duration::from_secs(60),
+        };
+        let daemon = Arc::new(Daemon::prepare(
+            node,
+            DaemonOptions {
+                manufacturer: args.manufacturer,
+                fast_failed: !args.no_fast_failed,
+                data_dir: paths.data_dir.clone(),
+                prefixes,
+                deadlines,
+                inventory_interval: Duration::from_secs(args.inventory_interval),
+                pci_poll_interval: daemon::PCI_POLL_INTERVAL,
+                reset_deadline: RESET_DEADLINE,
+                xid_classes: settings.xid_classes.clone(),
+                metrics,
+            },
+        )?);
+        Ok(Prepared {
+            daemon,
+            backend,
+            paths,
+            settings,
+            engine,
+            node_files,
+            partition_commands,
+        })
+    }
+
+    /// The data directory (journal, faults, Pod working directories).
+    pub fn data_dir(&self) -> &std::path::Path {
+        &self.paths.data_dir
+    }
+
+    /// What the slicing gate answers for a detected section (the library's host path for the
+    /// node's runtime major, and whether it is there).
+    pub fn slices(&self, section: &ManufacturerInventory) -> SliceOffer {
+        slices_offered(
+            &self.backend,
+            &self.daemon,
+            &self.paths.library_dir,
+            section,
+        )
+    }
+
+    /// Starts, on the running runtime, what runs beside the plugins: the kernel-log and
+    /// detection loops over `kernel_log`, and with a cluster the feed of what to publish and
+    /// the publisher.
+    pub(crate) fn begin<A: ClusterApi>(
+        &self,
+        args: &Args,
+        pods: Arc<dyn PodSource>,
+        cluster: Option<Cluster<A>>,
+        kernel_log: Option<Box<dyn accel_host::KernelLog>>,
+        metrics: PublishMetrics,
+    ) -> Begun {
+        let (plugins_tx, plugins_rx) = watch::channel(None);
+        let feed = publish::Feed {
+            grammar: self.settings.grammar(),
+            slices: {
+                let daemon = self.daemon.clone();
+                let backend = self.backend.clone();
+                let library_dir = self.paths.library_dir.clone();
+                let no_sliced = args.no_sliced;
+                Arc::new(move |section: &ManufacturerInventory| {
+                    !no_sliced && slices_offered(&backend, &daemon, &library_dir, section).offered
+                })
+            },
+            pods,
+            detected: self.daemon.published(),
+            plugins: plugins_rx,
+            out: watch::channel(None).0,
+        };
+        let mut tasks = Vec::new();
+        let mut handle = None;
+        match cluster {
+            Some(cluster) => {
+                let config =
+                    PublisherConfig::new(&args.node_name, cluster.namespace, [args.manufacturer]);
+                let (publisher, caught_up) =
+                    Publisher::new(cluster.api, config, feed.out.subscribe());
+                let publisher = publisher.with_metrics(metrics);
+                handle = Some(caught_up);
+                tasks.push(tokio::spawn(publisher.run()));
+                tasks.push(tokio::spawn(feed.run()));
+            }
+            None => tracing::error!(
+                "NOTHING IS PUBLISHED: no cluster configuration, so no NodeFeature, Devices, Pod annotations or capacity"
+            ),
+        }
+        Begun {
+            loops: Loops::start(self.daemon.clone(), kernel_log),
+            plugins: plugins_tx,
+            publisher: handle,
+            tasks,
+        }
+    }
+
+    /// Waits until the manufacturer's accelerators are detected, then starts the device plugins
+    /// over them (one per resource, registering with the kubelet in `--kubelet-dir`).
+    pub(crate) async fn start_plugins(
+        &self,
+        args: &Args,
+        pods: Arc<dyn PodSource>,
+        metrics: PluginMetrics,
+    ) -> anyhow::Result<accel_plugin::DevicePlugins> {
+        let daemon = self.daemon.clone();
+        Ok(daemon
+            .start_plugins(
+                |section| {
+                    plugin_config(
+                        args,
+                        &self.paths,
+                        &self.settings,
+                        &self.backend,
+                        self.engine.clone(),
+                        metrics,
+                        &daemon,
+                        &self.partition_commands,
+                        section,
+                        self.node_files.clone(),
+                    )
+                },
+                pods,
+            )
+            .await?)
+    }
+}
+
+pub fn run(args: Args, settings: &Settings) -> anyhow::Result<ExitCode> {
     // One registry, each crate registering its own metrics; served only with --metrics-listen.
     let mut registry = Registry::with_prefix(metrics::PREFIX);
     let daemon_metrics = DaemonMetrics::register(&mut registry);
     let plugin_metrics = PluginMetrics::register(&mut registry);
     let publish_metrics = PublishMetrics::register(&mut registry);
-    let daemon = Arc::new(Daemon::prepare(
-        node,
-        DaemonOptions {
-            manufacturer: args.manufacturer,
-            fast_failed: !args.no_fast_failed,
-            data_dir: paths.data_dir.clone(),
-            prefixes,
-            deadlines,
-            inventory_interval: Duration::from_secs(args.inventory_interval),
-            pci_poll_interval: daemon::PCI_POLL_INTERVAL,
-            reset_deadline: RESET_DEADLINE,
-            xid_classes: settings.xid_classes.clone(),
-            metrics: daemon_metrics,
-        },
-    )?);
+    let prepared = Prepared::open(&args, settings, daemon_metrics)?;
+    let daemon = prepared.daemon.clone();
     registry.register_collector(Box::new(daemon.health_metrics()));
     let (usage_tx, usage) = watch::channel(None);
     registry.register_collector(Box::new(GpuUsageMetrics { usage }));
     let registry = Arc::new(registry);
     // Bound before the plugins register, so a second daemon on this data directory stops here
     // and a `refresh` sent as soon as the kubelet sees us waits in the backlog.
-    let server = AdminServer::bind(&paths.data_dir)?;
+    let server = AdminServer::bind(prepared.data_dir())?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -280,47 +444,19 @@ pub fn run(args: Args, settings: &Settings) -> anyhow::Result<ExitCode> {
         let sampler = args
             .metrics_listen
             .map(|_| tokio::spawn(sample_usage(daemon.clone(), args.monitor_period, usage_tx)));
-        let (plugins_tx, plugins_rx) = watch::channel(None);
-        let feed = publish::Feed {
-            grammar: settings.grammar(),
-            slices: {
-                let daemon = daemon.clone();
-                let backend = backend.clone();
-                let library_dir = paths.library_dir.clone();
-                let no_sliced = args.no_sliced;
-                Arc::new(move |section: &ManufacturerInventory| {
-                    !no_sliced && slices_offered(&backend, &daemon, &library_dir, section).offered
-                })
-            },
-            pods: pods.clone(),
-            detected: daemon.published(),
-            plugins: plugins_rx,
-            out: watch::channel(None).0,
-        };
-        match &client {
-            Some(client) => {
-                let namespace = args
-                    .namespace
-                    .clone()
-                    .unwrap_or_else(|| client.default_namespace().to_string());
-                let config =
-                    PublisherConfig::new(&args.node_name, namespace, [args.manufacturer]);
-                let (publisher, _) = Publisher::new(
-                    Arc::new(KubeApi::new(client.clone())),
-                    config,
-                    feed.out.subscribe(),
-                );
-                let publisher = publisher.with_metrics(publish_metrics);
-                tokio::spawn(publisher.run());
-                tokio::spawn(feed.run());
-            }
-            None => tracing::error!(
-                "NOTHING IS PUBLISHED: no cluster configuration, so no NodeFeature, Devices, Pod annotations or capacity"
-            ),
-        }
-        let loops = Loops::start(
-            daemon.clone(),
+        let cluster = client.as_ref().map(|client| Cluster {
+            api: Arc::new(KubeApi::new(client.clone())),
+            namespace: args
+                .namespace
+                .clone()
+                .unwrap_or_else(|| client.default_namespace().to_string()),
+        });
+        let begun = prepared.begin(
+            &args,
+            pods.clone(),
+            cluster,
             daemon.open_kernel_log(args.kmsg_path.as_deref()),
+            publish_metrics,
         );
         let path = server.path().to_path_buf();
         let admin = server
@@ -331,24 +467,7 @@ pub fn run(args: Args, settings: &Settings) -> anyhow::Result<ExitCode> {
         tokio::pin!(shutdown);
         // The plugins start when the manufacturer's accelerators are first detected.
         let started = {
-            let daemon = daemon.clone();
-            let start = daemon.start_plugins(
-                |section| {
-                    plugin_config(
-                        &args,
-                        &paths,
-                        &settings,
-                        &backend,
-                        engine,
-                        plugin_metrics,
-                        &daemon,
-                        &partition_commands,
-                        section,
-                        node_files.clone(),
-                    )
-                },
-                pods,
-            );
+            let start = prepared.start_plugins(&args, pods, plugin_metrics);
             tokio::select! {
                 started = start => Some(started?),
                 () = &mut shutdown => None,
@@ -356,7 +475,7 @@ pub fn run(args: Args, settings: &Settings) -> anyhow::Result<ExitCode> {
         };
         if let Some(plugins) = &started {
             tracing::info!("serving {:?}", plugins.resources());
-            plugins_tx.send_replace(Some(plugins.handle()));
+            begun.serving(plugins);
             shutdown.await;
         }
         admin.shutdown();
@@ -367,7 +486,7 @@ pub fn run(args: Args, settings: &Settings) -> anyhow::Result<ExitCode> {
         if let Some(server) = metrics_server {
             let _ = server.await;
         }
-        loops.stop().await;
+        begun.stop().await;
         if let Some(plugins) = started {
             plugins.stop().await;
         }
