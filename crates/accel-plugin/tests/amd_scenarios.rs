@@ -124,7 +124,7 @@ async fn start_plugins(
         library_dir: "/var/lib/gpustack/operator/lib".into(),
         engine: std::sync::Arc::new(EngineFacts::default()),
         accelerators,
-        host: Some(Arc::new(accel_host::FsHost::new(&dir.join("host")))),
+        host: Some(Arc::new(accel_host::FsHost::new(dir.join("host")))),
     }));
     let config = Config {
         kubelet_dir: dir.join("kubelet"),
