@@ -431,7 +431,7 @@ impl XidClasses {
 }
 
 /// NVIDIA's kernel-log faults behind the seam: the XID scanner, classified by the
-/// `GPUSTACK_NVIDIA_XID_*` settings.
+/// `GPUSTACK_NVIDIA_XID_APPLICATION` and `GPUSTACK_NVIDIA_XID_HARDWARE` settings.
 impl FaultClassifier for XidClasses {
     fn manufacturer(&self) -> Manufacturer {
         Manufacturer::Nvidia

@@ -44,7 +44,7 @@ pub fn preflight(
 }
 
 /// The manufacturer's kernel-log fault knowledge (accel-backend's `FaultClassifier`): NVIDIA's
-/// XIDs under the `GPUSTACK_NVIDIA_XID_*` classes, AMD's amdgpu faults; `None` for a
+/// XIDs under the `GPUSTACK_NVIDIA_XID_APPLICATION`/`GPUSTACK_NVIDIA_XID_HARDWARE` classes, AMD's amdgpu faults; `None` for a
 /// manufacturer whose faults this build does not read (its health then rests on detection).
 pub fn fault_classifier(
     manufacturer: Manufacturer,

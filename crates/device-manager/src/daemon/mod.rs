@@ -99,7 +99,7 @@ pub struct DaemonOptions {
     pub pci_poll_interval: Duration,
     /// How long one `nvidia-smi --gpu-reset` may take.
     pub reset_deadline: Duration,
-    /// NVIDIA's XID classes (`GPUSTACK_NVIDIA_XID_*`); the other manufacturers' kernel-log
+    /// NVIDIA's XID classes (`GPUSTACK_NVIDIA_XID_APPLICATION`, `GPUSTACK_NVIDIA_XID_HARDWARE`); the other manufacturers' kernel-log
     /// faults have fixed classes.
     pub xid_classes: XidClasses,
     /// Where kernel-log faults and detection passes are counted.
