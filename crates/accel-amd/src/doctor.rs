@@ -225,7 +225,7 @@ pub fn run(
             "slicing-library",
             Verdict::Warn,
             format!("{library} is missing: logical slices are not advertised"),
-            Some("let the device manager's init container stage the libraries"),
+            Some("stage libvrocm.so, rocm-monitor and rocm-cumask-check there yourself (the image does not ship them)"),
         )
     });
     checks

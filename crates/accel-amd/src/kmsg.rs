@@ -14,7 +14,18 @@
 //!
 //! Every prefix the fixtures show is tolerated (monotonic, ctime, syslog ISO, journalctl, none;
 //! HAZARDS.md items 33–35); decode and continuation lines are skipped.
+//!
+//! Behind the seam ([`AmdFaults`], accel-backend's `FaultClassifier`) the kinds become the
+//! daemon's conditions: the hardware ones take the accelerator out of service, the workload's
+//! raise a condition only. A ring timeout is the workload's (the job hung; amdgpu's ring reset
+//! usually recovers it); when the ring reset does not, the driver resets the GPU and that
+//! `GPU reset begin!` is its own, hardware, event, so "a ring timeout followed by a reset"
+//! takes the accelerator out of service through the reset. The daemon's streaming scanner
+//! reports a fault at its header line: a process named only on the next record shows in
+//! `xids` (which reads whole text), not in the condition.
 
+use accel_backend::health::{FaultClass, FaultClassifier, FaultScanner, KernelFault};
+use accel_core::Manufacturer;
 use accel_core::busid::BusId;
 use serde::Serialize;
 
@@ -44,6 +55,22 @@ impl FaultKind {
     pub fn is_hardware(self) -> bool {
         matches!(self, FaultKind::RasUncorrectable | FaultKind::GpuReset)
     }
+
+    /// The seam's class of the kind.
+    pub fn class(self) -> FaultClass {
+        if self.is_hardware() {
+            FaultClass::Hardware
+        } else {
+            FaultClass::Application
+        }
+    }
+
+    const ALL: [FaultKind; 4] = [
+        FaultKind::RasUncorrectable,
+        FaultKind::GpuReset,
+        FaultKind::RingTimeout,
+        FaultKind::PageFault,
+    ];
 }
 
 /// One fault in the log.
@@ -113,6 +140,88 @@ fn kind_of(message: &str) -> Option<FaultKind> {
     }
 }
 
+impl AmdFault {
+    /// The fault as the seam's record takes it; `line` is the source text.
+    pub fn to_kernel_fault(&self, line: &str) -> KernelFault {
+        KernelFault {
+            manufacturer: Manufacturer::Amd,
+            condition: self.kind.condition().to_string(),
+            code: None,
+            bus_id: self.bus_id,
+            pid: self.pid,
+            process: self.process.clone(),
+            message: self.message.clone(),
+            line: line.to_string(),
+            class: self.kind.class(),
+        }
+    }
+}
+
+/// The fault one kernel message (a `/dev/kmsg` record, or one log line) opens, if any; its
+/// process only when the same line names it.
+pub fn parse_message(message: &str) -> Option<AmdFault> {
+    message.lines().find_map(|line| {
+        let (bus_id, text) = split_line(line)?;
+        let kind = kind_of(text)?;
+        let (process, pid) = if kind == FaultKind::PageFault {
+            process_of(text).unwrap_or((None, None))
+        } else {
+            (None, None)
+        };
+        Some(AmdFault {
+            kind,
+            bus_id,
+            pid,
+            process,
+            message: text.trim_end().to_string(),
+            line: 1,
+        })
+    })
+}
+
+/// AMD's kernel-log faults behind the seam: the amdgpu messages above, classified by kind
+/// (no setting moves them: the kinds are few and their owners clear).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct AmdFaults;
+
+/// The streaming side of [`AmdFaults`]: one message at a time, no memory.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct AmdScanner;
+
+impl FaultScanner for AmdScanner {
+    fn push(&mut self, message: &str) -> Option<KernelFault> {
+        parse_message(message).map(|f| f.to_kernel_fault(message))
+    }
+}
+
+impl FaultClassifier for AmdFaults {
+    fn manufacturer(&self) -> Manufacturer {
+        Manufacturer::Amd
+    }
+
+    fn scanner(&self) -> Box<dyn FaultScanner> {
+        Box::new(AmdScanner)
+    }
+
+    fn parse_text(&self, text: &str) -> Vec<KernelFault> {
+        let lines: Vec<&str> = text.lines().collect();
+        parse(text)
+            .iter()
+            .map(|f| {
+                let line = lines.get(f.line.saturating_sub(1)).copied().unwrap_or("");
+                f.to_kernel_fault(line)
+            })
+            .collect()
+    }
+
+    fn class_of(&self, condition: &str, _code: Option<u32>) -> Option<FaultClass> {
+        FaultKind::ALL
+            .iter()
+            .find(|k| k.condition() == condition)
+            .map(|k| k.class())
+    }
+}
+
 /// Every amdgpu fault in `text`, in order.
 pub fn parse(text: &str) -> Vec<AmdFault> {
     let mut out: Vec<AmdFault> = Vec::new();
@@ -169,6 +278,40 @@ mod tests {
         assert_eq!(faults[1].kind, FaultKind::GpuReset);
         assert!(faults[1].kind.is_hardware());
         assert_eq!(faults[1].bus_id.unwrap().sysfs(), "0000:28:00.0");
+    }
+
+    #[test]
+    fn the_seams_classifier_streams_one_record_at_a_time() {
+        let mut scanner = AmdFaults.scanner();
+        let ras = "amdgpu 0000:68:00.0: {1}uncorrectable hardware error(ERREVENT_ATHUB_INTERRUPT) detected!";
+        let fault = scanner.push(ras).unwrap();
+        assert_eq!(fault.condition, "AmdRasUncorrectable");
+        assert_eq!(fault.class, FaultClass::Hardware);
+        assert_eq!(fault.bus_id.unwrap().sysfs(), "0000:68:00.0");
+        assert_eq!(fault.line, ras);
+        let fault = scanner
+            .push("amdgpu 0000:c6:00.0: amdgpu: [gfxhub0] no-retry page fault (src_id:0 ring:24 vmid:3 pasid:32769)")
+            .unwrap();
+        assert_eq!(
+            (fault.condition.as_str(), fault.class),
+            ("AmdPageFault", FaultClass::Application)
+        );
+        // The process line and the decode lines that follow are no faults of their own.
+        assert!(scanner.push("amdgpu 0000:c6:00.0: amdgpu:  for process pt_main_thread pid 12924 thread pt_main_thread pid 12924)").is_none());
+        assert!(
+            scanner
+                .push("amdgpu 0000:c6:00.0: amdgpu: VM_L2_PROTECTION_FAULT_STATUS:0x00301031")
+                .is_none()
+        );
+        assert_eq!(
+            AmdFaults.class_of("AmdGpuReset", None),
+            Some(FaultClass::Hardware)
+        );
+        assert_eq!(
+            AmdFaults.class_of("AmdRingTimeout", None),
+            Some(FaultClass::Application)
+        );
+        assert_eq!(AmdFaults.class_of("Xid79", Some(79)), None);
     }
 
     #[test]

@@ -11,6 +11,13 @@
 //! (`<i>:<lo>-<hi>` per accelerator, [`crate::cumask`]), `VROCM_LEDGER_PATH`, the quiet-log
 //! variable unless the container's own `env:` sets it, and the shim with its two readers
 //! mounted read-only beside a per-container read-write ledger directory.
+//!
+//! The compute windows in force outlive the process: each sliced container's windows are kept
+//! in `<pod-dir-root>/<pod>/c-<container>/cu-windows.json` (0600, atomic; beside the mounted
+//! ledger directory, not in it, so the container cannot edit them) and read back when the
+//! responder is built, so a restarted daemon places new windows around the running ones. The
+//! file goes with the Pod's directory when the Pod is reclaimed (which the plugin's restart
+//! reconcile does for a Pod that went while the daemon was down).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -40,6 +47,16 @@ pub const CONTAINER_RUN_DIR: &str = "/var/run/vrocm";
 pub const LEDGER_PATH: &str = "/var/run/vrocm/ledger";
 /// The compute node every grant carries.
 pub const KFD: &str = "/dev/kfd";
+/// The file a sliced container's compute windows are kept in, in its `c-<container>` directory.
+pub const WINDOWS_FILE: &str = "cu-windows.json";
+
+/// One compute window as kept on disk.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+struct KeptWindow {
+    uuid: String,
+    lo: u32,
+    hi: u32,
+}
 
 /// One accelerator's facts the responder needs, from the detection.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -110,8 +127,10 @@ fn refused(message: String) -> ResponderError {
 }
 
 impl AmdResponder {
-    /// The responder for a node's first detection.
+    /// The responder for a node's first detection, with the compute windows kept on disk by an
+    /// earlier run.
     pub fn from_setup(setup: ResponderSetup) -> AmdResponder {
+        let windows = kept_windows(&setup.pod_dir_root);
         AmdResponder {
             cards: setup
                 .accelerators
@@ -122,7 +141,7 @@ impl AmdResponder {
             pod_dir_root: setup.pod_dir_root,
             preload_dir: setup.preload_dir,
             library_dir: setup.library_dir,
-            windows: Mutex::new(BTreeMap::new()),
+            windows: Mutex::new(windows),
         }
     }
 
@@ -215,6 +234,13 @@ impl AmdResponder {
         Ok(response)
     }
 
+    /// The container's directory (its ledger directory and its windows file live under it).
+    fn container_dir(&self, pod_uid: &str, container: &str) -> PathBuf {
+        self.pod_dir_root
+            .join(pod_uid)
+            .join(format!("c-{container}"))
+    }
+
     fn slice(
         &self,
         answer: &Answer<'_>,
@@ -279,12 +305,8 @@ impl AmdResponder {
             }
             masks.push((uuid.clone(), position, lo, hi, mine.is_none()));
         }
-        let pod_dir = self
-            .pod_dir_root
-            .join(&answer.pod.uid)
-            .join(format!("c-{container}"))
-            .join("run")
-            .join("vrocm");
+        let container_dir = self.container_dir(&answer.pod.uid, container);
+        let pod_dir = container_dir.join("run").join("vrocm");
         std::fs::create_dir_all(&pod_dir)
             .and_then(|()| {
                 use std::os::unix::fs::PermissionsExt;
@@ -294,6 +316,24 @@ impl AmdResponder {
                 path: pod_dir.display().to_string(),
                 reason: e.to_string(),
             })?;
+        if masks.iter().any(|m| m.4) {
+            let kept: Vec<KeptWindow> = masks
+                .iter()
+                .map(|(uuid, _, lo, hi, _)| KeptWindow {
+                    uuid: uuid.clone(),
+                    lo: *lo,
+                    hi: *hi,
+                })
+                .collect();
+            let path = container_dir.join(WINDOWS_FILE);
+            let text = serde_json::to_vec(&kept).unwrap_or_default();
+            accel_host::atomic::write_atomic(&path, &text).map_err(|e| {
+                ResponderError::WorkDir {
+                    path: path.display().to_string(),
+                    reason: e.to_string(),
+                }
+            })?;
+        }
         for (uuid, _, lo, hi, fresh) in &masks {
             if *fresh {
                 windows.entry(uuid.clone()).or_default().push(Held {
@@ -386,6 +426,59 @@ impl AmdResponder {
             .map(|h| h.iter().map(|h| (h.lo, h.hi)).collect())
             .unwrap_or_default()
     }
+}
+
+/// The compute windows kept under `root` by earlier runs, by accelerator UUID: every
+/// `<pod>/c-<container>/cu-windows.json`. A file that cannot be read is logged naming it and
+/// skipped (its windows may then be placed over: overlapping windows are an over-commit of
+/// compute, which slices allow, never a wrong grant).
+fn kept_windows(root: &Path) -> BTreeMap<String, Vec<Held>> {
+    let mut windows: BTreeMap<String, Vec<Held>> = BTreeMap::new();
+    let Ok(pods) = std::fs::read_dir(root) else {
+        return windows;
+    };
+    for pod in pods.flatten() {
+        let pod_uid = pod.file_name().to_string_lossy().into_owned();
+        let Ok(containers) = std::fs::read_dir(pod.path()) else {
+            continue;
+        };
+        for entry in containers.flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let Some(container) = name.strip_prefix("c-") else {
+                continue;
+            };
+            let path = entry.path().join(WINDOWS_FILE);
+            let kept: Vec<KeptWindow> = match std::fs::read(&path) {
+                Ok(bytes) => match serde_json::from_slice(&bytes) {
+                    Ok(kept) => kept,
+                    Err(e) => {
+                        tracing::error!(
+                            "{}: unreadable ({e}); its compute windows are not known",
+                            path.display()
+                        );
+                        continue;
+                    }
+                },
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(e) => {
+                    tracing::error!(
+                        "{}: cannot read ({e}); its compute windows are not known",
+                        path.display()
+                    );
+                    continue;
+                }
+            };
+            for window in kept.into_iter().filter(|w| w.lo <= w.hi) {
+                windows.entry(window.uuid).or_default().push(Held {
+                    pod: pod_uid.clone(),
+                    container: container.to_string(),
+                    lo: window.lo,
+                    hi: window.hi,
+                });
+            }
+        }
+    }
+    windows
 }
 
 fn node(path: &str) -> DeviceNode {

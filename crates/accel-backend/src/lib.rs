@@ -10,6 +10,9 @@
 //! - [`slicing::SlicingLibrary`] — the preload library's layout on the host and the gate
 //!   "slices only where the library for the node's runtime generation is staged";
 //! - [`partition::Partitioner`] — hardware partitions (the MIG work's seam), optional;
+//! - [`health::FaultClassifier`] — which kernel-log lines are the manufacturer's faults and
+//!   whose fault each is (hardware or the workload's); the fault record they feed
+//!   ([`faults`], `faults.json`, the boot rule) is the same for every manufacturer;
 //! - [`preflight::Preflight`] — what `device-manager preflight` needs to know of the manufacturer
 //!   (its host CLI, driver-read row, probe image and reader), optional.
 //!
@@ -17,10 +20,13 @@
 //! webhook never see a manufacturer's name through these traits: they take the facts
 //! (a resource base, the families offered, an [`respond::Injection`]). [`Backend`] is one
 //! manufacturer's row of implementations; the binary keeps the registry of rows. This crate
-//! holds no manufacturer's knowledge and reads nothing itself.
+//! holds no manufacturer's knowledge and reads nothing of the host itself; the one file it
+//! keeps is the daemon's fault record ([`faults`]).
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 pub mod detect;
+pub mod faults;
+pub mod health;
 pub mod partition;
 pub mod pod;
 pub mod preflight;

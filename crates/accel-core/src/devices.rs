@@ -9,6 +9,7 @@
 //! types there (feature `schema`).
 
 use std::collections::BTreeMap;
+use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
@@ -283,12 +284,23 @@ pub struct DevicesStatus {
 
 /// Whose fault an XID is (DESIGN.md, "Health"): a hardware-class fault takes the accelerator out
 /// of service, an application-class one is reported only.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub enum FaultClass {
+    /// The workload's fault: raises a condition, leaves the accelerator in service.
     Application,
+    /// The accelerator's fault: it fails the health rule until a reset or a reboot.
     Hardware,
+}
+
+impl fmt::Display for FaultClass {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            FaultClass::Application => "application",
+            FaultClass::Hardware => "hardware",
+        })
+    }
 }
 
 /// One fault condition raised on one accelerator this boot.

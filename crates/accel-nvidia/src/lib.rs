@@ -12,7 +12,8 @@ pub mod detector;
 pub mod doctor;
 pub mod engine;
 pub mod enrich;
-pub mod faults;
+/// The fault record is the seam's (every manufacturer's faults, one file); re-exported here.
+pub use accel_backend::faults;
 pub mod layer2;
 pub mod mig_replay;
 pub mod partitioner;

@@ -142,6 +142,9 @@ pub enum ResetError {
     /// The daemon cannot reset now (no inventory yet, …).
     #[error("cannot reset now: {0}")]
     Unavailable(String),
+    /// The node's accelerators are never reset by the daemon (AMD's: why, in its words).
+    #[error("{0}")]
+    Unsupported(String),
 }
 
 fn describe_busy(busy: &[BusyGpu]) -> String {

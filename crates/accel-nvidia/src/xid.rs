@@ -10,9 +10,9 @@
 //! This module parses text; it must not read the machine or decide what a GPU's health is.
 
 use std::collections::BTreeSet;
-use std::fmt;
 
-use accel_core::BusId;
+use accel_backend::health::{FaultClassifier, FaultScanner, KernelFault};
+use accel_core::{BusId, Manufacturer};
 use serde::Serialize;
 
 /// The setting naming the application-class XIDs (comma list of codes; empty for none).
@@ -342,26 +342,9 @@ impl XidScanner {
     }
 }
 
-/// Whether an XID is the workload's fault or the GPU's.
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, serde::Deserialize,
-)]
-#[serde(rename_all = "camelCase")]
-pub enum XidClass {
-    /// The workload's fault: raises a condition, leaves the GPU in service.
-    Application,
-    /// The GPU's fault: the GPU fails the health rule until a reset or a reboot.
-    Hardware,
-}
-
-impl fmt::Display for XidClass {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            XidClass::Application => "application",
-            XidClass::Hardware => "hardware",
-        })
-    }
-}
+/// Whether an XID is the workload's fault or the GPU's: the seam's class
+/// ([`accel_backend::health::FaultClass`]), the same for every manufacturer.
+pub use accel_backend::health::FaultClass as XidClass;
 
 /// A setting's value that is not a list of XID codes.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -429,6 +412,57 @@ impl XidClasses {
     /// The class of an event.
     pub fn classify(&self, event: &XidEvent) -> XidClass {
         self.class_of(event.xid)
+    }
+
+    /// The event as the seam's fault record takes it, classified.
+    pub fn fault(&self, event: &XidEvent) -> KernelFault {
+        KernelFault {
+            manufacturer: Manufacturer::Nvidia,
+            condition: event.condition(),
+            code: event.xid,
+            bus_id: Some(event.bus_id),
+            pid: event.pid,
+            process: event.process.clone(),
+            message: event.message.clone(),
+            line: event.line.clone(),
+            class: self.classify(event),
+        }
+    }
+}
+
+/// NVIDIA's kernel-log faults behind the seam: the XID scanner, classified by the
+/// `GPUSTACK_NVIDIA_XID_APPLICATION` and `GPUSTACK_NVIDIA_XID_HARDWARE` settings.
+impl FaultClassifier for XidClasses {
+    fn manufacturer(&self) -> Manufacturer {
+        Manufacturer::Nvidia
+    }
+
+    fn scanner(&self) -> Box<dyn FaultScanner> {
+        Box::new(ClassifiedScanner {
+            scanner: XidScanner::default(),
+            classes: self.clone(),
+        })
+    }
+
+    fn parse_text(&self, text: &str) -> Vec<KernelFault> {
+        parse_text(text).iter().map(|e| self.fault(e)).collect()
+    }
+
+    fn class_of(&self, condition: &str, code: Option<u32>) -> Option<XidClass> {
+        let ours = code.is_some() || condition == FALLEN_OFF_BUS_CONDITION;
+        ours.then(|| XidClasses::class_of(self, code))
+    }
+}
+
+/// An [`XidScanner`] whose events come out classified.
+struct ClassifiedScanner {
+    scanner: XidScanner,
+    classes: XidClasses,
+}
+
+impl FaultScanner for ClassifiedScanner {
+    fn push(&mut self, message: &str) -> Option<KernelFault> {
+        self.scanner.push(message).map(|e| self.classes.fault(&e))
     }
 }
 

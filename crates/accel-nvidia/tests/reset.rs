@@ -155,7 +155,7 @@ fn faults_on(inventory: &Inventory, uuids: &[&str]) -> FaultRecord {
             let short = &bus[4..bus.len() - 2];
             let line = format!("NVRM: Xid (PCI:{short}): 79, GPU has fallen off the bus.");
             let event = parse_message(&line).unwrap();
-            record.record(&event, inventory, &XidClasses::default());
+            record.record(&XidClasses::default().fault(&event), inventory);
         }
     }
     record
@@ -593,7 +593,11 @@ fn the_daemons_fault_watch_saves_the_cleared_record() {
     faults_on(&inventory, &[&a, &b])
         .save(&data.path().join(accel_nvidia::faults::FILE_NAME))
         .unwrap();
-    let (mut watch, _) = FaultWatch::start(Some(data.path()), BOOT, XidClasses::default());
+    let (mut watch, _) = FaultWatch::start(
+        Some(data.path()),
+        BOOT,
+        std::sync::Arc::new(XidClasses::default()),
+    );
     assert_eq!(watch.record().faults().count(), 2);
     let host = dir.path().to_path_buf();
     let report = reset::reset(
@@ -607,7 +611,11 @@ fn the_daemons_fault_watch_saves_the_cleared_record() {
     )
     .unwrap();
     assert!(report.all_healthy());
-    let (reloaded, _) = FaultWatch::start(Some(data.path()), BOOT, XidClasses::default());
+    let (reloaded, _) = FaultWatch::start(
+        Some(data.path()),
+        BOOT,
+        std::sync::Arc::new(XidClasses::default()),
+    );
     assert_eq!(reloaded.record().faults_of(&a).count(), 0);
     assert_eq!(reloaded.record().faults_of(&b).count(), 1);
 }

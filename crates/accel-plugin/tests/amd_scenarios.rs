@@ -75,39 +75,8 @@ impl Rig {
             std::fs::create_dir_all(path.parent().unwrap()).unwrap();
             std::fs::write(path, "").unwrap();
         }
-        let accelerators = accelerators();
-        let seats: Vec<Seat> = accelerators
-            .iter()
-            .map(|a| Seat::from_accelerator(a, 128))
-            .collect();
-        let responder = Arc::new(AmdResponder::from_setup(ResponderSetup {
-            strategy: InjectionStrategy::Envvar,
-            runtime_major: Some(7),
-            pod_dir_root: dir.path().join("data/pods"),
-            preload_dir: dir.path().join("data/preload"),
-            library_dir: "/var/lib/gpustack/operator/lib".into(),
-            engine: std::sync::Arc::new(EngineFacts::default()),
-            accelerators,
-            host: Some(Arc::new(accel_host::FsHost::new(&host_root))),
-        }));
         let kubelet = Kubelet::start(&dir.path().join("kubelet"), MemoryPods::new()).await;
-        let config = Config {
-            kubelet_dir: dir.path().join("kubelet"),
-            data_dir: dir.path().join("data"),
-            settings: Settings::default(),
-            offer: Offer::of(Manufacturer::Amd),
-            seats,
-            responder: responder.clone(),
-            poll_interval: Duration::from_millis(20),
-            metrics: Default::default(),
-            partitions: None,
-        };
-        let plugins = DevicePlugins::start(config, Arc::new(kubelet.pods().clone()))
-            .await
-            .unwrap();
-        let resources = plugins.resources();
-        let names: Vec<&str> = resources.iter().map(String::as_str).collect();
-        kubelet.wait_for(&names).await;
+        let (plugins, responder) = start_plugins(dir.path(), &kubelet).await;
         Rig {
             dir,
             kubelet,
@@ -115,6 +84,66 @@ impl Rig {
             responder,
         }
     }
+
+    /// The daemon restarted: its plugins stopped, `while_down` done to the cluster, then a
+    /// fresh responder and plugins over the same folders (journal, Pod working directories) and
+    /// the same kubelet.
+    async fn restarted(self, while_down: impl FnOnce(&Kubelet)) -> Rig {
+        let Rig {
+            dir,
+            kubelet,
+            plugins,
+            ..
+        } = self;
+        plugins.stop().await;
+        while_down(&kubelet);
+        let (plugins, responder) = start_plugins(dir.path(), &kubelet).await;
+        Rig {
+            dir,
+            kubelet,
+            plugins,
+            responder,
+        }
+    }
+}
+
+async fn start_plugins(
+    dir: &std::path::Path,
+    kubelet: &Kubelet,
+) -> (DevicePlugins, Arc<AmdResponder>) {
+    let accelerators = accelerators();
+    let seats: Vec<Seat> = accelerators
+        .iter()
+        .map(|a| Seat::from_accelerator(a, 128))
+        .collect();
+    let responder = Arc::new(AmdResponder::from_setup(ResponderSetup {
+        strategy: InjectionStrategy::Envvar,
+        runtime_major: Some(7),
+        pod_dir_root: dir.join("data/pods"),
+        preload_dir: dir.join("data/preload"),
+        library_dir: "/var/lib/gpustack/operator/lib".into(),
+        engine: std::sync::Arc::new(EngineFacts::default()),
+        accelerators,
+        host: Some(Arc::new(accel_host::FsHost::new(dir.join("host")))),
+    }));
+    let config = Config {
+        kubelet_dir: dir.join("kubelet"),
+        data_dir: dir.join("data"),
+        settings: Settings::default(),
+        offer: Offer::of(Manufacturer::Amd),
+        seats,
+        responder: responder.clone(),
+        poll_interval: Duration::from_millis(20),
+        metrics: Default::default(),
+        partitions: None,
+    };
+    let plugins = DevicePlugins::start(config, Arc::new(kubelet.pods().clone()))
+        .await
+        .unwrap();
+    let resources = plugins.resources();
+    let names: Vec<&str> = resources.iter().map(String::as_str).collect();
+    kubelet.wait_for(&names).await;
+    (plugins, responder)
 }
 
 const ALL_NODES: &[&str] = &[
@@ -292,6 +321,55 @@ async fn a_slice_carries_the_shim_the_budgets_and_the_cu_window_in_step() {
     assert_eq!(
         rig.responder.windows_on("GPU-5c88007d760374f3"),
         [(12, 23)].into_iter().collect()
+    );
+}
+
+#[tokio::test]
+async fn a_restarted_daemon_places_new_windows_around_the_running_ones() {
+    let rig = Rig::new(ALL_NODES).await;
+    let slice: &[(&str, &str)] = &[
+        (SLICED, "1"),
+        ("amd.com/gpu.sliced.memory-percentage", "25"),
+        ("amd.com/gpu.sliced.cores-percentage", "25"),
+    ];
+    rig.kubelet.create(pod("a", &[("main", slice)]));
+    rig.kubelet.create(pod("b", &[("main", slice)]));
+    let a = rig.kubelet.admit("a").await.unwrap();
+    let b = rig.kubelet.admit("b").await.unwrap();
+    assert_eq!(envs(&a, "main", SLICED)["HSA_CU_MASK"], "0:0-11");
+    assert_eq!(envs(&b, "main", SLICED)["HSA_CU_MASK"], "0:12-23");
+    let kept = rig.dir.path().join("data/pods/b/c-main/cu-windows.json");
+    assert!(
+        kept.is_file(),
+        "the window is kept beside the container's ledger directory"
+    );
+
+    // Pod a is deleted while the daemon is down.
+    let rig = rig.restarted(|kubelet| kubelet.delete("a")).await;
+    let settled = async {
+        while rig.plugins.ledger().grants().len() != 1 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(5), settled)
+        .await
+        .expect("the restart's reconcile releases the gone Pod's grant");
+    assert_eq!(
+        rig.responder.windows_on("GPU-5c88007d760374f3"),
+        [(12, 23)].into_iter().collect(),
+        "the running slice's window is known again, the gone Pod's is free"
+    );
+    rig.kubelet.create(pod("c", &[("main", slice)]));
+    rig.kubelet.create(pod("d", &[("main", slice)]));
+    let c = rig.kubelet.admit("c").await.unwrap();
+    let d = rig.kubelet.admit("d").await.unwrap();
+    // Both pack onto accelerator 0 beside b's 12-23: the freed 0-11, then 24-35; a restart
+    // that forgot b's window would hand c 0-11 and d 12-23, over b.
+    assert_eq!(envs(&c, "main", SLICED)["HSA_CU_MASK"], "0:0-11");
+    assert_eq!(envs(&d, "main", SLICED)["HSA_CU_MASK"], "0:24-35");
+    assert_eq!(
+        rig.responder.windows_on("GPU-5c88007d760374f3"),
+        [(0, 11), (12, 23), (24, 35)].into_iter().collect()
     );
 }
 

@@ -42,3 +42,43 @@ pub fn preflight(
         _ => None,
     }
 }
+
+/// The manufacturer's kernel-log fault knowledge (accel-backend's `FaultClassifier`): NVIDIA's
+/// XIDs under the `GPUSTACK_NVIDIA_XID_APPLICATION`/`GPUSTACK_NVIDIA_XID_HARDWARE` classes, AMD's amdgpu faults; `None` for a
+/// manufacturer whose faults this build does not read (its health then rests on detection).
+pub fn fault_classifier(
+    manufacturer: Manufacturer,
+    xid_classes: &accel_nvidia::xid::XidClasses,
+) -> Option<std::sync::Arc<dyn accel_backend::health::FaultClassifier>> {
+    match manufacturer {
+        Manufacturer::Nvidia => Some(std::sync::Arc::new(xid_classes.clone())),
+        Manufacturer::Amd => Some(std::sync::Arc::new(accel_amd::kmsg::AmdFaults)),
+        _ => None,
+    }
+}
+
+/// Every fault classifier of this build (reading a fault record that any of them wrote).
+pub fn fault_classifiers(
+    xid_classes: &accel_nvidia::xid::XidClasses,
+) -> Vec<std::sync::Arc<dyn accel_backend::health::FaultClassifier>> {
+    detectable()
+        .into_iter()
+        .filter_map(|m| fault_classifier(m, xid_classes))
+        .collect()
+}
+
+/// Why the admin socket's `reset` refuses the manufacturer's accelerators, or `None` when this
+/// build resets them (NVIDIA, through `nvidia-smi --gpu-reset`).
+pub fn reset_refusal(manufacturer: Manufacturer) -> Option<String> {
+    match manufacturer {
+        Manufacturer::Nvidia => None,
+        Manufacturer::Amd => Some(
+            "AMD accelerators are not reset by the device manager: amdgpu recovers a GPU of an \
+             XGMI hive by resetting every GPU in the hive, so the grants on the others could not \
+             be checked from the names given; drain the node and reset with amd-smi by hand, or \
+             reboot (a new boot clears the recorded faults)"
+                .to_string(),
+        ),
+        other => Some(format!("{other} accelerators are not reset by this build")),
+    }
+}

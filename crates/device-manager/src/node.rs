@@ -5,12 +5,12 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use accel_backend::DetectRequest;
+use accel_backend::faults::{self, FaultRecord};
 use accel_core::inventory::{Detection, Inventory};
 use accel_core::manufacturer::ManufacturerTable;
 use accel_host::pci::PciClassPrefixes;
 use accel_host::{Commands, FsHost, Host, HostRoot, RecordedCommands, SystemCommands};
 use accel_nvidia::detector::Deadlines;
-use accel_nvidia::faults::{self, FaultRecord};
 use accel_nvidia::xid::XidClasses;
 use anyhow::{Context, bail};
 
@@ -180,7 +180,9 @@ fn apply_recorded_faults(
     let path = data_dir.join(faults::FILE_NAME);
     match FaultRecord::read(&path, &boot_id) {
         Ok(Some(mut record)) => {
-            record.reclassify(&XidClasses::from_env()?);
+            for classifier in crate::backends::fault_classifiers(&XidClasses::from_env()?) {
+                record.reclassify(classifier.as_ref());
+            }
             record.apply(inventory);
         }
         Ok(None) => {}

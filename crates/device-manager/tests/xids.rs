@@ -1,16 +1,28 @@
 //! `device-manager xids` through the real binary: the JSON contract and the table over every
-//! kernel-log capture in `../shared/fixtures/nvidia/kmsg/` (insta snapshots), standard input,
-//! binary garbage (never a panic), and bad input (one clear line, exit 2).
+//! kernel-log capture in `../shared/fixtures/nvidia/kmsg/` and `../shared/fixtures/amd/kmsg/`
+//! (insta snapshots), standard input, binary garbage (never a panic), and bad input (one clear
+//! line, exit 2).
 
 use std::io::Write as _;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
 fn kmsg_files() -> Vec<PathBuf> {
+    let files = kmsg_files_of("nvidia");
+    assert!(
+        files.len() >= 11,
+        "expected the 11 kmsg captures, found {files:?}"
+    );
+    files
+}
+
+fn kmsg_files_of(manufacturer: &str) -> Vec<PathBuf> {
     let dir = PathBuf::from(concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/../../../shared/fixtures/nvidia/kmsg"
-    ));
+        "/../../../shared/fixtures"
+    ))
+    .join(manufacturer)
+    .join("kmsg");
     assert!(
         dir.is_dir(),
         "fixture folder {} is missing: the tests need ../shared beside the checkout",
@@ -21,10 +33,6 @@ fn kmsg_files() -> Vec<PathBuf> {
         .map(|e| e.unwrap().path())
         .collect();
     files.sort();
-    assert!(
-        files.len() >= 11,
-        "expected the 11 kmsg captures, found {files:?}"
-    );
     files
 }
 
@@ -107,6 +115,77 @@ fn table_of_every_kmsg_capture() {
         let run = xids(&[path.to_str().unwrap()], b"");
         assert_eq!(run.status, 0, "{name}: {}", run.stderr);
         insta::assert_snapshot!(format!("xids-table-{name}"), run.stdout);
+    }
+}
+
+#[test]
+fn amd_faults_of_every_amdgpu_capture() {
+    let files = kmsg_files_of("amd");
+    assert!(
+        files.len() >= 9,
+        "expected the 9 amdgpu captures, found {files:?}"
+    );
+    for path in files {
+        let name = stem(&path);
+        let run = xids(&["-o", "json", path.to_str().unwrap()], b"");
+        assert_eq!(run.status, 0, "{name}: {}", run.stderr);
+        let json: serde_json::Value = serde_json::from_str(&run.stdout).unwrap();
+        let faults = json.as_array().expect("a JSON list");
+        assert!(!faults.is_empty(), "{name}: no faults");
+        for fault in faults {
+            let object = fault.as_object().unwrap();
+            let keys: Vec<&str> = object.keys().map(String::as_str).collect();
+            assert_eq!(
+                keys,
+                [
+                    "busId",
+                    "class",
+                    "condition",
+                    "line",
+                    "manufacturer",
+                    "message",
+                    "pid",
+                    "process",
+                    "xid"
+                ],
+                "{name}"
+            );
+            assert_eq!(object["manufacturer"], "amd", "{name}");
+            assert!(object["xid"].is_null(), "{name}: AMD has no codes");
+            let hardware = matches!(
+                object["condition"].as_str(),
+                Some("AmdRasUncorrectable" | "AmdGpuReset")
+            );
+            assert_eq!(
+                object["class"],
+                if hardware { "hardware" } else { "application" },
+                "{name}"
+            );
+        }
+        let shown = if faults.len() > 40 {
+            serde_json::json!({
+                "count": faults.len(),
+                "first": faults[..5],
+                "last": faults[faults.len() - 5..],
+            })
+        } else {
+            json.clone()
+        };
+        insta::assert_json_snapshot!(format!("xids-json-amd-{name}"), shown);
+        let table = xids(&[path.to_str().unwrap()], b"");
+        assert_eq!(table.status, 0, "{name}: {}", table.stderr);
+        let lines: Vec<&str> = table.stdout.lines().collect();
+        let shown = if lines.len() > 41 {
+            format!(
+                "{}\n... {} rows ...\n{}\n",
+                lines[..6].join("\n"),
+                lines.len() - 1,
+                lines[lines.len() - 5..].join("\n")
+            )
+        } else {
+            table.stdout.clone()
+        };
+        insta::assert_snapshot!(format!("xids-table-amd-{name}"), shown);
     }
 }
 

@@ -440,9 +440,19 @@ pub fn run(args: Args, settings: &Settings) -> anyhow::Result<ExitCode> {
             }
             None => None,
         };
-        // Live usage for the metrics, sampled only when someone can scrape it.
+        // Live usage for the metrics, sampled only when someone can scrape it, and only where
+        // this build has a sampler (nvidia-smi's; AMD's health and fault metrics are served,
+        // its live usage gauges are not yet).
+        let sampled = args.manufacturer == Manufacturer::Nvidia;
+        if args.metrics_listen.is_some() && !sampled {
+            tracing::info!(
+                "{}: no live usage sampler in this build; health and fault metrics only",
+                args.manufacturer
+            );
+        }
         let sampler = args
             .metrics_listen
+            .filter(|_| sampled)
             .map(|_| tokio::spawn(sample_usage(daemon.clone(), args.monitor_period, usage_tx)));
         let cluster = client.as_ref().map(|client| Cluster {
             api: Arc::new(KubeApi::new(client.clone())),

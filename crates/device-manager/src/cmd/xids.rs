@@ -1,7 +1,11 @@
-//! `device-manager xids`: the XID events in kernel log text (dmesg in any of its time formats,
-//! journalctl, syslog, a saved file, stdin), so an operator can ask "what happened to this GPU"
-//! without the daemon. JSON is DESIGN.md's contract: a list of
-//! `{"xid","busId","pid","process","message","line"}`.
+//! `device-manager xids`: the accelerator faults in kernel log text (dmesg in any of its time
+//! formats, journalctl, syslog, a saved file, stdin), so an operator can ask "what happened to
+//! this GPU" without the daemon: NVIDIA's XIDs, then AMD's amdgpu faults (uncorrectable RAS,
+//! GPU reset, ring timeout, page fault), each manufacturer's in log order. One command for both,
+//! because it is the one operators know to reach for. JSON is DESIGN.md's contract: a list of
+//! `{"xid","busId","pid","process","message","line"}` per XID; an AMD fault, which has no code,
+//! has `"xid": null` and adds `"manufacturer": "amd"`, its `"condition"` (`AmdPageFault` …) and
+//! `"class"`. In the table an AMD fault's condition stands in the XID column.
 
 use super::Format;
 use std::fmt::Write as _;
@@ -9,8 +13,12 @@ use std::io::Read as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use accel_amd::kmsg::AmdFaults;
+use accel_backend::health::{FaultClass, FaultClassifier, KernelFault};
+use accel_core::{BusId, Manufacturer};
 use accel_nvidia::xid::{self, XID_APPLICATION_ENV, XID_HARDWARE_ENV, XidClasses, XidEvent};
 use anyhow::Context;
+use serde::Serialize;
 
 /// Arguments of `xids`.
 #[derive(Debug, clap::Args)]
@@ -47,33 +55,84 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         }
     };
     // Kernel logs carry whatever a driver printed: invalid UTF-8 is replaced, never an error.
-    let events = xid::parse_text(&String::from_utf8_lossy(&bytes));
+    let text = String::from_utf8_lossy(&bytes);
+    let events = xid::parse_text(&text);
+    let amd = AmdFaults.parse_text(&text);
     match args.output {
-        Format::Json => println!("{}", serde_json::to_string_pretty(&events)?),
-        Format::Table => print!("{}", table(&events, &classes)),
+        Format::Json => {
+            let mut rows: Vec<serde_json::Value> = Vec::with_capacity(events.len() + amd.len());
+            for event in &events {
+                rows.push(serde_json::to_value(event)?);
+            }
+            for fault in &amd {
+                rows.push(serde_json::to_value(AmdRow::of(fault))?);
+            }
+            println!("{}", serde_json::to_string_pretty(&rows)?);
+        }
+        Format::Table => print!("{}", table(&events, &classes, &amd)),
     }
     Ok(ExitCode::SUCCESS)
 }
 
-/// The events as a fixed-width table, one a line, with each code's class.
-fn table(events: &[XidEvent], classes: &XidClasses) -> String {
+/// An AMD fault in the JSON list: the XID entry's keys (`xid` null) and what names it.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct AmdRow<'a> {
+    xid: Option<u32>,
+    manufacturer: Manufacturer,
+    condition: &'a str,
+    class: FaultClass,
+    bus_id: Option<BusId>,
+    pid: Option<u32>,
+    process: Option<&'a str>,
+    message: &'a str,
+    line: &'a str,
+}
+
+impl<'a> AmdRow<'a> {
+    fn of(fault: &'a KernelFault) -> Self {
+        AmdRow {
+            xid: None,
+            manufacturer: fault.manufacturer,
+            condition: &fault.condition,
+            class: fault.class,
+            bus_id: fault.bus_id,
+            pid: fault.pid,
+            process: fault.process.as_deref(),
+            message: &fault.message,
+            line: &fault.line,
+        }
+    }
+}
+
+/// The events as a fixed-width table, one a line, with each one's class: the XIDs, then the
+/// AMD faults (their condition in the XID column).
+fn table(events: &[XidEvent], classes: &XidClasses, amd: &[KernelFault]) -> String {
     let dash = || "-".to_string();
     let header = ["XID", "CLASS", "BUS ID", "PID", "PROCESS", "MESSAGE"].map(String::from);
-    let rows: Vec<[String; 6]> = events
-        .iter()
-        .map(|e| {
-            [
-                e.xid
-                    .map(|x| x.to_string())
-                    .unwrap_or_else(|| "bus".to_string()),
-                classes.classify(e).to_string(),
-                e.bus_id.nvml(),
-                e.pid.map(|p| p.to_string()).unwrap_or_else(dash),
-                e.process.clone().unwrap_or_else(dash),
-                e.message.clone(),
-            ]
-        })
-        .collect();
+    let nvidia = events.iter().map(|e| {
+        [
+            e.xid
+                .map(|x| x.to_string())
+                .unwrap_or_else(|| "bus".to_string()),
+            classes.classify(e).to_string(),
+            e.bus_id.nvml(),
+            e.pid.map(|p| p.to_string()).unwrap_or_else(dash),
+            e.process.clone().unwrap_or_else(dash),
+            e.message.clone(),
+        ]
+    });
+    let amd = amd.iter().map(|f| {
+        [
+            f.condition.clone(),
+            f.class.to_string(),
+            f.bus_id.map(|b| b.nvml()).unwrap_or_else(dash),
+            f.pid.map(|p| p.to_string()).unwrap_or_else(dash),
+            f.process.clone().unwrap_or_else(dash),
+            f.message.clone(),
+        ]
+    });
+    let rows: Vec<[String; 6]> = nvidia.chain(amd).collect();
     let mut widths = header.clone().map(|h| h.len());
     for row in &rows {
         for (w, cell) in widths.iter_mut().zip(row) {

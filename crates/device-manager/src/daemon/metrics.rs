@@ -1,5 +1,6 @@
-//! The node daemon's Prometheus metrics: XIDs by code and class (counted where the daemon
-//! classifies each kernel-log event), detection passes by outcome and their duration, and each
+//! The node daemon's Prometheus metrics: kernel-log faults of every manufacturer by
+//! manufacturer, condition and class (`accelerator_faults`; NVIDIA's also as XIDs by code and
+//! class, counted where the daemon takes each kernel-log event), detection passes by outcome and their duration, and each
 //! accelerator's health as the inventory last published it (read at scrape time from
 //! [`Daemon::published`](super::Daemon::published), so it cannot drift from what is published),
 //! and each GPU's live usage as last sampled ([`GpuUsageMetrics`], the samples `monitor` prints).
@@ -10,8 +11,9 @@
 use std::fmt::Write as _;
 use std::time::Duration;
 
+use accel_backend::health::{FaultClass, KernelFault};
+use accel_core::Manufacturer;
 use accel_nvidia::samples::{GpuUsage, Samples};
-use accel_nvidia::xid::XidClass;
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{
     DescriptorEncoder, EncodeLabelSet, EncodeLabelValue, EncodeMetric, LabelValueEncoder,
@@ -81,7 +83,7 @@ impl EncodeLabelValue for XidCode {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-struct Class(XidClass);
+struct Class(FaultClass);
 
 impl EncodeLabelValue for Class {
     fn encode(&self, encoder: &mut LabelValueEncoder) -> Result<(), std::fmt::Error> {
@@ -92,6 +94,13 @@ impl EncodeLabelValue for Class {
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 struct XidLabels {
     code: XidCode,
+    class: Class,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct FaultLabels {
+    manufacturer: String,
+    condition: String,
     class: Class,
 }
 
@@ -111,6 +120,7 @@ struct AcceleratorLabels {
 #[derive(Debug, Clone)]
 pub struct DaemonMetrics {
     xids: Series<XidLabels, Counter>,
+    faults: Series<FaultLabels, Counter>,
     passes_series: Series<PassLabels, Counter>,
     /// One handle per [`PassOutcome::ALL`], made once.
     passes: [Counter; PassOutcome::ALL.len()],
@@ -122,6 +132,7 @@ impl Default for DaemonMetrics {
         let passes_series: Series<PassLabels, Counter> = Series::default();
         DaemonMetrics {
             xids: Series::default(),
+            faults: Series::default(),
             passes: PassOutcome::ALL
                 .map(|outcome| passes_series.get_or_create_owned(&PassLabels { outcome })),
             passes_series,
@@ -140,6 +151,11 @@ impl DaemonMetrics {
             metrics.xids.clone(),
         );
         registry.register(
+            "accelerator_faults",
+            "Accelerator faults read from the kernel log, every manufacturer's, by manufacturer, condition (Xid79, FallenOffBus, AmdRasUncorrectable, AmdGpuReset, AmdRingTimeout, AmdPageFault …) and class (application: the workload's fault; hardware: takes the accelerator out of service)",
+            metrics.faults.clone(),
+        );
+        registry.register(
             "detection_passes",
             "Inventory detection passes run, by outcome: measured (accelerators answered), empty (none found), failed (could not measure; the last detection is kept)",
             metrics.passes_series.clone(),
@@ -152,8 +168,23 @@ impl DaemonMetrics {
         metrics
     }
 
+    /// Counts one kernel-log fault: by manufacturer and condition, and NVIDIA's also as an
+    /// XID by code.
+    pub fn fault(&self, fault: &KernelFault) {
+        self.faults
+            .get_or_create(&FaultLabels {
+                manufacturer: fault.manufacturer.name().to_string(),
+                condition: fault.condition.clone(),
+                class: Class(fault.class),
+            })
+            .inc();
+        if fault.manufacturer == Manufacturer::Nvidia {
+            self.xid(fault.code, fault.class);
+        }
+    }
+
     /// Counts one XID (or fallen-off-the-bus) event of `class`.
-    pub fn xid(&self, code: Option<u32>, class: XidClass) {
+    pub fn xid(&self, code: Option<u32>, class: FaultClass) {
         self.xids
             .get_or_create(&XidLabels {
                 code: XidCode(code),
@@ -287,8 +318,8 @@ mod tests {
     fn a_gpu_fallen_off_the_bus_without_a_code_has_its_own_label() {
         let mut registry = Registry::with_prefix("device_manager");
         let metrics = DaemonMetrics::register(&mut registry);
-        metrics.xid(None, XidClass::Hardware);
-        metrics.xid(Some(79), XidClass::Hardware);
+        metrics.xid(None, FaultClass::Hardware);
+        metrics.xid(Some(79), FaultClass::Hardware);
         metrics.pass(PassOutcome::Measured, Duration::from_millis(30));
         let mut text = String::new();
         prometheus_client::encoding::prometheus_text::encode(&mut text, &registry).unwrap();

@@ -2,9 +2,12 @@
 //! fault watch, the collector that detects, and the handle on the device plugins whose seats and
 //! token health follow the inventory. [`loops`] drives it (kernel log, detection cadence);
 //! `cmd::serve` wires it; the admin socket's [`AdminHandler`] is implemented here (refresh,
-//! reset). This module decides when to collect, what a pass means and whom to tell; what a
-//! fault means is `accel_nvidia::faults`, what a reset may do is `accel_nvidia::reset`, and
-//! granting is the plugins'.
+//! reset). This module decides when to collect, what a pass means and whom to tell; which
+//! kernel-log lines are faults and whose fault each is belongs to the manufacturer's
+//! `FaultClassifier` (accel-backend's seam: NVIDIA's XIDs, AMD's amdgpu faults), what is done
+//! with a fault (the record, `faults.json`, the boot rule) is `accel_backend::faults`, what a
+//! reset may do is `accel_nvidia::reset` (AMD's accelerators are not reset: see
+//! `backends::reset_refusal`), and granting is the plugins'.
 //!
 //! What a detection pass means for the one manufacturer the daemon is asked for (seed 000, "A
 //! pass that failed…" and "Before the first detection…"):
@@ -37,18 +40,19 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::time::{Duration, Instant, SystemTime};
 
+use accel_backend::faults::{self, FaultWatch, WatchOutcome};
+use accel_backend::health::FaultClassifier;
 use accel_core::Manufacturer;
-use accel_core::devices::{AcceleratorFault, FaultClass};
+use accel_core::devices::AcceleratorFault;
 use accel_core::inventory::{Inventory, ManufacturerInventory};
 use accel_core::ledger::units::slices_per_accelerator;
 use accel_core::ledger::{Ledger, Seat};
 use accel_host::pci::{self, PciClassPrefixes, PciSetFingerprint};
 use accel_host::{FsHost, KernelLog, KernelLogEntry, KmsgReader};
 use accel_nvidia::detector::Deadlines;
-use accel_nvidia::faults::{self, FaultWatch, WatchOutcome};
 use accel_nvidia::reset::{self, GrantView, ResetError, ResetReport};
 use accel_nvidia::samples::{self, SampleError, Samples};
-use accel_nvidia::xid::{XidClass, XidClasses};
+use accel_nvidia::xid::XidClasses;
 use accel_plugin::pods::PodSource;
 use accel_plugin::{Config, DevicePlugins, PluginHandle, StartError};
 use tokio::sync::watch;
@@ -57,6 +61,8 @@ use crate::admin::{AdminHandler, Refreshed};
 use crate::node::Node;
 use metrics::{AcceleratorHealth, DaemonMetrics, PassOutcome};
 
+#[cfg(test)]
+mod amd_tests;
 pub mod loops;
 pub mod metrics;
 #[cfg(test)]
@@ -93,8 +99,10 @@ pub struct DaemonOptions {
     pub pci_poll_interval: Duration,
     /// How long one `nvidia-smi --gpu-reset` may take.
     pub reset_deadline: Duration,
+    /// NVIDIA's XID classes (`GPUSTACK_NVIDIA_XID_APPLICATION`, `GPUSTACK_NVIDIA_XID_HARDWARE`); the other manufacturers' kernel-log
+    /// faults have fixed classes.
     pub xid_classes: XidClasses,
-    /// Where XIDs and detection passes are counted.
+    /// Where kernel-log faults and detection passes are counted.
     pub metrics: DaemonMetrics,
 }
 
@@ -115,13 +123,17 @@ pub enum Reason {
 
 /// The fault record as `Devices.status` shows it: each condition with its accelerator's index
 /// (when the inventory lists it), class, driver text and first-seen time.
-fn published_faults(record: &faults::FaultRecord, inventory: &Inventory) -> Vec<AcceleratorFault> {
+fn published_faults(
+    record: &faults::FaultRecord,
+    inventory: &Inventory,
+    manufacturer: Manufacturer,
+) -> Vec<AcceleratorFault> {
     record
         .faults()
         .map(|fault| AcceleratorFault {
-            manufacturer: Manufacturer::Nvidia,
+            manufacturer,
             index: inventory
-                .manufacturer(Manufacturer::Nvidia)
+                .manufacturer(manufacturer)
                 .and_then(|section| {
                     section
                         .accelerators
@@ -132,10 +144,7 @@ fn published_faults(record: &faults::FaultRecord, inventory: &Inventory) -> Vec<
             uuid: fault.device_id.clone(),
             type_: fault.condition.clone(),
             xid: fault.xid,
-            class: match fault.class {
-                XidClass::Hardware => FaultClass::Hardware,
-                XidClass::Application => FaultClass::Application,
-            },
+            class: fault.class,
             message: fault.message.clone(),
             time: fault.since.map(|secs| {
                 crate::publish::rfc3339(SystemTime::UNIX_EPOCH + Duration::from_secs(secs))
@@ -213,15 +222,14 @@ impl Daemon {
     /// for a manufacturer without a detector.
     pub fn prepare(node: Node, options: DaemonOptions) -> anyhow::Result<Daemon> {
         check_detectable(options.manufacturer)?;
+        let classifier = fault_classifier(&options);
         let (faults, notes) = match faults::read_boot_id(node.host.as_ref()) {
-            Ok(boot_id) => FaultWatch::start(
-                Some(&options.data_dir),
-                &boot_id,
-                options.xid_classes.clone(),
-            ),
+            Ok(boot_id) => FaultWatch::start(Some(&options.data_dir), &boot_id, classifier),
             Err(e) => {
-                tracing::error!("{e}: XID faults are kept in memory only, a restart forgets them");
-                FaultWatch::start(None, "unknown", options.xid_classes.clone())
+                tracing::error!(
+                    "{e}: kernel-log faults are kept in memory only, a restart forgets them"
+                );
+                FaultWatch::start(None, "unknown", classifier)
             }
         };
         for note in notes {
@@ -379,7 +387,11 @@ impl Daemon {
             inventory: state.inventory.clone(),
             failure: state.failure.clone(),
             detected_at: at,
-            faults: published_faults(state.faults.record(), &state.inventory),
+            faults: published_faults(
+                state.faults.record(),
+                &state.inventory,
+                self.options.manufacturer,
+            ),
         });
         self.published.send_if_modified(|current| {
             if *current == value {
@@ -459,8 +471,7 @@ impl Daemon {
             } = &mut *guard;
             let outcome = faults.on_entry(entry, inventory, now);
             if let Some(event) = &outcome.event {
-                let class = self.options.xid_classes.classify(event);
-                self.options.metrics.xid(event.xid, class);
+                self.options.metrics.fault(event);
             }
             if outcome.changed.is_some() {
                 faults.apply(inventory);
@@ -575,6 +586,49 @@ impl Daemon {
                 }
             }
         }
+    }
+}
+
+/// The daemon's manufacturer's kernel-log fault knowledge; a manufacturer without any reads
+/// no faults (its scanner finds none).
+fn fault_classifier(options: &DaemonOptions) -> Arc<dyn FaultClassifier> {
+    crate::backends::fault_classifier(options.manufacturer, &options.xid_classes).unwrap_or_else(
+        || {
+            tracing::warn!(
+                "{}: this build reads none of its kernel-log faults; health rests on detection",
+                options.manufacturer
+            );
+            Arc::new(NoFaults(options.manufacturer))
+        },
+    )
+}
+
+/// The classifier of a manufacturer whose kernel-log faults this build does not read.
+#[derive(Debug)]
+struct NoFaults(Manufacturer);
+
+impl accel_backend::health::FaultScanner for NoFaults {
+    fn push(&mut self, _message: &str) -> Option<accel_backend::health::KernelFault> {
+        None
+    }
+}
+
+impl FaultClassifier for NoFaults {
+    fn manufacturer(&self) -> Manufacturer {
+        self.0
+    }
+    fn scanner(&self) -> Box<dyn accel_backend::health::FaultScanner> {
+        Box::new(NoFaults(self.0))
+    }
+    fn parse_text(&self, _text: &str) -> Vec<accel_backend::health::KernelFault> {
+        Vec::new()
+    }
+    fn class_of(
+        &self,
+        _condition: &str,
+        _code: Option<u32>,
+    ) -> Option<accel_backend::health::FaultClass> {
+        None
     }
 }
 
@@ -786,6 +840,9 @@ impl AdminHandler for Daemon {
     }
 
     fn reset(&self, gpus: &[String]) -> Result<ResetReport, ResetError> {
+        if let Some(why) = crate::backends::reset_refusal(self.options.manufacturer) {
+            return Err(ResetError::Unsupported(why));
+        }
         let plugins = self.plugins.get().ok_or_else(|| {
             ResetError::Unavailable("the device plugins have not started".to_string())
         })?;

@@ -1339,7 +1339,7 @@ async fn the_daemon_on_a_live_root_reads_its_faults_kernel_log_and_library_there
         )
         .unwrap();
     let event = accel_nvidia::xid::parse_message(HARDWARE_XID_GPU0).expect("an XID line");
-    record.record(&event, &inventory, &XidClasses::default());
+    record.record(&XidClasses::default().fault(&event), &inventory);
     record
         .save(&data_dir.join(accel_nvidia::faults::FILE_NAME))
         .unwrap();

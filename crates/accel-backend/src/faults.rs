@@ -1,28 +1,32 @@
-//! The fault record: the `Xid<n>` conditions raised this boot, per GPU, kept in `faults.json`
-//! so a restart in the same boot still knows them (seed 002, "XIDs and GPU health"), and the
-//! health rule's kernel-log half (DESIGN.md, "Health").
+//! The fault record: the kernel-log conditions raised this boot, per accelerator, kept in
+//! `faults.json` so a restart in the same boot still knows them (seed 002, "XIDs and GPU
+//! health"), and the health rule's kernel-log half (DESIGN.md, "Health"), for every
+//! manufacturer: what a line means is the manufacturer's ([`crate::health::FaultClassifier`]:
+//! NVIDIA's `Xid<n>`, AMD's `AmdRasUncorrectable` …), what is done with it is the same.
 //!
-//! Each XID on a GPU the inventory lists raises the condition `Xid<n>` (status true, the GPU's
-//! UUID, the driver's text as message), one per code and GPU; an XID on an unknown bus is only
-//! logged. Hardware-class faults take the GPU out of service through
-//! [`accel_core::health::assess`]; application-class ones are conditions only. A reset that
-//! leaves the GPU's counters clean, or a new boot, clears them. A burst of XIDs asks for one
-//! inventory collection about two seconds later ([`CollectionDebounce`]), since ECC and
-//! row-remap counters move with it. [`FaultWatch`] ties these together for the daemon: kernel-log
-//! entries in, saved faults, GPUs to re-assess and collections out. This module owns the record
-//! and its file; it does not read the kernel log itself or serve tokens.
+//! Each fault on an accelerator the inventory lists raises its condition (status true, the
+//! accelerator's UUID, the driver's text as message), one per condition and accelerator; a
+//! fault on an unknown bus (or naming none) is only logged. Hardware-class faults take the
+//! accelerator out of service through [`accel_core::health::assess`]; application-class ones
+//! are conditions only. A reset that leaves the accelerator's counters clean, or a new boot,
+//! clears them. A burst of faults asks for one inventory collection about two seconds later
+//! ([`CollectionDebounce`]), since ECC and row-remap counters move with it. [`FaultWatch`] ties
+//! these together for the daemon: kernel-log entries in, saved faults, accelerators to
+//! re-assess and collections out. This module owns the record and its file; it does not read
+//! the kernel log itself or serve tokens.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use accel_core::BusId;
 use accel_core::health;
 use accel_core::inventory::{Accelerator, Inventory};
-use accel_core::{BusId, Manufacturer};
 use accel_host::{AtomicWriteError, Host, HostError, write_atomic};
 use serde::{Deserialize, Serialize};
 
-use crate::xid::{XidClass, XidClasses, XidEvent};
+use crate::health::{FaultClass, FaultClassifier, FaultScanner, KernelFault};
 
 /// The fault record's file in the daemon's `--data-dir`.
 pub const FILE_NAME: &str = "faults.json";
@@ -30,6 +34,9 @@ pub const FILE_NAME: &str = "faults.json";
 pub const BOOT_ID_PATH: &str = "proc/sys/kernel/random/boot_id";
 /// How long after the first XID of a burst the inventory is collected again (seed 002).
 pub const COLLECTION_DELAY: Duration = Duration::from_secs(2);
+/// The condition NVIDIA raises for a GPU fallen off the bus reported without an XID: its
+/// health reason keeps the words files written before the seam used.
+const FALLEN_OFF_BUS: &str = "FallenOffBus";
 
 /// Errors of the fault record.
 #[derive(Debug, thiserror::Error)]
@@ -48,22 +55,23 @@ pub enum FaultError {
     Write(#[from] AtomicWriteError),
 }
 
-/// One condition raised on one GPU: what the `Devices` status carries.
+/// One condition raised on one accelerator: what the `Devices` status carries.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Fault {
-    /// `Xid<n>`, or `FallenOffBus`.
+    /// `Xid<n>`, `FallenOffBus`, `AmdRasUncorrectable` … (the manufacturer's condition).
     #[serde(rename = "type")]
     pub condition: String,
     /// Always true: a fault that no longer holds is removed, not set false.
     pub status: bool,
-    /// The GPU's UUID.
+    /// The accelerator's UUID.
     pub device_id: String,
     /// The driver's text of the latest occurrence.
     pub message: String,
+    /// The driver's numeric code (NVIDIA's XID); `None` where it has none.
     pub xid: Option<u32>,
     pub bus_id: BusId,
-    pub class: XidClass,
+    pub class: FaultClass,
     /// Occurrences seen this boot (best effort: the file is written when a fault is new).
     pub count: u64,
     /// When it was first seen, in seconds since the Unix epoch (absent in files written before
@@ -73,11 +81,15 @@ pub struct Fault {
 }
 
 impl Fault {
-    /// The health-rule reason this fault gives when it is hardware-class.
+    /// The health-rule reason this fault gives when it is hardware-class: `Xid 79: …` for a
+    /// coded fault, `<condition>: …` otherwise.
     pub fn reason(&self) -> String {
         match self.xid {
             Some(code) => format!("Xid {code}: {}", self.message),
-            None => format!("fallen off the bus: {}", self.message),
+            None if self.condition == FALLEN_OFF_BUS => {
+                format!("fallen off the bus: {}", self.message)
+            }
+            None => format!("{}: {}", self.condition, self.message),
         }
     }
 }
@@ -89,8 +101,9 @@ pub enum Recorded {
     New { uuid: String, condition: String },
     /// The condition was already raised; only its count and message changed.
     Repeated { uuid: String, condition: String },
-    /// No GPU in the inventory has this bus address: logged only.
-    UnknownBus(BusId),
+    /// No accelerator in the inventory has this bus address (`None`: the line names no
+    /// device): logged only.
+    UnknownBus(Option<BusId>),
 }
 
 /// The file's shape.
@@ -241,23 +254,21 @@ impl FaultRecord {
         Ok(())
     }
 
-    /// Records one kernel-log event against the inventory's GPUs.
-    pub fn record(
-        &mut self,
-        event: &XidEvent,
-        inventory: &Inventory,
-        classes: &XidClasses,
-    ) -> Recorded {
-        let Some(uuid) = uuid_at(inventory, event.bus_id) else {
+    /// Records one kernel-log fault against the inventory's accelerators.
+    pub fn record(&mut self, event: &KernelFault, inventory: &Inventory) -> Recorded {
+        let found = event
+            .bus_id
+            .and_then(|bus| uuid_at(inventory, bus).map(|uuid| (bus, uuid)));
+        let Some((bus_id, uuid)) = found else {
             tracing::warn!(
-                bus = %event.bus_id,
-                "kernel log reports {} on a bus no GPU of the inventory has: {}",
-                event.condition(),
+                bus = ?event.bus_id.map(|b| b.to_string()),
+                "kernel log reports {} on a bus no accelerator of the inventory has: {}",
+                event.condition,
                 event.line
             );
             return Recorded::UnknownBus(event.bus_id);
         };
-        let condition = event.condition();
+        let condition = event.condition.clone();
         let key = (uuid.clone(), condition.clone());
         if let Some(fault) = self.faults.get_mut(&key) {
             fault.count = fault.count.saturating_add(1);
@@ -271,9 +282,9 @@ impl FaultRecord {
                 status: true,
                 device_id: uuid.clone(),
                 message: event.message.clone(),
-                xid: event.xid,
-                bus_id: event.bus_id,
-                class: classes.classify(event),
+                xid: event.code,
+                bus_id,
+                class: event.class,
                 count: 1,
                 since: std::time::SystemTime::now()
                     .duration_since(std::time::UNIX_EPOCH)
@@ -284,10 +295,13 @@ impl FaultRecord {
         Recorded::New { uuid, condition }
     }
 
-    /// Re-reads every fault's class from the settings (they may have changed across a restart).
-    pub fn reclassify(&mut self, classes: &XidClasses) {
+    /// Re-reads every fault's class from the settings (they may have changed across a
+    /// restart); a condition the classifier does not know keeps its recorded class.
+    pub fn reclassify(&mut self, classifier: &dyn FaultClassifier) {
         for fault in self.faults.values_mut() {
-            fault.class = classes.class_of(fault.xid);
+            if let Some(class) = classifier.class_of(&fault.condition, fault.xid) {
+                fault.class = class;
+            }
         }
     }
 
@@ -315,7 +329,7 @@ impl FaultRecord {
     /// The health-rule reasons this record gives one GPU: its hardware-class faults.
     pub fn reasons_for(&self, uuid: &str) -> Vec<String> {
         self.faults_of(uuid)
-            .filter(|f| f.class == XidClass::Hardware)
+            .filter(|f| f.class == FaultClass::Hardware)
             .map(Fault::reason)
             .collect()
     }
@@ -325,9 +339,9 @@ impl FaultRecord {
     pub fn apply(&self, inventory: &mut Inventory) {
         for section in &mut inventory.manufacturers {
             for accelerator in &mut section.accelerators {
-                let reasons = match (&section.name, accelerator.uuid.as_deref()) {
-                    (Manufacturer::Nvidia, Some(uuid)) => self.reasons_for(uuid),
-                    _ => Vec::new(),
+                let reasons = match accelerator.uuid.as_deref() {
+                    Some(uuid) => self.reasons_for(uuid),
+                    None => Vec::new(),
                 };
                 health::assess(accelerator, &reasons);
             }
@@ -335,12 +349,12 @@ impl FaultRecord {
     }
 }
 
-/// The UUID of the NVIDIA GPU at `bus_id`.
+/// The UUID of the accelerator at `bus_id` (bus addresses are unique on a node, whatever the
+/// manufacturer).
 fn uuid_at(inventory: &Inventory, bus_id: BusId) -> Option<String> {
     inventory
         .manufacturers
         .iter()
-        .filter(|s| s.name == Manufacturer::Nvidia)
         .flat_map(|s| s.accelerators.iter())
         .find(|a| a.bus_id == Some(bus_id))
         .and_then(|a| a.uuid.clone())
@@ -425,8 +439,8 @@ impl CollectionDebounce {
 /// What one kernel-log entry did to the watch.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct WatchOutcome {
-    /// The XID (or fallen-off-the-bus) event the entry held.
-    pub event: Option<XidEvent>,
+    /// The fault the entry held.
+    pub event: Option<KernelFault>,
     /// What recording it did.
     pub recorded: Option<Recorded>,
     /// The GPU whose health may have changed: apply the record to the inventory and tell the
@@ -443,23 +457,32 @@ pub struct WatchOutcome {
 /// faults recorded and saved, GPUs to re-assess, and inventory collections out. Synchronous
 /// and clock-free (the caller passes `now`), so the daemon drives it from any runtime and
 /// tests drive it with a paused clock.
-#[derive(Debug)]
 pub struct FaultWatch {
-    scanner: crate::xid::XidScanner,
+    scanner: Box<dyn FaultScanner>,
     record: FaultRecord,
-    classes: XidClasses,
+    classifier: Arc<dyn FaultClassifier>,
     debounce: CollectionDebounce,
     path: Option<PathBuf>,
 }
 
+impl std::fmt::Debug for FaultWatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FaultWatch")
+            .field("record", &self.record)
+            .field("classifier", &self.classifier)
+            .field("path", &self.path)
+            .finish_non_exhaustive()
+    }
+}
+
 impl FaultWatch {
-    /// Starts the watch for boot `boot_id`, reloading `<data_dir>/faults.json` (same boot:
-    /// kept; another boot or a torn file: empty, see the notes). `data_dir` `None` keeps the
-    /// record in memory only.
+    /// Starts the watch for boot `boot_id` over the manufacturer's `classifier`, reloading
+    /// `<data_dir>/faults.json` (same boot: kept; another boot or a torn file: empty, see the
+    /// notes). `data_dir` `None` keeps the record in memory only.
     pub fn start(
         data_dir: Option<&Path>,
         boot_id: &str,
-        classes: XidClasses,
+        classifier: Arc<dyn FaultClassifier>,
     ) -> (Self, Vec<String>) {
         let path = data_dir.map(|d| d.join(FILE_NAME));
         let (mut record, notes) = match &path {
@@ -469,11 +492,11 @@ impl FaultWatch {
             }
             None => (FaultRecord::new(boot_id), Vec::new()),
         };
-        record.reclassify(&classes);
+        record.reclassify(classifier.as_ref());
         let watch = FaultWatch {
-            scanner: crate::xid::XidScanner::default(),
+            scanner: classifier.scanner(),
             record,
-            classes,
+            classifier,
             debounce: CollectionDebounce::default(),
             path,
         };
@@ -510,9 +533,9 @@ impl FaultWatch {
             return outcome;
         };
         self.debounce.event(now);
-        let recorded = self.record.record(&event, inventory, &self.classes);
+        let recorded = self.record.record(&event, inventory);
         if let Recorded::New { uuid, .. } = &recorded {
-            tracing::warn!(gpu = %uuid, "{}: {}", event.condition(), event.message);
+            tracing::warn!(gpu = %uuid, "{}: {}", event.condition, event.message);
             outcome.save_error = self.save();
             outcome.changed = Some(uuid.clone());
         }
@@ -558,271 +581,80 @@ impl FaultWatch {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use accel_core::ManufacturerInventory;
-    use accel_core::inventory::{Ecc, Source};
-    use std::os::unix::fs::PermissionsExt;
+    use accel_core::inventory::Source;
+    use accel_core::{Manufacturer, ManufacturerInventory};
 
-    use crate::xid::parse_message;
+    const BOOT: &str = "boot-1";
 
-    const BOOT: &str = "4c1f7c5e-0a0b-4c77-9a53-5d1b3c0f2e11";
+    /// A manufacturer whose driver writes `FAULT <bus> <hw|app> <text>`.
+    #[derive(Debug)]
+    struct Toy;
+
+    struct ToyScanner;
+
+    fn parse(line: &str) -> Option<KernelFault> {
+        let mut words = line.strip_prefix("FAULT ")?.splitn(3, ' ');
+        let bus = words.next()?;
+        let class = match words.next()? {
+            "hw" => FaultClass::Hardware,
+            _ => FaultClass::Application,
+        };
+        Some(KernelFault {
+            manufacturer: Manufacturer::Amd,
+            condition: if class == FaultClass::Hardware {
+                "ToyHard".into()
+            } else {
+                "ToySoft".into()
+            },
+            code: None,
+            bus_id: bus.parse().ok(),
+            pid: None,
+            process: None,
+            message: words.next().unwrap_or("").to_string(),
+            line: line.to_string(),
+            class,
+        })
+    }
+
+    impl FaultScanner for ToyScanner {
+        fn push(&mut self, message: &str) -> Option<KernelFault> {
+            parse(message)
+        }
+    }
+
+    impl FaultClassifier for Toy {
+        fn manufacturer(&self) -> Manufacturer {
+            Manufacturer::Amd
+        }
+        fn scanner(&self) -> Box<dyn FaultScanner> {
+            Box::new(ToyScanner)
+        }
+        fn parse_text(&self, text: &str) -> Vec<KernelFault> {
+            text.lines().filter_map(parse).collect()
+        }
+        fn class_of(&self, condition: &str, _code: Option<u32>) -> Option<FaultClass> {
+            match condition {
+                "ToyHard" => Some(FaultClass::Hardware),
+                "ToySoft" => Some(FaultClass::Application),
+                _ => None,
+            }
+        }
+    }
 
     fn inventory() -> Inventory {
-        let mut section = ManufacturerInventory::empty(Manufacturer::Nvidia);
-        for (index, bus) in [(0, "00000000:18:00.0"), (1, "00000000:2A:00.0")] {
-            let mut a = Accelerator::new(index, Source::Driver);
-            a.uuid = Some(format!("GPU-{index}"));
-            a.bus_id = Some(bus.parse().unwrap());
-            section.accelerators.push(a);
-        }
+        let mut section = ManufacturerInventory::empty(Manufacturer::Amd);
+        let mut a = Accelerator::new(0, Source::Driver);
+        a.uuid = Some("GPU-aa".into());
+        a.bus_id = Some("0000:68:00.0".parse().unwrap());
+        section.accelerators.push(a);
         Inventory {
             manufacturers: vec![section],
         }
     }
 
-    fn event(line: &str) -> XidEvent {
-        parse_message(line).unwrap()
-    }
-
-    fn gpu(inventory: &Inventory, index: usize) -> &Accelerator {
-        &inventory.manufacturers[0].accelerators[index]
-    }
-
-    #[test]
-    fn one_condition_per_code_and_gpu() {
-        let inventory = inventory();
-        let classes = XidClasses::default();
-        let mut record = FaultRecord::new(BOOT);
-        let e79 =
-            event("NVRM: Xid (PCI:0000:18:00): 79, pid=1, name=a, GPU has fallen off the bus.");
-        assert_eq!(
-            record.record(&e79, &inventory, &classes),
-            Recorded::New {
-                uuid: "GPU-0".into(),
-                condition: "Xid79".into()
-            }
-        );
-        assert!(matches!(
-            record.record(&e79, &inventory, &classes),
-            Recorded::Repeated { .. }
-        ));
-        let e13 = event(
-            "NVRM: Xid (PCI:0000:18:00): 13, pid='<unknown>', name=<unknown>, Graphics Exception",
-        );
-        assert!(matches!(
-            record.record(&e13, &inventory, &classes),
-            Recorded::New { .. }
-        ));
-        let unknown = event("NVRM: Xid (PCI:0000:99:00): 79, GPU has fallen off the bus");
-        assert_eq!(
-            record.record(&unknown, &inventory, &classes),
-            Recorded::UnknownBus("0000:99:00.0".parse().unwrap())
-        );
-        let faults: Vec<&Fault> = record.faults().collect();
-        assert_eq!(faults.len(), 2);
-        let xid79 = faults.iter().find(|f| f.condition == "Xid79").unwrap();
-        assert_eq!(
-            (xid79.status, xid79.device_id.as_str(), xid79.count),
-            (true, "GPU-0", 2)
-        );
-        assert_eq!(xid79.message, "GPU has fallen off the bus.");
-        assert_eq!(xid79.class, XidClass::Hardware);
-        assert_eq!(record.faults_of("GPU-1").count(), 0);
-    }
-
-    #[test]
-    fn hardware_faults_fail_the_rule_application_faults_do_not() {
-        let mut inventory = inventory();
-        let classes = XidClasses::default();
-        let mut record = FaultRecord::new(BOOT);
-        record.record(
-            &event(
-                "NVRM: Xid (PCI:0000:2a:00): 13, pid=5, name=python, Graphics SM Warp Exception",
-            ),
-            &inventory,
-            &classes,
-        );
-        record.apply(&mut inventory);
-        assert!(
-            gpu(&inventory, 1).healthy,
-            "application-class: condition only"
-        );
-        assert_eq!(record.faults_of("GPU-1").count(), 1);
-
-        record.record(
-            &event("NVRM: Xid (PCI:0000:2a:00): 48, pid='<unknown>', name=<unknown>, An uncorrectable double bit error"),
-            &inventory,
-            &classes,
-        );
-        let fallen = "NVRM: The NVIDIA GPU 0000:18:00.0\nNVRM: (PCI ID: 10de:26b5) installed in this system has\nNVRM: fallen off the bus and is not responding to commands.";
-        record.record(&event(fallen), &inventory, &classes);
-        record.apply(&mut inventory);
-        assert!(!gpu(&inventory, 1).healthy);
-        assert_eq!(
-            gpu(&inventory, 1).health_reasons,
-            vec!["Xid 48: An uncorrectable double bit error"]
-        );
-        assert!(!gpu(&inventory, 0).healthy);
-        assert!(
-            gpu(&inventory, 0).health_reasons[0].starts_with("fallen off the bus: The NVIDIA GPU")
-        );
-
-        // The settings may move a code between classes across a restart.
-        record.reclassify(&XidClasses::from_settings(Some("13,48"), None).unwrap());
-        record.apply(&mut inventory);
-        assert!(gpu(&inventory, 1).healthy);
-    }
-
-    #[test]
-    fn a_reset_clears_only_a_gpu_whose_counters_pass() {
-        let mut inventory = inventory();
-        let classes = XidClasses::default();
-        let mut record = FaultRecord::new(BOOT);
-        for bus in ["18", "2a"] {
-            record.record(
-                &event(&format!(
-                    "NVRM: Xid (PCI:0000:{bus}:00): 79, GPU has fallen off the bus"
-                )),
-                &inventory,
-                &classes,
-            );
-        }
-        inventory.manufacturers[0].accelerators[1].ecc = Some(Ecc {
-            volatile_uncorrected: Some(3),
-            ..Ecc::default()
-        });
-        assert!(record.clear_after_reset(gpu(&inventory, 0)));
-        assert!(!record.clear_after_reset(gpu(&inventory, 1)));
-        record.apply(&mut inventory);
-        assert!(gpu(&inventory, 0).healthy);
-        assert!(!gpu(&inventory, 1).healthy);
-        assert_eq!(record.faults().count(), 1);
-        assert_eq!(record.clear_gpu("GPU-1"), 1);
-    }
-
-    #[test]
-    fn survives_a_restart_in_the_same_boot_only() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join(FILE_NAME);
-        let inventory = inventory();
-        let mut record = FaultRecord::new(BOOT);
-        record.record(
-            &event("NVRM: Xid (PCI:0000:18:00): 79, GPU has fallen off the bus"),
-            &inventory,
-            &XidClasses::default(),
-        );
-        record.save(&path).unwrap();
-        let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
-        assert_eq!(mode, 0o600);
-
-        let same = FaultRecord::load(&path, BOOT);
-        assert_eq!(same.record, record);
-        assert!(same.notes.is_empty());
-
-        let next = FaultRecord::load(&path, "another-boot");
-        assert_eq!(next.record.faults().count(), 0);
-        assert_eq!(next.record.boot_id(), "another-boot");
-        assert!(
-            next.notes[0].contains("from boot 4c1f7c5e"),
-            "{:?}",
-            next.notes
-        );
-
-        let missing = FaultRecord::load(&dir.path().join("none.json"), BOOT);
-        assert_eq!(
-            (missing.record.faults().count(), missing.notes.len()),
-            (0, 0)
-        );
-    }
-
-    #[test]
-    fn a_torn_file_is_kept_aside_and_the_record_starts_empty() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join(FILE_NAME);
-        let mut full = FaultRecord::new(BOOT);
-        full.record(
-            &event("NVRM: Xid (PCI:0000:18:00): 79, GPU has fallen off the bus"),
-            &inventory(),
-            &XidClasses::default(),
-        );
-        let json = full.to_json();
-        for (n, torn) in [&json[..json.len() / 2], "\u{0}\u{1}garbage"]
-            .iter()
-            .enumerate()
-        {
-            std::fs::write(&path, torn).unwrap();
-            let loaded = FaultRecord::load(&path, BOOT);
-            assert_eq!(loaded.record.faults().count(), 0);
-            let aside = dir.path().join(format!("faults.json.corrupt-{}", n + 1));
-            assert_eq!(std::fs::read_to_string(&aside).unwrap(), *torn);
-            assert!(!path.exists());
-            assert!(
-                loaded.notes[0].contains("kept aside as"),
-                "{:?}",
-                loaded.notes
-            );
-        }
-    }
-
-    #[test]
-    fn read_only_reading_changes_nothing_on_disk() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join(FILE_NAME);
-        assert_eq!(FaultRecord::read(&path, BOOT).unwrap(), None);
-        let mut record = FaultRecord::new(BOOT);
-        record.record(
-            &event("NVRM: Xid (PCI:0000:18:00): 79, GPU has fallen off the bus"),
-            &inventory(),
-            &XidClasses::default(),
-        );
-        record.save(&path).unwrap();
-        assert_eq!(FaultRecord::read(&path, BOOT).unwrap(), Some(record));
-        assert_eq!(FaultRecord::read(&path, "other").unwrap(), None);
-        std::fs::write(&path, "{torn").unwrap();
-        let e = FaultRecord::read(&path, BOOT).unwrap_err();
-        assert!(e.to_string().contains("faults.json"), "{e}");
-        assert!(
-            path.exists(),
-            "a read-only reader keeps the torn file where it is"
-        );
-    }
-
-    #[test]
-    fn reads_the_boot_id_from_the_host() {
-        let dir = tempfile::tempdir().unwrap();
-        let host = accel_host::FsHost::new(dir.path());
-        assert!(matches!(read_boot_id(&host), Err(FaultError::BootId(_))));
-        std::fs::create_dir_all(dir.path().join("proc/sys/kernel/random")).unwrap();
-        std::fs::write(dir.path().join(BOOT_ID_PATH), "\n").unwrap();
-        assert!(
-            read_boot_id(&host)
-                .unwrap_err()
-                .to_string()
-                .ends_with("empty boot id")
-        );
-        std::fs::write(dir.path().join(BOOT_ID_PATH), format!("{BOOT}\n")).unwrap();
-        assert_eq!(read_boot_id(&host).unwrap(), BOOT);
-    }
-
-    #[test]
-    fn a_burst_asks_for_one_collection_two_seconds_after_it_starts() {
-        let start = Instant::now();
-        let at = |ms: u64| start + Duration::from_millis(ms);
-        let mut debounce = CollectionDebounce::default();
-        assert!(!debounce.poll(at(0)));
-        debounce.event(at(0));
-        debounce.event(at(300));
-        debounce.event(at(1900));
-        assert_eq!(debounce.due(), Some(at(2000)));
-        assert!(!debounce.poll(at(1999)));
-        assert!(debounce.poll(at(2000)));
-        assert!(!debounce.poll(at(2500)), "once per burst");
-        debounce.event(at(2600));
-        assert_eq!(debounce.due(), Some(at(4600)));
-    }
-
-    fn kmsg(sequence: u64, message: &str) -> accel_host::KernelLogEntry {
+    fn record(sequence: u64, message: &str) -> accel_host::KernelLogEntry {
         accel_host::KernelLogEntry::Record(accel_host::KmsgRecord {
-            priority: 4,
+            priority: 3,
             sequence,
             timestamp_us: sequence,
             flag: '-',
@@ -831,94 +663,48 @@ mod tests {
     }
 
     #[test]
-    fn the_watch_over_a_fed_kernel_log() {
-        use accel_host::{ChannelKernelLog, KernelLog, KernelLogEntry};
+    fn any_manufacturers_faults_feed_the_same_record_and_rule() {
         let dir = tempfile::tempdir().unwrap();
         let mut inventory = inventory();
-        let start = Instant::now();
-        let (mut watch, notes) = FaultWatch::start(Some(dir.path()), BOOT, XidClasses::default());
-        assert!(notes.is_empty());
-
-        let (sender, mut log) = ChannelKernelLog::new();
-        sender
-            .send(kmsg(
-                1,
-                "NVRM: Xid (PCI:0000:2a:00): 13, pid=9, name=python, Graphics Exception",
-            ))
-            .unwrap();
-        sender
-            .send(KernelLogEntry::Overrun { lost: Some(12) })
-            .unwrap();
-        sender.send(kmsg(14, "NVRM: Xid (PCI:0000:18:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus.")).unwrap();
-        sender
-            .send(kmsg(
-                15,
-                "NVRM: Xid (PCI:0000:18:00): 79, GPU has fallen off the bus.",
-            ))
-            .unwrap();
-        sender.send(kmsg(16, "usb 1-1: new device")).unwrap();
-        drop(sender);
-        let mut outcomes = Vec::new();
-        let mut ms = 0;
-        while let Some(entry) = log.next_entry().unwrap() {
-            outcomes.push(watch.on_entry(&entry, &inventory, start + Duration::from_millis(ms)));
-            ms += 100;
-        }
-        assert_eq!(outcomes[0].changed.as_deref(), Some("GPU-1"));
-        assert_eq!(outcomes[1].overrun, Some(Some(12)));
-        assert_eq!(outcomes[2].changed.as_deref(), Some("GPU-0"));
-        assert!(matches!(
-            outcomes[3].recorded,
-            Some(Recorded::Repeated { .. })
-        ));
-        assert_eq!(outcomes[3].changed, None);
-        assert_eq!(outcomes[4], WatchOutcome::default());
-        assert!(outcomes.iter().all(|o| o.save_error.is_none()));
-
+        let now = Instant::now();
+        let (mut watch, _) = FaultWatch::start(Some(dir.path()), BOOT, Arc::new(Toy));
+        let soft = watch.on_entry(
+            &record(1, "FAULT 0000:68:00.0 app a page fault"),
+            &inventory,
+            now,
+        );
+        assert_eq!(soft.changed.as_deref(), Some("GPU-aa"));
         watch.apply(&mut inventory);
-        assert!(gpu(&inventory, 1).healthy, "Xid 13 is the workload's");
-        assert!(!gpu(&inventory, 0).healthy);
-        // One collection for the burst, two seconds after its first line.
-        assert_eq!(watch.next_collection(), Some(start + COLLECTION_DELAY));
-        assert!(!watch.collection_due(start + Duration::from_millis(1999)));
-        assert!(watch.collection_due(start + COLLECTION_DELAY));
-        assert!(!watch.collection_due(start + Duration::from_secs(5)));
-
-        // A restart in the same boot keeps both faults; a new boot drops them.
-        let (again, _) = FaultWatch::start(Some(dir.path()), BOOT, XidClasses::default());
-        assert_eq!(again.record().faults().count(), 2);
-        let (mut restarted, _) = FaultWatch::start(Some(dir.path()), BOOT, XidClasses::default());
-        let mut fresh = self::inventory();
-        restarted.apply(&mut fresh);
-        assert!(!gpu(&fresh, 0).healthy);
-        // A reset that leaves GPU 0 clean recovers it, and the file forgets it.
-        assert!(restarted.after_reset(gpu(&fresh, 0)).unwrap());
-        restarted.apply(&mut fresh);
-        assert!(gpu(&fresh, 0).healthy);
-        let (reloaded, _) = FaultWatch::start(Some(dir.path()), BOOT, XidClasses::default());
-        assert_eq!(reloaded.record().faults_of("GPU-0").count(), 0);
-        let (rebooted, notes) =
-            FaultWatch::start(Some(dir.path()), "next-boot", XidClasses::default());
-        assert_eq!(rebooted.record().faults().count(), 0);
-        assert_eq!(notes.len(), 1);
+        assert!(inventory.manufacturers[0].accelerators[0].healthy);
+        // A line naming no device, or another bus, is logged only.
+        let nowhere = watch.on_entry(&record(2, "FAULT drmn0 hw lost"), &inventory, now);
+        assert_eq!(nowhere.recorded, Some(Recorded::UnknownBus(None)));
+        watch.on_entry(
+            &record(3, "FAULT 0000:68:00.0 hw uncorrectable"),
+            &inventory,
+            now,
+        );
+        watch.apply(&mut inventory);
+        let gpu = &inventory.manufacturers[0].accelerators[0];
+        assert!(!gpu.healthy);
+        assert_eq!(gpu.health_reasons, vec!["ToyHard: uncorrectable"]);
+        let saved = std::fs::read_to_string(dir.path().join(FILE_NAME)).unwrap();
+        assert!(
+            saved.contains("ToyHard") && saved.contains("ToySoft"),
+            "{saved}"
+        );
+        // Reloaded in the same boot by the same manufacturer: the classes stand.
+        let (again, _) = FaultWatch::start(Some(dir.path()), BOOT, Arc::new(Toy));
+        assert_eq!(again.record().reasons_for("GPU-aa").len(), 1);
     }
 
     #[test]
-    fn a_failed_save_is_reported_and_the_fault_still_counts() {
-        let dir = tempfile::tempdir().unwrap();
-        let missing = dir.path().join("absent");
-        let (mut watch, _) = FaultWatch::start(Some(&missing), BOOT, XidClasses::default());
-        let mut inventory = inventory();
-        let outcome = watch.on_entry(
-            &kmsg(
-                1,
-                "NVRM: Xid (PCI:0000:18:00): 48, pid='<unknown>', name=<unknown>, DBE",
-            ),
-            &inventory,
-            Instant::now(),
-        );
-        assert!(outcome.save_error.unwrap().contains("faults.json"));
-        watch.apply(&mut inventory);
-        assert!(!gpu(&inventory, 0).healthy);
+    fn a_classifier_keeps_the_class_of_a_condition_it_does_not_know() {
+        let mut record = FaultRecord::new(BOOT);
+        let mut fault = parse("FAULT 0000:68:00.0 hw x").unwrap();
+        fault.condition = "Other".into();
+        record.record(&fault, &inventory());
+        record.reclassify(&Toy);
+        assert_eq!(record.reasons_for("GPU-aa"), vec!["Other: x"]);
     }
 }

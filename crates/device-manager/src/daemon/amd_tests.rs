@@ -1,0 +1,409 @@
+//! The daemon on an AMD node, against the kubelet emulator over real unix sockets: a copy of the
+//! recorded 8× MI300X host with a boot id, the kernel log fed through `ChannelKernelLog`, the
+//! faults read by AMD's classifier behind the seam. An uncorrectable RAS line or a GPU reset
+//! turns the board's tokens Unhealthy; a page fault (the workload's) raises only a condition;
+//! both land in the same `faults.json` under the same boot rule, are counted by manufacturer and
+//! condition, reach the published `Devices` faults as AMD's; the admin socket's reset is refused
+//! with the reason.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::mpsc::Sender;
+use std::time::{Duration, Instant};
+
+use accel_amd::responder::AmdResponder;
+use accel_backend::respond::{EngineFacts, InjectionStrategy, ResponderSetup};
+use accel_core::Manufacturer;
+use accel_core::devices::FaultClass;
+use accel_core::ledger::Seat;
+use accel_host::{ChannelKernelLog, KernelLogEntry, KmsgRecord};
+use accel_nvidia::detector::Deadlines;
+use accel_nvidia::xid::XidClasses;
+use accel_plugin::metrics::exposition::Samples;
+use accel_plugin::pods::MemoryPods;
+use accel_plugin::service::Offer;
+use accel_plugin::settings::Settings;
+use accel_plugin::testing::Kubelet;
+use accel_plugin::{Config, DevicePlugins};
+
+use super::loops::Loops;
+use super::metrics::DaemonMetrics;
+use super::*;
+use crate::admin::AdminHandler;
+
+const GPU: &str = "amd.com/gpu";
+const SHARED: &str = "amd.com/gpu.shared";
+const BOOT: &str = "0b5e7d2c-8a41-4f36-b1c9-3e2d7a9f6c10";
+/// Boards 0, 1 and 2 of the recorded host (bus 1b, 3d, 4e).
+const GPU0: &str = "GPU-28246ce5673b4aa0";
+const GPU1: &str = "GPU-a1c623d04774b0c2";
+const GPU2: &str = "GPU-e2b4766321837ea7";
+/// The lines as `/dev/kmsg` gives them (no timestamp), from the captures in
+/// `../shared/fixtures/amd/kmsg/` with the recorded host's buses.
+const RAS_GPU0: &str =
+    "amdgpu 0000:1b:00.0: {1}uncorrectable hardware error(ERREVENT_ATHUB_INTERRUPT) detected!";
+const PAGE_FAULT_GPU1: &str = "amdgpu 0000:3d:00.0: amdgpu: [gfxhub0] no-retry page fault (src_id:0 ring:24 vmid:3 pasid:32769)";
+const PAGE_FAULT_PROCESS_GPU1: &str = "amdgpu 0000:3d:00.0: amdgpu:  for process pt_main_thread pid 12924 thread pt_main_thread pid 12924)";
+const RING_TIMEOUT_GPU2: &str =
+    "amdgpu 0000:4e:00.0: amdgpu: ring gfx_0.0.0 timeout, signaled seq=57638, emitted seq=57641";
+const RESET_GPU2: &str = "amdgpu 0000:4e:00.0: amdgpu: GPU reset begin!. Source:  1";
+
+const SETTLE: Duration = Duration::from_secs(5);
+
+fn host() -> tempfile::TempDir {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata/hosts/amd-8x-mi300x");
+    assert!(src.is_dir(), "recorded host {} is missing", src.display());
+    let dir = tempfile::tempdir().unwrap();
+    let status = std::process::Command::new("cp")
+        .arg("-a")
+        .arg(format!("{}/.", src.display()))
+        .arg(dir.path())
+        .status()
+        .unwrap();
+    assert!(status.success());
+    set_boot(dir.path(), BOOT);
+    dir
+}
+
+fn set_boot(host: &Path, boot: &str) {
+    let path = host.join("root").join(faults::BOOT_ID_PATH);
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(path, format!("{boot}\n")).unwrap();
+}
+
+fn options(data_dir: &Path) -> DaemonOptions {
+    DaemonOptions {
+        manufacturer: Manufacturer::Amd,
+        fast_failed: true,
+        data_dir: data_dir.to_path_buf(),
+        prefixes: PciClassPrefixes::default(),
+        deadlines: Deadlines {
+            per_query: Duration::from_secs(5),
+            snapshot: Duration::from_secs(10),
+        },
+        inventory_interval: INVENTORY_INTERVAL,
+        pci_poll_interval: PCI_POLL_INTERVAL,
+        reset_deadline: Duration::from_secs(5),
+        xid_classes: XidClasses::default(),
+        metrics: DaemonMetrics::default(),
+    }
+}
+
+fn plugin_config(kubelet_dir: &Path, data: &Path, section: &ManufacturerInventory) -> Config {
+    Config {
+        kubelet_dir: kubelet_dir.to_path_buf(),
+        data_dir: data.to_path_buf(),
+        settings: Settings::default(),
+        offer: Offer {
+            sliced: false,
+            ..Offer::of(Manufacturer::Amd)
+        },
+        seats: section
+            .accelerators
+            .iter()
+            .map(|a| Seat::from_accelerator(a, 128))
+            .collect(),
+        responder: Arc::new(AmdResponder::from_setup(ResponderSetup {
+            strategy: InjectionStrategy::Envvar,
+            runtime_major: Some(7),
+            pod_dir_root: data.join("pods"),
+            preload_dir: data.join("preload"),
+            library_dir: "/var/lib/gpustack/operator/lib".into(),
+            engine: Arc::new(EngineFacts::default()),
+            accelerators: section.accelerators.clone(),
+            host: None,
+        })),
+        poll_interval: Duration::from_millis(50),
+        partitions: None,
+        metrics: Default::default(),
+    }
+}
+
+/// The daemon as `serve` runs it on the AMD node, with a fed kernel log.
+struct Rig {
+    _kubelet_dir: tempfile::TempDir,
+    kubelet: Kubelet,
+    daemon: Arc<Daemon>,
+    plugins: Option<DevicePlugins>,
+    loops: Option<Loops>,
+    log: Option<Sender<KernelLogEntry>>,
+    sequence: u64,
+}
+
+impl Rig {
+    async fn start(host: &Path, options: DaemonOptions) -> Rig {
+        let kubelet_dir = tempfile::tempdir().unwrap();
+        let kubelet = Kubelet::start(kubelet_dir.path(), MemoryPods::new()).await;
+        let data = options.data_dir.clone();
+        let node = Node::open(host).unwrap();
+        let daemon = Arc::new(Daemon::prepare(node, options).unwrap());
+        let pods = Arc::new(kubelet.pods().clone());
+        let start = daemon.start_plugins(|s| plugin_config(kubelet_dir.path(), &data, s), pods);
+        let plugins = tokio::time::timeout(SETTLE, start)
+            .await
+            .expect("the recorded AMD host's boards were detected at start")
+            .unwrap();
+        let (log, kernel_log) = ChannelKernelLog::new();
+        let loops = Loops::start(daemon.clone(), Some(Box::new(kernel_log)));
+        kubelet.wait_for(&[GPU, SHARED]).await;
+        Rig {
+            _kubelet_dir: kubelet_dir,
+            kubelet,
+            daemon,
+            plugins: Some(plugins),
+            loops: Some(loops),
+            log: Some(log),
+            sequence: 100,
+        }
+    }
+
+    fn line(&mut self, message: &str) {
+        self.sequence += 1;
+        let record = KmsgRecord {
+            priority: 3,
+            sequence: self.sequence,
+            timestamp_us: self.sequence * 1000,
+            flag: '-',
+            message: message.to_string(),
+        };
+        self.log
+            .as_ref()
+            .unwrap()
+            .send(KernelLogEntry::Record(record))
+            .unwrap();
+    }
+
+    fn health(&self, uuid: &str) -> String {
+        let devices = self.kubelet.devices(GPU);
+        match devices.iter().find(|d| d.id == uuid) {
+            Some(d) => d.health.clone(),
+            None => panic!("{uuid} is not advertised: {devices:?}"),
+        }
+    }
+
+    async fn wait_health(&self, uuid: &str, health: &str, within: Duration) {
+        let wait = self.kubelet.wait_devices(GPU, |devices| {
+            devices.iter().any(|d| d.id == uuid && d.health == health)
+        });
+        if tokio::time::timeout(within, wait).await.is_err() {
+            panic!(
+                "{uuid} did not turn {health} in ListAndWatch within {within:?} (it is {})",
+                self.health(uuid)
+            );
+        }
+    }
+
+    async fn stop(mut self) {
+        drop(self.log.take());
+        if let Some(loops) = self.loops.take() {
+            loops.stop().await;
+        }
+        if let Some(plugins) = self.plugins.take() {
+            plugins.stop().await;
+        }
+    }
+}
+
+fn data_dir(parent: &tempfile::TempDir) -> std::path::PathBuf {
+    let dir = parent.path().join("data");
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn faults_file(data: &Path) -> String {
+    std::fs::read_to_string(data.join(faults::FILE_NAME)).unwrap_or_default()
+}
+
+fn reasons(daemon: &Daemon, uuid: &str) -> Vec<String> {
+    daemon
+        .inventory()
+        .manufacturers
+        .iter()
+        .flat_map(|s| s.accelerators.iter())
+        .find(|a| a.uuid.as_deref() == Some(uuid))
+        .map(|a| a.health_reasons.clone())
+        .unwrap_or_else(|| panic!("{uuid} is not in the inventory"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_amdgpu_ras_line_turns_the_boards_tokens_unhealthy() {
+    let host = host();
+    let data = tempfile::tempdir().unwrap();
+    let data = data_dir(&data);
+    let mut rig = Rig::start(host.path(), options(&data)).await;
+    assert_eq!(rig.health(GPU0), "Healthy");
+    let sent = Instant::now();
+    rig.line(RAS_GPU0);
+    rig.wait_health(GPU0, "Unhealthy", SETTLE).await;
+    eprintln!(
+        "amdgpu RAS line -> Unhealthy in ListAndWatch: {:?}",
+        sent.elapsed()
+    );
+    // Only that board: the other seven keep serving, and its ten shares went with it.
+    let healthy = rig
+        .kubelet
+        .devices(GPU)
+        .iter()
+        .filter(|d| d.health == "Healthy")
+        .count();
+    assert_eq!(healthy, 7);
+    rig.kubelet
+        .wait_devices(SHARED, |d| {
+            d.iter().filter(|d| d.health == "Unhealthy").count() == 10
+        })
+        .await;
+    let why = reasons(&rig.daemon, GPU0);
+    assert!(
+        why[0].starts_with("AmdRasUncorrectable: uncorrectable hardware error"),
+        "{why:?}"
+    );
+    // The same faults file as NVIDIA's, and the Devices status names the fault as AMD's.
+    let file = faults_file(&data);
+    assert!(
+        file.contains("AmdRasUncorrectable") && file.contains(BOOT),
+        "{file}"
+    );
+    let published = rig.daemon.published().borrow().clone().unwrap();
+    let fault = &published.faults[0];
+    assert_eq!(
+        (
+            fault.manufacturer,
+            fault.uuid.as_str(),
+            fault.type_.as_str(),
+            fault.class,
+            fault.index
+        ),
+        (
+            Manufacturer::Amd,
+            GPU0,
+            "AmdRasUncorrectable",
+            FaultClass::Hardware,
+            Some(0)
+        )
+    );
+    rig.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_page_fault_raises_only_a_condition_and_a_gpu_reset_takes_the_board_out() {
+    let host = host();
+    let data = tempfile::tempdir().unwrap();
+    let mut rig = Rig::start(host.path(), options(&data_dir(&data))).await;
+    rig.line(PAGE_FAULT_GPU1);
+    rig.line(PAGE_FAULT_PROCESS_GPU1);
+    // A ring timeout alone is the workload's; the GPU reset that follows it is the board's.
+    rig.line(RING_TIMEOUT_GPU2);
+    rig.line(RESET_GPU2);
+    // Entries are taken in order: once board 2 is unhealthy, the lines before were handled.
+    rig.wait_health(GPU2, "Unhealthy", SETTLE).await;
+    assert_eq!(
+        rig.health(GPU1),
+        "Healthy",
+        "a page fault is the workload's"
+    );
+    let conditions = rig.daemon.conditions();
+    for expected in [
+        (GPU1, "AmdPageFault"),
+        (GPU2, "AmdRingTimeout"),
+        (GPU2, "AmdGpuReset"),
+    ] {
+        assert!(
+            conditions.contains(&(expected.0.to_string(), expected.1.to_string())),
+            "{expected:?} not in {conditions:?}"
+        );
+    }
+    assert!(reasons(&rig.daemon, GPU1).is_empty());
+    assert_eq!(
+        reasons(&rig.daemon, GPU2),
+        vec!["AmdGpuReset: GPU reset begin!. Source:  1"]
+    );
+    rig.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn amd_faults_keep_the_boot_rule_and_a_reset_is_refused_with_the_reason() {
+    let host = host();
+    let data = tempfile::tempdir().unwrap();
+    let data = data_dir(&data);
+    let mut rig = Rig::start(host.path(), options(&data)).await;
+    rig.line(RAS_GPU0);
+    rig.wait_health(GPU0, "Unhealthy", SETTLE).await;
+    // The admin socket's reset: refused whole, naming why; the board stays out.
+    let daemon = rig.daemon.clone();
+    let refused = tokio::task::spawn_blocking(move || daemon.reset(&[GPU0.to_string()]))
+        .await
+        .unwrap()
+        .unwrap_err();
+    let said = refused.to_string();
+    assert!(
+        said.starts_with("AMD accelerators are not reset by the device manager")
+            && said.contains("XGMI hive"),
+        "{said}"
+    );
+    assert_eq!(rig.health(GPU0), "Unhealthy");
+    rig.stop().await;
+
+    // A restart in the same boot: the board starts Unhealthy.
+    let rig = Rig::start(host.path(), options(&data)).await;
+    assert_eq!(rig.health(GPU0), "Unhealthy");
+    assert_eq!(rig.health(GPU1), "Healthy");
+    rig.stop().await;
+
+    // A new boot drops the record: the board is back.
+    set_boot(host.path(), "a-new-boot");
+    let rig = Rig::start(host.path(), options(&data)).await;
+    assert_eq!(rig.health(GPU0), "Healthy");
+    assert!(rig.daemon.conditions().is_empty());
+    rig.stop().await;
+}
+
+fn scrape(registry: &prometheus_client::registry::Registry) -> Samples {
+    let mut text = String::new();
+    prometheus_client::encoding::prometheus_text::encode(&mut text, registry).unwrap();
+    Samples::parse(&text).unwrap_or_else(|e| panic!("{e}\n{text}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn amd_faults_and_health_are_in_the_metrics() {
+    let host = host();
+    let data = tempfile::tempdir().unwrap();
+    let mut registry = prometheus_client::registry::Registry::with_prefix("device_manager");
+    let mut options = options(&data_dir(&data));
+    options.metrics = DaemonMetrics::register(&mut registry);
+    let mut rig = Rig::start(host.path(), options).await;
+    registry.register_collector(Box::new(rig.daemon.health_metrics()));
+    rig.line(PAGE_FAULT_GPU1);
+    rig.line(PAGE_FAULT_GPU1);
+    rig.line(RAS_GPU0);
+    rig.wait_health(GPU0, "Unhealthy", SETTLE).await;
+    let samples = scrape(&registry);
+    let labels = |condition: &str, class: &str| {
+        BTreeMap::from([
+            ("class".to_string(), class.to_string()),
+            ("condition".to_string(), condition.to_string()),
+            ("manufacturer".to_string(), "amd".to_string()),
+        ])
+    };
+    assert_eq!(
+        samples.all("device_manager_accelerator_faults_total"),
+        vec![
+            (labels("AmdPageFault", "application"), 2.0),
+            (labels("AmdRasUncorrectable", "hardware"), 1.0),
+        ]
+    );
+    assert!(
+        samples.all("device_manager_xids_total").is_empty(),
+        "AMD faults are no XIDs"
+    );
+    let health = |index: &str, uuid: &str| {
+        samples.get(
+            "device_manager_accelerator_healthy",
+            &[("index", index), ("uuid", uuid)],
+        )
+    };
+    assert_eq!(samples.all("device_manager_accelerator_healthy").len(), 8);
+    assert_eq!(health("0", GPU0), Some(0.0));
+    assert_eq!(health("1", GPU1), Some(1.0));
+    rig.stop().await;
+}
