@@ -602,12 +602,19 @@ fn the_nvidia_daemon_asks_the_runtime_for_the_mig_capabilities_and_no_other_daem
             m.name()
         );
     }
+    // How long an unowned instance is kept, as `serve` reads it.
+    assert_eq!(env_value(nvidia, "PARTITION_ORPHAN_DEBOUNCE"), "5m");
+    let docs = render(&helm, &["deviceManager.partitionOrphanDebounce=90s"]);
+    assert_eq!(env_value(daemon(&docs), "PARTITION_ORPHAN_DEBOUNCE"), "90s");
     // The manufacturer's own env still replaces them (documented as breaking MIG).
     let docs = render(
         &helm,
         &["global.manufacturers.nvidia.env.NVIDIA_MIG_MONITOR_DEVICES=none"],
     );
-    assert_eq!(env_value(daemon(&docs), "NVIDIA_MIG_MONITOR_DEVICES"), "none");
+    assert_eq!(
+        env_value(daemon(&docs), "NVIDIA_MIG_MONITOR_DEVICES"),
+        "none"
+    );
 }
 
 #[test]
