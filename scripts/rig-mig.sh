@@ -6,7 +6,12 @@
 #      carries the capacity keys of the worked example;
 #   3. a Pod asking for a 3g.40gb partition runs, its container sees NVIDIA_VISIBLE_DEVICES=MIG-…,
 #      allocatable drops to 53, and `detect` on the same host shows the instance serve made;
-#   4. the Pod deleted: the instance is reclaimed and allocatable is back at 56.
+#   4. serve restarted with its ledger journal deleted: the partition is rebuilt from its
+#      ownership record (allocatable stays at 53, the Pod keeps running, the log says so);
+#   5. a 1g.10gb carved "by hand" on GPU 7 (written into the host's mig-state.json), owned by no
+#      Pod and idle, is destroyed after the debounce (serve runs with
+#      --partition-orphan-debounce 3s);
+#   6. the Pod deleted: the instance is reclaimed and allocatable is back at 56.
 #
 #   scripts/build-release.sh && scripts/rig-mig.sh
 #
@@ -26,9 +31,13 @@ cp -a "$REPO/testdata/hosts/hgx-h100-8gpu-mig" "$HOST"
 WITH_KCM=1 WITH_SCHED=1 $K/up.sh >/tmp/rig-mig-up.log 2>&1 && $K/node-up.sh >/tmp/rig-mig-node.log 2>&1 || {
   echo "rig did not come up (/tmp/rig-mig-*.log)"; exit 2; }
 D=$WORK/data
-"$BIN" serve --node-name rig-node --host-root "$HOST" --kubelet-dir $K/kubelet --data-dir "$D" \
-  >/tmp/rig-mig-serve.log 2>&1 &
-SERVE=$!
+serve() {
+  "$BIN" serve --node-name rig-node --host-root "$HOST" --kubelet-dir $K/kubelet --data-dir "$D" \
+    --partition-orphan-debounce 3s >>/tmp/rig-mig-serve.log 2>&1 &
+  SERVE=$!
+}
+: >/tmp/rig-mig-serve.log
+serve
 stop() { kill $SERVE 2>/dev/null; wait $SERVE 2>/dev/null; $KC delete pod mig-pod --wait=false >/dev/null 2>&1
   $K/node-down.sh >/dev/null 2>&1; $K/down.sh >/dev/null 2>&1; rm -rf "$WORK"; }
 trap stop EXIT
@@ -82,6 +91,39 @@ for m in d.get("manufacturers", []):
     for a in m.get("accelerators", []):
         for g in a.get("migDevices", []) or []:
             print("  GPU %s: %s" % (a.get("index"), json.dumps(g, sort_keys=True)[:200]))'
+echo "serve restarted with its ledger journal deleted:"
+kill $SERVE; wait $SERVE 2>/dev/null
+rm -f "$D/ledger.journal"
+serve
+sleep 5
+want 53 "after the restart without a journal"
+if grep -q "from its ownership record" /tmp/rig-mig-serve.log; then
+  echo "  the partition was rebuilt from its ownership record"
+else
+  echo "  NOT rebuilt from its ownership record"; failed=1
+fi
+[ "$($KC get pod mig-pod -o jsonpath='{.status.phase}' 2>/dev/null)" = Running ] || {
+  echo "  mig-pod is not Running after the restart"; failed=1; }
+echo "a 1g.10gb carved by hand on GPU 7, owned by no Pod and idle:"
+python3 - "$HOST/mig-state.json" <<'PY'
+import json, sys
+path = sys.argv[1]
+state = json.load(open(path))
+used = {i["gpuInstance"] for i in state["instances"] if i["gpu"] == 7}
+gi = min(set(range(1, 16)) - used)
+state["instances"].append({"gpu": 7, "gpuInstance": gi, "profileId": 19, "profile": "1g.10gb",
+    "start": 0, "size": 1, "computeInstances": [{"id": 0, "uuid": "MIG-hand-carved-on-the-rig"}]})
+import os
+with open(path + ".tmp", "w") as f:
+    json.dump(state, f, indent=2)
+os.replace(path + ".tmp", path)
+PY
+for _ in $(seq 1 30); do grep -q MIG-hand-carved-on-the-rig "$HOST/mig-state.json" || break; sleep 1; done
+if grep -q MIG-hand-carved-on-the-rig "$HOST/mig-state.json"; then
+  echo "  NOT destroyed"; failed=1
+else
+  echo "  destroyed after the debounce: $(grep -c 'destroyed the unowned' /tmp/rig-mig-serve.log) log line(s)"
+fi
 $KC delete pod mig-pod --wait=true --timeout=60s >/dev/null 2>&1
 want 56 "after the Pod is gone (reclaimed)"
 grep -iE "partition|mig" /tmp/rig-mig-serve.log | grep -viE "^\s*$" | tail -8

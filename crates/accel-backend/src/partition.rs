@@ -179,6 +179,12 @@ pub trait Partitioner: Send + Sync {
         start: u32,
     ) -> Result<Instance, PartitionError>;
 
+    /// The GPU instances of `gpu` a compute process runs on (the vendor's process listing read
+    /// against its instances), ascending. A compute process the listing does not place on an
+    /// instance is an error (`Unreadable`): the caller then treats no instance as idle.
+    fn busy(&self, commands: &dyn Commands, gpu: &PartitionGpu)
+    -> Result<Vec<u32>, PartitionError>;
+
     /// Destroys compute instance `compute_instance` (when given), then GPU instance
     /// `gpu_instance`; an instance already gone is not an error.
     fn destroy(

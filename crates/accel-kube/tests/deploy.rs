@@ -579,6 +579,45 @@ fn the_node_daemon_mounts_what_it_needs_from_the_host() {
 }
 
 #[test]
+fn the_nvidia_daemon_asks_the_runtime_for_the_mig_capabilities_and_no_other_daemon_does() {
+    let Some(helm) = helm() else { return };
+    let docs = render(&helm, &[]);
+    // Spec §1.1: without both, carving fails NO_PERMISSION under the NVIDIA runtime.
+    let nvidia = daemon(&docs);
+    for name in ["NVIDIA_MIG_CONFIG_DEVICES", "NVIDIA_MIG_MONITOR_DEVICES"] {
+        assert_eq!(env_value(nvidia, name), "all", "{name}");
+    }
+    for m in DETECTABLE {
+        if m == Manufacturer::Nvidia {
+            continue;
+        }
+        let other = container(
+            pod_spec(&docs, "DaemonSet", &daemonset_name(m)),
+            "containers",
+            "device-manager",
+        );
+        assert!(
+            !env(other).keys().any(|k| k.starts_with("NVIDIA_MIG_")),
+            "{}",
+            m.name()
+        );
+    }
+    // How long an unowned instance is kept, as `serve` reads it.
+    assert_eq!(env_value(nvidia, "PARTITION_ORPHAN_DEBOUNCE"), "5m");
+    let docs = render(&helm, &["deviceManager.partitionOrphanDebounce=90s"]);
+    assert_eq!(env_value(daemon(&docs), "PARTITION_ORPHAN_DEBOUNCE"), "90s");
+    // The manufacturer's own env still replaces them (documented as breaking MIG).
+    let docs = render(
+        &helm,
+        &["global.manufacturers.nvidia.env.NVIDIA_MIG_MONITOR_DEVICES=none"],
+    );
+    assert_eq!(
+        env_value(daemon(&docs), "NVIDIA_MIG_MONITOR_DEVICES"),
+        "none"
+    );
+}
+
+#[test]
 fn the_node_daemon_serves_metrics_with_a_port_and_scrape_annotations_unless_turned_off() {
     let Some(helm) = helm() else { return };
     let name = daemonset_name(Manufacturer::Nvidia);

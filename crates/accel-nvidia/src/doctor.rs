@@ -332,10 +332,11 @@ fn mig_layout_check(snapshot: &Result<Snapshot, SnapshotError>) -> Check {
         for (gi, cis) in per_gi.into_iter().filter(|(_, cis)| cis.len() > 1) {
             let cis: Vec<String> = cis.iter().map(u32::to_string).collect();
             split.push(format!(
-                "GPU {} GPU instance {gi} is subdivided into {} compute instances ({})",
+                "GPU {} GPU instance {gi} is subdivided into {} compute instances ({}): serve never uses or destroys it, and reclaims nothing on GPU {} while it is",
                 gpu.index,
                 cis.len(),
-                cis.join(", ")
+                cis.join(", "),
+                gpu.index
             ));
         }
     }
@@ -790,7 +791,7 @@ mod tests {
         assert_eq!(check.status, Status::Warn, "{check:?}");
         assert_eq!(
             check.reason,
-            "GPU 0 GPU instance 1 is subdivided into 2 compute instances (0, 1)"
+            "GPU 0 GPU instance 1 is subdivided into 2 compute instances (0, 1): serve never uses or destroys it, and reclaims nothing on GPU 0 while it is"
         );
         gpu.mig_devices = vec![mig(0, 1, 0), mig(1, 2, 0)];
         let check = mig_layout_check(&Ok(report(Some("590.48.01"), Some("13.1"), vec![gpu])));

@@ -16,7 +16,9 @@
 //! again with the same id carries another UUID); exit statuses are nvidia-smi's documented codes
 //! (2 bad argument, 6 not found, 255 other, which covers `In use` and `Insufficient Resources`).
 //! An instance marked `busy` in the file has processes on it: destroying its compute instance is
-//! refused `In use by another client` until the mark is taken off.
+//! refused `In use by another client` until the mark is taken off, and the `-q -x` report (also
+//! its `-q -x -i N` form, the report cut to GPU N) lists one compute process on each of its
+//! compute instances, as nvidia-smi's process listing names them (GPU and compute instance id).
 
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, PoisonError};
@@ -196,6 +198,24 @@ impl Commands for MigReplay {
                 let state = MigState::load(&self.state).map_err(io)?;
                 let out = self.inner.run(argv, deadline)?;
                 Ok(answer_like(&out, xml_with(&out.stdout_text(), &state)))
+            }
+            ["nvidia-smi", "-q", "-x", "-i", index] => {
+                let Ok(gpu) = index.parse::<u32>() else {
+                    return Ok(answer(
+                        STATUS_INVALID,
+                        format!("Invalid GPU index {index}\n"),
+                    ));
+                };
+                let _held = self.lock.lock().unwrap_or_else(PoisonError::into_inner);
+                let state = MigState::load(&self.state).map_err(io)?;
+                let out = self.inner.run(&["nvidia-smi", "-q", "-x"], deadline)?;
+                match xml_cut(&xml_with(&out.stdout_text(), &state), gpu) {
+                    Some(one) => Ok(answer_like(&out, one)),
+                    None => Ok(answer(
+                        STATUS_NOT_FOUND,
+                        format!("No GPU with index {gpu} found\n"),
+                    )),
+                }
             }
             _ => self.inner.run(argv, deadline),
         }
@@ -661,24 +681,104 @@ fn list_with(text: &str, state: &MigState) -> String {
     out
 }
 
-/// The recorded `-q -x` report with each GPU's `<mig_devices>` from the state. GPUs are matched
-/// to nvidia-smi's index by bus order (`<gpu id="…">`), as nvidia-smi numbers them.
+/// nvidia-smi's index of each `<gpu id="…">` element of a report, by document position: GPUs
+/// are numbered in bus order.
+fn smi_indexes(text: &str) -> Vec<Option<u32>> {
+    let ids: Vec<String> = text
+        .split("<gpu id=\"")
+        .skip(1)
+        .map(|piece| piece.split('"').next().unwrap_or("").to_ascii_lowercase())
+        .collect();
+    let mut order: Vec<(&String, usize)> = ids.iter().zip(0..).collect();
+    order.sort();
+    (0..ids.len())
+        .map(|doc| {
+            order
+                .iter()
+                .position(|(_, n)| *n == doc)
+                .and_then(|p| u32::try_from(p).ok())
+        })
+        .collect()
+}
+
+/// The report cut to GPU `gpu` (what `nvidia-smi -q -x -i N` prints): the header, that GPU's
+/// element, the closing tag. `None` when the report has no such GPU.
+fn xml_cut(text: &str, gpu: u32) -> Option<String> {
+    const OPEN: &str = "<gpu id=\"";
+    const END: &str = "</nvidia_smi_log>";
+    let doc = smi_indexes(text).iter().position(|i| *i == Some(gpu))?;
+    let header = &text[..text.find(OPEN)?];
+    let piece = text.split(OPEN).nth(doc + 1)?;
+    let body = piece.split(END).next().unwrap_or(piece).trim_end();
+    Some(format!("{header}{OPEN}{body}\n\n{END}\n"))
+}
+
+/// `<process_info>` of one compute process on a GPU and compute instance (the order of the v11+
+/// report).
+fn process_info(gi: u32, ci: u32, pid: u32) -> String {
+    format!(
+        "\t\t\t<process_info>\n\t\t\t\t<gpu_instance_id>{gi}</gpu_instance_id>\n\t\t\t\t<compute_instance_id>{ci}</compute_instance_id>\n\t\t\t\t<pid>{pid}</pid>\n\t\t\t\t<type>C</type>\n\t\t\t\t<process_name>python3</process_name>\n\t\t\t\t<used_memory>512 MiB</used_memory>\n\t\t\t</process_info>\n"
+    )
+}
+
+/// The recorded `-q -x` report with each GPU's `<mig_devices>` from the state, and its
+/// `<processes>` listing one compute process on each compute instance of a `busy` instance.
+/// GPUs are matched to nvidia-smi's index by bus order (`<gpu id="…">`), as nvidia-smi numbers
+/// them.
 fn xml_with(text: &str, state: &MigState) -> String {
+    let text = processes_with(text, state);
+    mig_devices_with(&text, state)
+}
+
+fn processes_with(text: &str, state: &MigState) -> String {
+    const OPEN: &str = "<processes>";
+    const CLOSE: &str = "</processes>";
+    let indexes = smi_indexes(text);
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    let mut doc = 0usize;
+    while let Some(at) = rest.find(OPEN) {
+        let Some(end) = rest[at..].find(CLOSE) else {
+            break;
+        };
+        let busy: Vec<(u32, u32)> = indexes
+            .get(doc)
+            .copied()
+            .flatten()
+            .map(|gpu| {
+                state
+                    .on(Some(gpu))
+                    .iter()
+                    .filter(|i| i.busy)
+                    .flat_map(|i| i.compute_instances.iter().map(|c| (i.gpu_instance, c.id)))
+                    .collect()
+            })
+            .unwrap_or_default();
+        if busy.is_empty() {
+            out.push_str(&rest[..at + end + CLOSE.len()]);
+        } else {
+            out.push_str(&rest[..at]);
+            out.push_str(OPEN);
+            out.push('\n');
+            for (n, (gi, ci)) in busy.iter().enumerate() {
+                let pid = 4000 + 100 * indexes[doc].unwrap_or(0) + u32::try_from(n).unwrap_or(0);
+                out.push_str(&process_info(*gi, *ci, pid));
+            }
+            out.push_str("\t\t");
+            out.push_str(CLOSE);
+        }
+        rest = &rest[at + end + CLOSE.len()..];
+        doc += 1;
+    }
+    out.push_str(rest);
+    out
+}
+
+fn mig_devices_with(text: &str, state: &MigState) -> String {
     const OPEN: &str = "<mig_devices>";
     const CLOSE: &str = "</mig_devices>";
-    let mut ids: Vec<(String, usize)> = Vec::new();
-    for (n, piece) in text.split("<gpu id=\"").skip(1).enumerate() {
-        let id = piece.split('"').next().unwrap_or("").to_ascii_lowercase();
-        ids.push((id, n));
-    }
-    let mut order = ids.clone();
-    order.sort();
-    let smi_index = |doc: usize| {
-        order
-            .iter()
-            .position(|(_, n)| *n == doc)
-            .and_then(|p| u32::try_from(p).ok())
-    };
+    let indexes = smi_indexes(text);
+    let smi_index = |doc: usize| indexes.get(doc).copied().flatten();
     let mut out = String::with_capacity(text.len());
     let mut rest = text;
     let mut doc = 0usize;
@@ -823,6 +923,31 @@ mod tests {
         let old_uuid = state.instances[0].compute_instances[0].uuid.clone();
         state.instances[0].busy = true;
         state.save(&dir.path().join(STATE_FILE)).unwrap();
+        // Its process shows in the report, on its GPU and compute instance, and in GPU 0's cut.
+        let report = smi::xml::parse(&run(&*c, &["nvidia-smi", "-q", "-x"]).stdout).unwrap();
+        let on = |g: usize| -> Vec<(Option<u32>, Option<u32>, bool)> {
+            report.gpus[g]
+                .processes
+                .iter()
+                .map(|p| (p.gpu_instance_id, p.compute_instance_id, p.is_compute()))
+                .collect()
+        };
+        assert_eq!(on(0), [(Some(1), Some(0), true)]);
+        assert!(on(1).is_empty());
+        let cut =
+            smi::xml::parse(&run(&*c, &["nvidia-smi", "-q", "-x", "-i", "0"]).stdout).unwrap();
+        assert_eq!(cut.gpus.len(), 1);
+        assert_eq!(cut.gpus[0].uuid, report.gpus[0].uuid);
+        assert_eq!(cut.gpus[0].processes.len(), 1);
+        assert_eq!(cut.gpus[0].mig_devices.len(), 2);
+        let seventh =
+            smi::xml::parse(&run(&*c, &["nvidia-smi", "-q", "-x", "-i", "7"]).stdout).unwrap();
+        assert_eq!(seventh.gpus[0].uuid, report.gpus[7].uuid);
+        assert!(seventh.gpus[0].processes.is_empty());
+        assert_eq!(
+            run(&*c, &["nvidia-smi", "-q", "-x", "-i", "8"]).status,
+            Some(6)
+        );
         let busy = run(
             &*c,
             &[

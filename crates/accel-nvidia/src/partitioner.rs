@@ -11,6 +11,8 @@
 //! - create: `-i N -cgi <profile-id>:<start> -C` (one GI at that placement and one CI covering
 //!   it). Whatever fails — the GI made and not the CI, no answer within the deadline, the
 //!   instance not listed afterwards — what this call made is destroyed before the error returns;
+//! - busy: `nvidia-smi -q -x -i N`, whose `<processes>` name each compute process's GPU and
+//!   compute instance (`--query-compute-apps` names only the parent GPU on a MIG GPU);
 //! - destroy: `-i N -gi G -ci C -dci`, then `-i N -gi G -dgi`. Every command carries `-i`, and
 //!   every destroy its `-gi` (a bare `-dgi` destroys every GI of the card).
 //!
@@ -303,6 +305,62 @@ impl SmiPartitioner {
         Ok(out)
     }
 
+    /// `nvidia-smi -q -x -i N`: the GPU instances a compute process runs on.
+    fn busy_locked(
+        &self,
+        commands: &dyn Commands,
+        gpu: &PartitionGpu,
+    ) -> Result<Vec<u32>, PartitionError> {
+        let index = gpu.index.to_string();
+        let argv = ["nvidia-smi", "-q", "-x", "-i", index.as_str()];
+        let call = argv.join(" ");
+        let out = self.run(commands, gpu, &argv)?;
+        if !out.success() {
+            return Err(PartitionError::new(
+                gpu,
+                Kind::Failed,
+                format!("{call}: {}", first_line(&out)),
+            ));
+        }
+        let report = smi::xml::parse(&out.stdout)
+            .map_err(|e| PartitionError::new(gpu, Kind::Unreadable, format!("{call}: {e}")))?;
+        let [one] = report.gpus.as_slice() else {
+            return Err(PartitionError::new(
+                gpu,
+                Kind::Unreadable,
+                format!("{call}: reports {} GPUs, not one", report.gpus.len()),
+            ));
+        };
+        if let (Some(want), Some(got)) = (&gpu.uuid, &one.uuid)
+            && want != got
+        {
+            return Err(PartitionError::new(
+                gpu,
+                Kind::Unreadable,
+                format!("{call}: reports {got}, not {want}"),
+            ));
+        }
+        let mut busy = Vec::new();
+        for process in one.processes.iter().filter(|p| p.is_compute()) {
+            let Some(gi) = process.gpu_instance_id else {
+                return Err(PartitionError::new(
+                    gpu,
+                    Kind::Unreadable,
+                    format!(
+                        "{call}: compute process {} runs on no GPU instance it names",
+                        process
+                            .pid
+                            .map_or_else(|| "?".to_string(), |p| p.to_string())
+                    ),
+                ));
+            };
+            busy.push(gi);
+        }
+        busy.sort_unstable();
+        busy.dedup();
+        Ok(busy)
+    }
+
     fn destroy_locked(
         &self,
         commands: &dyn Commands,
@@ -474,6 +532,16 @@ impl Partitioner for SmiPartitioner {
                 Err(self.undo(commands, gpu, &made, error))
             }
         }
+    }
+
+    fn busy(
+        &self,
+        commands: &dyn Commands,
+        gpu: &PartitionGpu,
+    ) -> Result<Vec<u32>, PartitionError> {
+        let lock = self.gpu_lock(gpu);
+        let _held = lock.lock().unwrap_or_else(PoisonError::into_inner);
+        self.busy_locked(commands, gpu)
     }
 
     fn destroy(

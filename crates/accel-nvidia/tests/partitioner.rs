@@ -266,6 +266,60 @@ fn a_busy_instance_refuses_its_destroy_as_in_use() {
     assert_eq!(p.instances(&*commands, &gpu(6)).unwrap().len(), 1);
 }
 
+#[test]
+fn busy_names_the_gpu_instances_a_compute_process_runs_on() {
+    let (dir, commands) = host();
+    let p = SmiPartitioner::default();
+    let first = p.create(&*commands, &gpu(3), 19, 0).unwrap();
+    let second = p.create(&*commands, &gpu(3), 19, 1).unwrap();
+    assert_eq!(p.busy(&*commands, &gpu(3)), Ok(vec![]));
+    let path = dir.path().join(mig_replay::STATE_FILE);
+    let mut state = mig_replay::MigState::load(&path).unwrap();
+    state
+        .instances
+        .iter_mut()
+        .filter(|i| i.gpu_instance == second.gpu_instance)
+        .for_each(|i| i.busy = true);
+    state.save(&path).unwrap();
+    assert_eq!(p.busy(&*commands, &gpu(3)), Ok(vec![second.gpu_instance]));
+    assert_ne!(first.gpu_instance, second.gpu_instance);
+    // Another GPU's processes are not this one's.
+    assert_eq!(p.busy(&*commands, &gpu(4)), Ok(vec![]));
+
+    // A report of another GPU than the inventory's, or one that does not parse: one line.
+    let wrong = PartitionGpu {
+        index: 3,
+        uuid: Some("GPU-not-this-one".into()),
+    };
+    let e = p.busy(&*commands, &wrong).unwrap_err();
+    assert_eq!(e.kind, PartitionErrorKind::Unreadable);
+    assert!(
+        e.to_string()
+            .contains("nvidia-smi -q -x -i 3: reports GPU-")
+            && !e.to_string().contains('\n'),
+        "{e}"
+    );
+    let garbled = Tamper {
+        inner: &*commands,
+        seen: Mutex::new(Vec::new()),
+        rule: Box::new(|argv: &[&str], _: &dyn Commands, _| {
+            (argv.get(1) == Some(&"-q")).then(|| {
+                Ok(CommandOutput {
+                    status: Some(0),
+                    stdout: b"<nvidia_smi_log><gpu id=".to_vec(),
+                    stderr: Vec::new(),
+                })
+            })
+        }),
+    };
+    let e = p.busy(&garbled, &gpu(3)).unwrap_err();
+    assert_eq!(e.kind, PartitionErrorKind::Unreadable);
+    assert!(
+        e.to_string().starts_with("GPU 3: nvidia-smi -q -x -i 3: "),
+        "{e}"
+    );
+}
+
 /// Counts the nvidia-smi calls in flight per GPU; a call on GPU 0 waits (bounded) until a call
 /// on GPU 1 has been in flight.
 struct Overlap<'a> {

@@ -5,7 +5,8 @@
 //!
 //! Decision (the pages are silent on path, format and fields): the fields are the GPU (UUID and
 //! index), the profile as the vendor spells it, the GPU and compute instance ids, the placement,
-//! the MIG UUID, the Pod UID, the container and the time it was made (Unix seconds). A record
+//! the MIG UUID, the Pod UID, the container, the time it was made (Unix seconds) and the
+//! kubelet's device IDs (so the grant can be rebuilt from the record alone). A record
 //! that does not parse is a one-line error naming the file; it is never guessed at or acted on.
 
 use std::path::{Path, PathBuf};
@@ -34,6 +35,10 @@ pub struct OwnershipRecord {
     pub container: String,
     /// When it was made, in Unix seconds.
     pub created: u64,
+    /// The kubelet's device IDs the container was granted it with (absent in records written
+    /// before they were kept: the ledger then learns them from the container's next Allocate).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub device_ids: Vec<String>,
 }
 
 /// Now, in Unix seconds.
@@ -137,6 +142,7 @@ mod tests {
             pod_uid: "uid-a".into(),
             container: "main".into(),
             created: 1_700_000_000,
+            device_ids: vec!["GPU-a::0".into()],
         }
     }
 

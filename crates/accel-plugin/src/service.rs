@@ -51,12 +51,14 @@ use crate::socket;
 use accel_backend::respond::{Answer, Injection, Responder};
 
 mod identity;
+mod orphans;
 mod partition;
 mod rebuild;
 mod reseat;
 mod verify;
 
 pub use identity::{DIRECT_GRACE, IDENTIFY_WAIT};
+pub use orphans::{DEFAULT_DEBOUNCE as DEFAULT_ORPHAN_DEBOUNCE, Orphans};
 pub use reseat::DroppedGrant;
 
 /// The API version the plugins register with.
@@ -99,6 +101,8 @@ pub struct Partitions {
     pub partitioner: Arc<dyn accel_backend::Partitioner>,
     /// The node's programs (live, or the recorded host's replay).
     pub commands: Arc<dyn accel_host::Commands>,
+    /// When instances no grant accounts for are destroyed ([`orphans`]).
+    pub orphans: Orphans,
 }
 
 impl std::fmt::Debug for Partitions {
@@ -189,6 +193,8 @@ struct State {
     /// Partition grants whose instance was not found live after a restart: never acted on,
     /// their container's next Allocate is refused ([`partition`]).
     stale: BTreeMap<GrantKey, String>,
+    /// Live instances no grant accounts for, and subdivided ones ([`orphans`]).
+    orphans: orphans::OrphanBook,
 }
 
 struct Shared {
@@ -248,6 +254,7 @@ impl DevicePlugins {
                 unverified: Vec::new(),
                 reclaiming: BTreeSet::new(),
                 stale: BTreeMap::new(),
+                orphans: orphans::OrphanBook::default(),
             }),
             changed: watch::channel(0).0,
             notify_pending: Arc::new(AtomicBool::new(false)),
@@ -273,7 +280,8 @@ impl DevicePlugins {
             None => replay.grants,
         };
         shared.restore(grants);
-        shared.check_partitions().await;
+        shared.restore_partition_records();
+        shared.check_partitions(None).await;
         shared.adopt_unattributed();
         // The journal first; then what the cluster recorded, once the Pods are known (else
         // the Pod watcher settles at its first sync: Allocate cannot identify a container
@@ -323,6 +331,11 @@ impl DevicePlugins {
         tasks.push(tokio::spawn(
             shared.clone().verify_loop(shutdown.subscribe()),
         ));
+        if shared.config.partitions.is_some() {
+            tasks.push(tokio::spawn(
+                shared.clone().orphan_loop(shutdown.subscribe()),
+            ));
+        }
         Ok(DevicePlugins {
             shared,
             shutdown,
@@ -599,7 +612,11 @@ impl Shared {
             // A grant the watch attributed is not released on its Pod's word until the kubelet
             // confirmed whose it is ([`verify`]).
             let unverified = Self::unverified_pods(state);
-            for uid in state.ledger.pod_uids() {
+            // A stale partition may hold no grant (refused at its retry): its Pod's end still
+            // drops its record.
+            let mut uids = state.ledger.pod_uids();
+            uids.extend(state.stale.keys().map(|k| k.pod_uid.clone()));
+            for uid in uids {
                 if unverified.contains(&uid) {
                     continue;
                 }

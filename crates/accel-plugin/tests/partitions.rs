@@ -1,7 +1,10 @@
 //! The partitioned family through the kubelet emulator over real unix sockets, on copies of the
 //! recorded 8×H100 MIG host whose MIG state follows the commands (issue 13, items 3 and 4):
 //! the fungible pool (56 → 53), Allocate with the durable ownership record and the journal,
-//! packing, retry reuse, refusals that leave nothing half-made, and a restart.
+//! packing, retry reuse, refusals that leave nothing half-made, and a restart; reclaim, instances
+//! no grant accounts for (reused first, destroyed once idle after a debounce, subdivided ones
+//! stopping reclaim on their GPU), a retry the ledger lacks (the record, then the annotation),
+//! a restart with the journal lost, and a random history of all of it (items 4, 6 and 7).
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -15,8 +18,8 @@ use accel_nvidia::mig_replay::{self, MigState};
 use accel_nvidia::partitioner::SmiPartitioner;
 use accel_nvidia::responder::{EngineFacts, NvidiaResponder};
 use accel_plugin::ownership;
-use accel_plugin::pods::{Container, MemoryPods, Phase, Pod};
-use accel_plugin::service::Offer;
+use accel_plugin::pods::{Container, MemoryPods, Phase, Pod, PodSource};
+use accel_plugin::service::{Offer, Orphans};
 use accel_plugin::settings::{InjectionStrategy, Settings};
 use accel_plugin::testing::Kubelet;
 use accel_plugin::{Config, DevicePlugins, Partitions};
@@ -49,6 +52,11 @@ struct Rig {
 
 impl Rig {
     async fn new() -> Rig {
+        Rig::with_orphans(Orphans::default()).await
+    }
+
+    /// A rig whose passes over unowned instances run as `orphans` says.
+    async fn with_orphans(orphans: Orphans) -> Rig {
         let dir = tempfile::tempdir().unwrap();
         let host = dir.path().join("host");
         copy(
@@ -94,6 +102,7 @@ impl Rig {
             partitions: Some(Partitions {
                 partitioner: Arc::new(SmiPartitioner::default()),
                 commands,
+                orphans,
             }),
         };
         let mut rig = Rig {
@@ -626,8 +635,14 @@ fn check(rig: &Rig, live: &[String], seed: u64, step: usize) {
 async fn random_histories_share_no_placement_and_leak_nothing_across_restarts() {
     // What the histories did, so a history that exercises nothing fails.
     let (mut admitted, mut deleted, mut retried, mut restarts, mut carved) = (0, 0, 0, 0, 0);
+    let mut lost = 0;
     for seed in [0x9e37_79b9_7f4a_7c15_u64, 0x1234_5678, 0xdead_beef_cafe] {
-        let mut rig = Rig::new().await;
+        // Unowned instances are reused, and destroyed once idle for 0.6 s.
+        let mut rig = Rig::with_orphans(Orphans {
+            debounce: Duration::from_millis(600),
+            period: Duration::from_millis(150),
+        })
+        .await;
         let mut dice = Dice(seed);
         let mut live: Vec<String> = Vec::new();
         let mut made = 0;
@@ -672,6 +687,14 @@ async fn random_histories_share_no_placement_and_leak_nothing_across_restarts() 
                     rig.restart_plugins().await;
                     wait_registered(&rig).await;
                     restarts += 1;
+                }
+                9 => {
+                    // A restart with the journal lost: the ownership records rebuild it.
+                    rig.plugins.take().unwrap().stop().await;
+                    let _ = std::fs::remove_file(rig.data().join(accel_plugin::journal::FILE_NAME));
+                    rig.start_plugins().await;
+                    wait_registered(&rig).await;
+                    lost += 1;
                 }
                 8 => {
                     // Someone carves a 1g by hand at a free slice.
@@ -732,7 +755,8 @@ async fn random_histories_share_no_placement_and_leak_nothing_across_restarts() 
             }
             check(&rig, &live, seed, step);
         }
-        // Every Pod goes: only the hand-carved instances stay, no grant, no record.
+        // Every Pod goes: no grant, no record, and every instance is reclaimed (the hand-carved
+        // ones not claimed are idle, so they go after the debounce).
         for uid in live.drain(..) {
             rig.kubelet.delete(&uid);
         }
@@ -744,20 +768,18 @@ async fn random_histories_share_no_placement_and_leak_nothing_across_restarts() 
             );
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
-        let state = rig.state();
-        assert!(
-            state
-                .instances
-                .iter()
-                .all(|i| i.compute_instances[0].uuid.starts_with("MIG-hand")),
-            "seed {seed}: {state:?}"
-        );
+        wait_state(
+            &rig,
+            &format!("seed {seed}: every instance reclaimed"),
+            |s| s.instances.is_empty(),
+        )
+        .await;
         assert_eq!(ownership::read_all(&rig.data()), (vec![], vec![]));
     }
-    let did = (admitted, deleted, retried, restarts, carved);
+    let did = (admitted, deleted, retried, restarts, carved, lost);
     assert!(
-        admitted >= 10 && deleted >= 3 && retried >= 1 && restarts >= 1 && carved >= 1,
-        "(admitted, deleted, retried, restarts, carved) = {did:?}"
+        admitted >= 10 && deleted >= 3 && retried >= 1 && restarts >= 1 && carved >= 1 && lost >= 1,
+        "(admitted, deleted, retried, restarts, carved, journal lost) = {did:?}"
     );
 }
 
@@ -795,4 +817,413 @@ async fn an_unowned_instance_of_the_profile_is_claimed_before_one_is_made() {
         s.instances.is_empty()
     })
     .await;
+}
+
+/// Adds a hand-carved instance to the host: one GPU instance of `profile` (size `size`) at
+/// `start`, with a compute instance per UUID given.
+fn carve(
+    rig: &Rig,
+    gpu: u32,
+    profile: &str,
+    start: u32,
+    size: u32,
+    uuids: &[&str],
+    busy: bool,
+) -> u32 {
+    let path = rig.dir.path().join("host").join(mig_replay::STATE_FILE);
+    let mut state = rig.state();
+    let id = (1..)
+        .find(|id| {
+            !state
+                .instances
+                .iter()
+                .any(|i| i.gpu == gpu && i.gpu_instance == *id)
+        })
+        .unwrap();
+    let profile_id = match profile {
+        "1g.10gb" => 19,
+        "2g.20gb" => 14,
+        "3g.40gb" => 9,
+        "4g.40gb" => 5,
+        _ => 0,
+    };
+    state.instances.push(mig_replay::StateInstance {
+        gpu,
+        gpu_instance: id,
+        profile_id,
+        profile: profile.into(),
+        start,
+        size,
+        compute_instances: uuids
+            .iter()
+            .zip(0..)
+            .map(|(uuid, ci)| mig_replay::StateCompute {
+                id: ci,
+                uuid: (*uuid).to_string(),
+            })
+            .collect(),
+        busy,
+    });
+    state.save(&path).unwrap();
+    id
+}
+
+fn has_uuid(state: &MigState, uuid: &str) -> bool {
+    state
+        .instances
+        .iter()
+        .any(|i| i.compute_instances.iter().any(|c| c.uuid == uuid))
+}
+
+/// Passes every 100 ms; an unowned instance goes after 1 s unowned and idle.
+fn quick_orphans() -> Orphans {
+    Orphans {
+        debounce: Duration::from_secs(1),
+        period: Duration::from_millis(100),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unowned_idle_instance_is_destroyed_after_the_debounce_and_a_busy_one_is_kept() {
+    let rig = Rig::with_orphans(quick_orphans()).await;
+    carve(&rig, 2, "1g.10gb", 0, 1, &["MIG-hand-busy"], true);
+    carve(&rig, 2, "1g.10gb", 1, 1, &["MIG-hand-idle"], false);
+    let carved = tokio::time::Instant::now();
+    // Not before the debounce.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(
+        has_uuid(&rig.state(), "MIG-hand-idle"),
+        "destroyed before its debounce"
+    );
+    wait_state(&rig, "the idle unowned instance destroyed", |s| {
+        !has_uuid(s, "MIG-hand-idle")
+    })
+    .await;
+    assert!(carved.elapsed() >= Duration::from_secs(1));
+    // The busy one stays while its process runs, however long.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(
+        has_uuid(&rig.state(), "MIG-hand-busy"),
+        "a busy instance is kept"
+    );
+    // Its process ends: it goes a debounce later.
+    set_busy(&rig, false);
+    let idle = tokio::time::Instant::now();
+    wait_state(&rig, "the unowned instance destroyed once idle", |s| {
+        s.instances.is_empty()
+    })
+    .await;
+    assert!(
+        idle.elapsed() >= Duration::from_millis(900),
+        "{:?}",
+        idle.elapsed()
+    );
+    // What a grant owns is never taken for unowned.
+    let uuid = rig.admit("a", "1g.10gb").await.unwrap();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(
+        has_uuid(&rig.state(), &uuid),
+        "an owned instance is never an orphan"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unowned_instance_on_any_gpu_is_reused_first_and_others_are_placed_around() {
+    let rig = Rig::with_orphans(Orphans {
+        debounce: Duration::from_secs(600),
+        period: Duration::from_millis(100),
+    })
+    .await;
+    // A 3g carved on GPU 5, and a 4g with no compute instance on GPU 0 at 0-3.
+    carve(&rig, 5, "3g.40gb", 4, 4, &["MIG-hand-3g"], false);
+    carve(&rig, 0, "4g.40gb", 0, 4, &[], false);
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    // Reused, though the packed choice on an empty ledger is GPU 0.
+    let uuid = rig.admit("a", "3g.40gb").await.unwrap();
+    assert_eq!(uuid, "MIG-hand-3g");
+    let record = ownership::read(&rig.data(), "a", "main").unwrap().unwrap();
+    assert_eq!((record.gpu_index, record.start), (5, 4));
+    // The next 3g is made beside the 4g on GPU 0 (its slices are taken), not into it.
+    let made = rig.admit("b", "3g.40gb").await.unwrap();
+    assert!(made.starts_with("MIG-") && made != uuid, "{made}");
+    let b = ownership::read(&rig.data(), "b", "main").unwrap().unwrap();
+    assert_eq!(
+        (b.gpu_index, b.start),
+        (0, 4),
+        "packed beside the unowned 4g"
+    );
+    assert_eq!(rig.state().instances.len(), 3, "nothing else made");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subdivided_gpu_instance_stops_reclaim_on_its_gpu_only_and_is_never_used() {
+    let rig = Rig::with_orphans(quick_orphans()).await;
+    rig.admit("a", "7g.80gb").await.unwrap(); // GPU 0
+    rig.admit("x", "3g.40gb").await.unwrap(); // GPU 1 at 0
+    // A 2g on GPU 1 subdivided by hand into two compute instances.
+    carve(
+        &rig,
+        1,
+        "2g.20gb",
+        4,
+        2,
+        &["MIG-split-0", "MIG-split-1"],
+        false,
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    rig.admit("y", "7g.80gb").await.unwrap(); // GPU 2
+    // Never claimed or placed over: a 1g lands in GPU 1's last free slice (packed), past it.
+    rig.admit("z", "1g.10gb").await.unwrap();
+    let z = ownership::read(&rig.data(), "z", "main").unwrap().unwrap();
+    assert_eq!((z.gpu_index, z.start), (1, 6));
+    rig.kubelet.delete("x");
+    rig.kubelet.delete("y");
+    wait_state(&rig, "y's instance on GPU 2 reclaimed", |s| {
+        !s.instances.iter().any(|i| i.gpu == 2)
+    })
+    .await;
+    // Past the debounce and a few passes: the subdivided one and x's stay.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let state = rig.state();
+    assert!(has_uuid(&state, "MIG-split-1"), "never destroyed");
+    assert!(
+        state.instances.iter().any(|i| i.gpu == 1 && i.start == 0),
+        "x's instance stays while GPU 1 holds a subdivided GPU instance"
+    );
+    assert!(
+        rig.plugins()
+            .ledger()
+            .grants()
+            .keys()
+            .any(|k| k.pod_uid == "x"),
+        "x stays counted"
+    );
+    // One compute instance again: x's is reclaimed on a later pass, the 2g is now unowned and
+    // idle and goes after its debounce.
+    let path = rig.dir.path().join("host").join(mig_replay::STATE_FILE);
+    let mut state = rig.state();
+    for i in &mut state.instances {
+        i.compute_instances.retain(|c| c.uuid != "MIG-split-1");
+    }
+    state.save(&path).unwrap();
+    wait_state(&rig, "x's instance and the unowned 2g destroyed", |s| {
+        !s.instances
+            .iter()
+            .any(|i| i.gpu == 1 && (i.start == 0 || i.start == 4))
+    })
+    .await;
+    assert!(ownership::read(&rig.data(), "x", "main").unwrap().is_none());
+}
+
+/// The grant a Pod's annotation would carry for a made partition.
+fn annotation_of(index: u32, gi: u32, start: u32, uuid: &str) -> String {
+    let grant = accel_core::ledger::Grant {
+        family: Family::Partitioned,
+        resource: PARTITIONED.into(),
+        device_ids: vec![],
+        accelerators: vec![index],
+        units: 1,
+        cores_percentage: None,
+        partition: Some(accel_core::ledger::partitions::PartitionPlacement {
+            profile: "1g.10gb".into(),
+            start,
+            size: 1,
+            instance: Some(accel_core::ledger::partitions::PartitionInstance {
+                gpu_instance: gi,
+                compute_instance: 0,
+                uuid: uuid.into(),
+            }),
+        }),
+        finished: false,
+    };
+    accel_core::ledger::annotation::render(&BTreeMap::from([("main".to_string(), grant)]))
+}
+
+fn record_of(rig: &Rig, uid: &str, index: u32, gi: u32, start: u32, uuid: &str) {
+    let seat = rig.plugins().ledger().seat(index).unwrap().clone();
+    ownership::write(
+        &rig.data(),
+        &ownership::OwnershipRecord {
+            gpu_uuid: seat.uuid,
+            gpu_index: index,
+            profile: "1g.10gb".into(),
+            gpu_instance: gi,
+            compute_instance: 0,
+            start,
+            size: 1,
+            mig_uuid: uuid.into(),
+            pod_uid: uid.into(),
+            container: "main".into(),
+            created: 1_700_000_000,
+            device_ids: vec![],
+        },
+    )
+    .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_allocate_the_ledger_lacks_reuses_the_record_then_the_annotation_and_never_recreates() {
+    let rig = Rig::new().await;
+    // b held a 1g on GPU 3 that the ledger lost; its record names it.
+    let gi = carve(&rig, 3, "1g.10gb", 2, 1, &["MIG-of-b"], false);
+    record_of(&rig, "b", 3, gi, 2, "MIG-of-b");
+    assert_eq!(rig.admit("b", "1g.10gb").await.unwrap(), "MIG-of-b");
+    let grant = rig
+        .plugins()
+        .ledger()
+        .grants()
+        .values()
+        .next()
+        .unwrap()
+        .clone();
+    assert_eq!(grant.accelerators, [3]);
+    let record = ownership::read(&rig.data(), "b", "main").unwrap().unwrap();
+    assert_eq!(
+        record.device_ids, grant.device_ids,
+        "the record keeps the device IDs"
+    );
+
+    // c's Pod annotation names a 1g on GPU 5 (no record).
+    let gi = carve(&rig, 5, "1g.10gb", 6, 1, &["MIG-of-c"], false);
+    rig.create("c", "1g.10gb");
+    let mut pod = rig
+        .kubelet
+        .pods()
+        .pods()
+        .unwrap()
+        .into_iter()
+        .find(|p| p.uid == "c")
+        .unwrap();
+    pod.allocated = Some(annotation_of(5, gi, 6, "MIG-of-c"));
+    rig.kubelet.pods().upsert(pod);
+    let admission = rig.kubelet.admit("c").await.unwrap();
+    assert_eq!(
+        admission["main"][PARTITIONED].envs["NVIDIA_VISIBLE_DEVICES"],
+        "MIG-of-c"
+    );
+    assert_eq!(
+        ownership::read(&rig.data(), "c", "main")
+            .unwrap()
+            .map(|r| r.mig_uuid),
+        Some("MIG-of-c".to_string()),
+        "the record is written for it"
+    );
+    assert_eq!(rig.state().instances.len(), 2, "nothing made");
+
+    // d's record names an instance that is gone: refused, twice, nothing made; its Pod's end
+    // drops the record and destroys nothing.
+    record_of(&rig, "d", 4, 3, 0, "MIG-gone");
+    for _ in 0..2 {
+        let refused = rig.admit("d", "1g.10gb").await.unwrap_err();
+        assert_eq!(refused.code(), Code::FailedPrecondition);
+        assert!(
+            refused
+                .message()
+                .contains("GPU instance 3 (MIG-gone) is gone from GPU 4")
+                && refused.message().contains("not re-created")
+                && !refused.message().contains('\n'),
+            "{}",
+            refused.message()
+        );
+    }
+    assert_eq!(rig.state().instances.len(), 2, "never re-created");
+    rig.kubelet.delete("d");
+    let until = tokio::time::Instant::now() + Duration::from_secs(5);
+    while ownership::read(&rig.data(), "d", "main").unwrap().is_some() {
+        assert!(tokio::time::Instant::now() < until, "d's record dropped");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(rig.state().instances.len(), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_restart_with_the_journal_lost_partitions_are_rebuilt_from_their_records() {
+    let mut rig = Rig::new().await;
+    let a = rig.admit("a", "3g.40gb").await.unwrap();
+    let b = rig.admit("b", "1g.10gb").await.unwrap();
+    rig.wait_healthy(49 + 2 + 2).await;
+    let held_a = rig.kubelet.held("a", "main", PARTITIONED);
+    let held_b = rig.kubelet.held("b", "main", PARTITIONED);
+    rig.plugins.take().unwrap().stop().await;
+    std::fs::remove_file(rig.data().join(accel_plugin::journal::FILE_NAME)).unwrap();
+    // Meanwhile b's GPU instance was made again by hand: another UUID.
+    let path = rig.dir.path().join("host").join(mig_replay::STATE_FILE);
+    let mut state = rig.state();
+    for i in &mut state.instances {
+        for c in &mut i.compute_instances {
+            if c.uuid == b {
+                c.uuid = "MIG-someone-else".into();
+            }
+        }
+    }
+    state.save(&path).unwrap();
+    rig.start_plugins().await;
+
+    // a's partition is back in the ledger before any Allocate: its tokens and placement count.
+    let ledger = rig.plugins().ledger();
+    let grant = ledger
+        .grant(&accel_core::ledger::GrantKey::new("a", "main"))
+        .unwrap();
+    assert_eq!(
+        grant
+            .partition
+            .as_ref()
+            .and_then(|p| p.instance.as_ref())
+            .map(|i| i.uuid.as_str()),
+        Some(a.as_str())
+    );
+    let mut sorted = held_a.clone();
+    sorted.sort();
+    assert_eq!(grant.device_ids, sorted);
+    assert!(
+        rig.plugins()
+            .rebuild_notes()
+            .iter()
+            .any(|n| n.contains("from its ownership record")),
+        "{:?}",
+        rig.plugins().rebuild_notes()
+    );
+    // a's retry reuses it; b's fails closed, nothing is re-created.
+    let until = tokio::time::Instant::now() + Duration::from_secs(10);
+    let again = loop {
+        match rig.kubelet.allocate_raw(PARTITIONED, held_a.clone()).await {
+            Err(e) if e.code() == Code::Unavailable && tokio::time::Instant::now() < until => {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            other => break other.unwrap(),
+        }
+    };
+    assert_eq!(
+        again.container_responses[0].envs["NVIDIA_VISIBLE_DEVICES"],
+        a
+    );
+    let refused = rig
+        .kubelet
+        .allocate_raw(PARTITIONED, held_b)
+        .await
+        .unwrap_err();
+    assert_eq!(
+        refused.code(),
+        Code::FailedPrecondition,
+        "{}",
+        refused.message()
+    );
+    assert!(
+        refused.message().contains("now carries MIG-someone-else")
+            && refused.message().contains("not re-created"),
+        "{}",
+        refused.message()
+    );
+    assert_eq!(rig.state().instances.len(), 2, "nothing re-created");
+    // a goes: its instance is reclaimed as usual; b goes: nothing of someone else's destroyed.
+    rig.kubelet.delete("a");
+    rig.kubelet.delete("b");
+    wait_state(&rig, "a reclaimed", |s| !has_uuid(s, &a)).await;
+    let until = tokio::time::Instant::now() + Duration::from_secs(5);
+    while !rig.plugins().ledger().grants().is_empty() {
+        assert!(tokio::time::Instant::now() < until, "all released");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(has_uuid(&rig.state(), "MIG-someone-else"));
+    assert_eq!(ownership::read_all(&rig.data()), (vec![], vec![]));
 }

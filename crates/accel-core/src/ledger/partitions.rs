@@ -66,6 +66,16 @@ pub struct PartitionInstance {
 /// packed, not spread, so a sibling stays whole for a large profile), ties by index; there, the
 /// lowest free start. `Err` says, per accelerator, why none fits.
 pub fn choose(ledger: &Ledger, profile: &str) -> Result<(u32, PartitionShape, u32), String> {
+    choose_beside(ledger, profile, &BTreeMap::new())
+}
+
+/// [`choose`], with the slices per accelerator that instances the ledger does not hold take
+/// (carved by hand, say) counted as taken too.
+pub fn choose_beside(
+    ledger: &Ledger,
+    profile: &str,
+    also: &BTreeMap<u32, Vec<(u32, u32)>>,
+) -> Result<(u32, PartitionShape, u32), String> {
     let mut best: Option<(u32, u32, PartitionShape, u32)> = None;
     let mut why = Vec::new();
     for seat in ledger.seats() {
@@ -81,7 +91,11 @@ pub fn choose(ledger: &Ledger, profile: &str) -> Result<(u32, PartitionShape, u3
             why.push(format!("GPU {name} is unhealthy"));
             continue;
         }
-        let taken = occupied(ledger, seat.index, &[]);
+        let taken = occupied(
+            ledger,
+            seat.index,
+            also.get(&seat.index).map_or(&[][..], Vec::as_slice),
+        );
         let Some(start) = free_starts(shape.size, &shape.starts, &taken)
             .first()
             .copied()
@@ -369,6 +383,24 @@ mod tests {
         full.allocate(claim("c", 0, "7g.80gb", 0, 8)).unwrap();
         let why = choose(&full, "1g.10gb").unwrap_err();
         assert!(why.starts_with("GPU 0 (GPU-0) has no free start"), "{why}");
+    }
+
+    #[test]
+    fn choose_beside_counts_instances_the_ledger_does_not_hold_as_taken() {
+        let ledger = Ledger::new((0..2).map(seat), Policy::default());
+        // A 1g carved by hand on GPU 1 at 0: GPU 1 is the occupied one, and its 0 is taken.
+        let also = BTreeMap::from([(1, vec![(0, 1)])]);
+        assert_eq!(
+            choose_beside(&ledger, "1g.10gb", &also).map(|(i, _, s)| (i, s)),
+            Ok((1, 1))
+        );
+        assert_eq!(
+            choose_beside(&ledger, "3g.40gb", &also).map(|(i, _, s)| (i, s)),
+            Ok((1, 4))
+        );
+        let full = BTreeMap::from([(0, vec![(0, 8)]), (1, vec![(0, 8)])]);
+        let why = choose_beside(&ledger, "1g.10gb", &full).unwrap_err();
+        assert!(why.contains("GPU 1 (GPU-1) has no free start"), "{why}");
     }
 
     #[test]

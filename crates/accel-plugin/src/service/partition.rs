@@ -69,6 +69,12 @@ pub(super) fn pod_gone(
     data_dir: &std::path::Path,
     reclaim: &mut Vec<(GrantKey, Grant)>,
 ) -> Option<bool> {
+    let stale: Vec<GrantKey> = state
+        .stale
+        .keys()
+        .filter(|k| k.pod_uid == uid)
+        .cloned()
+        .collect();
     let of_pod: Vec<(GrantKey, Grant)> = state
         .ledger
         .grants()
@@ -76,31 +82,26 @@ pub(super) fn pod_gone(
         .filter(|(k, _)| k.pod_uid == uid)
         .map(|(k, g)| (k.clone(), g.clone()))
         .collect();
-    if !of_pod.iter().any(|(_, g)| has_instance(g)) {
+    if stale.is_empty() && !of_pod.iter().any(|(_, g)| has_instance(g)) {
         return None;
     }
     let mut changed = false;
+    for key in &stale {
+        // A record whose instance is gone is never acted on: the grant and the record go,
+        // nothing is destroyed.
+        state.stale.remove(key);
+        let _ = ownership::remove(data_dir, &key.pod_uid, &key.container);
+        changed |= release_journalled(state, key.clone());
+    }
     for (key, grant) in of_pod {
+        if stale.contains(&key) {
+            continue;
+        }
         if has_instance(&grant) {
-            if !state.stale.contains_key(&key) && state.reclaiming.insert(key.clone()) {
+            if state.reclaiming.insert(key.clone()) {
                 reclaim.push((key, grant));
             }
         } else {
-            changed |= release_journalled(state, key);
-        }
-    }
-    let stale: Vec<GrantKey> = state
-        .stale
-        .keys()
-        .filter(|k| k.pod_uid == uid)
-        .cloned()
-        .collect();
-    for key in stale {
-        // A record whose instance is gone is never acted on: the grant and the record go,
-        // nothing is destroyed.
-        state.stale.remove(&key);
-        if state.ledger.grant(&key).is_some() {
-            let _ = ownership::remove(data_dir, &key.pod_uid, &key.container);
             changed |= release_journalled(state, key);
         }
     }
@@ -136,6 +137,9 @@ struct Reserved {
     placement: PartitionPlacement,
     /// The grant this call recorded (`None`: a retry of one already made).
     receipt: Option<Receipt>,
+    /// Where a partition the ledger lacked was found (its ownership record, its Pod's
+    /// annotation): its instance is checked live before it is answered, never destroyed here.
+    recovered: Option<&'static str>,
 }
 
 impl Shared {
@@ -206,6 +210,12 @@ impl Shared {
             index: reserved.seat.index,
             uuid: reserved.seat.uuid.clone(),
         };
+        if let Some(source) = reserved.recovered {
+            if let Err(status) = self.confirm_live(&parts, &gpu, &reserved, source).await {
+                self.give_back(&reserved);
+                return Err(refused(&pool.resource, &reserved.who, status));
+            }
+        }
         let claimed = match reserved.placement.instance {
             Some(_) => None,
             None => self.claim_unowned(&parts, &gpu, &mut reserved).await,
@@ -294,6 +304,7 @@ impl Shared {
                         profile_id,
                         placement,
                         receipt: None,
+                        recovered: None,
                     })
                 }
                 _ => Err(Status::unavailable(format!(
@@ -320,12 +331,33 @@ impl Shared {
             ))
             .refused(RefusalReason::Empty));
         };
-        let (index, shape, start) = partitions::choose(&state.ledger, profile).map_err(|why| {
-            Status::failed_precondition(format!(
-                "{who}: no GPU on this node can place a {profile} instance: {why}"
-            ))
-            .refused(RefusalReason::NoRoom)
-        })?;
+        if let Some(recovered) = self.recover(state, pool, pod, &key, &who, device_ids)? {
+            return Ok(recovered);
+        }
+        // An instance no grant accounts for is reused first, wherever it is; else the packed
+        // choice, with such instances' slices counted as taken.
+        let reuse = state
+            .orphans
+            .reusable(&state.ledger, profile)
+            .and_then(|(index, start)| {
+                let shape = seat_of(state, index)?
+                    .partitions
+                    .into_iter()
+                    .find(|p| p.name == *profile)?;
+                Some((index, shape, start))
+            });
+        let (index, shape, start) = match reuse {
+            Some(reused) => reused,
+            None => {
+                partitions::choose_beside(&state.ledger, profile, &state.orphans.occupied_all())
+                    .map_err(|why| {
+                        Status::failed_precondition(format!(
+                            "{who}: no GPU on this node can place a {profile} instance: {why}"
+                        ))
+                        .refused(RefusalReason::NoRoom)
+                    })?
+            }
+        };
         let Some(seat) = seat_of(state, index) else {
             return Err(Status::internal(format!("{who}: GPU {index} vanished")));
         };
@@ -369,6 +401,7 @@ impl Shared {
             profile_id: shape.id,
             placement,
             receipt: Some(receipt),
+            recovered: None,
         })
     }
 
@@ -405,12 +438,20 @@ impl Shared {
                     .map(|i| i.uuid.clone())
             })
             .collect();
-        let candidate = live.into_iter().find(|i| {
-            i.profile == reserved.placement.profile
-                && i.size == reserved.placement.size
-                && i.compute_instances.len() == 1
-                && i.uuid.as_ref().is_some_and(|u| !owned.contains(u))
-        })?;
+        let destroying = &state.orphans.destroying;
+        let mut candidates: Vec<_> = live
+            .into_iter()
+            .filter(|i| {
+                i.profile == reserved.placement.profile
+                    && i.size == reserved.placement.size
+                    && i.compute_instances.len() == 1
+                    && i.uuid.as_ref().is_some_and(|u| !owned.contains(u))
+                    && !destroying.contains(&(gpu.index, i.gpu_instance))
+            })
+            .collect();
+        // The one the reservation was placed on first (an instance the passes found).
+        candidates.sort_by_key(|i| (i.start != reserved.placement.start, i.gpu_instance));
+        let candidate = candidates.into_iter().next()?;
         if let Err(refusal) = state.ledger.move_partition(&reserved.key, candidate.start) {
             tracing::info!(
                 "{}: the unowned {} instance {} on {gpu} is not claimed: {refusal}",
@@ -420,6 +461,10 @@ impl Shared {
             );
             return None;
         }
+        state
+            .orphans
+            .seen
+            .remove(&(gpu.index, candidate.gpu_instance));
         drop(state);
         reserved.placement.start = candidate.start;
         let instance = PartitionInstance {
@@ -498,6 +543,12 @@ impl Shared {
             pod_uid: reserved.key.pod_uid.clone(),
             container: reserved.key.container.clone(),
             created: ownership::now(),
+            device_ids: self
+                .lock()
+                .ledger
+                .grant(&reserved.key)
+                .map(|g| g.device_ids.clone())
+                .unwrap_or_default(),
         };
         let mut failure = ownership::write(&self.config.data_dir, &record).err();
         if failure.is_none() {
@@ -518,6 +569,15 @@ impl Shared {
         let Some(why) = failure else {
             return Ok(());
         };
+        if reserved.recovered.is_some() {
+            // Its container may be running on it: it is not ours to take down here.
+            tracing::error!("{}: {why}", reserved.who);
+            return Err(Status::unavailable(format!(
+                "{}: the partition could not be made durable: {why}",
+                reserved.who
+            ))
+            .refused(RefusalReason::Journal));
+        }
         let _ = ownership::remove(
             &self.config.data_dir,
             &reserved.key.pod_uid,
@@ -580,11 +640,15 @@ impl Shared {
             );
             let outcome = tokio::task::spawn_blocking(move || {
                 let live = partitioner.instances(commands.as_ref(), &target)?;
+                let split = super::orphans::subdivided(&live);
+                if !split.is_empty() {
+                    return Ok(Err(split));
+                }
                 let ours = live.iter().any(|i| {
                     i.gpu_instance == made.gpu_instance && i.uuid.as_deref() == Some(&made.uuid)
                 });
                 if !ours {
-                    return Ok(false);
+                    return Ok(Ok(false));
                 }
                 partitioner
                     .destroy(
@@ -593,9 +657,19 @@ impl Shared {
                         made.gpu_instance,
                         Some(made.compute_instance),
                     )
-                    .map(|()| true)
+                    .map(|()| Ok(true))
             })
             .await;
+            let outcome = match outcome {
+                // A subdivided GPU instance on this GPU stops its reclaim (logged once).
+                Ok(Ok(Err(split))) => {
+                    self.note_subdivided(&gpu, split);
+                    break;
+                }
+                Ok(Ok(Ok(destroyed))) => Ok(Ok(destroyed)),
+                Ok(Err(e)) => Ok(Err(e)),
+                Err(e) => Err(e),
+            };
             match outcome {
                 Ok(Ok(destroyed)) => {
                     // The record goes first, so once the grant is released nothing of the
@@ -655,9 +729,10 @@ impl Shared {
         self.reconcile_pods();
     }
 
-    /// After a restart: every partition grant's instance is looked up live; a grant whose GI is
-    /// gone or carries another MIG UUID is marked stale (logged, never acted on).
-    pub(super) async fn check_partitions(&self) {
+    /// After a restart (and after grants are adopted from the Pods' annotations: `only`): every
+    /// partition grant's instance is looked up live; a grant whose GI is gone or carries another
+    /// MIG UUID is marked stale (logged, never acted on).
+    pub(super) async fn check_partitions(&self, only: Option<&[GrantKey]>) {
         let Some(parts) = self.config.partitions.clone() else {
             return;
         };
@@ -666,7 +741,7 @@ impl Shared {
             .ledger
             .grants()
             .iter()
-            .filter(|(_, g)| has_instance(g))
+            .filter(|(k, g)| has_instance(g) && only.is_none_or(|keys| keys.contains(k)))
             .map(|(k, g)| (k.clone(), g.clone()))
             .collect();
         for (key, grant) in grants {
@@ -727,6 +802,240 @@ impl Shared {
         }
     }
 
+    /// A partition the ledger lacks for this container but it held before (a retry after the
+    /// ledger lost it): from its ownership record, then from its Pod's annotation. Recorded as
+    /// the container's grant under the lock; its instance is checked live before the answer
+    /// ([`Shared::confirm_live`]). A record that cannot be read or names a GPU this node does not
+    /// serve is refused, never replaced by a new instance.
+    fn recover(
+        &self,
+        state: &mut State,
+        pool: &Pool,
+        pod: &Arc<Pod>,
+        key: &GrantKey,
+        who: &str,
+        device_ids: &[String],
+    ) -> Result<Option<Reserved>, Status> {
+        let fail = |why: String| {
+            tracing::error!("{who}: {why}; its partition is not re-created");
+            Status::failed_precondition(format!(
+                "{who}: {why}; it is not re-created: recreate the Pod"
+            ))
+            .refused(RefusalReason::NoRoom)
+        };
+        let found = match ownership::read(&self.config.data_dir, &key.pod_uid, &key.container) {
+            Err(e) => {
+                return Err(fail(format!(
+                    "its partition ownership record is unreadable: {e}"
+                )));
+            }
+            Ok(Some(record)) => {
+                let index = record_seat(&state.ledger, &record).map_err(&fail)?;
+                Some(("its ownership record", index, placement_of(&record)))
+            }
+            Ok(None) => annotated(pod, key).map(|(index, placement)| {
+                (
+                    "its Pod's accelerator.allocated annotation",
+                    index,
+                    placement,
+                )
+            }),
+        };
+        let Some((source, index, placement)) = found else {
+            return Ok(None);
+        };
+        let Some(seat) = state.ledger.seat(index).cloned() else {
+            return Err(fail(format!(
+                "{source} names GPU {index}, which this node does not serve"
+            )));
+        };
+        let units =
+            units_of(&seat, &placement.profile).map_err(|why| fail(format!("{source}: {why}")))?;
+        let receipt = state
+            .ledger
+            .allocate(Claim {
+                key: key.clone(),
+                family: Family::Partitioned,
+                resource: pool.resource.clone(),
+                device_ids: device_ids.to_vec(),
+                accelerators: vec![index],
+                slice_units: units,
+                cores_percentage: None,
+                partition: Some(placement.clone()),
+            })
+            .map_err(|r| refusal_status(pod, key, &r))?;
+        if let Some(instance) = &placement.instance {
+            tracing::warn!(
+                "{who}: holds a {} partition the ledger lacked, found in {source}: GPU instance {} ({}) on {}",
+                placement.profile,
+                instance.gpu_instance,
+                instance.uuid,
+                state.ledger.describe(index)
+            );
+        }
+        Ok(Some(Reserved {
+            key: key.clone(),
+            who: who.to_string(),
+            pod: pod.clone(),
+            profile_id: profile_id(&seat, &placement.profile),
+            seat,
+            placement,
+            receipt: Some(receipt),
+            recovered: Some(source),
+        }))
+    }
+
+    /// A recovered partition's instance, looked up live: the GI must still carry the recorded
+    /// MIG UUID. One that does not is marked stale (its container refused from now on); one that
+    /// cannot be read now is refused for a retry.
+    async fn confirm_live(
+        &self,
+        parts: &crate::service::Partitions,
+        gpu: &PartitionGpu,
+        reserved: &Reserved,
+        source: &str,
+    ) -> Result<(), Status> {
+        let Some(instance) = reserved.placement.instance.clone() else {
+            return Ok(());
+        };
+        let (partitioner, commands, target) = (
+            parts.partitioner.clone(),
+            parts.commands.clone(),
+            gpu.clone(),
+        );
+        let live =
+            tokio::task::spawn_blocking(move || partitioner.instances(commands.as_ref(), &target))
+                .await;
+        let who = &reserved.who;
+        let live = match live {
+            Ok(Ok(live)) => live,
+            Ok(Err(e)) => {
+                return Err(Status::unavailable(format!(
+                    "{who}: its partition could not be checked: {e}; retry"
+                ))
+                .refused(RefusalReason::NoRoom));
+            }
+            Err(e) => {
+                return Err(Status::unavailable(format!(
+                    "{who}: its partition could not be checked: {e}; retry"
+                ))
+                .refused(RefusalReason::NoRoom));
+            }
+        };
+        let why = match live
+            .iter()
+            .find(|i| i.gpu_instance == instance.gpu_instance)
+        {
+            Some(i) if i.uuid.as_deref() == Some(instance.uuid.as_str()) => return Ok(()),
+            Some(i) => format!(
+                "GPU instance {} on {gpu} now carries {}, not {}",
+                instance.gpu_instance,
+                i.uuid.as_deref().unwrap_or("no MIG UUID"),
+                instance.uuid
+            ),
+            None => format!(
+                "GPU instance {} ({}) is gone from {gpu}",
+                instance.gpu_instance, instance.uuid
+            ),
+        };
+        tracing::error!(
+            "{who}: its partition, from {source}, is not acted on: {why}; its container's Allocate is refused"
+        );
+        self.lock().stale.insert(reserved.key.clone(), why.clone());
+        Err(Status::failed_precondition(format!(
+            "{who}: its partition is not live any more ({why}); it is not re-created: recreate the Pod"
+        ))
+        .refused(RefusalReason::NoRoom))
+    }
+
+    /// At start, after the journal: a partition the journal lacks (lost, or a crash between the
+    /// record and the journal entry) is rebuilt from its ownership record — the record's GPU (by
+    /// UUID), placement and instance, the device IDs it kept — and journalled; its instance is
+    /// then checked live with the others ([`Shared::check_partitions`]). A record that cannot be
+    /// restored marks its container stale (refused, never re-created), logged.
+    pub(super) fn restore_partition_records(&self) {
+        if self.config.partitions.is_none() {
+            return;
+        }
+        let (records, errors) = ownership::read_all(&self.config.data_dir);
+        for e in errors {
+            tracing::error!("partition ownership record not acted on: {e}");
+        }
+        if records.is_empty() {
+            return;
+        }
+        let resource = self
+            .pools()
+            .iter()
+            .find(|p| p.family() == Some(Family::Partitioned))
+            .map(|p| p.resource.clone());
+        let mut notes = Vec::new();
+        {
+            let mut state = self.lock();
+            for record in records {
+                let key = GrantKey::new(record.pod_uid.clone(), record.container.clone());
+                if state.ledger.grant(&key).is_some() {
+                    continue;
+                }
+                let restored = resource
+                    .clone()
+                    .ok_or_else(|| "no partitioned pool is served here".to_string())
+                    .and_then(|resource| {
+                        let index = record_seat(&state.ledger, &record)?;
+                        let seat = state
+                            .ledger
+                            .seat(index)
+                            .cloned()
+                            .ok_or_else(|| format!("GPU {index} is not served"))?;
+                        let mut device_ids = record.device_ids.clone();
+                        device_ids.sort();
+                        let grant = Grant {
+                            family: Family::Partitioned,
+                            resource,
+                            device_ids,
+                            accelerators: vec![index],
+                            units: units_of(&seat, &record.profile)?,
+                            cores_percentage: None,
+                            partition: Some(placement_of(&record)),
+                            finished: false,
+                        };
+                        state
+                            .ledger
+                            .restore(key.clone(), grant.clone())
+                            .map_err(|r| r.to_string())?;
+                        Ok(grant)
+                    });
+                match restored {
+                    Ok(grant) => {
+                        if let Err(e) = state.journal.append(&Entry::Grant {
+                            key: key.clone(),
+                            grant,
+                        }) {
+                            tracing::error!("ledger journal: {e}");
+                        }
+                        notes.push(format!(
+                            "{key}: restored its {} partition (GPU instance {}, {}) on GPU {} from its ownership record (the journal lacked it)",
+                            record.profile, record.gpu_instance, record.mig_uuid, record.gpu_index
+                        ));
+                    }
+                    Err(why) => {
+                        tracing::error!(
+                            "{key}: its partition ownership record is not acted on: {why}; its container's next Allocate is refused"
+                        );
+                        state.stale.insert(
+                            key,
+                            format!("its ownership record cannot be restored: {why}"),
+                        );
+                    }
+                }
+            }
+        }
+        for note in notes {
+            tracing::warn!("ledger rebuild: {note}");
+            self.note(note);
+        }
+    }
+
     /// Takes a reservation back (a failed create or record): the grant goes, the tokens heal.
     fn give_back(&self, reserved: &Reserved) {
         let Some(receipt) = &reserved.receipt else {
@@ -782,6 +1091,67 @@ pub(super) fn sidecar_partition(
         return Err("its instance is being destroyed".to_string());
     }
     Ok(record.mig_uuid)
+}
+
+/// The seat a record names: by its GPU UUID (indexes may move), else by index.
+fn record_seat(
+    ledger: &accel_core::ledger::Ledger,
+    record: &OwnershipRecord,
+) -> Result<u32, String> {
+    let found = match &record.gpu_uuid {
+        Some(uuid) => ledger
+            .seats()
+            .find(|s| s.uuid.as_deref() == Some(uuid.as_str()))
+            .map(|s| s.index),
+        None => ledger.seat(record.gpu_index).map(|s| s.index),
+    };
+    found.ok_or_else(|| {
+        format!(
+            "its record names GPU {} ({}), which this node does not serve",
+            record.gpu_index,
+            record.gpu_uuid.as_deref().unwrap_or("no UUID")
+        )
+    })
+}
+
+/// The placement and instance a record names.
+fn placement_of(record: &OwnershipRecord) -> PartitionPlacement {
+    PartitionPlacement {
+        profile: record.profile.clone(),
+        start: record.start,
+        size: record.size,
+        instance: Some(PartitionInstance {
+            gpu_instance: record.gpu_instance,
+            compute_instance: record.compute_instance,
+            uuid: record.mig_uuid.clone(),
+        }),
+    }
+}
+
+/// The container's made partition its Pod's annotation records: (GPU index, placement).
+fn annotated(pod: &Pod, key: &GrantKey) -> Option<(u32, PartitionPlacement)> {
+    let text = pod.allocated.as_deref()?;
+    let grant = accel_core::ledger::annotation::parse(text)
+        .ok()?
+        .remove(&key.container)?;
+    let placement = grant.partition.filter(|p| p.instance.is_some())?;
+    match (grant.family, grant.accelerators.as_slice()) {
+        (Family::Partitioned, [index]) => Some((*index, placement)),
+        _ => None,
+    }
+}
+
+/// A partition of `profile` on `seat`, in units (the webhook's fold of the profile's VRAM).
+fn units_of(seat: &Seat, profile: &str) -> Result<u64, String> {
+    let shape = seat
+        .partitions
+        .iter()
+        .find(|p| p.name == profile)
+        .ok_or_else(|| format!("GPU {} does not offer {profile}", seat.index))?;
+    let mib = shape
+        .memory_mib
+        .ok_or_else(|| format!("the driver reports no memory for {profile}"))?;
+    fold(MemoryBudget::Profile(mib), seat.memory_mib).map_err(|e| e.to_string())
 }
 
 /// The vendor's id of `profile` on `seat` (0 when the seat no longer lists it).

@@ -63,7 +63,7 @@ fn describe(grant: &Grant) -> String {
 }
 
 impl Shared {
-    fn note(&self, note: String) {
+    pub(super) fn note(&self, note: String) {
         self.rebuild_notes
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -82,7 +82,11 @@ impl Shared {
             self.verify_once().await;
         }
         let from_annotations = self.annotation_grants(&pods);
-        self.adopt(from_annotations, Source::Annotation);
+        let adopted = self.adopt(from_annotations, Source::Annotation);
+        // A partition adopted from an annotation is checked live like the journal's.
+        if !adopted.is_empty() {
+            self.check_partitions(Some(&adopted)).await;
+        }
         let names: BTreeMap<&str, String> =
             pods.iter().map(|p| (p.uid.as_str(), pod_name(p))).collect();
         let from_kubelet = self
@@ -97,7 +101,7 @@ impl Shared {
                 (key, (name, grant))
             })
             .collect();
-        self.adopt(from_kubelet, Source::Kubelet);
+        let _ = self.adopt(from_kubelet, Source::Kubelet);
     }
 
     /// The grants the Pods' annotations record, by container, with the Pod's name. Device IDs
@@ -157,13 +161,30 @@ impl Shared {
     }
 
     /// Puts into the ledger (and the journal) the grants it lacks; says where the ledger
-    /// disagrees, keeping its own.
-    fn adopt(&self, grants: BTreeMap<GrantKey, (String, Grant)>, source: Source) {
+    /// disagrees, keeping its own. A partition whose instance the source does not name (the
+    /// kubelet's record knows only device IDs) is not restored: its container is marked stale,
+    /// refused rather than handed a new instance. Answers the keys adopted.
+    fn adopt(&self, grants: BTreeMap<GrantKey, (String, Grant)>, source: Source) -> Vec<GrantKey> {
         let mut notes = Vec::new();
+        let mut adopted = Vec::new();
         {
             let mut state = self.lock();
             for (key, (pod, grant)) in grants {
                 let who = format!("pod {pod} container {}", key.container);
+                let unnamed = grant.family == Family::Partitioned
+                    && grant
+                        .partition
+                        .as_ref()
+                        .is_none_or(|p| p.instance.is_none());
+                if unnamed && state.ledger.grant(&key).is_none() {
+                    let why = format!(
+                        "{} records a partition but names no instance, and no ownership record does",
+                        source.describe()
+                    );
+                    notes.push((true, format!("{who}: {why}; its next Allocate is refused")));
+                    state.stale.entry(key).or_insert(why);
+                    continue;
+                }
                 match state.ledger.grant(&key) {
                     Some(held) if same_grant(held, &grant) => {}
                     Some(held) => notes.push((
@@ -177,6 +198,7 @@ impl Shared {
                     )),
                     None => match state.ledger.restore(key.clone(), grant.clone()) {
                         Ok(()) => {
+                            adopted.push(key.clone());
                             let note = format!(
                                 "{who}: restored {} from {} (the journal lacked it)",
                                 describe(&grant),
@@ -211,5 +233,6 @@ impl Shared {
         if changed {
             self.notify();
         }
+        adopted
     }
 }

@@ -107,6 +107,12 @@ pub struct Args {
     /// seconds, or with a unit (`15s`, `2m`); the samples `device-manager monitor` prints.
     #[arg(long, env = "MONITOR_PERIOD", default_value = "15s", value_parser = crate::cmd::monitor::parse_period)]
     pub monitor_period: Duration,
+    /// How long a hardware partition no grant accounts for (a MIG instance carved by hand) must
+    /// stay unowned and idle — no compute process on it — before it is destroyed: seconds, or
+    /// with a unit (`300s`, `5m`). Until then it is reused first. The live instances are
+    /// listed every fifth of it (at most every minute).
+    #[arg(long, env = "PARTITION_ORPHAN_DEBOUNCE", default_value = "5m", value_parser = crate::cmd::monitor::parse_period)]
+    pub partition_orphan_debounce: Duration,
 }
 
 /// Samples the GPUs' live usage every `period` on the blocking pool (nvidia-smi may take its
@@ -569,6 +575,9 @@ fn plugin_config(
             .map(|partitioner| accel_plugin::Partitions {
                 partitioner,
                 commands: partition_commands.clone(),
+                orphans: accel_plugin::service::Orphans::with_debounce(
+                    args.partition_orphan_debounce,
+                ),
             }),
     }
 }

@@ -1561,6 +1561,7 @@ async fn the_worked_mig_example_reaches_the_published_tokens_capacity_and_device
             partitions: Some(accel_plugin::Partitions {
                 partitioner: Arc::new(accel_nvidia::partitioner::SmiPartitioner::default()),
                 commands: partition_commands.clone(),
+                orphans: accel_plugin::service::Orphans::default(),
             }),
             ..plugin_config(kubelet_dir.path(), &data, s)
         },
