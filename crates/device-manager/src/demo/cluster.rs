@@ -155,6 +155,9 @@ impl Node {
             namespace: Some(SYSTEM_NAMESPACE.to_string()),
             metrics_listen: None,
             monitor_period: Duration::from_secs(15),
+            // serve's default: the demo's partition is reclaimed through its record, and the
+            // recorded hosts carry no hand-carved instance to wait for.
+            partition_orphan_debounce: Duration::from_secs(300),
         };
         let mut node = Node {
             name: name.to_string(),
