@@ -382,16 +382,9 @@ impl Shared {
         };
         let receipt = state
             .ledger
-            .allocate(Claim {
-                key: key.clone(),
-                family: Family::Partitioned,
-                resource: pool.resource.clone(),
-                device_ids: device_ids.to_vec(),
-                accelerators: vec![index],
-                slice_units: units,
-                cores_percentage: None,
-                partition: Some(placement.clone()),
-            })
+            .allocate(partition_claim(
+                &key, pool, device_ids, index, units, &placement,
+            ))
             .map_err(|r| refusal_status(pod, &key, &r))?;
         Ok(Reserved {
             key,
@@ -853,16 +846,9 @@ impl Shared {
             units_of(&seat, &placement.profile).map_err(|why| fail(format!("{source}: {why}")))?;
         let receipt = state
             .ledger
-            .allocate(Claim {
-                key: key.clone(),
-                family: Family::Partitioned,
-                resource: pool.resource.clone(),
-                device_ids: device_ids.to_vec(),
-                accelerators: vec![index],
-                slice_units: units,
-                cores_percentage: None,
-                partition: Some(placement.clone()),
-            })
+            .allocate(partition_claim(
+                key, pool, device_ids, index, units, &placement,
+            ))
             .map_err(|r| refusal_status(pod, key, &r))?;
         if let Some(instance) = &placement.instance {
             tracing::warn!(
@@ -1160,4 +1146,26 @@ fn profile_id(seat: &Seat, profile: &str) -> u32 {
         .iter()
         .find(|p| p.name == profile)
         .map_or(0, |p| p.id)
+}
+
+/// The ledger claim of one partition: the container's tokens on one GPU, the profile's units and
+/// its placement.
+fn partition_claim(
+    key: &GrantKey,
+    pool: &Pool,
+    device_ids: &[String],
+    index: u32,
+    units: u64,
+    placement: &PartitionPlacement,
+) -> Claim {
+    Claim {
+        key: key.clone(),
+        family: Family::Partitioned,
+        resource: pool.resource.clone(),
+        device_ids: device_ids.to_vec(),
+        accelerators: vec![index],
+        slice_units: units,
+        cores_percentage: None,
+        partition: Some(placement.clone()),
+    }
 }
