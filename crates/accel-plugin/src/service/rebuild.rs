@@ -46,10 +46,16 @@ fn same_grant(a: &Grant, b: &Grant) -> bool {
         v.sort();
         v
     };
+    // A partition's tokens are fungible counts that name no GPU: a source that knows only the
+    // tokens (the kubelet's record) cannot say which GPU the partition is on, so only a source
+    // naming the instance is compared on it.
+    let unnamed = |g: &Grant| {
+        g.family == Family::Partitioned && g.partition.as_ref().is_none_or(|p| p.instance.is_none())
+    };
     a.family == b.family
         && a.resource == b.resource
         && sorted(&a.device_ids) == sorted(&b.device_ids)
-        && a.accelerators == b.accelerators
+        && (unnamed(a) || unnamed(b) || a.accelerators == b.accelerators)
         // Only a slice's units are its own; the ledger computes the others.
         && (a.family != Family::Sliced || a.units == b.units)
         && a.cores_percentage == b.cores_percentage
@@ -149,7 +155,11 @@ impl Shared {
                 };
                 accelerators.sort_unstable();
                 accelerators.dedup();
-                grant.accelerators = accelerators;
+                // A partition token is a count, not a GPU: the partition's GPU is the one the
+                // annotation records (where its instance was made), not the token's.
+                if grant.family != Family::Partitioned {
+                    grant.accelerators = accelerators;
+                }
                 grant.finished = grant.finished || pod.phase.finished();
                 grants.insert(
                     GrantKey::new(pod.uid.clone(), container),
@@ -234,5 +244,47 @@ impl Shared {
             self.notify();
         }
         adopted
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn partition(accelerators: Vec<u32>, instance: Option<&str>) -> Grant {
+        let mut grant = Grant {
+            family: Family::Partitioned,
+            resource: "nvidia.com/gpu.partitioned".into(),
+            device_ids: vec!["GPU-f10582d0-a657-b746-3bed-366c6a014f07::5".into()],
+            accelerators,
+            units: 0,
+            cores_percentage: None,
+            finished: false,
+            partition: None,
+        };
+        grant.partition = Some(accel_core::ledger::partitions::PartitionPlacement {
+            profile: "3g.40gb".into(),
+            start: 0,
+            size: 4,
+            instance: instance.map(|uuid| accel_core::ledger::partitions::PartitionInstance {
+                gpu_instance: 1,
+                compute_instance: 0,
+                uuid: uuid.into(),
+            }),
+        });
+        grant
+    }
+
+    /// Found on the rig's real kubelet: the kubelet handed a token of GPU 6, the partition was
+    /// made on GPU 0, and every restart warned that the kubelet's record disagreed with the
+    /// ledger, because the token was read as naming its GPU.
+    #[test]
+    fn a_partition_known_only_by_its_tokens_agrees_with_the_ledger_wherever_it_was_placed() {
+        let ledger = partition(vec![0], Some("MIG-1"));
+        let kubelet = partition(vec![6], None);
+        assert!(same_grant(&kubelet, &ledger));
+        assert!(same_grant(&ledger, &kubelet));
+        // A source that names the instance is still compared on the GPU.
+        assert!(!same_grant(&partition(vec![6], Some("MIG-1")), &ledger));
     }
 }
