@@ -9,8 +9,9 @@
 //! exception: its tokens are a fungible count over a stable ID set, each partitioned
 //! accelerator's largest per-profile instance count (7 on an H100). Which accelerator a
 //! partition lands on is the allocator's choice, so its health is node-level: as many IDs are
-//! Healthy as the node has room (Σ per accelerator of allocated + largest placeable count,
-//! `accel_core::ledger::partitions::room`), every ID a live grant holds among them, the rest
+//! Healthy as the node has room (Σ per accelerator of allocated + claimable unowned instances +
+//! largest placeable count, `accel_core::ledger::partitions::room`), every ID a live grant holds
+//! among them, the rest
 //! Unhealthy; the tokens carry no NUMA node.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -184,7 +185,7 @@ impl Pool {
             .accelerators
             .iter()
             .filter_map(|i| ledger.seat(*i))
-            .map(|s| partitions::room(s, ledger, &[]))
+            .map(|s| partitions::room(s, ledger))
             .sum();
         let held_here = self
             .tokens

@@ -9,6 +9,11 @@
 //! tests and benchmarks use it, and so does `device-manager demo`, which runs the real daemon
 //! against it in one process (the `try_`/`until_` methods answer instead of panicking, for it).
 //! Never on the node daemon's path.
+//!
+//! By default it offers a plugin the free healthy tokens in the order advertised. The real
+//! kubelet offers them in no order (a Go set's iteration): [`Kubelet::shuffle_available`] makes
+//! the emulator do the same, so a plugin that reads meaning into which token it was handed (a
+//! partition token naming the GPU the partition lands on, found on the rig) is caught here.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -38,6 +43,9 @@ struct Plugin {
     devices: watch::Receiver<Vec<dp::Device>>,
     /// Whether ListAndWatch has sent its first list (possibly empty).
     listed: watch::Receiver<bool>,
+    /// Whether its ListAndWatch stream is still open: a plugin that stopped is waited for
+    /// again, as the kubelet marks its endpoint stopped until it registers anew.
+    open: Arc<AtomicBool>,
 }
 
 #[derive(Default)]
@@ -65,6 +73,9 @@ struct Inner {
     lists_in_calls: std::sync::atomic::AtomicUsize,
     /// The plugin's watch of `pods`.
     watch: PodWatch,
+    /// When set, the state of the generator that orders the free tokens offered (the real
+    /// kubelet's set iteration); `None`: the advertised order.
+    shuffle: Mutex<Option<u64>>,
 }
 
 /// Which plugin call a [`CallTiming`] measured.
@@ -116,6 +127,17 @@ impl Inner {
     }
 }
 
+/// Fisher–Yates over `items`, drawing from an xorshift generator whose state is `state`.
+fn shuffle<T>(items: &mut [T], state: &mut u64) {
+    for i in (1..items.len()).rev() {
+        *state ^= *state << 13;
+        *state ^= *state >> 7;
+        *state ^= *state << 17;
+        let j = usize::try_from(*state % (i as u64 + 1)).unwrap_or(0);
+        items.swap(i, j);
+    }
+}
+
 /// The emulated kubelet.
 pub struct Kubelet {
     inner: Arc<Inner>,
@@ -146,6 +168,7 @@ impl Kubelet {
             lists: watch::channel(0).0,
             calls_in_flight: std::sync::atomic::AtomicUsize::new(0),
             lists_in_calls: std::sync::atomic::AtomicUsize::new(0),
+            shuffle: Mutex::new(None),
         });
         let mut kubelet = Kubelet {
             inner,
@@ -205,6 +228,17 @@ impl Kubelet {
             }
         }
         self.inner.books().plugins.clear();
+    }
+
+    /// From now on the free tokens are offered (to GetPreferredAllocation, and taken when a
+    /// plugin prefers none) in an order drawn from `seed`, as the real kubelet's are; the same
+    /// seed gives the same orders.
+    pub fn shuffle_available(&self, seed: u64) {
+        *self
+            .inner
+            .shuffle
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some(seed | 1);
     }
 
     /// The kubelet restarts: every socket in `device-plugins/` is removed and its own is
@@ -288,9 +322,12 @@ impl Kubelet {
         loop {
             let ready = {
                 let books = self.inner.books();
-                resources
-                    .iter()
-                    .all(|r| books.plugins.get(*r).is_some_and(&ready))
+                resources.iter().all(|r| {
+                    books
+                        .plugins
+                        .get(*r)
+                        .is_some_and(|p| p.open.load(Ordering::SeqCst) && ready(p))
+                })
             };
             if ready {
                 return true;
@@ -475,13 +512,22 @@ impl Kubelet {
                 .cloned()
                 .collect()
         };
-        let available: Vec<String> = plugin
+        let mut available: Vec<String> = plugin
             .devices
             .borrow()
             .iter()
             .filter(|d| d.health == "Healthy" && !taken.contains(&d.id))
             .map(|d| d.id.clone())
             .collect();
+        if let Some(state) = self
+            .inner
+            .shuffle
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .as_mut()
+        {
+            shuffle(&mut available, state);
+        }
         if available.len() < count {
             return Err(Status::resource_exhausted(format!(
                 "insufficient {resource}: {count} requested, {} healthy and free",
@@ -655,6 +701,7 @@ impl Registration for RegistrationService {
             let mut stream = stream.into_inner();
             let (tx, rx) = watch::channel(Vec::new());
             let (listed_tx, listed) = watch::channel(false);
+            let open = Arc::new(AtomicBool::new(true));
             inner.books().plugins.insert(
                 request.resource_name.clone(),
                 Plugin {
@@ -662,6 +709,7 @@ impl Registration for RegistrationService {
                     options: options.into_inner(),
                     devices: rx,
                     listed,
+                    open: open.clone(),
                 },
             );
             while let Ok(Some(list)) = stream.message().await {
@@ -669,6 +717,8 @@ impl Registration for RegistrationService {
                 listed_tx.send_replace(true);
                 inner.registrations.send_modify(|n| *n += 1);
             }
+            open.store(false, Ordering::SeqCst);
+            inner.registrations.send_modify(|n| *n += 1);
         });
         Ok(Response::new(dp::Empty {}))
     }

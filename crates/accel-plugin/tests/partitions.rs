@@ -1227,3 +1227,111 @@ async fn after_a_restart_with_the_journal_lost_partitions_are_rebuilt_from_their
     assert!(has_uuid(&rig.state(), "MIG-someone-else"));
     assert_eq!(ownership::read_all(&rig.data()), (vec![], vec![]));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unowned_instances_count_in_the_tokens_and_the_capacity_keys() {
+    let rig = Rig::with_orphans(Orphans {
+        debounce: Duration::from_secs(600),
+        period: Duration::from_millis(100),
+    })
+    .await;
+    rig.wait_healthy(56).await;
+    let profiles = |rig: &Rig| {
+        let ledger = rig.plugins().ledger();
+        accel_core::ledger::partitions::node_profiles(&accel_core::ledger::partitions::occupancies(
+            &ledger,
+        ))
+    };
+    // A claimable 3g on GPU 5 at 4-7; a 2g subdivided into two compute instances on GPU 6 at
+    // 0-1; a 4g with no compute instance on GPU 7 at 0-3.
+    carve(&rig, 5, "3g.40gb", 4, 4, &["MIG-hand-3g"], false);
+    carve(
+        &rig,
+        6,
+        "2g.20gb",
+        0,
+        2,
+        &["MIG-split-0", "MIG-split-1"],
+        false,
+    );
+    carve(&rig, 7, "4g.40gb", 0, 4, &[], false);
+    // GPUs 0-4: 7 each. GPU 5: the claimable 3g + four 1g in 0-3. GPU 6: five 1g in 2-6.
+    // GPU 7: three 1g in 4-6.
+    rig.wait_healthy(35 + 5 + 5 + 3).await;
+    let keys = profiles(&rig);
+    assert_eq!(keys["1g.10gb"], 35 + 4 + 5 + 3, "{keys:?}");
+    // GPU 5: the claimable one and start 0; GPU 6: start 4 only; GPU 7: start 4 only.
+    assert_eq!(keys["3g.40gb"], 10 + 2 + 1 + 1, "{keys:?}");
+    assert_eq!(keys["7g.80gb"], 5, "{keys:?}");
+    // Claimed: counted once, as the grant.
+    let uuid = rig.admit("a", "3g.40gb").await.unwrap();
+    assert_eq!(uuid, "MIG-hand-3g");
+    rig.wait_healthy(48).await;
+    assert_eq!(profiles(&rig)["3g.40gb"], 14);
+    // Reclaimed with its Pod: GPU 5 is whole again.
+    rig.kubelet.delete("a");
+    wait_state(&rig, "the claimed instance reclaimed", |s| {
+        !has_uuid(s, "MIG-hand-3g")
+    })
+    .await;
+    rig.wait_healthy(35 + 7 + 5 + 3).await;
+    assert_eq!(profiles(&rig)["7g.80gb"], 6);
+}
+
+/// Found on the rig: the real kubelet offers the free tokens in no order, so a partition made on
+/// GPU 0 was handed a token of GPU 6, and every restart said the kubelet's record disagreed with
+/// the ledger. The emulator now offers them shuffled, as the kubelet does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn partitions_handed_tokens_of_other_gpus_survive_restarts() {
+    let mut rig = Rig::new().await;
+    rig.kubelet.shuffle_available(0x5eed);
+    let uuid_of = |index: u32| rig.config.seats[index as usize].uuid.clone().unwrap();
+    let mut foreign = 0;
+    for (pod, profile) in [("a", "3g.40gb"), ("b", "3g.40gb"), ("c", "7g.80gb")] {
+        rig.admit(pod, profile).await.unwrap();
+        let record = ownership::read(&rig.data(), pod, "main").unwrap().unwrap();
+        let token = rig.kubelet.held(pod, "main", PARTITIONED).remove(0);
+        if !token.starts_with(&format!("{}::", uuid_of(record.gpu_index))) {
+            foreign += 1;
+        }
+    }
+    assert!(
+        foreign >= 2,
+        "the shuffle handed tokens of other GPUs ({foreign} of 3)"
+    );
+    let placed = |rig: &Rig| -> BTreeMap<String, Vec<u32>> {
+        rig.plugins()
+            .ledger()
+            .grants()
+            .iter()
+            .map(|(k, g)| (k.pod_uid.clone(), g.accelerators.clone()))
+            .collect()
+    };
+    let before = placed(&rig);
+    assert_eq!(before["a"], [0]);
+    assert_eq!(before["b"], [0]);
+    assert_eq!(before["c"], [1]);
+
+    // A restart: the kubelet's record agrees with the journal's ledger.
+    rig.restart_plugins().await;
+    assert_eq!(placed(&rig), before);
+    let notes = rig.plugins().rebuild_notes();
+    assert!(notes.is_empty(), "{notes:?}");
+
+    // A restart with the journal lost: rebuilt on the GPUs the records name, not the tokens'.
+    rig.plugins.take().unwrap().stop().await;
+    std::fs::remove_file(rig.data().join(accel_plugin::journal::FILE_NAME)).unwrap();
+    rig.start_plugins().await;
+    assert_eq!(placed(&rig), before);
+    let notes = rig.plugins().rebuild_notes();
+    assert!(
+        notes
+            .iter()
+            .all(|n| n.contains("from its ownership record")),
+        "{notes:?}"
+    );
+    // The next one is placed beside them, nothing overlapping.
+    rig.admit("d", "1g.10gb").await.unwrap();
+    let d = ownership::read(&rig.data(), "d", "main").unwrap().unwrap();
+    assert_eq!((d.gpu_index, d.start), (2, 0), "GPUs 0 and 1 are full");
+}

@@ -107,7 +107,7 @@ pub fn desired(
             &unserved
         }
     };
-    let partition_occupancy = partitions::occupancies(ledger_now, &BTreeMap::new());
+    let partition_occupancy = partitions::occupancies(ledger_now);
     let capacity = node_capacity(
         grammar,
         snapshot.manufacturer,

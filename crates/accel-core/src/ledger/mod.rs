@@ -323,6 +323,9 @@ pub struct Ledger {
     grants: BTreeMap<GrantKey, Grant>,
     occupancy: BTreeMap<u32, Occupancy>,
     policy: Policy,
+    /// Live partition instances no grant accounts for, by accelerator (told by the plugin's
+    /// passes over the live instances; never journalled).
+    outside: BTreeMap<u32, Vec<partitions::Outside>>,
 }
 
 impl Ledger {
@@ -335,6 +338,7 @@ impl Ledger {
             grants: BTreeMap::new(),
             occupancy,
             policy,
+            outside: BTreeMap::new(),
         }
     }
 
@@ -385,6 +389,30 @@ impl Ledger {
             }
             _ => false,
         }
+    }
+
+    /// Replaces what is known of accelerator `index`'s live partition instances that no grant
+    /// accounts for ([`partitions::Outside`]). Returns whether that changed.
+    pub fn set_outside(&mut self, index: u32, mut outside: Vec<partitions::Outside>) -> bool {
+        outside.sort_by_key(|o| (o.start, o.size));
+        if !self.seats.contains_key(&index) {
+            return false;
+        }
+        let before = self.outside.get(&index).map_or(&[][..], Vec::as_slice);
+        if before == outside.as_slice() {
+            return false;
+        }
+        if outside.is_empty() {
+            self.outside.remove(&index);
+        } else {
+            self.outside.insert(index, outside);
+        }
+        true
+    }
+
+    /// Accelerator `index`'s live partition instances that no grant accounts for, as last told.
+    pub fn outside(&self, index: u32) -> &[partitions::Outside] {
+        self.outside.get(&index).map_or(&[][..], Vec::as_slice)
     }
 
     /// Whether a grant still charges its accelerators.
@@ -599,7 +627,7 @@ impl Ledger {
                 .unwrap_or(Occupancy::FREE);
             self.fits(index, &occupancy, grant.family, grant.units)?;
             if let Some(p) = &grant.partition {
-                let taken = partitions::occupied(self, index, &[]);
+                let taken = partitions::occupied(self, index);
                 if taken
                     .iter()
                     .any(|o| partitions::overlaps((p.start, p.size), *o))
@@ -859,7 +887,7 @@ impl Ledger {
                     occupancy.holders
                 ));
             }
-            let placed = partitions::occupied(self, *index, &[]);
+            let placed = partitions::occupied(self, *index);
             for (n, a) in placed.iter().enumerate() {
                 if placed[n + 1..].iter().any(|b| partitions::overlaps(*a, *b)) {
                     return Err(format!(

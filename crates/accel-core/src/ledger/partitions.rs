@@ -12,9 +12,13 @@
 //! - a profile's node capacity key is Σ over partitioned accelerators of (allocated of that
 //!   profile + placeable), every offered profile listed ([`node_profiles`]).
 //!
-//! The occupied intervals are those of the partition grants that charge the accelerator, plus
-//! the placements the caller says are still taken (an instance being reclaimed stays occupied
-//! until it is destroyed).
+//! The occupied intervals are those of the partition grants that charge the accelerator (an
+//! instance being reclaimed keeps its grant, so it stays occupied until it is destroyed), plus
+//! the live instances no grant accounts for that the ledger was told of ([`Outside`]: carved by
+//! hand, left by a lost record, or subdivided). An outside instance a new grant could be handed
+//! ([`Outside::claimable`]) also counts as room for its profile: one more token, and one more of
+//! its profile's capacity; one that overlaps a grant is the grant's own instance seen before
+//! the book caught up, and is not counted twice.
 
 use std::collections::BTreeMap;
 
@@ -61,21 +65,24 @@ pub struct PartitionInstance {
     pub uuid: String,
 }
 
-/// The accelerator and start a new `profile` instance takes: among the healthy partitioned
-/// accelerators offering it with a free start, the most occupied (most memory slices taken:
-/// packed, not spread, so a sibling stays whole for a large profile), ties by index; there, the
-/// lowest free start. `Err` says, per accelerator, why none fits.
-pub fn choose(ledger: &Ledger, profile: &str) -> Result<(u32, PartitionShape, u32), String> {
-    choose_beside(ledger, profile, &BTreeMap::new())
+/// A live instance on an accelerator that no partition grant accounts for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Outside {
+    /// The profile as the vendor spells it.
+    pub profile: String,
+    pub start: u32,
+    pub size: u32,
+    /// Whether a new grant of its profile can be handed it (one compute instance with a device,
+    /// not being destroyed, its accelerator not stopped by a subdivided instance).
+    pub claimable: bool,
 }
 
-/// [`choose`], with the slices per accelerator that instances the ledger does not hold take
-/// (carved by hand, say) counted as taken too.
-pub fn choose_beside(
-    ledger: &Ledger,
-    profile: &str,
-    also: &BTreeMap<u32, Vec<(u32, u32)>>,
-) -> Result<(u32, PartitionShape, u32), String> {
+/// The accelerator and start a new `profile` instance takes: among the healthy partitioned
+/// accelerators offering it with a free start, the most occupied (most memory slices taken,
+/// outside instances included: packed, not spread, so a sibling stays whole for a large
+/// profile), ties by index; there, the lowest free start. `Err` says, per accelerator, why none
+/// fits.
+pub fn choose(ledger: &Ledger, profile: &str) -> Result<(u32, PartitionShape, u32), String> {
     let mut best: Option<(u32, u32, PartitionShape, u32)> = None;
     let mut why = Vec::new();
     for seat in ledger.seats() {
@@ -91,11 +98,7 @@ pub fn choose_beside(
             why.push(format!("GPU {name} is unhealthy"));
             continue;
         }
-        let taken = occupied(
-            ledger,
-            seat.index,
-            also.get(&seat.index).map_or(&[][..], Vec::as_slice),
-        );
+        let taken = taken(ledger, seat.index);
         let Some(start) = free_starts(shape.size, &shape.starts, &taken)
             .first()
             .copied()
@@ -192,20 +195,37 @@ pub fn placed(ledger: &Ledger, index: u32) -> Vec<&PartitionPlacement> {
         .collect()
 }
 
-/// The occupied intervals of accelerator `index`: its charging grants' and `also` (placements
-/// still taken outside the grants, such as an instance being reclaimed).
-pub fn occupied(ledger: &Ledger, index: u32, also: &[(u32, u32)]) -> Vec<(u32, u32)> {
+/// The intervals accelerator `index`'s charging partition grants occupy.
+pub fn occupied(ledger: &Ledger, index: u32) -> Vec<(u32, u32)> {
     placed(ledger, index)
         .into_iter()
         .map(|p| (p.start, p.size))
-        .chain(also.iter().copied())
         .collect()
 }
 
+/// The outside instances of accelerator `index` that no charging grant overlaps.
+pub fn outside(ledger: &Ledger, index: u32) -> Vec<&Outside> {
+    let granted = occupied(ledger, index);
+    ledger
+        .outside(index)
+        .iter()
+        .filter(|o| !granted.iter().any(|g| overlaps(*g, (o.start, o.size))))
+        .collect()
+}
+
+/// Every interval of accelerator `index` a new instance must avoid: its grants' and its
+/// outside instances'.
+pub fn taken(ledger: &Ledger, index: u32) -> Vec<(u32, u32)> {
+    let mut taken = occupied(ledger, index);
+    taken.extend(outside(ledger, index).iter().map(|o| (o.start, o.size)));
+    taken
+}
+
 /// Allocated and still-placeable instances per offered profile (every profile listed, at 0
-/// too). An allocation counts under the profile actually built.
-pub fn occupancy(seat: &Seat, ledger: &Ledger, also: &[(u32, u32)]) -> PartitionOccupancy {
-    let taken = occupied(ledger, seat.index, also);
+/// too). An allocation counts under the profile actually built; a claimable outside instance
+/// counts as placeable for its profile.
+pub fn occupancy(seat: &Seat, ledger: &Ledger) -> PartitionOccupancy {
+    let free = free_counts(seat, ledger);
     let mut allocated: BTreeMap<String, u32> = seat
         .partitions
         .iter()
@@ -214,42 +234,57 @@ pub fn occupancy(seat: &Seat, ledger: &Ledger, also: &[(u32, u32)]) -> Partition
     for p in placed(ledger, seat.index) {
         *allocated.entry(p.profile.clone()).or_default() += 1;
     }
-    let placeable = seat
-        .partitions
-        .iter()
-        .map(|p| (p.name.clone(), free_count(p.size, &p.starts, &taken)))
-        .collect();
+    let mut placeable = free;
+    for o in outside(ledger, seat.index) {
+        if o.claimable
+            && let Some(n) = placeable.get_mut(&o.profile)
+        {
+            *n += 1;
+        }
+    }
     PartitionOccupancy {
         allocated,
         placeable,
     }
 }
 
-/// The healthy partition tokens of one accelerator: its allocated instances plus its largest
-/// per-profile placeable count; 0 when it is unhealthy or not in a partitioning mode.
-pub fn room(seat: &Seat, ledger: &Ledger, also: &[(u32, u32)]) -> u32 {
+/// How many instances of each offered profile fit in the slices nothing takes.
+fn free_counts(seat: &Seat, ledger: &Ledger) -> BTreeMap<String, u32> {
+    let taken = taken(ledger, seat.index);
+    seat.partitions
+        .iter()
+        .map(|p| (p.name.clone(), free_count(p.size, &p.starts, &taken)))
+        .collect()
+}
+
+/// The healthy partition tokens of one accelerator: its allocated instances, plus its
+/// claimable outside instances (each can be handed to a container), plus its largest
+/// per-profile count of instances that fit in the slices nothing takes; only the allocated
+/// ones when it is unhealthy, 0 when it is not in a partitioning mode.
+pub fn room(seat: &Seat, ledger: &Ledger) -> u32 {
     if seat.grantable != Grantable::PartitionsOnly {
         return 0;
     }
-    let occupancy = occupancy(seat, ledger, also);
-    let allocated: u32 = occupancy.allocated.values().sum();
-    let largest = occupancy.placeable.values().copied().max().unwrap_or(0);
-    let room = allocated + largest;
-    if seat.healthy { room } else { allocated }
+    let allocated = u32::try_from(placed(ledger, seat.index).len()).unwrap_or(u32::MAX);
+    if !seat.healthy {
+        return allocated;
+    }
+    let claimable = outside(ledger, seat.index)
+        .iter()
+        .filter(|o| o.claimable && seat.partitions.iter().any(|p| p.name == o.profile))
+        .count();
+    let largest = free_counts(seat, ledger).into_values().max().unwrap_or(0);
+    allocated
+        .saturating_add(u32::try_from(claimable).unwrap_or(u32::MAX))
+        .saturating_add(largest)
 }
 
 /// Every partitioned accelerator's allocated and placeable profiles, by index.
-pub fn occupancies(
-    ledger: &Ledger,
-    also: &BTreeMap<u32, Vec<(u32, u32)>>,
-) -> BTreeMap<u32, PartitionOccupancy> {
+pub fn occupancies(ledger: &Ledger) -> BTreeMap<u32, PartitionOccupancy> {
     ledger
         .seats()
         .filter(|s| s.grantable == Grantable::PartitionsOnly)
-        .map(|s| {
-            let extra = also.get(&s.index).map_or(&[][..], Vec::as_slice);
-            (s.index, occupancy(s, ledger, extra))
-        })
+        .map(|s| (s.index, occupancy(s, ledger)))
         .collect()
 }
 
@@ -325,16 +360,16 @@ mod tests {
     #[test]
     fn the_worked_8xh100_example() {
         let mut ledger = Ledger::new((0..8).map(seat), Policy::default());
-        let tokens = |l: &Ledger| l.seats().map(|s| room(s, l, &[])).sum::<u32>();
+        let tokens = |l: &Ledger| l.seats().map(|s| room(s, l)).sum::<u32>();
         assert_eq!(tokens(&ledger), 56);
         assert!(ledger.seats().all(|s| token_ceiling(s) == 7));
-        let empty = node_profiles(&occupancies(&ledger, &BTreeMap::new()));
+        let empty = node_profiles(&occupancies(&ledger));
         assert_eq!(empty["1g.10gb"], 56);
         assert_eq!(empty["7g.80gb"], 8);
 
         ledger.allocate(claim("a", 0, "3g.40gb", 0, 4)).unwrap();
         assert_eq!(tokens(&ledger), 53, "49 + 1 allocated + 3");
-        let keys = node_profiles(&occupancies(&ledger, &BTreeMap::new()));
+        let keys = node_profiles(&occupancies(&ledger));
         let want: BTreeMap<String, u64> = [
             ("1g.10gb", 52),
             ("1g.20gb", 30),
@@ -347,7 +382,7 @@ mod tests {
         .map(|(k, v)| (k.to_string(), v))
         .collect();
         assert_eq!(keys, want);
-        let gpu0 = occupancy(ledger.seat(0).unwrap(), &ledger, &[]);
+        let gpu0 = occupancy(ledger.seat(0).unwrap(), &ledger);
         assert_eq!(gpu0.allocated["3g.40gb"], 1);
         assert_eq!(gpu0.allocated["4g.40gb"], 0, "keyed by the profile built");
         assert_eq!(gpu0.placeable["3g.40gb"], 1);
@@ -385,30 +420,85 @@ mod tests {
         assert!(why.starts_with("GPU 0 (GPU-0) has no free start"), "{why}");
     }
 
+    fn outside(profile: &str, start: u32, size: u32, claimable: bool) -> Outside {
+        Outside {
+            profile: profile.into(),
+            start,
+            size,
+            claimable,
+        }
+    }
+
     #[test]
-    fn choose_beside_counts_instances_the_ledger_does_not_hold_as_taken() {
-        let ledger = Ledger::new((0..2).map(seat), Policy::default());
+    fn choose_counts_outside_instances_as_taken() {
+        let mut ledger = Ledger::new((0..2).map(seat), Policy::default());
         // A 1g carved by hand on GPU 1 at 0: GPU 1 is the occupied one, and its 0 is taken.
-        let also = BTreeMap::from([(1, vec![(0, 1)])]);
+        assert!(ledger.set_outside(1, vec![outside("1g.10gb", 0, 1, true)]));
+        assert!(!ledger.set_outside(1, vec![outside("1g.10gb", 0, 1, true)]));
         assert_eq!(
-            choose_beside(&ledger, "1g.10gb", &also).map(|(i, _, s)| (i, s)),
+            choose(&ledger, "1g.10gb").map(|(i, _, s)| (i, s)),
             Ok((1, 1))
         );
         assert_eq!(
-            choose_beside(&ledger, "3g.40gb", &also).map(|(i, _, s)| (i, s)),
+            choose(&ledger, "3g.40gb").map(|(i, _, s)| (i, s)),
             Ok((1, 4))
         );
-        let full = BTreeMap::from([(0, vec![(0, 8)]), (1, vec![(0, 8)])]);
-        let why = choose_beside(&ledger, "1g.10gb", &full).unwrap_err();
+        ledger.set_outside(0, vec![outside("7g.80gb", 0, 8, false)]);
+        ledger.set_outside(1, vec![outside("7g.80gb", 0, 8, true)]);
+        let why = choose(&ledger, "1g.10gb").unwrap_err();
         assert!(why.contains("GPU 1 (GPU-1) has no free start"), "{why}");
+        assert!(!ledger.set_outside(9, vec![outside("7g.80gb", 0, 8, true)]));
+        assert!(ledger.outside(9).is_empty());
+    }
+
+    #[test]
+    fn outside_instances_take_room_and_a_claimable_one_is_room_for_its_profile() {
+        let mut ledger = Ledger::new((0..2).map(seat), Policy::default());
+        let tokens = |l: &Ledger| l.seats().map(|s| room(s, l)).collect::<Vec<_>>();
+        // A claimable 3g at 0: one token for it, and 3 1g fit beside it (4, 5, 6).
+        ledger.set_outside(0, vec![outside("3g.40gb", 0, 4, true)]);
+        assert_eq!(tokens(&ledger), [4, 7]);
+        let gpu0 = occupancy(ledger.seat(0).unwrap(), &ledger);
+        assert_eq!(gpu0.allocated["3g.40gb"], 0, "not a grant");
+        assert_eq!(
+            gpu0.placeable["3g.40gb"], 2,
+            "the claimable one and the free start 4"
+        );
+        assert_eq!(gpu0.placeable["1g.10gb"], 3);
+        assert_eq!(gpu0.placeable["7g.80gb"], 0);
+        let keys = node_profiles(&occupancies(&ledger));
+        assert_eq!(keys["3g.40gb"], 4);
+        assert_eq!(keys["1g.10gb"], 10);
+        // Not claimable (subdivided, or being destroyed): it only takes its slices.
+        ledger.set_outside(0, vec![outside("3g.40gb", 0, 4, false)]);
+        assert_eq!(tokens(&ledger), [3, 7]);
+        assert_eq!(
+            occupancy(ledger.seat(0).unwrap(), &ledger).placeable["3g.40gb"],
+            1
+        );
+        // Claimed: the grant overlaps it, and it is counted once, as the grant.
+        ledger.set_outside(0, vec![outside("3g.40gb", 0, 4, true)]);
+        ledger.allocate(claim("a", 0, "3g.40gb", 0, 4)).unwrap();
+        assert_eq!(tokens(&ledger), [4, 7]);
+        let gpu0 = occupancy(ledger.seat(0).unwrap(), &ledger);
+        assert_eq!(
+            (gpu0.allocated["3g.40gb"], gpu0.placeable["3g.40gb"]),
+            (1, 1)
+        );
+        // Gone: the slices are free again.
+        ledger.release(&GrantKey::new("a", "main"));
+        assert!(ledger.set_outside(0, Vec::new()));
+        assert_eq!(tokens(&ledger), [7, 7]);
     }
 
     #[test]
     fn a_reclaiming_instance_stays_occupied() {
-        let ledger = Ledger::new([seat(0)], Policy::default());
+        // The reclaim keeps the grant until the instance is destroyed.
+        let mut ledger = Ledger::new([seat(0)], Policy::default());
+        ledger.allocate(claim("a", 0, "3g.40gb", 0, 4)).unwrap();
         let s = ledger.seat(0).unwrap();
-        assert_eq!(room(s, &ledger, &[(0, 4)]), 3);
-        assert_eq!(occupancy(s, &ledger, &[(4, 4)]).placeable["3g.40gb"], 1);
+        assert_eq!(room(s, &ledger), 4);
+        assert_eq!(occupancy(s, &ledger).placeable["3g.40gb"], 1);
     }
 
     #[test]
@@ -416,6 +506,6 @@ mod tests {
         let mut ledger = Ledger::new([seat(0)], Policy::default());
         ledger.allocate(claim("a", 0, "1g.10gb", 3, 1)).unwrap();
         ledger.set_health(0, false);
-        assert_eq!(room(ledger.seat(0).unwrap(), &ledger, &[]), 1);
+        assert_eq!(room(ledger.seat(0).unwrap(), &ledger), 1);
     }
 }

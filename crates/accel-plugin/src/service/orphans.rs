@@ -20,6 +20,11 @@
 //! instances nor a gone Pod's partition (it stays occupied and is tried again) — and the other
 //! accelerators carry on (the described system stops reclaim node-wide). It is logged once when
 //! it appears and once when it is gone, and `doctor`'s `mig-layout` row names it.
+//!
+//! What the book holds is told to the ledger after every change ([`State::sync_outside`],
+//! as `accel_core::ledger::partitions::Outside`), so the partitioned pool's healthy tokens, the
+//! node's capacity keys and `Devices.status` count live occupancy, not the grants alone: an
+//! unowned instance's slices are taken, and a claimable one is room for its profile.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -28,11 +33,11 @@ use std::time::Duration;
 use accel_backend::partition::{Instance, PartitionGpu, overlaps};
 use accel_core::inventory::Grantable;
 use accel_core::ledger::Ledger;
-use accel_core::ledger::partitions;
+use accel_core::ledger::partitions::{self, Outside};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use super::Shared;
+use super::{Shared, State};
 
 /// How long an unowned instance stays before it is destroyed, when nothing says otherwise.
 pub const DEFAULT_DEBOUNCE: Duration = Duration::from_secs(300);
@@ -89,17 +94,39 @@ pub(super) struct OrphanBook {
 }
 
 impl OrphanBook {
-    /// Every accelerator's slices taken by instances no grant accounts for.
-    pub fn occupied_all(&self) -> BTreeMap<u32, Vec<(u32, u32)>> {
-        let mut all: BTreeMap<u32, Vec<(u32, u32)>> = BTreeMap::new();
-        for ((index, _), o) in &self.seen {
-            all.entry(*index).or_default().push((o.start, o.size));
-        }
-        for (index, split) in &self.subdivided {
-            let list = all.entry(*index).or_default();
-            list.extend(split.iter().map(|(_, start, size)| (*start, *size)));
-        }
-        all
+    /// What the ledger is told of accelerator `index`'s instances that no grant accounts for:
+    /// each unowned one (claimable unless it is being destroyed, holds other than one compute
+    /// instance or has no device, or its accelerator is stopped by a subdivided instance), and
+    /// each subdivided one (never claimable).
+    pub fn outside_of(&self, index: u32) -> Vec<Outside> {
+        let stopped = self.subdivided.contains_key(&index);
+        let mut out: Vec<Outside> = self
+            .seen
+            .range((index, 0)..=(index, u32::MAX))
+            .map(|(key, o)| Outside {
+                profile: o.profile.clone(),
+                start: o.start,
+                size: o.size,
+                claimable: !stopped
+                    && o.compute_instances.len() == 1
+                    && o.uuid.is_some()
+                    && !self.destroying.contains(key),
+            })
+            .collect();
+        // A subdivided GPU instance's profile is not kept: it is never claimed.
+        out.extend(
+            self.subdivided
+                .get(&index)
+                .into_iter()
+                .flatten()
+                .map(|(_, start, size)| Outside {
+                    profile: String::new(),
+                    start: *start,
+                    size: *size,
+                    claimable: false,
+                }),
+        );
+        out
     }
 
     /// An unowned instance of `profile` a new grant can take: one compute instance and a device
@@ -126,7 +153,7 @@ impl OrphanBook {
                         && partitions::free_starts(
                             o.size,
                             &[o.start],
-                            &partitions::occupied(ledger, *index, &[]),
+                            &partitions::occupied(ledger, *index),
                         ) == [o.start]
                 })
             })
@@ -141,6 +168,15 @@ pub(super) fn subdivided(live: &[Instance]) -> Vec<(u32, u32, u32)> {
         .filter(|i| i.is_subdivided())
         .map(|i| (i.gpu_instance, i.start, i.size))
         .collect()
+}
+
+impl State {
+    /// Tells the ledger what the book knows of accelerator `index`'s instances no grant
+    /// accounts for; whether that changed what the ledger counts.
+    pub(super) fn sync_outside(&mut self, index: u32) -> bool {
+        let outside = self.orphans.outside_of(index);
+        self.ledger.set_outside(index, outside)
+    }
 }
 
 impl Shared {
@@ -164,6 +200,10 @@ impl Shared {
                 gis.join(", ")
             );
             state.orphans.subdivided.insert(gpu.index, split);
+        }
+        if state.sync_outside(gpu.index) {
+            drop(state);
+            self.notify();
         }
     }
 
@@ -251,7 +291,7 @@ impl Shared {
     /// apart).
     fn unowned<'a>(&self, gpu: &PartitionGpu, live: &'a [Instance]) -> Vec<&'a Instance> {
         let state = self.lock();
-        let taken = partitions::occupied(&state.ledger, gpu.index, &[]);
+        let taken = partitions::occupied(&state.ledger, gpu.index);
         live.iter()
             .filter(|i| !i.is_subdivided())
             .filter(|i| !taken.iter().any(|t| overlaps(*t, (i.start, i.size))))
@@ -316,6 +356,10 @@ impl Shared {
                 },
             );
         }
+        if state.sync_outside(gpu.index) {
+            drop(state);
+            self.notify();
+        }
         due
     }
 
@@ -328,16 +372,24 @@ impl Shared {
                 let Some(orphan) = state.orphans.seen.get(&key).cloned() else {
                     continue;
                 };
-                let taken = partitions::occupied(&state.ledger, gpu.index, &[]);
+                let taken = partitions::occupied(&state.ledger, gpu.index);
                 if taken
                     .iter()
                     .any(|t| overlaps(*t, (orphan.start, orphan.size)))
                 {
                     // A grant took it (claimed) since the listing.
                     state.orphans.seen.remove(&key);
+                    if state.sync_outside(gpu.index) {
+                        drop(state);
+                        self.notify();
+                    }
                     continue;
                 }
                 state.orphans.destroying.insert(key);
+                if state.sync_outside(gpu.index) {
+                    drop(state);
+                    self.notify();
+                }
                 orphan
             };
             let (partitioner, commands, target, made) = (
@@ -389,6 +441,10 @@ impl Shared {
                     tracing::warn!("{gpu}: the unowned GPU instance {gi} is kept for now: {e}");
                 }
                 Err(_) => {}
+            }
+            if state.sync_outside(gpu.index) {
+                drop(state);
+                self.notify();
             }
         }
     }

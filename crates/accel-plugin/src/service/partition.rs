@@ -348,15 +348,12 @@ impl Shared {
             });
         let (index, shape, start) = match reuse {
             Some(reused) => reused,
-            None => {
-                partitions::choose_beside(&state.ledger, profile, &state.orphans.occupied_all())
-                    .map_err(|why| {
-                        Status::failed_precondition(format!(
-                            "{who}: no GPU on this node can place a {profile} instance: {why}"
-                        ))
-                        .refused(RefusalReason::NoRoom)
-                    })?
-            }
+            None => partitions::choose(&state.ledger, profile).map_err(|why| {
+                Status::failed_precondition(format!(
+                    "{who}: no GPU on this node can place a {profile} instance: {why}"
+                ))
+                .refused(RefusalReason::NoRoom)
+            })?,
         };
         let Some(seat) = seat_of(state, index) else {
             return Err(Status::internal(format!("{who}: GPU {index} vanished")));
@@ -458,6 +455,8 @@ impl Shared {
             .orphans
             .seen
             .remove(&(gpu.index, candidate.gpu_instance));
+        // The grant now overlaps it, so the ledger counts it once already; no notification.
+        state.sync_outside(gpu.index);
         drop(state);
         reserved.placement.start = candidate.start;
         let instance = PartitionInstance {
