@@ -1335,3 +1335,29 @@ async fn partitions_handed_tokens_of_other_gpus_survive_restarts() {
     let d = ownership::read(&rig.data(), "d", "main").unwrap().unwrap();
     assert_eq!((d.gpu_index, d.start), (2, 0), "GPUs 0 and 1 are full");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_busy_unowned_instance_is_never_handed_to_a_container() {
+    let rig = Rig::with_orphans(Orphans {
+        debounce: Duration::from_secs(600),
+        period: Duration::from_millis(100),
+    })
+    .await;
+    // A 3g carved on GPU 5 with somebody's process running on it.
+    carve(&rig, 5, "3g.40gb", 4, 4, &["MIG-hand-busy"], true);
+    // GPU 5: no token for it, four 1g fit in 0-3.
+    rig.wait_healthy(49 + 4).await;
+    let made = rig.admit("a", "3g.40gb").await.unwrap();
+    assert_ne!(made, "MIG-hand-busy", "somebody's running work is not handed out");
+    let a = ownership::read(&rig.data(), "a", "main").unwrap().unwrap();
+    assert_eq!(
+        (a.gpu_index, a.start),
+        (5, 0),
+        "packed beside it on the most occupied GPU"
+    );
+    // Its process ends: the next container asking for a 3g is handed it.
+    set_busy(&rig, false);
+    // GPU 5: a's grant + the claimable one; the other seven whole.
+    rig.wait_healthy(49 + 2).await;
+    assert_eq!(rig.admit("b", "3g.40gb").await.unwrap(), "MIG-hand-busy");
+}

@@ -5,10 +5,12 @@
 //! (with no lock held; one accelerator at a time) and compares them with the ledger. An instance
 //! whose placement no partition grant overlaps — carved by hand, or left by a create whose
 //! record was lost — is *unowned*:
-//! - it is **reused first**: a container asking for its profile is placed on it (the reservation
+//! - it is **reused first** unless busy: a container asking for its profile is placed on it (the reservation
 //!   takes its accelerator and start, and Allocate claims it) before any instance is made, on
 //!   whichever accelerator it sits; and until then its slices count as taken when a new instance
-//!   is placed, so a create never runs into it;
+//!   is placed, so a create never runs into it. One the last process listing found a compute
+//!   process on is somebody's running work and is never handed to a container (the described
+//!   system reuses it regardless);
 //! - it is **destroyed** (CI, then GI) once it has been seen unowned and idle for
 //!   [`Orphans::debounce`] — idle meaning no compute process runs on it by the vendor's process
 //!   listing ([`accel_backend::Partitioner::busy`], read each pass on an accelerator that holds
@@ -79,6 +81,9 @@ pub(super) struct Orphan {
     pub uuid: Option<String>,
     /// Since when it has been seen unowned and not found busy.
     pub since: Instant,
+    /// Whether the last process listing that could be read put a compute process on it: a busy
+    /// instance runs somebody's work and is never handed to a container.
+    pub busy: bool,
 }
 
 /// What the passes know of the node's instances that no grant accounts for.
@@ -108,6 +113,7 @@ impl OrphanBook {
                 start: o.start,
                 size: o.size,
                 claimable: !stopped
+                    && !o.busy
                     && o.compute_instances.len() == 1
                     && o.uuid.is_some()
                     && !self.destroying.contains(key),
@@ -137,6 +143,7 @@ impl OrphanBook {
             .iter()
             .filter(|(key, o)| {
                 o.profile == profile
+                    && !o.busy
                     && o.compute_instances.len() == 1
                     && o.uuid.is_some()
                     && !self.destroying.contains(key)
@@ -337,6 +344,11 @@ impl Shared {
                     now
                 }
             };
+            let seen_busy = match busy {
+                Some(busy) => busy.contains(&instance.gpu_instance),
+                // Not known this pass: as last seen (a new one as idle).
+                None => before.get(&key).is_some_and(|o| o.busy),
+            };
             match busy {
                 Some(busy) if busy.contains(&instance.gpu_instance) => since = now,
                 Some(_) if now.duration_since(since) >= debounce => {
@@ -353,6 +365,7 @@ impl Shared {
                     compute_instances: instance.compute_instances.clone(),
                     uuid: instance.uuid.clone(),
                     since,
+                    busy: seen_busy,
                 },
             );
         }

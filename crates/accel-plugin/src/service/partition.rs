@@ -429,6 +429,13 @@ impl Shared {
             })
             .collect();
         let destroying = &state.orphans.destroying;
+        let busy = |gi: u32| {
+            state
+                .orphans
+                .seen
+                .get(&(gpu.index, gi))
+                .is_some_and(|o| o.busy)
+        };
         let mut candidates: Vec<_> = live
             .into_iter()
             .filter(|i| {
@@ -437,6 +444,7 @@ impl Shared {
                     && i.compute_instances.len() == 1
                     && i.uuid.as_ref().is_some_and(|u| !owned.contains(u))
                     && !destroying.contains(&(gpu.index, i.gpu_instance))
+                    && !busy(i.gpu_instance)
             })
             .collect();
         // The one the reservation was placed on first (an instance the passes found).
