@@ -11,7 +11,10 @@
 #   5. a 1g.10gb carved "by hand" on GPU 7 (written into the host's mig-state.json), owned by no
 #      Pod and idle, is destroyed after the debounce (serve runs with
 #      --partition-orphan-debounce 3s);
-#   6. the Pod deleted: the instance is reclaimed and allocatable is back at 56.
+#   6. a 4g.40gb carved by hand on GPU 6 with a compute process on it: allocatable drops to 49
+#      (live occupancy counts, and a busy instance is no room), it is kept past the debounce,
+#      and once idle it is destroyed and allocatable is back at 53;
+#   7. the Pod deleted: the instance is reclaimed and allocatable is back at 56.
 #
 #   scripts/build-release.sh && scripts/rig-mig.sh
 #
@@ -124,6 +127,44 @@ if grep -q MIG-hand-carved-on-the-rig "$HOST/mig-state.json"; then
 else
   echo "  destroyed after the debounce: $(grep -c 'destroyed the unowned' /tmp/rig-mig-serve.log) log line(s)"
 fi
+echo "a 4g.40gb carved by hand on GPU 6 with a compute process running on it:"
+busy_4g() { # true: carve it busy on GPU 6; false: its process ends
+  python3 - "$HOST/mig-state.json" 6 "$1" <<'PY'
+import json, os, sys
+path, gpu, busy = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "true"
+state = json.load(open(path))
+if busy:
+    used = {i["gpuInstance"] for i in state["instances"] if i["gpu"] == gpu}
+    gi = min(set(range(1, 16)) - used)
+    state["instances"].append({"gpu": gpu, "gpuInstance": gi, "profileId": 5, "profile": "4g.40gb",
+        "start": 0, "size": 4, "busy": True,
+        "computeInstances": [{"id": 0, "uuid": "MIG-hand-busy-on-the-rig"}]})
+else:
+    for i in state["instances"]:
+        if i["gpu"] == gpu:
+            i["busy"] = False
+with open(path + ".tmp", "w") as f:
+    json.dump(state, f, indent=2)
+os.replace(path + ".tmp", path)
+PY
+}
+busy_4g true
+# GPU 6 keeps 3 tokens (1g at slices 4-6): the busy instance is no room for anyone.
+want 49 "  with it (live occupancy, not the ledger alone)"
+sleep 5
+if grep -q MIG-hand-busy-on-the-rig "$HOST/mig-state.json"; then
+  echo "  kept while busy, past the debounce"
+else
+  echo "  DESTROYED WHILE BUSY"; failed=1
+fi
+busy_4g false
+for _ in $(seq 1 30); do grep -q MIG-hand-busy-on-the-rig "$HOST/mig-state.json" || break; sleep 1; done
+if grep -q MIG-hand-busy-on-the-rig "$HOST/mig-state.json"; then
+  echo "  its process ended: NOT destroyed"; failed=1
+else
+  echo "  its process ended: destroyed after the debounce"
+fi
+want 53 "  gone"
 $KC delete pod mig-pod --wait=true --timeout=60s >/dev/null 2>&1
 want 56 "after the Pod is gone (reclaimed)"
 grep -E " (WARN|ERROR) " /tmp/rig-mig-serve.log | grep -iE "partition|mig" | tail -8
