@@ -1,0 +1,82 @@
+# rig-lib.sh — sourced by the rig scripts (scripts/rig-*.sh), never run: where things are, and
+# the rig's bring-up and tear-down (../shared/rig). After it: HERE, REPO, RIGSRC, K, KUBECONFIG,
+# KC and BIN are set, the binary and the rig are known to exist, and `failed` is 0.
+HERE=$(cd "$(dirname "${BASH_SOURCE[1]:-$0}")" && pwd)
+REPO=$(cd "$HERE/.." && pwd)
+RIGSRC=${RIGSRC:-$REPO/../shared/rig}
+K=/tmp/k8s
+export KUBECONFIG=$K/kubeconfig
+KC=$K/bin/kubectl
+BIN=$(readlink -f "${BIN:-$REPO/target/$(uname -m)-unknown-linux-gnu/release/device-manager}")
+[ -x "$BIN" ] || { echo "no binary $BIN (scripts/build-release.sh)"; exit 2; }
+[ -x $K/up.sh ] || { echo "no rig at $K (run $RIGSRC/build.sh)"; exit 2; }
+failed=0
+
+# fail WHY: says it, and the script ends FAILED.
+fail() { echo "FAIL: $*"; failed=1; }
+
+# rig_up LOG: the API server with the controller-manager and the scheduler, then the node
+# (kubelet and containerd); their output in LOG-up.log and LOG-node.log. Exits 2 if either fails.
+rig_up() {
+  WITH_KCM=1 WITH_SCHED=1 $K/up.sh >"$1-up.log" 2>&1 && $K/node-up.sh >"$1-node.log" 2>&1 || {
+    echo "rig did not come up ($1-*.log)"; exit 2; }
+}
+
+# rig_down: the node, then the control plane (the rig keeps its etcd data).
+rig_down() { $K/node-down.sh >/dev/null 2>&1; $K/down.sh >/dev/null 2>&1; }
+
+# fresh_devices: the Devices CRD as this checkout defines it (Helm installs crds/ once and never
+# upgrades them, and the API server drops status fields an older CRD does not know:
+# deploy/README.md, "Upgrading"), and nothing an earlier run left in etcd: rig-node's Devices
+# object and the Node's Events.
+fresh_devices() {
+  $KC apply --server-side --force-conflicts -f "$REPO/deploy/helm/device-manager/crds/" >/dev/null
+  $KC delete devices.gpustack.ai rig-node --ignore-not-found >/dev/null 2>&1
+  $KC -n default delete events --field-selector involvedObject.kind=Node >/dev/null 2>&1
+}
+
+# kernel_line FILE SEQ TEXT: appends one /dev/kmsg record (priority 3) to FILE.
+kernel_line() {
+  echo "kernel log <- $3"
+  printf '3,%s,%s,-;%s\n' "$2" "$(($(date +%s) * 1000000))" "$3" >>"$1"
+}
+
+# allocatable RESOURCE: rig-node's allocatable count of RESOURCE (dots escaped for jsonpath).
+allocatable() {
+  $KC get node rig-node -o jsonpath="{.status.allocatable.${1//./\\.}}" 2>/dev/null
+}
+
+# devices_faults PATTERN...: rig-node's Devices status.faults, waited for (30 s) until every
+# PATTERN is in it; printed.
+devices_faults() {
+  local faults="" p ok
+  for _ in $(seq 1 30); do
+    faults=$($KC get devices.gpustack.ai rig-node -o jsonpath='{.status.faults}' 2>/dev/null)
+    ok=1
+    for p in "$@"; do echo "$faults" | grep -q "$p" || ok=0; done
+    [ "$ok" = 1 ] && break
+    sleep 1
+  done
+  echo "Devices rig-node status.faults: $faults"
+  FAULTS=$faults
+}
+
+# node_events: the Events on Node rig-node, waited for (30 s) until a Warning is among them;
+# printed, and kept in EVENTS.
+node_events() {
+  EVENTS=""
+  for _ in $(seq 1 30); do
+    EVENTS=$($KC -n default get events --field-selector involvedObject.kind=Node,involvedObject.name=rig-node \
+      -o jsonpath='{range .items[*]}{.type} {.reason}: {.message}{"\n"}{end}' 2>/dev/null)
+    echo "$EVENTS" | grep -q Warning && break
+    sleep 1
+  done
+  echo "Events on Node rig-node:"
+  echo "$EVENTS" | sed 's/^/  /'
+}
+
+# verdict NAME: prints NAME: OK or NAME: FAILED and exits with `failed`.
+verdict() {
+  if [ "$failed" = 0 ]; then echo "$1: OK"; else echo "$1: FAILED"; fi
+  exit "$failed"
+}
