@@ -15,17 +15,9 @@
 # Needs root and the rig built (../shared/rig/build.sh). CI cannot run it: a person runs it and
 # keeps what it printed. Leaves the rig stopped.
 set -u
-HERE=$(cd "$(dirname "$0")" && pwd)
-REPO=$(cd "$HERE/.." && pwd)
-RIGSRC=${RIGSRC:-$REPO/../shared/rig}
-K=/tmp/k8s
-export KUBECONFIG=$K/kubeconfig
-KC=$K/bin/kubectl
-BIN=$(readlink -f "${BIN:-$REPO/target/$(uname -m)-unknown-linux-gnu/release/device-manager}")
+. "$(dirname "$0")/rig-lib.sh"
 N=${N:-100}
 PEER=${PEER:-0}
-[ -x "$BIN" ] || { echo "no binary $BIN (scripts/build-release.sh)"; exit 2; }
-[ -x $K/up.sh ] || { echo "no rig at $K (run $RIGSRC/build.sh)"; exit 2; }
 
 LIB=/var/lib/gpustack/operator/lib/cuda-13/libvgpu.so
 WORK=$(mktemp -d /tmp/rig-allocate.XXXXXX)
@@ -45,7 +37,6 @@ cleanup() {
 }
 trap cleanup EXIT
 
-failed=0
 for res in nvidia.com/gpu nvidia.com/gpu.shared nvidia.com/gpu.sliced; do
   echo "=== churn: $N Pods of 1 $res"
   peer=0
@@ -58,45 +49,20 @@ for res in nvidia.com/gpu nvidia.com/gpu.shared nvidia.com/gpu.sliced; do
 done
 
 echo "=== the slice pair: 60 %, then 50 %"
-WITH_KCM=1 WITH_SCHED=1 $K/up.sh >/tmp/rig-allocate-up.log 2>&1 && $K/node-up.sh >/tmp/rig-allocate-node.log 2>&1 || {
-  echo "rig did not come up (/tmp/rig-allocate-*.log)"; exit 2; }
+rig_up "/tmp/rig-allocate"
 D=$(mktemp -d)
 MALLOC_ARENA_MAX=${MALLOC_ARENA_MAX-1} "$BIN" serve --node-name rig-node --host-root "$HOST" --kubelet-dir $K/kubelet --data-dir "$D" \
   >/tmp/rig-allocate-pair-serve.log 2>&1 &
 SERVE=$!
-stop() { kill $SERVE 2>/dev/null; wait $SERVE 2>/dev/null; $K/node-down.sh >/dev/null 2>&1; $K/down.sh >/dev/null 2>&1; cleanup; }
+stop() { kill $SERVE 2>/dev/null; wait $SERVE 2>/dev/null; rig_down; cleanup; }
 trap stop EXIT
 cap() { $KC get node rig-node -o jsonpath="{.status.allocatable.nvidia\.com/gpu\.sliced\.units}" 2>/dev/null; }
 for _ in $(seq 1 90); do [ -n "$(cap)" ] && [ "$(cap)" != 0 ] && break; sleep 1; done
 $KC delete pod --all --wait=true --timeout=60s >/dev/null 2>&1
 slice() { # name percentage
   local units=$(($2 * 16000))
-  cat <<EOT | $KC apply -f - >/dev/null
-apiVersion: v1
-kind: Pod
-metadata: {name: $1, namespace: default}
-spec:
-  hostNetwork: true
-  restartPolicy: Never
-  terminationGracePeriodSeconds: 0
-  containers:
-  - name: c
-    image: localhost/rig/busybox:1.0
-    imagePullPolicy: Never
-    command: ["sleep", "3600"]
-    resources:
-      limits:
-        nvidia.com/gpu.sliced: "1"
-        nvidia.com/gpu.sliced.memory-percentage: "$2"
-        nvidia.com/gpu.sliced.cores-percentage: "100"
-        nvidia.com/gpu.sliced.units: "$units"
-EOT
-  if $KC wait --for=condition=Ready "pod/$1" --timeout=60s >/dev/null 2>&1; then
-    echo "$1 ($2 %): Running"
-  else
-    echo "$1 ($2 %): NOT RUNNING: $($KC get pod "$1" -o jsonpath='{.status.reason}: {.status.message}')"
-    failed=1
-  fi
+  busybox_pod "$1" "sleep 3600" "{nvidia.com/gpu.sliced: \"1\", nvidia.com/gpu.sliced.memory-percentage: \"$2\", nvidia.com/gpu.sliced.cores-percentage: \"100\", nvidia.com/gpu.sliced.units: \"$units\"}"
+  running "$1" && echo "$1 ($2 %): Running"
 }
 slice slice-60 60
 slice slice-50 50
@@ -113,5 +79,4 @@ if [ -z "$a60" ] || [ -z "$a50" ] || [ "$a60" = "$a50" ]; then
 fi
 $KC delete pod slice-60 slice-50 --wait=true --timeout=60s >/dev/null 2>&1
 
-if [ "$failed" = 0 ]; then echo "rig-allocate: OK"; else echo "rig-allocate: FAILED"; fi
-exit $failed
+verdict rig-allocate

@@ -17,15 +17,8 @@
 #
 # Needs root and the rig built (../shared/rig/build.sh). CI cannot run it. Leaves the rig stopped.
 set -u
-HERE=$(cd "$(dirname "$0")" && pwd)
-REPO=$(cd "$HERE/.." && pwd)
-K=/tmp/k8s
-export KUBECONFIG=$K/kubeconfig
-KC=$K/bin/kubectl
-BIN=$(readlink -f "${BIN:-$REPO/target/$(uname -m)-unknown-linux-gnu/release/device-manager}")
+. "$(dirname "$0")/rig-lib.sh"
 N=${N:-30}
-[ -x "$BIN" ] || { echo "no binary $BIN (scripts/build-release.sh)"; exit 2; }
-[ -x $K/up.sh ] || { echo "no rig at $K (run ../shared/rig/build.sh)"; exit 2; }
 
 WORK=$(mktemp -d /tmp/rig-amd.XXXXXX)
 HOST=$WORK/amd-8x-mi300x
@@ -49,8 +42,7 @@ for n in /dev/kfd $(cd "$HOST/root" && ls -d dev/dri/card* dev/dri/renderD* | se
   fi
 done
 
-WITH_KCM=1 WITH_SCHED=1 $K/up.sh >/tmp/rig-amd-up.log 2>&1 && $K/node-up.sh >/tmp/rig-amd-node.log 2>&1 || {
-  echo "rig did not come up (/tmp/rig-amd-*.log)"; exit 2; }
+rig_up "/tmp/rig-amd"
 D=$WORK/data
 MALLOC_ARENA_MAX=${MALLOC_ARENA_MAX-1} "$BIN" serve --manufacturer amd --node-name rig-node \
   --host-root "$HOST" --kubelet-dir $K/kubelet --data-dir "$D" >/tmp/rig-amd-serve.log 2>&1 &
@@ -58,13 +50,12 @@ SERVE=$!
 stop() {
   kill $SERVE 2>/dev/null; wait $SERVE 2>/dev/null
   $KC delete pod --all --wait=false >/dev/null 2>&1
-  $K/node-down.sh >/dev/null 2>&1; $K/down.sh >/dev/null 2>&1
+  rig_down
   for m in "${made[@]}"; do rm -f "$m"; done
   rmdir /dev/dri "$LIBDIR" 2>/dev/null
   rm -rf "$WORK"
 }
 trap stop EXIT
-failed=0
 alloc() { $KC get node rig-node -o jsonpath="{.status.allocatable.${1//./\\.}}" 2>/dev/null; }
 for _ in $(seq 1 90); do [ "$(alloc amd.com/gpu)" = 8 ] && [ -n "$(alloc amd.com/gpu.sliced)" ] && break; sleep 1; done
 echo "allocatable: amd.com/gpu $(alloc amd.com/gpu), amd.com/gpu.shared $(alloc amd.com/gpu.shared), amd.com/gpu.sliced $(alloc amd.com/gpu.sliced)"
@@ -72,29 +63,11 @@ echo "allocatable: amd.com/gpu $(alloc amd.com/gpu), amd.com/gpu.shared $(alloc 
 $KC delete pod --all --wait=true --timeout=60s >/dev/null 2>&1
 
 pod() { # name limits(yaml flow) -> runs it, prints what its container saw
-  cat <<EOT | $KC apply -f - >/dev/null
-apiVersion: v1
-kind: Pod
-metadata: {name: $1, namespace: default}
-spec:
-  hostNetwork: true
-  restartPolicy: Never
-  terminationGracePeriodSeconds: 0
-  containers:
-  - name: c
-    image: localhost/rig/busybox:1.0
-    imagePullPolicy: Never
-    command: ["sh", "-c", "ls /dev/kfd /dev/dri/ | tr '\\\\n' ' '; echo; env | grep -E '^(AMD_|ROCR_|HSA_|VROCM_|LIBVROCM_)' | sort; for f in /usr/local/vrocm/*; do [ -e \$f ] && echo mounted \$f; done; sleep 3600"]
-    resources:
-      limits: $2
-EOT
-  if $KC wait --for=condition=Ready "pod/$1" --timeout=60s >/dev/null 2>&1; then
+  busybox_pod "$1" 'ls /dev/kfd /dev/dri/ | tr "\n" " "; echo; env | grep -E "^(AMD_|ROCR_|HSA_|VROCM_|LIBVROCM_)" | sort; for f in /usr/local/vrocm/*; do [ -e $f ] && echo mounted $f; done; sleep 3600' "$2"
+  if running "$1"; then
     sleep 1
     echo "$1: Running; its container saw:"
     $KC logs "$1" 2>/dev/null | sed 's/^/    /'
-  else
-    echo "$1: NOT RUNNING: $($KC get pod "$1" -o jsonpath='{.status.reason}: {.status.message}')"
-    failed=1
   fi
 }
 expect() { # pod description grep-pattern [count]

@@ -15,23 +15,15 @@
 # Needs root and the rig built (../shared/rig/build.sh). CI cannot run it: a person runs it and
 # keeps what it printed. Leaves the rig stopped.
 set -u
-HERE=$(cd "$(dirname "$0")" && pwd)
-REPO=$(cd "$HERE/.." && pwd)
-K=/tmp/k8s
-export KUBECONFIG=$K/kubeconfig
-KC=$K/bin/kubectl
-BIN=$(readlink -f "${BIN:-$REPO/target/$(uname -m)-unknown-linux-gnu/release/device-manager}")
+. "$(dirname "$0")/rig-lib.sh"
 N=${N:-100}
-[ -x "$BIN" ] || { echo "no binary $BIN (scripts/build-release.sh)"; exit 2; }
-[ -x $K/up.sh ] || { echo "no rig at $K (run ../shared/rig/build.sh)"; exit 2; }
 HOST=$REPO/testdata/hosts/hgx-h100-8gpu
 PLUGINS=$K/kubelet/device-plugins
 
-WITH_KCM=1 WITH_SCHED=1 $K/up.sh >/tmp/rig-bench-up.log 2>&1 && $K/node-up.sh >/tmp/rig-bench-node.log 2>&1 || {
-  echo "rig did not come up (/tmp/rig-bench-*.log)"; exit 2; }
+rig_up "/tmp/rig-bench"
 D=$(mktemp -d)
 SERVE=
-trap '[ -n "$SERVE" ] && kill $SERVE 2>/dev/null; $K/node-down.sh >/dev/null 2>&1; $K/down.sh >/dev/null 2>&1; rm -rf "$D"' EXIT
+trap '[ -n "$SERVE" ] && kill $SERVE 2>/dev/null; rig_down; rm -rf "$D"' EXIT
 $KC delete pod --all --wait=true --timeout=60s >/dev/null 2>&1
 
 kubelet_metric() { # resource -> "sum count"

@@ -17,30 +17,20 @@
 # Needs root, the rig built (../shared/rig/build.sh), helm (HELM or PATH) and openssl. CI cannot
 # run it: a person runs it and keeps what it printed. Leaves the rig stopped.
 set -u
-HERE=$(cd "$(dirname "$0")" && pwd)
-REPO=$(cd "$HERE/.." && pwd)
-RIGSRC=${RIGSRC:-$REPO/../shared/rig}
-K=/tmp/k8s
-export KUBECONFIG=$K/kubeconfig
+. "$(dirname "$0")/rig-lib.sh"
 export PATH=$K/bin:$PATH
-KC=$K/bin/kubectl
-BIN=$(readlink -f "${BIN:-$REPO/target/$(uname -m)-unknown-linux-gnu/release/device-manager}")
 HELM=${HELM:-$(command -v helm || true)}
 NS=gpustack-system
 REL=dm
 CHART=$REPO/deploy/helm/device-manager
 IMAGE=localhost/rig/device-manager
 TAG=rig
-[ -x "$BIN" ] || { echo "no binary $BIN (scripts/build-release.sh)"; exit 2; }
-[ -x $K/up.sh ] || { echo "no rig at $K (run $RIGSRC/build.sh)"; exit 2; }
 [ -n "$HELM" ] && [ -x "$HELM" ] || { echo "no helm (set HELM)"; exit 2; }
 
 WORK=$(mktemp -d /tmp/rig-chart.XXXXXX)
 chmod 755 "$WORK"
 HOST=$WORK/hgx-h100-8gpu
 cp -a "$REPO/testdata/hosts/hgx-h100-8gpu" "$HOST"
-failed=0
-fail() { echo "FAIL: $*"; failed=1; }
 
 # --- the image: the release binary, the libraries it links, busybox for the image's scripts,
 # and a stand-in preload library for the init container to stage.
@@ -57,14 +47,12 @@ python3 "$RIGSRC/mkimage.py" --name "$IMAGE:$TAG" --out "$WORK/image.tar" "${fil
   --dir /tmp --entrypoint /usr/local/bin/device-manager >/dev/null || { echo "mkimage failed"; exit 2; }
 
 # --- the rig, the stand-in CRDs NFD and Kueue would bring, the node's PCI label NFD would set.
-WITH_KCM=1 WITH_SCHED=1 $K/up.sh >"$WORK/up.log" 2>&1 && $K/node-up.sh >"$WORK/node.log" 2>&1 || {
-  echo "rig did not come up ($WORK/*.log)"; exit 2; }
+rig_up "$WORK/rig"
 teardown() {
   "$HELM" uninstall $REL -n $NS --wait --timeout 2m >/dev/null 2>&1
   rm -rf /var/lib/gpustack/operator/device-manager /var/lib/gpustack/operator/lib/cuda-13/libvgpu.so
   $KC delete namespace $NS --ignore-not-found --wait=false >/dev/null 2>&1
-  $K/node-down.sh >/dev/null 2>&1
-  $K/down.sh >/dev/null 2>&1
+  rig_down
   rm -rf "$WORK"
 }
 trap teardown EXIT
@@ -116,27 +104,12 @@ echo "--- the daemon's log (first lines)"
 $KC -n $NS logs "$dm_pod" -c device-manager 2>&1 | head -8 | cut -c1-220 | sed 's/^/  /'
 
 echo "=== a Pod asking for one nvidia.com/gpu"
-cat <<EOT | $KC apply -f - >/dev/null
-apiVersion: v1
-kind: Pod
-metadata: {name: gpu-pod, namespace: default}
-spec:
-  restartPolicy: Never
-  terminationGracePeriodSeconds: 0
-  containers:
-  - name: c
-    image: localhost/rig/busybox:1.0
-    imagePullPolicy: Never
-    command: ["sh", "-c", "env | grep -E '^(NVIDIA|GPUSTACK)' | sort; sleep 3600"]
-    resources: {limits: {nvidia.com/gpu: "1"}}
-EOT
-if $KC wait --for=condition=Ready pod/gpu-pod --timeout=60s >/dev/null 2>&1; then
+POD_NETWORK=1 busybox_pod gpu-pod "env | grep -E '^(NVIDIA|GPUSTACK)' | sort; sleep 3600" '{nvidia.com/gpu: "1"}'
+if running gpu-pod; then
   echo "gpu-pod: Running; its container's environment:"
   sleep 1
   $KC logs gpu-pod 2>&1 | sed 's/^/  /'
   $KC logs gpu-pod 2>&1 | grep -q '^NVIDIA_VISIBLE_DEVICES=GPU-' || fail "gpu-pod has no GPU in NVIDIA_VISIBLE_DEVICES"
-else
-  fail "gpu-pod not running: $($KC get pod gpu-pod -o jsonpath='{.status.reason}: {.status.message}')"
 fi
 $KC delete pod gpu-pod --wait=true --timeout=60s >/dev/null 2>&1
 
@@ -232,5 +205,4 @@ else
   fail "left behind after uninstall:"; echo "$rest" | sed 's/^/  /'
 fi
 
-if [ "$failed" = 0 ]; then echo "rig-chart: OK"; else echo "rig-chart: FAILED"; fi
-exit $failed
+verdict rig-chart

@@ -75,6 +75,39 @@ node_events() {
   echo "$EVENTS" | sed 's/^/  /'
 }
 
+# busybox_pod NAME COMMAND LIMITS: applies Pod NAME (namespace default): one busybox container
+# `c` running `sh -c COMMAND`, with resources.limits LIMITS (YAML flow: '{nvidia.com/gpu: "1"}'),
+# on the host network unless POD_NETWORK=1.
+busybox_pod() {
+  local command host=true
+  command=$(python3 -c 'import json,sys; print(json.dumps(sys.argv[1]))' "$2")
+  [ "${POD_NETWORK:-0}" = 1 ] && host=false
+  cat <<EOT | $KC apply -f - >/dev/null
+apiVersion: v1
+kind: Pod
+metadata: {name: $1, namespace: default}
+spec:
+  hostNetwork: $host
+  restartPolicy: Never
+  terminationGracePeriodSeconds: 0
+  containers:
+  - name: c
+    image: localhost/rig/busybox:1.0
+    imagePullPolicy: Never
+    command: ["sh", "-c", $command]
+    resources: {limits: $3}
+EOT
+}
+
+# running NAME [SECONDS]: waits (60 s unless told) for Pod NAME to be Ready; if it is not, says
+# why, the script fails, and the answer is 1.
+running() {
+  $KC wait --for=condition=Ready "pod/$1" --timeout="${2:-60}s" >/dev/null 2>&1 && return 0
+  echo "$1: NOT RUNNING: $($KC get pod "$1" -o jsonpath='{.status.reason}: {.status.message}')"
+  failed=1
+  return 1
+}
+
 # verdict NAME: prints NAME: OK or NAME: FAILED and exits with `failed`.
 verdict() {
   if [ "$failed" = 0 ]; then echo "$1: OK"; else echo "$1: FAILED"; fi

@@ -20,19 +20,11 @@
 #
 # Needs root and the rig built (../shared/rig/build.sh). CI cannot run it. Leaves the rig stopped.
 set -u
-HERE=$(cd "$(dirname "$0")" && pwd)
-REPO=$(cd "$HERE/.." && pwd)
-K=/tmp/k8s
-export KUBECONFIG=$K/kubeconfig
-KC=$K/bin/kubectl
-BIN=$(readlink -f "${BIN:-$REPO/target/$(uname -m)-unknown-linux-gnu/release/device-manager}")
-[ -x "$BIN" ] || { echo "no binary $BIN (scripts/build-release.sh)"; exit 2; }
-[ -x $K/up.sh ] || { echo "no rig at $K (run ../shared/rig/build.sh)"; exit 2; }
+. "$(dirname "$0")/rig-lib.sh"
 WORK=$(mktemp -d /tmp/rig-mig.XXXXXX)
 HOST=$WORK/hgx-h100-8gpu-mig
 cp -a "$REPO/testdata/hosts/hgx-h100-8gpu-mig" "$HOST"
-WITH_KCM=1 WITH_SCHED=1 $K/up.sh >/tmp/rig-mig-up.log 2>&1 && $K/node-up.sh >/tmp/rig-mig-node.log 2>&1 || {
-  echo "rig did not come up (/tmp/rig-mig-*.log)"; exit 2; }
+rig_up "/tmp/rig-mig"
 D=$WORK/data
 serve() { # at info, so the orphan pass's destroy is in the log the checks read
   RUST_LOG=${RUST_LOG:-info} MALLOC_ARENA_MAX=${MALLOC_ARENA_MAX-1} "$BIN" serve --node-name rig-node --host-root "$HOST" --kubelet-dir $K/kubelet --data-dir "$D" \
@@ -42,9 +34,8 @@ serve() { # at info, so the orphan pass's destroy is in the log the checks read
 : >/tmp/rig-mig-serve.log
 serve
 stop() { kill $SERVE 2>/dev/null; wait $SERVE 2>/dev/null; $KC delete pod mig-pod --wait=false >/dev/null 2>&1
-  $K/node-down.sh >/dev/null 2>&1; $K/down.sh >/dev/null 2>&1; rm -rf "$WORK"; }
+  rig_down; rm -rf "$WORK"; }
 trap stop EXIT
-failed=0
 alloc() { $KC get node rig-node -o jsonpath="{.status.allocatable.nvidia\.com/gpu\.partitioned}" 2>/dev/null; }
 want() { # value label
   for _ in $(seq 1 60); do [ "$(alloc)" = "$1" ] && break; sleep 1; done
@@ -59,31 +50,12 @@ c=json.load(sys.stdin)["status"]["capacity"]
 for k in sorted(c):
     if k.startswith("nvidia.com/gpu.partitioned"): print("  %s: %s" % (k, c[k]))'
 $KC delete pod --all --wait=true --timeout=60s >/dev/null 2>&1
-cat <<EOT | $KC apply -f - >/dev/null
-apiVersion: v1
-kind: Pod
-metadata: {name: mig-pod, namespace: default}
-spec:
-  hostNetwork: true
-  restartPolicy: Never
-  terminationGracePeriodSeconds: 0
-  containers:
-  - name: c
-    image: localhost/rig/busybox:1.0
-    imagePullPolicy: Never
-    command: ["sh", "-c", "env | grep NVIDIA_VISIBLE_DEVICES; sleep 3600"]
-    resources:
-      limits:
-        nvidia.com/gpu.partitioned: "1"
-        nvidia.com/gpu.partitioned.mig-3g.40gb: "1"
-EOT
-if $KC wait --for=condition=Ready pod/mig-pod --timeout=90s >/dev/null 2>&1; then
+busybox_pod mig-pod "env | grep NVIDIA_VISIBLE_DEVICES; sleep 3600" \
+  '{nvidia.com/gpu.partitioned: "1", nvidia.com/gpu.partitioned.mig-3g.40gb: "1"}'
+if running mig-pod 90; then
   sleep 1
   echo "mig-pod: Running; its container: $($KC logs mig-pod 2>/dev/null)"
   $KC logs mig-pod 2>/dev/null | grep -q '^NVIDIA_VISIBLE_DEVICES=MIG-' || failed=1
-else
-  echo "mig-pod: NOT RUNNING: $($KC get pod mig-pod -o jsonpath='{.status.reason}: {.status.message}')"
-  failed=1
 fi
 want 53 "after one 3g.40gb"
 echo "detect on the same host now:"
@@ -168,5 +140,4 @@ want 53 "  gone"
 $KC delete pod mig-pod --wait=true --timeout=60s >/dev/null 2>&1
 want 56 "after the Pod is gone (reclaimed)"
 grep -E " (WARN|ERROR) " /tmp/rig-mig-serve.log | grep -iE "partition|mig" | tail -8
-if [ "$failed" = 0 ]; then echo "rig-mig: OK"; else echo "rig-mig: FAILED"; fi
-exit $failed
+verdict rig-mig
