@@ -635,6 +635,23 @@ fn kernel_log(unit: &str, text: &str) {
             let devices: BTreeSet<_> = faults.iter().filter_map(|f| f.bus_id).collect();
             assert!(devices.len() >= 3, "{unit}: {devices:?}");
             assert_eq!(bus.as_deref(), Some("0000:68:00.0"));
+            // Only the ATHUB interrupt is uncorrectable; the two ACA dumps' STATUS
+            // 0x98000800003e0000 is VAL|EN|MISCV|Poison (no UC, no PCC): deferred, conditions.
+            assert_eq!(kinds.0, 1, "{unit}");
+            let aca: Vec<_> = faults
+                .iter()
+                .filter(|f| f.message.contains("aca entry"))
+                .map(|f| (f.kind, f.bus_id.map(|b| b.sysfs())))
+                .collect();
+            assert_eq!(
+                aca,
+                vec![
+                    (FaultKind::AcaDeferred, Some("0000:9e:00.0".to_string())),
+                    (FaultKind::AcaDeferred, Some("0000:d4:00.0".to_string())),
+                ],
+                "{unit}"
+            );
+            assert!(aca.iter().all(|(k, _)| !k.is_hardware()));
         }
         "legacyrocm-6127__gfx1201-comp-ring-timeout-wedged.log" => {
             assert_eq!((kinds.0, kinds.1, kinds.2), (0, 0, 1), "{unit}");
