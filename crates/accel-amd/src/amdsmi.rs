@@ -99,19 +99,80 @@ pub struct StaticGpu {
     pub identity_unreadable: bool,
 }
 
+/// The per-GPU list of a document in either top-level shape.
+fn gpu_list<'a>(what: &str, doc: &'a Value) -> Result<&'a [Value], SmiError> {
+    match doc {
+        Value::Array(list) => Ok(list),
+        Value::Object(o) => match o.get("gpu_data") {
+            Some(Value::Array(list)) => Ok(list),
+            _ => Err(SmiError::NoGpuList { what: what.into() }),
+        },
+        _ => Err(SmiError::NoGpuList { what: what.into() }),
+    }
+}
+
 /// Reads `amd-smi static --json`.
 pub fn parse_static(text_out: &str) -> Result<Vec<StaticGpu>, SmiError> {
     let what = "amd-smi static --json";
     let doc = document(what, text_out)?;
-    let list = match &doc {
-        Value::Array(list) => list,
-        Value::Object(o) => match o.get("gpu_data") {
-            Some(Value::Array(list)) => list,
-            _ => return Err(SmiError::NoGpuList { what: what.into() }),
-        },
-        _ => return Err(SmiError::NoGpuList { what: what.into() }),
+    Ok(gpu_list(what, &doc)?.iter().map(static_gpu).collect())
+}
+
+/// A field as a figure (a number, a decimal string, or `{"value": x}`); `N/A` is absent.
+fn figure(value: Option<&Value>) -> Option<f64> {
+    match value? {
+        Value::Number(n) => n.as_f64(),
+        Value::String(s) => clean(s).and_then(|s| s.parse().ok()),
+        Value::Object(o) => figure(o.get("value")),
+        _ => None,
+    }
+    .filter(|f| f.is_finite())
+}
+
+/// One GPU's live usage in `amd-smi metric --json`: the readings the usage gauges show
+/// (`device_manager_gpu_*`), each absent when amd-smi says `N/A` or leaves it out. Not yet
+/// sampled by `serve` (docs/ARCHITECTURE.md, "AMD, the second backend": what that needs).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct MetricGpu {
+    /// amd-smi's own index: joined to `static --json`'s `gpu` for the board's identity.
+    pub gpu: Option<u64>,
+    /// `usage.gfx_activity`, percent.
+    pub utilization_percent: Option<f64>,
+    /// `mem_usage.used_vram` (amd-smi's MB are MiB).
+    pub memory_used_mib: Option<u64>,
+    /// `mem_usage.total_vram`.
+    pub memory_total_mib: Option<u64>,
+    /// `temperature.edge`, else `temperature.hotspot`, degrees Celsius.
+    pub temperature_c: Option<f64>,
+    /// `power.socket_power`, watts.
+    pub power_w: Option<f64>,
+}
+
+/// Reads `amd-smi metric --json`.
+pub fn parse_metric(text_out: &str) -> Result<Vec<MetricGpu>, SmiError> {
+    let what = "amd-smi metric --json";
+    let doc = document(what, text_out)?;
+    Ok(gpu_list(what, &doc)?.iter().map(metric_gpu).collect())
+}
+
+fn metric_gpu(g: &Value) -> MetricGpu {
+    let watts = |v: Option<&Value>| {
+        let unit = v.and_then(|v| v.get("unit")).and_then(Value::as_str);
+        match unit {
+            None | Some("W") => figure(v),
+            Some("mW") => figure(v).map(|f| f / 1000.0),
+            Some(_) => None,
+        }
     };
-    Ok(list.iter().map(static_gpu).collect())
+    MetricGpu {
+        gpu: number(g.get("gpu")),
+        utilization_percent: figure(path(g, &["usage", "gfx_activity"])),
+        memory_used_mib: mebibytes(path(g, &["mem_usage", "used_vram"])),
+        memory_total_mib: mebibytes(path(g, &["mem_usage", "total_vram"])),
+        temperature_c: figure(path(g, &["temperature", "edge"]))
+            .or_else(|| figure(path(g, &["temperature", "hotspot"]))),
+        power_w: watts(path(g, &["power", "socket_power"])),
+    }
 }
 
 fn static_gpu(g: &Value) -> StaticGpu {
@@ -248,5 +309,42 @@ mod tests {
         assert_eq!(major_minor("7.2.1").as_deref(), Some("7.2"));
         assert_eq!(major_minor("6").as_deref(), Some("6"));
         assert_eq!(major_minor("x"), None);
+    }
+
+    #[test]
+    fn a_metric_document_reads_in_either_shape_with_absent_readings_absent() {
+        // The 26.x wrapper; N/A and missing sections are absent; mW scaled; no edge sensor:
+        // the hotspot.
+        let doc = r#"{"gpu_data": [
+            {"gpu": 3,
+             "usage": {"gfx_activity": "N/A"},
+             "power": {"socket_power": {"value": 750000, "unit": "mW"}},
+             "temperature": {"edge": "N/A", "hotspot": {"value": 51, "unit": "C"}},
+             "mem_usage": {"total_vram": {"value": 192, "unit": "GB"}, "used_vram": "N/A"}},
+            {"gpu": 4}
+        ]}"#;
+        let gpus = parse_metric(doc).unwrap();
+        assert_eq!(
+            gpus[0],
+            MetricGpu {
+                gpu: Some(3),
+                utilization_percent: None,
+                memory_used_mib: None,
+                memory_total_mib: Some(196_608),
+                temperature_c: Some(51.0),
+                power_w: Some(750.0),
+            }
+        );
+        assert_eq!(
+            gpus[1],
+            MetricGpu {
+                gpu: Some(4),
+                ..Default::default()
+            }
+        );
+        assert_eq!(
+            parse_metric("{}").unwrap_err().to_string(),
+            "amd-smi metric --json: no GPU list (expected a list or an object with \"gpu_data\")"
+        );
     }
 }

@@ -4,7 +4,11 @@
 //! read, each with the device it names (when it names one) and the process a page fault or a
 //! ring timeout is attributed to (the line after the header):
 //! - `ras-uncorrectable`: `uncorrectable hardware error(…) detected!`, and an ACA bank dump's
-//!   `[Hardware Error]: aca entry[n].STATUS=` line — **hardware**;
+//!   `[Hardware Error]: aca entry[n].STATUS=` line whose status says the error was not corrected
+//!   — **hardware**;
+//! - `aca-deferred` / `aca-corrected`: an ACA bank dump's STATUS line whose status says the error
+//!   was deferred (poisoned data, contained) or corrected — **condition only** (see
+//!   [`AcaStatus`]);
 //! - `gpu-reset`: `GPU reset begin!` — the whole device was reset and every tenant's VRAM is lost
 //!   — **hardware**;
 //! - `ring-timeout`: `ring <name> timeout` — a job hung; its ring reset recovers the device or
@@ -34,6 +38,8 @@ use serde::Serialize;
 #[serde(rename_all = "kebab-case")]
 pub enum FaultKind {
     RasUncorrectable,
+    AcaDeferred,
+    AcaCorrected,
     GpuReset,
     RingTimeout,
     PageFault,
@@ -44,14 +50,17 @@ impl FaultKind {
     pub fn condition(self) -> &'static str {
         match self {
             FaultKind::RasUncorrectable => "AmdRasUncorrectable",
+            FaultKind::AcaDeferred => "AmdAcaDeferred",
+            FaultKind::AcaCorrected => "AmdAcaCorrected",
             FaultKind::GpuReset => "AmdGpuReset",
             FaultKind::RingTimeout => "AmdRingTimeout",
             FaultKind::PageFault => "AmdPageFault",
         }
     }
 
-    /// Whether the fault is the hardware's (the accelerator is taken out of service) rather
-    /// than a workload's (a condition only).
+    /// Whether the fault takes the accelerator out of service (the hardware's, uncorrected)
+    /// rather than raising a condition only (a workload's fault, or an error the hardware
+    /// corrected or contained).
     pub fn is_hardware(self) -> bool {
         matches!(self, FaultKind::RasUncorrectable | FaultKind::GpuReset)
     }
@@ -65,8 +74,10 @@ impl FaultKind {
         }
     }
 
-    const ALL: [FaultKind; 4] = [
+    const ALL: [FaultKind; 6] = [
         FaultKind::RasUncorrectable,
+        FaultKind::AcaDeferred,
+        FaultKind::AcaCorrected,
         FaultKind::GpuReset,
         FaultKind::RingTimeout,
         FaultKind::PageFault,
@@ -124,10 +135,96 @@ fn process_of(text: &str) -> Option<(Option<String>, Option<u32>)> {
     Some((name, pid))
 }
 
+/// The bits of an ACA (MCA) bank's STATUS register the classification reads: the standard
+/// MCA_STATUS positions (the Linux kernel's `MCI_STATUS_*`, amdgpu's `ACA_REG__STATUS__*`).
+pub mod status_bits {
+    /// VAL: the bank holds a logged error.
+    pub const VALID: u64 = 1 << 63;
+    /// UC: the error was not corrected.
+    pub const UNCORRECTED: u64 = 1 << 61;
+    /// PCC: the processor (here the accelerator's) context is corrupt.
+    pub const CONTEXT_CORRUPT: u64 = 1 << 57;
+    /// Deferred: an uncorrected error the hardware contained, reported without an exception.
+    pub const DEFERRED: u64 = 1 << 44;
+    /// Poison: poisoned data was consumed (a deferred error's consequence).
+    pub const POISON: u64 = 1 << 43;
+}
+
+/// What an ACA bank's STATUS value says about the error it logs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AcaStatus {
+    /// VAL clear: the bank logs nothing; no fault.
+    Invalid,
+    /// VAL with UC or PCC: the error was not corrected — the board is out of service.
+    Uncorrected,
+    /// VAL, neither UC nor PCC, Deferred or Poison: contained (poisoned data, the consumer
+    /// told) — a condition.
+    Deferred,
+    /// VAL and none of the above: corrected — a condition.
+    Corrected,
+}
+
+impl AcaStatus {
+    /// The class of the raw STATUS register value.
+    pub fn of(status: u64) -> AcaStatus {
+        use status_bits::*;
+        if status & VALID == 0 {
+            AcaStatus::Invalid
+        } else if status & (UNCORRECTED | CONTEXT_CORRUPT) != 0 {
+            AcaStatus::Uncorrected
+        } else if status & (DEFERRED | POISON) != 0 {
+            AcaStatus::Deferred
+        } else {
+            AcaStatus::Corrected
+        }
+    }
+
+    /// The fault kind it raises; `None` for an entry that logs nothing.
+    pub fn kind(self) -> Option<FaultKind> {
+        match self {
+            AcaStatus::Invalid => None,
+            AcaStatus::Uncorrected => Some(FaultKind::RasUncorrectable),
+            AcaStatus::Deferred => Some(FaultKind::AcaDeferred),
+            AcaStatus::Corrected => Some(FaultKind::AcaCorrected),
+        }
+    }
+}
+
+/// The STATUS value of an ACA dump line (`… aca entry[00].STATUS=0x98000800003e0000`): `None`
+/// when the line is no STATUS line, `Some(Err(text))` when its value is not a 64-bit hex
+/// number.
+fn aca_status(message: &str) -> Option<Result<u64, &str>> {
+    if !message.contains("[Hardware Error]: aca entry") {
+        return None;
+    }
+    let (_, value) = message.split_once(".STATUS=")?;
+    let value = value.split_whitespace().next().unwrap_or("");
+    let digits = value
+        .strip_prefix("0x")
+        .or_else(|| value.strip_prefix("0X"))
+        .unwrap_or(value);
+    Some(u64::from_str_radix(digits, 16).map_err(|_| value))
+}
+
+/// Said once a process: an ACA STATUS value that is no hex number is not a fault.
+static UNREADABLE_STATUS_SAID: std::sync::atomic::AtomicBool =
+    std::sync::atomic::AtomicBool::new(false);
+
 fn kind_of(message: &str) -> Option<FaultKind> {
-    if message.contains("uncorrectable hardware error")
-        || (message.contains("[Hardware Error]: aca entry") && message.contains(".STATUS="))
-    {
+    if let Some(status) = aca_status(message) {
+        return match status {
+            Ok(status) => AcaStatus::of(status).kind(),
+            Err(value) => {
+                if !UNREADABLE_STATUS_SAID.swap(true, std::sync::atomic::Ordering::Relaxed) {
+                    tracing::debug!(
+                        "amdgpu ACA STATUS {value:?} is not a hex register value; the entry is not counted as a fault (said once)"
+                    );
+                }
+                None
+            }
+        };
+    }
+    if message.contains("uncorrectable hardware error") {
         Some(FaultKind::RasUncorrectable)
     } else if message.starts_with("GPU reset begin") {
         Some(FaultKind::GpuReset)
@@ -312,6 +409,104 @@ mod tests {
             Some(FaultClass::Application)
         );
         assert_eq!(AmdFaults.class_of("Xid79", Some(79)), None);
+    }
+
+    const ACA: &str =
+        "[ 8390.823790] amdgpu 0000:9e:00.0: {1}[Hardware Error]: aca entry[00].STATUS=";
+
+    fn aca_kind(status: &str) -> Option<FaultKind> {
+        parse(&format!("{ACA}{status}\n")).first().map(|f| f.kind)
+    }
+
+    #[test]
+    fn an_aca_entry_is_classified_by_its_status_bits() {
+        use status_bits::*;
+        // VAL + UC: not corrected — the board's fault.
+        let uc = VALID | UNCORRECTED;
+        assert_eq!(
+            aca_kind(&format!("0x{uc:016x}")),
+            Some(FaultKind::RasUncorrectable)
+        );
+        // VAL + PCC alone is as bad.
+        let pcc = VALID | CONTEXT_CORRUPT;
+        assert_eq!(
+            aca_kind(&format!("0x{pcc:016x}")),
+            Some(FaultKind::RasUncorrectable)
+        );
+        // UC wins over Deferred/Poison when both are set.
+        let both = VALID | UNCORRECTED | DEFERRED | POISON;
+        assert_eq!(
+            aca_kind(&format!("0x{both:016X}")),
+            Some(FaultKind::RasUncorrectable)
+        );
+        // Deferred, or Poison, without UC/PCC: contained — a condition only.
+        for bits in [VALID | DEFERRED, VALID | POISON] {
+            assert_eq!(
+                aca_kind(&format!("0x{bits:016x}")),
+                Some(FaultKind::AcaDeferred)
+            );
+        }
+        // VAL alone (plus the bits that say nothing of correction): corrected — a condition.
+        assert_eq!(
+            aca_kind("0x9000000000000000"),
+            Some(FaultKind::AcaCorrected)
+        );
+        // VAL clear: the bank logs nothing, whatever else is set.
+        let invalid = UNCORRECTED | CONTEXT_CORRUPT | DEFERRED;
+        assert_eq!(aca_kind(&format!("0x{invalid:016x}")), None);
+        assert_eq!(aca_kind("0x0"), None);
+        // The real capture (MI300X, legacyrocm-4021): VAL, EN, MISCV and Poison (bit 43),
+        // no UC, no PCC — a deferred error, not an uncorrectable one.
+        assert_eq!(aca_kind("0x98000800003e0000"), Some(FaultKind::AcaDeferred));
+        assert_eq!(AcaStatus::of(0x9800_0800_003e_0000), AcaStatus::Deferred);
+    }
+
+    #[test]
+    fn an_aca_status_that_is_no_hex_number_is_no_fault() {
+        for bad in ["", "0x", "zz", "0x98000800003e0000ff", "-1", "0x9800_0800"] {
+            assert_eq!(aca_kind(bad), None, "{bad:?}");
+            assert!(AmdScanner.push(&format!("{ACA}{bad}")).is_none(), "{bad:?}");
+        }
+        // The dump's other registers are no faults either.
+        assert!(
+            parse(
+                "amdgpu 0000:9e:00.0: {1}[Hardware Error]: aca entry[00].ADDR=0x0000000000000000\n"
+            )
+            .is_empty()
+        );
+    }
+
+    #[test]
+    fn only_an_uncorrected_aca_entry_is_the_hardwares() {
+        let deferred = AmdScanner
+            .push(&format!("{ACA}0x98000800003e0000"))
+            .unwrap();
+        assert_eq!(
+            (deferred.condition.as_str(), deferred.class),
+            ("AmdAcaDeferred", FaultClass::Application)
+        );
+        let uncorrected = AmdScanner
+            .push(&format!("{ACA}0xb000000000000000"))
+            .unwrap();
+        assert_eq!(
+            (uncorrected.condition.as_str(), uncorrected.class),
+            ("AmdRasUncorrectable", FaultClass::Hardware)
+        );
+        assert_eq!(uncorrected.bus_id.unwrap().sysfs(), "0000:9e:00.0");
+        let corrected = AmdScanner
+            .push(&format!("{ACA}0x9000000000000000"))
+            .unwrap();
+        assert_eq!(
+            (corrected.condition.as_str(), corrected.class),
+            ("AmdAcaCorrected", FaultClass::Application)
+        );
+        for (condition, class) in [
+            ("AmdAcaDeferred", FaultClass::Application),
+            ("AmdAcaCorrected", FaultClass::Application),
+            ("AmdRasUncorrectable", FaultClass::Hardware),
+        ] {
+            assert_eq!(AmdFaults.class_of(condition, None), Some(class));
+        }
     }
 
     #[test]

@@ -472,6 +472,19 @@ fn amd_smi(unit: &str, text: &str) {
             assert_eq!(gpus.len(), 1);
             assert_eq!(gpus[0].gpu, Some(0));
             assert_eq!(gpus[0].unique_id, None);
+            // Its live usage, as the capture shows it.
+            let usage = amdsmi::parse_metric(text).unwrap();
+            assert_eq!(
+                usage,
+                vec![amdsmi::MetricGpu {
+                    gpu: Some(0),
+                    utilization_percent: Some(0.0),
+                    memory_used_mib: Some(1758),
+                    memory_total_mib: Some(46064),
+                    temperature_c: Some(43.0),
+                    power_w: Some(34.0),
+                }]
+            );
         }
         "k8sdp-157__mi300x-version-amdgpu-kernel-string.txt" => {
             let v = amdsmi::parse_version_text(text).unwrap();
@@ -504,6 +517,12 @@ fn amd_smi(unit: &str, text: &str) {
             assert!(
                 amdsmi::parse_static(text)
                     .map(|g| g.iter().all(|g| g.unique_id.is_none()))
+                    .unwrap_or(true)
+            );
+            // Plain `amd-smi metric` is no JSON: never read as a sample of usage.
+            assert!(
+                amdsmi::parse_metric(text)
+                    .map(|g| g.iter().all(|g| g.utilization_percent.is_none()))
                     .unwrap_or(true)
             );
         }
@@ -635,6 +654,23 @@ fn kernel_log(unit: &str, text: &str) {
             let devices: BTreeSet<_> = faults.iter().filter_map(|f| f.bus_id).collect();
             assert!(devices.len() >= 3, "{unit}: {devices:?}");
             assert_eq!(bus.as_deref(), Some("0000:68:00.0"));
+            // Only the ATHUB interrupt is uncorrectable; the two ACA dumps' STATUS
+            // 0x98000800003e0000 is VAL|EN|MISCV|Poison (no UC, no PCC): deferred, conditions.
+            assert_eq!(kinds.0, 1, "{unit}");
+            let aca: Vec<_> = faults
+                .iter()
+                .filter(|f| f.message.contains("aca entry"))
+                .map(|f| (f.kind, f.bus_id.map(|b| b.sysfs())))
+                .collect();
+            assert_eq!(
+                aca,
+                vec![
+                    (FaultKind::AcaDeferred, Some("0000:9e:00.0".to_string())),
+                    (FaultKind::AcaDeferred, Some("0000:d4:00.0".to_string())),
+                ],
+                "{unit}"
+            );
+            assert!(aca.iter().all(|(k, _)| !k.is_hardware()));
         }
         "legacyrocm-6127__gfx1201-comp-ring-timeout-wedged.log" => {
             assert_eq!((kinds.0, kinds.1, kinds.2), (0, 0, 1), "{unit}");

@@ -19,6 +19,8 @@ fn fragments() -> impl Strategy<Value = String> {
         Just(" Process x pid ".to_string()),
         Just("[gfxhub0] page fault".to_string()),
         Just("GPU reset begin!".to_string()),
+        Just("[Hardware Error]: aca entry[00].STATUS=0x".to_string()),
+        Just("\"mem_usage\": {\"used_vram\": {\"value\": 1e400, \"unit\": \"GB\"}}".to_string()),
         Just("drmn".to_string()),
         Just("AMDSMI Tool: 1 | ROCm version: ".to_string()),
         Just("crw-rw---- 1 root 106 242, ".to_string()),
@@ -37,6 +39,7 @@ proptest! {
     #[test]
     fn text_parsers_never_panic(s in fragments()) {
         let _ = amdsmi::parse_static(&s);
+        let _ = amdsmi::parse_metric(&s);
         let _ = amdsmi::parse_version_json(&s);
         let _ = amdsmi::parse_version_text(&s);
         let _ = amdsmi::major_minor(&s);
@@ -55,6 +58,7 @@ proptest! {
     fn arbitrary_bytes_never_panic(bytes in prop::collection::vec(any::<u8>(), 0..512)) {
         let s = String::from_utf8_lossy(&bytes);
         let _ = amdsmi::parse_static(&s);
+        let _ = amdsmi::parse_metric(&s);
         let _ = rocmsmi::parse(&s);
         let _ = kmsg::parse(&s);
         let _ = drm::listed_char_devices(&s);

@@ -7,7 +7,8 @@
 //! parser of saved log text (`device-manager xids`), and the class of a recorded condition
 //! under the settings in force now (they may change across a restart in the same boot).
 //! NVIDIA's is the XID scanner (`Xid<n>`, `FallenOffBus`); AMD's the amdgpu message
-//! classifier (`AmdRasUncorrectable`, `AmdGpuReset`, `AmdRingTimeout`, `AmdPageFault`).
+//! classifier (`AmdRasUncorrectable`, `AmdAcaDeferred`, `AmdAcaCorrected`, `AmdGpuReset`,
+//! `AmdRingTimeout`, `AmdPageFault`).
 //! What a class means is the same for every manufacturer (DESIGN.md, "Health"): a
 //! hardware-class fault takes the accelerator out of service until a reset that leaves it
 //! healthy or a new boot; an application-class one (the workload's) raises a condition only.

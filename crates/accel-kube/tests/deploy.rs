@@ -985,6 +985,39 @@ fn the_resource_name_of_a_manufacturers_row_reaches_every_component() {
 }
 
 #[test]
+fn each_manufacturers_daemon_has_a_data_directory_of_its_own() {
+    let Some(helm) = helm() else { return };
+    // Default root, then a root the values name (with a trailing slash).
+    for (sets, root) in [
+        (&[][..], "/var/lib/gpustack/operator/device-manager"),
+        (&["deviceManager.dataDir=/srv/dm/"][..], "/srv/dm/"),
+    ] {
+        let docs = render(&helm, sets);
+        let mut seen = BTreeMap::new();
+        for m in [Manufacturer::Nvidia, Manufacturer::Amd] {
+            let spec = pod_spec(&docs, "DaemonSet", &daemonset_name(m));
+            let daemon = container(spec, "containers", "device-manager");
+            let data = env_value(daemon, "DATA_DIR");
+            let (mount, source) = host_mount(spec, daemon, "data-dir");
+            assert_eq!(
+                (&mount["mountPath"], &source["path"]),
+                (&json!(data), &json!(data)),
+                "{m}: the state directory is mounted at its host path"
+            );
+            seen.insert(m, data);
+        }
+        // NVIDIA keeps the directory an upgraded node has its journal in; AMD's is its own,
+        // below it, where `serve --manufacturer amd` looks when no --data-dir is given.
+        assert_eq!(seen[&Manufacturer::Nvidia], root, "{sets:?}");
+        assert_eq!(
+            seen[&Manufacturer::Amd],
+            format!("{}/amd", root.trim_end_matches('/')),
+            "{sets:?}"
+        );
+    }
+}
+
+#[test]
 fn the_daemons_family_switches_kube_socket_and_data_root_are_values() {
     let Some(helm) = helm() else { return };
     let docs = render(

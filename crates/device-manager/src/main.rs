@@ -19,6 +19,7 @@ mod admin;
 mod backends;
 mod cmd;
 mod daemon;
+mod datadir;
 mod demo;
 mod metrics;
 mod node;

@@ -465,3 +465,162 @@ async fn serve_answers_prometheus_metrics_on_its_listen_address() {
     assert!(head.unwrap().starts_with("HTTP/1.1 200 OK"));
     assert!(missing.unwrap().starts_with("HTTP/1.1 404"));
 }
+
+/// Waits until `path` holds `<manufacturer> <pid>` (the daemon took its data directory).
+fn wait_for_holder(path: &std::path::Path, manufacturer: &str, pid: u32) {
+    let expected = format!("{manufacturer} {pid}\n");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        if std::fs::read_to_string(path).is_ok_and(|text| text == expected) {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{} never named {expected:?}",
+            path.display()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+/// A `serve` on the no-driver host (it keeps running) with `data_dir`, or the data root in
+/// `GPUSTACK_DATA_DIR` when `data_dir` is `None`.
+fn serve_without_accelerators(
+    manufacturer: &str,
+    work: &std::path::Path,
+    data_dir: Option<&std::path::Path>,
+    data_root: Option<&std::path::Path>,
+) -> Command {
+    let host = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../testdata/hosts/no-driver"
+    );
+    let mut command = Command::new(env!("CARGO_BIN_EXE_device-manager"));
+    command
+        .args(["serve", "--node-name", "node-a", "--host-root", host])
+        .args(["--manufacturer", manufacturer])
+        .arg("--kubelet-dir")
+        .arg(work.join("kubelet"))
+        .env("KUBECONFIG", work.join("no-kubeconfig"))
+        .env_remove("KUBERNETES_SERVICE_HOST")
+        .env_remove("DATA_DIR")
+        .env_remove("MANUFACTURER")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    if let Some(dir) = data_dir {
+        command.arg("--data-dir").arg(dir);
+    }
+    match data_root {
+        Some(root) => command.env("GPUSTACK_DATA_DIR", root),
+        None => command.env_remove("GPUSTACK_DATA_DIR"),
+    };
+    command
+}
+
+/// Runs `command` to its end, or kills it after `limit` and answers `None`.
+fn exits_within(mut command: Command, limit: std::time::Duration) -> Option<std::process::Output> {
+    let mut child = command.spawn().unwrap();
+    let deadline = std::time::Instant::now() + limit;
+    while child.try_wait().unwrap().is_none() {
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            return None;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    Some(child.wait_with_output().unwrap())
+}
+
+#[test]
+fn a_second_daemon_on_the_same_data_directory_refuses_to_start() {
+    let work = tempfile::tempdir().unwrap();
+    let data = work.path().join("data");
+    let lock = data.join("daemon.lock");
+    let mut first = serve_without_accelerators("nvidia", work.path(), Some(&data), None)
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_for_holder(&lock, "nvidia", first.id());
+    // Another manufacturer's daemon, and a second one of the same manufacturer, both stop at
+    // once with one line naming the directory and the holder.
+    for second in ["amd", "nvidia"] {
+        let out = exits_within(
+            serve_without_accelerators(second, work.path(), Some(&data), None),
+            std::time::Duration::from_secs(20),
+        )
+        .unwrap_or_else(|| panic!("a second {second} daemon started on a data directory in use"));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{second}: {stderr}");
+        let expected = format!(
+            "data directory {} is in use by the nvidia daemon (pid {}): two daemons never share one; give this one its own --data-dir",
+            data.display(),
+            first.id()
+        );
+        assert!(
+            stderr.lines().any(|line| line.ends_with(&expected)),
+            "{second}: {stderr}"
+        );
+        assert!(!stderr.contains("panicked"), "{stderr}");
+    }
+    // The holder still runs, undisturbed.
+    assert_eq!(first.try_wait().unwrap(), None);
+    let _ = first.kill();
+    let _ = first.wait();
+    // Once it is gone, the directory is free again: a restart takes it.
+    let mut again = serve_without_accelerators("nvidia", work.path(), Some(&data), None)
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_for_holder(&lock, "nvidia", again.id());
+    let _ = again.kill();
+    let _ = again.wait();
+}
+
+/// Without `--data-dir`, NVIDIA's daemon keeps the state directory every earlier build used
+/// (`<GPUSTACK_DATA_DIR>/operator/device-manager`, so an upgraded node finds its journal there)
+/// and AMD's has its own below it: the two run side by side on one node.
+#[tokio::test]
+async fn each_manufacturers_daemon_keeps_its_state_apart_and_nvidias_where_it_was() {
+    let work = tempfile::tempdir().unwrap();
+    let root = work.path().join("gpustack");
+    let nvidia_dir = root.join("operator/device-manager");
+    // The directory an earlier build made (and kept its journal in).
+    std::fs::create_dir_all(&nvidia_dir).unwrap();
+    let kubelet = Kubelet::start(&work.path().join("kubelet"), MemoryPods::new()).await;
+    let host = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../testdata/hosts/hgx-h100-8gpu"
+    );
+    let mut nvidia = Command::new(env!("CARGO_BIN_EXE_device-manager"))
+        .args(["serve", "--node-name", "node-a", "--host-root", host])
+        .args(["--manufacturer", "nvidia"])
+        .arg("--kubelet-dir")
+        .arg(work.path().join("kubelet"))
+        .env("GPUSTACK_DATA_DIR", &root)
+        .env("KUBECONFIG", work.path().join("no-kubeconfig"))
+        .env_remove("KUBERNETES_SERVICE_HOST")
+        .env_remove("DATA_DIR")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut amd = serve_without_accelerators("amd", work.path(), None, Some(&root))
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    kubelet.wait_for(&["nvidia.com/gpu"]).await;
+    wait_for_holder(&nvidia_dir.join("daemon.lock"), "nvidia", nvidia.id());
+    wait_for_holder(&nvidia_dir.join("amd/daemon.lock"), "amd", amd.id());
+    let nvidia_running = nvidia.try_wait().unwrap();
+    let amd_running = amd.try_wait().unwrap();
+    for child in [&mut nvidia, &mut amd] {
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+    assert_eq!((nvidia_running, amd_running), (None, None));
+    assert!(nvidia_dir.join("ledger.journal").is_file());
+    assert!(!nvidia_dir.join("amd/ledger.journal").exists());
+}

@@ -152,6 +152,8 @@ fn amd_faults_of_every_amdgpu_capture() {
             );
             assert_eq!(object["manufacturer"], "amd", "{name}");
             assert!(object["xid"].is_null(), "{name}: AMD has no codes");
+            // An ACA dump's deferred or corrected entry (AmdAcaDeferred, AmdAcaCorrected) is a
+            // condition, not the board's fault.
             let hardware = matches!(
                 object["condition"].as_str(),
                 Some("AmdRasUncorrectable" | "AmdGpuReset")

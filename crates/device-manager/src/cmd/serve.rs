@@ -32,6 +32,7 @@ use crate::admin::server::AdminServer;
 use crate::daemon::loops::Loops;
 use crate::daemon::metrics::{DaemonMetrics, GpuUsageMetrics};
 use crate::daemon::{self, Daemon, DaemonOptions};
+use crate::datadir::{self, DataDirLock};
 use crate::node::{self, Node};
 use crate::settings::Settings;
 use crate::{backends, metrics, publish};
@@ -54,7 +55,9 @@ pub struct Args {
     #[arg(long, env = "KUBE_SOCKET", value_name = "PATH")]
     pub kube_socket: Option<PathBuf>,
     /// Node-local state: the ledger journal, the passthrough memory, Pod working directories
-    /// (default `<GPUSTACK_DATA_DIR>/operator/device-manager`).
+    /// (default `<GPUSTACK_DATA_DIR>/operator/device-manager` for NVIDIA,
+    /// `<GPUSTACK_DATA_DIR>/operator/device-manager/<manufacturer>` for the others). One daemon
+    /// a directory: a second one pointed at it refuses to start.
     #[arg(long, env = "DATA_DIR")]
     pub data_dir: Option<PathBuf>,
     /// The host directory the preload (slicing) libraries are staged in, one `cuda-<major>/`
@@ -175,7 +178,7 @@ impl Paths {
             data_dir: args
                 .data_dir
                 .clone()
-                .unwrap_or_else(|| settings.daemon_dir()),
+                .unwrap_or_else(|| datadir::state_dir(&settings.daemon_dir(), args.manufacturer)),
             library_dir,
         })
     }
@@ -205,6 +208,8 @@ pub(crate) struct Prepared {
     engine: Arc<dyn EngineSource>,
     node_files: Arc<dyn accel_host::Host>,
     partition_commands: Arc<dyn accel_host::Commands>,
+    /// The data directory held for this daemon until it is dropped.
+    _lock: DataDirLock,
 }
 
 /// The API server the node publishes to, and the namespace of its NodeFeature.
@@ -250,6 +255,10 @@ impl Prepared {
         let settings = settings.clone();
         std::fs::create_dir_all(&paths.data_dir)
             .with_context(|| format!("creating the data directory {}", paths.data_dir.display()))?;
+        // Held before any state is read, until this `Prepared` is dropped (serve stops, a demo
+        // node goes down).
+        let lock = DataDirLock::acquire(&paths.data_dir, args.manufacturer)?;
+        tracing::debug!("holding {}", lock.path().display());
         let mut node = Node::open(&args.host_root)?;
         // The partitioner's own handle on the node's programs: a create never waits for a
         // detection pass holding the collector (a recorded host's MIG state is one file for both).
@@ -300,6 +309,7 @@ impl Prepared {
             engine,
             node_files,
             partition_commands,
+            _lock: lock,
         })
     }
 
@@ -415,8 +425,9 @@ pub fn run(args: Args, settings: &Settings) -> anyhow::Result<ExitCode> {
     let (usage_tx, usage) = watch::channel(None);
     registry.register_collector(Box::new(GpuUsageMetrics { usage }));
     let registry = Arc::new(registry);
-    // Bound before the plugins register, so a second daemon on this data directory stops here
-    // and a `refresh` sent as soon as the kubelet sees us waits in the backlog.
+    // Bound before the plugins register, so a `refresh` sent as soon as the kubelet sees us
+    // waits in the backlog (a second daemon on this data directory already stopped at the
+    // directory's lock, in `Prepared::open`).
     let server = AdminServer::bind(prepared.data_dir())?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

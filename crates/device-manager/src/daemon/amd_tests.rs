@@ -48,6 +48,12 @@ const PAGE_FAULT_PROCESS_GPU1: &str = "amdgpu 0000:3d:00.0: amdgpu:  for process
 const RING_TIMEOUT_GPU2: &str =
     "amdgpu 0000:4e:00.0: amdgpu: ring gfx_0.0.0 timeout, signaled seq=57638, emitted seq=57641";
 const RESET_GPU2: &str = "amdgpu 0000:4e:00.0: amdgpu: GPU reset begin!. Source:  1";
+/// An ACA dump's STATUS line as the MI300X capture has it (VAL|EN|MISCV|Poison: deferred), and
+/// the same with UC (bit 61) set.
+const ACA_DEFERRED_GPU1: &str =
+    "amdgpu 0000:3d:00.0: {1}[Hardware Error]: aca entry[00].STATUS=0x98000800003e0000";
+const ACA_UNCORRECTED_GPU2: &str =
+    "amdgpu 0000:4e:00.0: {1}[Hardware Error]: aca entry[00].STATUS=0xb8000800003e0000";
 
 const SETTLE: Duration = Duration::from_secs(5);
 
@@ -317,6 +323,42 @@ async fn a_page_fault_raises_only_a_condition_and_a_gpu_reset_takes_the_board_ou
     assert_eq!(
         reasons(&rig.daemon, GPU2),
         vec!["AmdGpuReset: GPU reset begin!. Source:  1"]
+    );
+    rig.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_aca_entry_takes_the_board_out_only_when_its_status_says_uncorrected() {
+    let host = host();
+    let data = tempfile::tempdir().unwrap();
+    let mut rig = Rig::start(host.path(), options(&data_dir(&data))).await;
+    rig.line(ACA_DEFERRED_GPU1);
+    // A STATUS that is no number is no fault (and no panic).
+    rig.line("amdgpu 0000:4e:00.0: {1}[Hardware Error]: aca entry[01].STATUS=0xnothex");
+    rig.line(ACA_UNCORRECTED_GPU2);
+    // Entries are taken in order: once board 2 is unhealthy, the lines before were handled.
+    rig.wait_health(GPU2, "Unhealthy", SETTLE).await;
+    assert_eq!(
+        rig.health(GPU1),
+        "Healthy",
+        "a deferred entry is a condition"
+    );
+    let conditions = rig.daemon.conditions();
+    for expected in [(GPU1, "AmdAcaDeferred"), (GPU2, "AmdRasUncorrectable")] {
+        assert!(
+            conditions.contains(&(expected.0.to_string(), expected.1.to_string())),
+            "{expected:?} not in {conditions:?}"
+        );
+    }
+    assert_eq!(
+        conditions.iter().filter(|(gpu, _)| gpu == GPU2).count(),
+        1,
+        "the unreadable STATUS raised nothing: {conditions:?}"
+    );
+    assert!(reasons(&rig.daemon, GPU1).is_empty());
+    assert_eq!(
+        reasons(&rig.daemon, GPU2),
+        vec!["AmdRasUncorrectable: [Hardware Error]: aca entry[00].STATUS=0xb8000800003e0000"]
     );
     rig.stop().await;
 }

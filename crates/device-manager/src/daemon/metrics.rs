@@ -152,7 +152,7 @@ impl DaemonMetrics {
         );
         registry.register(
             "accelerator_faults",
-            "Accelerator faults read from the kernel log, every manufacturer's, by manufacturer, condition (Xid79, FallenOffBus, AmdRasUncorrectable, AmdGpuReset, AmdRingTimeout, AmdPageFault …) and class (application: the workload's fault; hardware: takes the accelerator out of service)",
+            "Accelerator faults read from the kernel log, every manufacturer's, by manufacturer, condition (Xid79, FallenOffBus, AmdRasUncorrectable, AmdAcaDeferred, AmdGpuReset, AmdRingTimeout, AmdPageFault …) and class (application: a condition only, the workload's fault; hardware: takes the accelerator out of service)",
             metrics.faults.clone(),
         );
         registry.register(
