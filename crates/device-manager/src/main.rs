@@ -19,6 +19,7 @@ mod admin;
 mod backends;
 mod cmd;
 mod daemon;
+#[cfg(feature = "demo")]
 mod demo;
 mod metrics;
 mod node;
