@@ -20,10 +20,10 @@ use accel_core::Manufacturer;
 use accel_core::inventory::Grantable;
 use accel_core::ledger::Seat;
 use accel_nvidia::responder::{EngineFacts, NvidiaResponder};
-use accel_plugin::pods::{Container, MemoryPods, Phase, Pod};
+use accel_plugin::pods::{MemoryPods, Pod};
 use accel_plugin::service::Offer;
 use accel_plugin::settings::{InjectionStrategy, Settings};
-use accel_plugin::testing::{Call, Kubelet};
+use accel_plugin::testing::{self, Call, Kubelet};
 use accel_plugin::{Config, DevicePlugins};
 
 const GPU: &str = "nvidia.com/gpu";
@@ -92,24 +92,16 @@ fn config(dir: &Path) -> Config {
 }
 
 fn pod(n: u32, resource: &str) -> Pod {
-    let mut limits = BTreeMap::from([(resource.to_string(), "1".to_string())]);
+    let memory = format!("{SLICED}.memory-percentage");
+    let mut limits = vec![(resource, "1")];
     if resource == SLICED {
-        limits.insert(format!("{SLICED}.memory-percentage"), "1".to_string());
+        limits.push((memory.as_str(), "1"));
     }
     let uid = format!("pod-{n}");
     Pod {
-        uid: uid.clone(),
         namespace: "bench".into(),
-        name: uid,
-        created: i64::from(n),
-        phase: Phase::Pending,
-        runtime_class: None,
-        allocated: None,
-        containers: vec![Container {
-            name: "main".into(),
-            limits,
-            env: BTreeMap::new(),
-        }],
+        name: uid.clone(),
+        ..testing::pod(&uid, i64::from(n), &[("main", &limits)])
     }
 }
 

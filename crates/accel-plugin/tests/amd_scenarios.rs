@@ -13,10 +13,10 @@ use accel_core::Manufacturer;
 use accel_core::busid::BusId;
 use accel_core::inventory::{Accelerator, ComputeGeometry, DrmNodes, Source};
 use accel_core::ledger::{Mode, Seat};
-use accel_plugin::pods::{Container, MemoryPods, Phase, Pod};
+use accel_plugin::pods::{MemoryPods, Pod};
 use accel_plugin::service::Offer;
 use accel_plugin::settings::Settings;
-use accel_plugin::testing::{Admission, Kubelet};
+use accel_plugin::testing::{self, Admission, Kubelet};
 use accel_plugin::{Config, DevicePlugins};
 use tonic::Code;
 
@@ -155,26 +155,7 @@ const ALL_NODES: &[&str] = &[
 ];
 
 fn pod(uid: &str, containers: &[(&str, &[(&str, &str)])]) -> Pod {
-    Pod {
-        uid: uid.into(),
-        namespace: "ns".into(),
-        name: format!("pod-{uid}"),
-        created: 1,
-        phase: Phase::Pending,
-        runtime_class: None,
-        allocated: None,
-        containers: containers
-            .iter()
-            .map(|(name, limits)| Container {
-                name: name.to_string(),
-                limits: limits
-                    .iter()
-                    .map(|(k, v)| (k.to_string(), v.to_string()))
-                    .collect(),
-                env: BTreeMap::new(),
-            })
-            .collect(),
-    }
+    testing::pod(uid, 1, containers)
 }
 
 /// The response's device nodes as `host=container:permissions`.

@@ -13,10 +13,10 @@ use accel_core::ledger::Seat;
 use accel_nvidia::responder::{EngineFacts, NvidiaResponder};
 use accel_plugin::metrics::LATENCY_BUCKETS;
 use accel_plugin::metrics::exposition::Samples;
-use accel_plugin::pods::{Container, MemoryPods, Phase, Pod};
+use accel_plugin::pods::MemoryPods;
 use accel_plugin::service::Offer;
 use accel_plugin::settings::{InjectionStrategy, Settings};
-use accel_plugin::testing::Kubelet;
+use accel_plugin::testing::{Kubelet, pod};
 use accel_plugin::{Config, DevicePlugins, PluginMetrics};
 use prometheus_client::registry::Registry;
 use tonic::Code;
@@ -45,29 +45,6 @@ fn seats(n: u32) -> Vec<Seat> {
             partitions: Vec::new(),
         })
         .collect()
-}
-
-fn pod(uid: &str, created: i64, containers: &[(&str, &[(&str, &str)])]) -> Pod {
-    Pod {
-        uid: uid.into(),
-        namespace: "ns".into(),
-        name: format!("pod-{uid}"),
-        created,
-        phase: Phase::Pending,
-        runtime_class: None,
-        allocated: None,
-        containers: containers
-            .iter()
-            .map(|(name, limits)| Container {
-                name: name.to_string(),
-                limits: limits
-                    .iter()
-                    .map(|(k, v)| (k.to_string(), v.to_string()))
-                    .collect(),
-                env: BTreeMap::new(),
-            })
-            .collect(),
-    }
 }
 
 fn scrape(registry: &Registry) -> Samples {

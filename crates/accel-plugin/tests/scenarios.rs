@@ -10,10 +10,10 @@ use accel_core::inventory::Grantable;
 use accel_core::ledger::annotation;
 use accel_core::ledger::{Family, GrantKey, Mode, Seat};
 use accel_nvidia::responder::{EngineFacts, NvidiaResponder};
-use accel_plugin::pods::{Container, MemoryPods, Phase, Pod, PodSource};
+use accel_plugin::pods::{MemoryPods, Pod, PodSource};
 use accel_plugin::service::Offer;
 use accel_plugin::settings::{InjectionStrategy, Settings};
-use accel_plugin::testing::Kubelet;
+use accel_plugin::testing::{Kubelet, pod};
 use accel_plugin::{Config, DevicePlugins};
 use tonic::Code;
 
@@ -101,29 +101,6 @@ impl Rig {
 
     fn plugins(&self) -> &DevicePlugins {
         self.plugins.as_ref().unwrap()
-    }
-}
-
-fn pod(uid: &str, created: i64, containers: &[(&str, &[(&str, &str)])]) -> Pod {
-    Pod {
-        uid: uid.into(),
-        namespace: "ns".into(),
-        name: format!("pod-{uid}"),
-        created,
-        phase: Phase::Pending,
-        runtime_class: None,
-        allocated: None,
-        containers: containers
-            .iter()
-            .map(|(name, limits)| Container {
-                name: name.to_string(),
-                limits: limits
-                    .iter()
-                    .map(|(k, v)| (k.to_string(), v.to_string()))
-                    .collect(),
-                env: BTreeMap::new(),
-            })
-            .collect(),
     }
 }
 
