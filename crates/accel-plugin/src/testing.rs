@@ -21,6 +21,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
+use accel_core::inventory::Grantable;
+use accel_core::ledger::Seat;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tonic::{Request, Response, Status};
@@ -34,6 +36,28 @@ use crate::api::podresources::pod_resources_lister_server::{
 };
 use crate::pods::{Container, LookupError, MemoryPods, Phase, Pod, PodLookup, PodSource};
 use crate::socket;
+
+/// The UUID the scenario tests and benchmarks give synthetic GPU `i`.
+pub fn gpu_uuid(i: u32) -> String {
+    format!("GPU-{i:08}-0000-0000-0000-000000000000")
+}
+
+/// Synthetic GPU `i` as a ledger seat: an 80 GB H100's memory, whole, healthy, 128 slice slots,
+/// four GPUs to a NUMA node. Anything else is set with struct update syntax:
+/// `Seat { numa_node: Some(0), ..seat(i) }`.
+pub fn seat(i: u32) -> Seat {
+    Seat {
+        index: i,
+        uuid: Some(gpu_uuid(i)),
+        numa_node: Some(i / 4),
+        peers: BTreeMap::new(),
+        memory_mib: Some(81_559),
+        grantable: Grantable::Whole,
+        healthy: true,
+        slice_capacity: 128,
+        partitions: Vec::new(),
+    }
+}
 
 /// A Pending Pod for the emulator to admit, as the scenario tests and benchmarks write one: in
 /// namespace `ns`, named `pod-<uid>`, created at `created` (seconds), each container a name and

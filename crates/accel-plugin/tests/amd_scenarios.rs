@@ -218,18 +218,26 @@ async fn shared_answers_as_exclusive_does() {
     assert!(mounts(&admission, "main", SHARED).is_empty());
 }
 
+/// A slice of a quarter of the memory and of the compute units.
+const QUARTER_SLICE: &[(&str, &str)] = &[
+    (SLICED, "1"),
+    ("amd.com/gpu.sliced.memory-percentage", "25"),
+    ("amd.com/gpu.sliced.cores-percentage", "25"),
+];
+
+/// Pods `a` and `b`, each a [`QUARTER_SLICE`], admitted.
+async fn two_quarter_slices(rig: &Rig) -> (Admission, Admission) {
+    rig.kubelet.create(pod("a", &[("main", QUARTER_SLICE)]));
+    rig.kubelet.create(pod("b", &[("main", QUARTER_SLICE)]));
+    let a = rig.kubelet.admit("a").await.unwrap();
+    let b = rig.kubelet.admit("b").await.unwrap();
+    (a, b)
+}
+
 #[tokio::test]
 async fn a_slice_carries_the_shim_the_budgets_and_the_cu_window_in_step() {
     let rig = Rig::new(ALL_NODES).await;
-    let slice: &[(&str, &str)] = &[
-        (SLICED, "1"),
-        ("amd.com/gpu.sliced.memory-percentage", "25"),
-        ("amd.com/gpu.sliced.cores-percentage", "25"),
-    ];
-    rig.kubelet.create(pod("a", &[("main", slice)]));
-    rig.kubelet.create(pod("b", &[("main", slice)]));
-    let a = rig.kubelet.admit("a").await.unwrap();
-    let b = rig.kubelet.admit("b").await.unwrap();
+    let (a, b) = two_quarter_slices(&rig).await;
     // Both slices pack onto accelerator 0 (card1/renderD128).
     let one_card = vec![
         "/dev/kfd=/dev/kfd:rw".to_string(),
@@ -308,15 +316,7 @@ async fn a_slice_carries_the_shim_the_budgets_and_the_cu_window_in_step() {
 #[tokio::test]
 async fn a_restarted_daemon_places_new_windows_around_the_running_ones() {
     let rig = Rig::new(ALL_NODES).await;
-    let slice: &[(&str, &str)] = &[
-        (SLICED, "1"),
-        ("amd.com/gpu.sliced.memory-percentage", "25"),
-        ("amd.com/gpu.sliced.cores-percentage", "25"),
-    ];
-    rig.kubelet.create(pod("a", &[("main", slice)]));
-    rig.kubelet.create(pod("b", &[("main", slice)]));
-    let a = rig.kubelet.admit("a").await.unwrap();
-    let b = rig.kubelet.admit("b").await.unwrap();
+    let (a, b) = two_quarter_slices(&rig).await;
     assert_eq!(envs(&a, "main", SLICED)["HSA_CU_MASK"], "0:0-11");
     assert_eq!(envs(&b, "main", SLICED)["HSA_CU_MASK"], "0:12-23");
     let kept = rig.dir.path().join("data/pods/b/c-main/cu-windows.json");
@@ -340,8 +340,8 @@ async fn a_restarted_daemon_places_new_windows_around_the_running_ones() {
         [(12, 23)].into_iter().collect(),
         "the running slice's window is known again, the gone Pod's is free"
     );
-    rig.kubelet.create(pod("c", &[("main", slice)]));
-    rig.kubelet.create(pod("d", &[("main", slice)]));
+    rig.kubelet.create(pod("c", &[("main", QUARTER_SLICE)]));
+    rig.kubelet.create(pod("d", &[("main", QUARTER_SLICE)]));
     let c = rig.kubelet.admit("c").await.unwrap();
     let d = rig.kubelet.admit("d").await.unwrap();
     // Both pack onto accelerator 0 beside b's 12-23: the freed 0-11, then 24-35; a restart

@@ -3,12 +3,10 @@
 //! as its own watch sees it), and the placement hint offers only accelerators the container's
 //! real slice fits.
 
-use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use accel_core::Manufacturer;
-use accel_core::inventory::Grantable;
 use accel_core::ledger::{GrantKey, Seat};
 use accel_nvidia::responder::{EngineFacts, NvidiaResponder};
 use accel_plugin::metrics::{Attribution, PluginMetrics};
@@ -16,7 +14,7 @@ use accel_plugin::pods::{MemoryPods, Pod};
 use accel_plugin::service::Offer;
 use accel_plugin::service::{DIRECT_GRACE, IDENTIFY_WAIT};
 use accel_plugin::settings::{InjectionStrategy, Settings};
-use accel_plugin::testing::{self, Kubelet, PodWatch};
+use accel_plugin::testing::{self, Kubelet, PodWatch, gpu_uuid as uuid, seat};
 use accel_plugin::{Config, DevicePlugins};
 use tokio::time::Instant;
 use tonic::Code;
@@ -28,23 +26,7 @@ const MEMORY_PERCENTAGE: &str = "nvidia.com/gpu.sliced.memory-percentage";
 const MEMORY_MIB: &str = "nvidia.com/gpu.sliced.memory-mib";
 
 fn seats(n: u32) -> Vec<Seat> {
-    (0..n)
-        .map(|i| Seat {
-            index: i,
-            uuid: Some(uuid(i)),
-            numa_node: Some(i / 4),
-            peers: BTreeMap::new(),
-            memory_mib: Some(81_559),
-            grantable: Grantable::Whole,
-            healthy: true,
-            slice_capacity: 128,
-            partitions: Vec::new(),
-        })
-        .collect()
-}
-
-fn uuid(i: u32) -> String {
-    format!("GPU-{i:08}-0000-0000-0000-000000000000")
+    (0..n).map(seat).collect()
 }
 
 /// The plugin on the emulated kubelet, watching the API server through a [`PodWatch`].

@@ -3,12 +3,10 @@
 //! resource for every Allocate and GetPreferredAllocation, a refused slice counted under its
 //! reason, invalid arguments under theirs, and grants by family (a retry not counted twice).
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use accel_core::Manufacturer;
-use accel_core::inventory::Grantable;
 use accel_core::ledger::Seat;
 use accel_nvidia::responder::{EngineFacts, NvidiaResponder};
 use accel_plugin::metrics::LATENCY_BUCKETS;
@@ -16,7 +14,7 @@ use accel_plugin::metrics::exposition::Samples;
 use accel_plugin::pods::MemoryPods;
 use accel_plugin::service::Offer;
 use accel_plugin::settings::{InjectionStrategy, Settings};
-use accel_plugin::testing::{Kubelet, pod};
+use accel_plugin::testing::{Kubelet, gpu_uuid as uuid, pod, seat};
 use accel_plugin::{Config, DevicePlugins, PluginMetrics};
 use prometheus_client::registry::Registry;
 use tonic::Code;
@@ -27,22 +25,11 @@ const SLICED: &str = "nvidia.com/gpu.sliced";
 const VISIBILITY: &str = "device.gpustack.ai/nvidia.visibility";
 const MEMORY_PERCENTAGE: &str = "nvidia.com/gpu.sliced.memory-percentage";
 
-fn uuid(i: u32) -> String {
-    format!("GPU-{i:08}-0000-0000-0000-000000000000")
-}
-
 fn seats(n: u32) -> Vec<Seat> {
     (0..n)
         .map(|i| Seat {
-            index: i,
-            uuid: Some(uuid(i)),
             numa_node: Some(0),
-            peers: BTreeMap::new(),
-            memory_mib: Some(81_559),
-            grantable: Grantable::Whole,
-            healthy: true,
-            slice_capacity: 128,
-            partitions: Vec::new(),
+            ..seat(i)
         })
         .collect()
 }

@@ -667,14 +667,7 @@ async fn random_histories_share_no_placement_and_leak_nothing_across_restarts() 
                             .any(|i| i.gpu == gpu && i.start <= *s && *s < i.start + i.size)
                     });
                     if let Some(start) = free {
-                        let id = (1..)
-                            .find(|id| {
-                                !state
-                                    .instances
-                                    .iter()
-                                    .any(|i| i.gpu == gpu && i.gpu_instance == *id)
-                            })
-                            .unwrap();
+                        let id = free_gpu_instance(&state, gpu);
                         state.instances.push(mig_replay::StateInstance {
                             gpu,
                             gpu_instance: id,
@@ -778,6 +771,18 @@ async fn an_unowned_instance_of_the_profile_is_claimed_before_one_is_made() {
     .await;
 }
 
+/// The lowest GPU instance id not in use on `gpu`, as the driver hands them out.
+fn free_gpu_instance(state: &MigState, gpu: u32) -> u32 {
+    (1..)
+        .find(|id| {
+            !state
+                .instances
+                .iter()
+                .any(|i| i.gpu == gpu && i.gpu_instance == *id)
+        })
+        .unwrap()
+}
+
 /// Adds a hand-carved instance to the host: one GPU instance of `profile` (size `size`) at
 /// `start`, with a compute instance per UUID given.
 fn carve(
@@ -791,14 +796,7 @@ fn carve(
 ) -> u32 {
     let path = rig.dir.path().join("host").join(mig_replay::STATE_FILE);
     let mut state = rig.state();
-    let id = (1..)
-        .find(|id| {
-            !state
-                .instances
-                .iter()
-                .any(|i| i.gpu == gpu && i.gpu_instance == *id)
-        })
-        .unwrap();
+    let id = free_gpu_instance(&state, gpu);
     let profile_id = match profile {
         "1g.10gb" => 19,
         "2g.20gb" => 14,

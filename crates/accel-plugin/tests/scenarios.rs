@@ -1,7 +1,6 @@
 //! Scenario tests over real unix sockets: the plugin against the kubelet emulator, one test per
 //! behaviour seed 000 states, plus the bad inputs.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -13,7 +12,7 @@ use accel_nvidia::responder::{EngineFacts, NvidiaResponder};
 use accel_plugin::pods::{MemoryPods, Pod, PodSource};
 use accel_plugin::service::Offer;
 use accel_plugin::settings::{InjectionStrategy, Settings};
-use accel_plugin::testing::{Kubelet, pod};
+use accel_plugin::testing::{Kubelet, gpu_uuid as uuid, pod, seat};
 use accel_plugin::{Config, DevicePlugins};
 use tonic::Code;
 
@@ -23,23 +22,7 @@ const SLICED: &str = "nvidia.com/gpu.sliced";
 const VISIBILITY: &str = "device.gpustack.ai/nvidia.visibility";
 
 fn seats(n: u32) -> Vec<Seat> {
-    (0..n)
-        .map(|i| Seat {
-            index: i,
-            uuid: Some(format!("GPU-{i:08}-0000-0000-0000-000000000000")),
-            numa_node: Some(i / 4),
-            peers: BTreeMap::new(),
-            memory_mib: Some(81_559),
-            grantable: Grantable::Whole,
-            healthy: true,
-            slice_capacity: 128,
-            partitions: Vec::new(),
-        })
-        .collect()
-}
-
-fn uuid(i: u32) -> String {
-    format!("GPU-{i:08}-0000-0000-0000-000000000000")
+    (0..n).map(seat).collect()
 }
 
 struct Rig {
