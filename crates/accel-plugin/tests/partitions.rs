@@ -969,7 +969,15 @@ async fn a_subdivided_gpu_instance_stops_reclaim_on_its_gpu_only_and_is_never_us
             .any(|i| i.gpu == 1 && (i.start == 0 || i.start == 4))
     })
     .await;
-    assert!(ownership::read(&rig.data(), "x", "main").unwrap().is_none());
+    // The record goes right after the destroy, on the reclaim's own task: wait for it (bounded).
+    let until = tokio::time::Instant::now() + Duration::from_secs(5);
+    while ownership::read(&rig.data(), "x", "main").unwrap().is_some() {
+        assert!(
+            tokio::time::Instant::now() < until,
+            "x's ownership record outlived its destroyed instance"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 /// The grant a Pod's annotation would carry for a made partition.
