@@ -66,7 +66,7 @@ mod amd_tests;
 pub mod loops;
 pub mod metrics;
 #[cfg(test)]
-mod test_support;
+pub(crate) mod test_support;
 #[cfg(test)]
 mod tests;
 

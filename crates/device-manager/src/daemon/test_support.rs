@@ -1,5 +1,6 @@
 //! What the daemon's scenario tests share, whichever manufacturer's recorded host they run on
-//! (`tests.rs` the 8×H100, `amd_tests.rs` the 8× MI300X): a temp-dir copy of a recorded host with
+//! (`tests.rs` the 8×H100, `amd_tests.rs` the 8× MI300X; the admin socket's tests copy hosts
+//! with it too): a temp-dir copy of a recorded host with
 //! a boot id, the daemon's options and the plugins' configuration as `serve` builds them, and
 //! [`Rig`], the daemon with its plugins registered with the kubelet emulator over real unix
 //! sockets and its kernel log fed through `ChannelKernelLog`. Waits are bounded and say what did
@@ -33,6 +34,13 @@ pub(super) const SETTLE: Duration = Duration::from_secs(5);
 
 /// A copy of the recorded host `testdata/hosts/<name>` with `boot` as its boot id.
 pub(super) fn copy_host(name: &str, boot: &str) -> tempfile::TempDir {
+    let dir = copy_recorded(name);
+    set_boot(dir.path(), boot);
+    dir
+}
+
+/// A copy of the recorded host `testdata/hosts/<name>`, as recorded.
+pub(crate) fn copy_recorded(name: &str) -> tempfile::TempDir {
     let src = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../../testdata/hosts")
         .join(name);
@@ -45,7 +53,6 @@ pub(super) fn copy_host(name: &str, boot: &str) -> tempfile::TempDir {
         .status()
         .unwrap();
     assert!(status.success());
-    set_boot(dir.path(), boot);
     dir
 }
 
