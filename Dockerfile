@@ -23,7 +23,8 @@ ARG CUDA13_IMAGE=nvidia/cuda:13.0.2-devel-ubi8
 
 # --- the binary -----------------------------------------------------------------------------
 # glibc linked in statically (scripts/build-release.sh): the daemon maps no shared libraries, which
-# is 2.4 MiB less resident memory; built on the runtime image's Debian release.
+# is 2.4 MiB less resident memory; built on the runtime image's Debian release, and without the
+# `demo` feature (no demo, no kubelet emulator mapped in).
 FROM rust:${RUST_VERSION}-${DEBIAN_RELEASE} AS build
 WORKDIR /src
 COPY . .

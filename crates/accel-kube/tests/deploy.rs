@@ -1353,9 +1353,57 @@ fn the_image_carries_each_cuda_majors_library_where_the_init_container_copies_fr
     let script = std::fs::read_to_string(repo().join("scripts/build-release.sh")).expect("script");
     assert!(script.contains("-C target-feature=+crt-static"), "{script}");
     assert!(
-        script.contains("cargo build --release --locked -p device-manager --target \"$host\""),
+        script.contains(
+            "cargo build --release --locked -p device-manager --no-default-features --target \"$host\""
+        ),
         "{script}"
     );
+}
+
+#[test]
+fn the_release_binary_is_built_without_the_demo_and_the_kubelet_emulator() {
+    // `demo` is device-manager's one default feature and the only way the emulator (accel-plugin's
+    // `testing`) reaches the binary; the release build turns the defaults off and names none back,
+    // so the node daemon carries neither.
+    let path = repo().join("crates/device-manager/Cargo.toml");
+    let manifest =
+        std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let features = manifest_section(&manifest, "features");
+    assert!(features.contains(&r#"default = ["demo"]"#), "{features:?}");
+    let demo = features
+        .iter()
+        .find(|line| line.starts_with("demo ="))
+        .expect("a demo feature");
+    assert!(demo.contains(r#""accel-plugin/testing""#), "{demo}");
+    let plugin = manifest_section(&manifest, "dependencies")
+        .into_iter()
+        .find(|line| line.starts_with("accel-plugin"))
+        .expect("accel-plugin among the dependencies");
+    assert!(
+        !plugin.contains("testing"),
+        "the emulator outside the demo feature: {plugin}"
+    );
+    let script = std::fs::read_to_string(repo().join("scripts/build-release.sh")).expect("script");
+    let build = script
+        .lines()
+        .find(|line| line.trim_start().starts_with("cargo build"))
+        .expect("a cargo build line");
+    assert!(build.contains("--no-default-features"), "{build}");
+    assert!(!build.contains("--features"), "{build}");
+    assert!(!build.contains("--all-features"), "{build}");
+}
+
+/// The lines of a Cargo manifest's `[name]` table, trimmed, without blanks and comments.
+fn manifest_section<'a>(manifest: &'a str, name: &str) -> Vec<&'a str> {
+    let header = format!("[{name}]");
+    manifest
+        .lines()
+        .map(str::trim)
+        .skip_while(|line| *line != header)
+        .skip(1)
+        .take_while(|line| !line.starts_with('['))
+        .filter(|line| !line.is_empty() && !line.starts_with('#'))
+        .collect()
 }
 
 /// A fresh scratch directory.

@@ -11,28 +11,22 @@
 //! Run: `cargo bench -p accel-plugin --features testing --bench allocate`
 //! (`BENCH_ROUNDS` scales the exclusive and shared rounds, 100 by default).
 
-use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use accel_core::Manufacturer;
-use accel_core::inventory::Grantable;
 use accel_core::ledger::Seat;
 use accel_nvidia::responder::{EngineFacts, NvidiaResponder};
-use accel_plugin::pods::{Container, MemoryPods, Phase, Pod};
+use accel_plugin::pods::{MemoryPods, Pod};
 use accel_plugin::service::Offer;
 use accel_plugin::settings::{InjectionStrategy, Settings};
-use accel_plugin::testing::{Call, Kubelet};
+use accel_plugin::testing::{self, Call, Kubelet, seat};
 use accel_plugin::{Config, DevicePlugins};
 
 const GPU: &str = "nvidia.com/gpu";
 const SHARED: &str = "nvidia.com/gpu.shared";
 const SLICED: &str = "nvidia.com/gpu.sliced";
-
-fn uuid(i: u32) -> String {
-    format!("GPU-{i:08}-0000-0000-0000-000000000000")
-}
 
 fn env_number(name: &str, default: u32) -> u32 {
     std::env::var(name)
@@ -58,19 +52,7 @@ fn percentiles(name: &str, mut samples: Vec<Duration>) {
 }
 
 fn config(dir: &Path) -> Config {
-    let seats: Vec<Seat> = (0..8)
-        .map(|i| Seat {
-            index: i,
-            uuid: Some(uuid(i)),
-            numa_node: Some(i / 4),
-            peers: BTreeMap::new(),
-            memory_mib: Some(81_559),
-            grantable: Grantable::Whole,
-            healthy: true,
-            slice_capacity: 128,
-            partitions: Vec::new(),
-        })
-        .collect();
+    let seats: Vec<Seat> = (0..8).map(seat).collect();
     Config {
         kubelet_dir: dir.join("kubelet"),
         data_dir: dir.join("data"),
@@ -92,24 +74,16 @@ fn config(dir: &Path) -> Config {
 }
 
 fn pod(n: u32, resource: &str) -> Pod {
-    let mut limits = BTreeMap::from([(resource.to_string(), "1".to_string())]);
+    let memory = format!("{SLICED}.memory-percentage");
+    let mut limits = vec![(resource, "1")];
     if resource == SLICED {
-        limits.insert(format!("{SLICED}.memory-percentage"), "1".to_string());
+        limits.push((memory.as_str(), "1"));
     }
     let uid = format!("pod-{n}");
     Pod {
-        uid: uid.clone(),
         namespace: "bench".into(),
-        name: uid,
-        created: i64::from(n),
-        phase: Phase::Pending,
-        runtime_class: None,
-        allocated: None,
-        containers: vec![Container {
-            name: "main".into(),
-            limits,
-            env: BTreeMap::new(),
-        }],
+        name: uid.clone(),
+        ..testing::pod(&uid, i64::from(n), &[("main", &limits)])
     }
 }
 

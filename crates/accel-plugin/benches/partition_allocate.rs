@@ -14,7 +14,6 @@
 //! Run: `cargo bench -p accel-plugin --features testing --bench partition_allocate`
 //! (`BENCH_ROUNDS` rounds, 10 by default; `BENCH_CREATES` partitioner rounds, 100 by default).
 
-use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -27,10 +26,10 @@ use accel_host::{CommandError, CommandOutput, Commands, FsHost, RecordedCommands
 use accel_nvidia::mig_replay::{self, MigState};
 use accel_nvidia::partitioner::SmiPartitioner;
 use accel_nvidia::responder::{EngineFacts, NvidiaResponder};
-use accel_plugin::pods::{Container, MemoryPods, Phase, Pod};
+use accel_plugin::pods::{MemoryPods, Pod};
 use accel_plugin::service::{Offer, Orphans};
 use accel_plugin::settings::{InjectionStrategy, Settings};
-use accel_plugin::testing::{Call, Kubelet};
+use accel_plugin::testing::{self, Call, Kubelet, copy_tree};
 use accel_plugin::{Config, DevicePlugins, Partitions};
 
 const PARTITIONED: &str = "nvidia.com/gpu.partitioned";
@@ -41,22 +40,6 @@ fn env_number(name: &str, default: u32) -> u32 {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(default)
-}
-
-fn copy(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for entry in std::fs::read_dir(from).unwrap() {
-        let entry = entry.unwrap();
-        let kind = entry.file_type().unwrap();
-        let target = to.join(entry.file_name());
-        if kind.is_dir() {
-            copy(&entry.path(), &target);
-        } else if kind.is_symlink() {
-            std::os::unix::fs::symlink(std::fs::read_link(entry.path()).unwrap(), target).unwrap();
-        } else {
-            std::fs::copy(entry.path(), target).unwrap();
-        }
-    }
 }
 
 /// The host's programs, adding up the time spent in them.
@@ -97,10 +80,11 @@ fn percentiles(name: &str, mut samples: Vec<Duration>) {
 /// A fresh copy of the MIG host and its programs (replayed, timed).
 fn host(dir: &Path) -> (std::path::PathBuf, Arc<Timed>) {
     let host = dir.join("host");
-    copy(
+    copy_tree(
         &Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata/hosts/hgx-h100-8gpu-mig"),
         &host,
-    );
+    )
+    .unwrap();
     let commands = Arc::new(Timed {
         inner: mig_replay::wrap(&host, Box::new(RecordedCommands::load(&host).unwrap())),
         spent_ns: AtomicU64::new(0),
@@ -110,22 +94,15 @@ fn host(dir: &Path) -> (std::path::PathBuf, Arc<Timed>) {
 
 fn pod(n: u32) -> Pod {
     let uid = format!("pod-{n}");
+    let profile = format!("{PARTITIONED}.mig-3g.40gb");
     Pod {
-        uid: uid.clone(),
         namespace: "bench".into(),
-        name: uid,
-        created: i64::from(n),
-        phase: Phase::Pending,
-        runtime_class: None,
-        allocated: None,
-        containers: vec![Container {
-            name: "main".into(),
-            limits: BTreeMap::from([
-                (PARTITIONED.to_string(), "1".to_string()),
-                (format!("{PARTITIONED}.mig-3g.40gb"), "1".to_string()),
-            ]),
-            env: BTreeMap::new(),
-        }],
+        name: uid.clone(),
+        ..testing::pod(
+            &uid,
+            i64::from(n),
+            &[("main", &[(PARTITIONED, "1"), (profile.as_str(), "1")])],
+        )
     }
 }
 

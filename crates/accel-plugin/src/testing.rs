@@ -21,6 +21,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
+use accel_core::inventory::Grantable;
+use accel_core::ledger::Seat;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tonic::{Request, Response, Status};
@@ -32,8 +34,76 @@ use crate::api::podresources as pr;
 use crate::api::podresources::pod_resources_lister_server::{
     PodResourcesLister, PodResourcesListerServer,
 };
-use crate::pods::{LookupError, MemoryPods, Phase, Pod, PodLookup, PodSource};
+use crate::pods::{Container, LookupError, MemoryPods, Phase, Pod, PodLookup, PodSource};
 use crate::socket;
+
+/// The UUID the scenario tests and benchmarks give synthetic GPU `i`.
+pub fn gpu_uuid(i: u32) -> String {
+    format!("GPU-{i:08}-0000-0000-0000-000000000000")
+}
+
+/// Synthetic GPU `i` as a ledger seat: an 80 GB H100's memory, whole, healthy, 128 slice slots,
+/// four GPUs to a NUMA node. Anything else is set with struct update syntax:
+/// `Seat { numa_node: Some(0), ..seat(i) }`.
+pub fn seat(i: u32) -> Seat {
+    Seat {
+        index: i,
+        uuid: Some(gpu_uuid(i)),
+        numa_node: Some(i / 4),
+        peers: BTreeMap::new(),
+        memory_mib: Some(81_559),
+        grantable: Grantable::Whole,
+        healthy: true,
+        slice_capacity: 128,
+        partitions: Vec::new(),
+    }
+}
+
+/// A Pending Pod for the emulator to admit, as the scenario tests and benchmarks write one: in
+/// namespace `ns`, named `pod-<uid>`, created at `created` (seconds), each container a name and
+/// its limits (`&[("main", &[("nvidia.com/gpu", "1")])]`). Anything else is set with struct
+/// update syntax: `Pod { namespace: "bench".into(), ..pod(uid, 1, containers) }`.
+pub fn pod(uid: &str, created: i64, containers: &[(&str, &[(&str, &str)])]) -> Pod {
+    Pod {
+        uid: uid.into(),
+        namespace: "ns".into(),
+        name: format!("pod-{uid}"),
+        created,
+        phase: Phase::Pending,
+        runtime_class: None,
+        allocated: None,
+        containers: containers
+            .iter()
+            .map(|(name, limits)| Container {
+                name: name.to_string(),
+                limits: limits
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect(),
+                env: BTreeMap::new(),
+            })
+            .collect(),
+    }
+}
+
+/// Copies the folder `from` (a recorded host) to `to`, links kept as links, so a test can
+/// change its copy.
+pub fn copy_tree(from: &Path, to: &Path) -> std::io::Result<()> {
+    std::fs::create_dir_all(to)?;
+    for entry in std::fs::read_dir(from)? {
+        let entry = entry?;
+        let kind = entry.file_type()?;
+        let target = to.join(entry.file_name());
+        if kind.is_dir() {
+            copy_tree(&entry.path(), &target)?;
+        } else if kind.is_symlink() {
+            std::os::unix::fs::symlink(std::fs::read_link(entry.path())?, target)?;
+        } else {
+            std::fs::copy(entry.path(), target)?;
+        }
+    }
+    Ok(())
+}
 
 /// One registered plugin as the emulator sees it.
 #[derive(Clone)]

@@ -13,10 +13,10 @@ use accel_core::Manufacturer;
 use accel_core::busid::BusId;
 use accel_core::inventory::{Accelerator, ComputeGeometry, DrmNodes, Source};
 use accel_core::ledger::{Mode, Seat};
-use accel_plugin::pods::{Container, MemoryPods, Phase, Pod};
+use accel_plugin::pods::{MemoryPods, Pod};
 use accel_plugin::service::Offer;
 use accel_plugin::settings::Settings;
-use accel_plugin::testing::{Admission, Kubelet};
+use accel_plugin::testing::{self, Admission, Kubelet};
 use accel_plugin::{Config, DevicePlugins};
 use tonic::Code;
 
@@ -155,26 +155,7 @@ const ALL_NODES: &[&str] = &[
 ];
 
 fn pod(uid: &str, containers: &[(&str, &[(&str, &str)])]) -> Pod {
-    Pod {
-        uid: uid.into(),
-        namespace: "ns".into(),
-        name: format!("pod-{uid}"),
-        created: 1,
-        phase: Phase::Pending,
-        runtime_class: None,
-        allocated: None,
-        containers: containers
-            .iter()
-            .map(|(name, limits)| Container {
-                name: name.to_string(),
-                limits: limits
-                    .iter()
-                    .map(|(k, v)| (k.to_string(), v.to_string()))
-                    .collect(),
-                env: BTreeMap::new(),
-            })
-            .collect(),
-    }
+    testing::pod(uid, 1, containers)
 }
 
 /// The response's device nodes as `host=container:permissions`.
@@ -237,18 +218,26 @@ async fn shared_answers_as_exclusive_does() {
     assert!(mounts(&admission, "main", SHARED).is_empty());
 }
 
+/// A slice of a quarter of the memory and of the compute units.
+const QUARTER_SLICE: &[(&str, &str)] = &[
+    (SLICED, "1"),
+    ("amd.com/gpu.sliced.memory-percentage", "25"),
+    ("amd.com/gpu.sliced.cores-percentage", "25"),
+];
+
+/// Pods `a` and `b`, each a [`QUARTER_SLICE`], admitted.
+async fn two_quarter_slices(rig: &Rig) -> (Admission, Admission) {
+    rig.kubelet.create(pod("a", &[("main", QUARTER_SLICE)]));
+    rig.kubelet.create(pod("b", &[("main", QUARTER_SLICE)]));
+    let a = rig.kubelet.admit("a").await.unwrap();
+    let b = rig.kubelet.admit("b").await.unwrap();
+    (a, b)
+}
+
 #[tokio::test]
 async fn a_slice_carries_the_shim_the_budgets_and_the_cu_window_in_step() {
     let rig = Rig::new(ALL_NODES).await;
-    let slice: &[(&str, &str)] = &[
-        (SLICED, "1"),
-        ("amd.com/gpu.sliced.memory-percentage", "25"),
-        ("amd.com/gpu.sliced.cores-percentage", "25"),
-    ];
-    rig.kubelet.create(pod("a", &[("main", slice)]));
-    rig.kubelet.create(pod("b", &[("main", slice)]));
-    let a = rig.kubelet.admit("a").await.unwrap();
-    let b = rig.kubelet.admit("b").await.unwrap();
+    let (a, b) = two_quarter_slices(&rig).await;
     // Both slices pack onto accelerator 0 (card1/renderD128).
     let one_card = vec![
         "/dev/kfd=/dev/kfd:rw".to_string(),
@@ -327,15 +316,7 @@ async fn a_slice_carries_the_shim_the_budgets_and_the_cu_window_in_step() {
 #[tokio::test]
 async fn a_restarted_daemon_places_new_windows_around_the_running_ones() {
     let rig = Rig::new(ALL_NODES).await;
-    let slice: &[(&str, &str)] = &[
-        (SLICED, "1"),
-        ("amd.com/gpu.sliced.memory-percentage", "25"),
-        ("amd.com/gpu.sliced.cores-percentage", "25"),
-    ];
-    rig.kubelet.create(pod("a", &[("main", slice)]));
-    rig.kubelet.create(pod("b", &[("main", slice)]));
-    let a = rig.kubelet.admit("a").await.unwrap();
-    let b = rig.kubelet.admit("b").await.unwrap();
+    let (a, b) = two_quarter_slices(&rig).await;
     assert_eq!(envs(&a, "main", SLICED)["HSA_CU_MASK"], "0:0-11");
     assert_eq!(envs(&b, "main", SLICED)["HSA_CU_MASK"], "0:12-23");
     let kept = rig.dir.path().join("data/pods/b/c-main/cu-windows.json");
@@ -359,8 +340,8 @@ async fn a_restarted_daemon_places_new_windows_around_the_running_ones() {
         [(12, 23)].into_iter().collect(),
         "the running slice's window is known again, the gone Pod's is free"
     );
-    rig.kubelet.create(pod("c", &[("main", slice)]));
-    rig.kubelet.create(pod("d", &[("main", slice)]));
+    rig.kubelet.create(pod("c", &[("main", QUARTER_SLICE)]));
+    rig.kubelet.create(pod("d", &[("main", QUARTER_SLICE)]));
     let c = rig.kubelet.admit("c").await.unwrap();
     let d = rig.kubelet.admit("d").await.unwrap();
     // Both pack onto accelerator 0 beside b's 12-23: the freed 0-11, then 24-35; a restart

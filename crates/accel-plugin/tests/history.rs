@@ -11,13 +11,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use accel_core::Manufacturer;
-use accel_core::inventory::Grantable;
 use accel_core::ledger::{GrantKey, Seat};
 use accel_nvidia::responder::{EngineFacts, NvidiaResponder};
-use accel_plugin::pods::{Container, MemoryPods, Phase, Pod};
+use accel_plugin::pods::{MemoryPods, Phase, Pod};
 use accel_plugin::service::Offer;
 use accel_plugin::settings::{InjectionStrategy, Settings};
-use accel_plugin::testing::Kubelet;
+use accel_plugin::testing::{self, Kubelet, seat};
 use accel_plugin::{Config, DevicePlugins};
 use proptest::prelude::*;
 
@@ -56,16 +55,10 @@ fn op() -> impl Strategy<Value = Op> {
 fn seats() -> Vec<Seat> {
     (0..2)
         .map(|i| Seat {
-            index: i,
-            uuid: Some(format!("GPU-{i:08}-0000-0000-0000-000000000000")),
             numa_node: Some(0),
-            peers: BTreeMap::new(),
-            memory_mib: Some(81_559),
-            grantable: Grantable::Whole,
-            healthy: true,
             // Few slots, so the slot gate is reached.
             slice_capacity: 3,
-            partitions: Vec::new(),
+            ..seat(i)
         })
         .collect()
 }
@@ -153,23 +146,16 @@ async fn history(ops: Vec<Op>) {
             } => {
                 let resource = RESOURCES[family];
                 let uid = format!("pod-{step}");
-                let mut limits = BTreeMap::from([(resource.to_string(), count.to_string())]);
+                let (count, percent) = (count.to_string(), percent.to_string());
+                let memory = format!("{resource}.memory-percentage");
+                let mut limits = vec![(resource, count.as_str())];
                 if family == 2 {
-                    limits.insert(format!("{resource}.memory-percentage"), percent.to_string());
+                    limits.push((memory.as_str(), percent.as_str()));
                 }
                 kubelet.create(Pod {
-                    uid: uid.clone(),
                     namespace: "history".into(),
                     name: uid.clone(),
-                    created: step as i64,
-                    phase: Phase::Pending,
-                    runtime_class: None,
-                    allocated: None,
-                    containers: vec![Container {
-                        name: "main".into(),
-                        limits,
-                        env: BTreeMap::new(),
-                    }],
+                    ..testing::pod(&uid, step as i64, &[("main", &limits)])
                 });
                 created.push((uid.clone(), resource));
                 live.insert(uid, Phase::Pending);

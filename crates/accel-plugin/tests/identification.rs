@@ -3,20 +3,18 @@
 //! as its own watch sees it), and the placement hint offers only accelerators the container's
 //! real slice fits.
 
-use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use accel_core::Manufacturer;
-use accel_core::inventory::Grantable;
 use accel_core::ledger::{GrantKey, Seat};
 use accel_nvidia::responder::{EngineFacts, NvidiaResponder};
 use accel_plugin::metrics::{Attribution, PluginMetrics};
-use accel_plugin::pods::{Container, MemoryPods, Phase, Pod};
+use accel_plugin::pods::{MemoryPods, Pod};
 use accel_plugin::service::Offer;
 use accel_plugin::service::{DIRECT_GRACE, IDENTIFY_WAIT};
 use accel_plugin::settings::{InjectionStrategy, Settings};
-use accel_plugin::testing::{Kubelet, PodWatch};
+use accel_plugin::testing::{self, Kubelet, PodWatch, gpu_uuid as uuid, seat};
 use accel_plugin::{Config, DevicePlugins};
 use tokio::time::Instant;
 use tonic::Code;
@@ -28,23 +26,7 @@ const MEMORY_PERCENTAGE: &str = "nvidia.com/gpu.sliced.memory-percentage";
 const MEMORY_MIB: &str = "nvidia.com/gpu.sliced.memory-mib";
 
 fn seats(n: u32) -> Vec<Seat> {
-    (0..n)
-        .map(|i| Seat {
-            index: i,
-            uuid: Some(uuid(i)),
-            numa_node: Some(i / 4),
-            peers: BTreeMap::new(),
-            memory_mib: Some(81_559),
-            grantable: Grantable::Whole,
-            healthy: true,
-            slice_capacity: 128,
-            partitions: Vec::new(),
-        })
-        .collect()
-}
-
-fn uuid(i: u32) -> String {
-    format!("GPU-{i:08}-0000-0000-0000-000000000000")
+    (0..n).map(seat).collect()
 }
 
 /// The plugin on the emulated kubelet, watching the API server through a [`PodWatch`].
@@ -119,30 +101,7 @@ fn kubelet_first() -> Settings {
 }
 
 fn pod(uid: &str, created: i64, limits: &[(&str, &str)]) -> Pod {
-    pod_of(uid, created, &[("main", limits)])
-}
-
-fn pod_of(uid: &str, created: i64, containers: &[(&str, &[(&str, &str)])]) -> Pod {
-    Pod {
-        uid: uid.into(),
-        namespace: "ns".into(),
-        name: format!("pod-{uid}"),
-        created,
-        phase: Phase::Pending,
-        runtime_class: None,
-        allocated: None,
-        containers: containers
-            .iter()
-            .map(|(name, limits)| Container {
-                name: name.to_string(),
-                limits: limits
-                    .iter()
-                    .map(|(k, v)| (k.to_string(), v.to_string()))
-                    .collect(),
-                env: BTreeMap::new(),
-            })
-            .collect(),
-    }
+    testing::pod(uid, created, &[("main", limits)])
 }
 
 /// What the plugin logs at warn and above while the guard lives (this thread's subscriber: the
@@ -487,7 +446,7 @@ async fn the_common_path_lists_once_per_call_and_reads_no_pod_directly() {
 async fn a_pod_read_directly_keeps_its_grants_until_the_watch_delivers_it() {
     let rig = Rig::new(seats(8), kubelet_first()).await;
     rig.watch.hold("a");
-    rig.kubelet.create(pod_of(
+    rig.kubelet.create(testing::pod(
         "a",
         1,
         &[("main", &[(GPU, "1")]), ("aux", &[(GPU, "1")])],

@@ -3,20 +3,18 @@
 //! resource for every Allocate and GetPreferredAllocation, a refused slice counted under its
 //! reason, invalid arguments under theirs, and grants by family (a retry not counted twice).
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use accel_core::Manufacturer;
-use accel_core::inventory::Grantable;
 use accel_core::ledger::Seat;
 use accel_nvidia::responder::{EngineFacts, NvidiaResponder};
 use accel_plugin::metrics::LATENCY_BUCKETS;
 use accel_plugin::metrics::exposition::Samples;
-use accel_plugin::pods::{Container, MemoryPods, Phase, Pod};
+use accel_plugin::pods::MemoryPods;
 use accel_plugin::service::Offer;
 use accel_plugin::settings::{InjectionStrategy, Settings};
-use accel_plugin::testing::Kubelet;
+use accel_plugin::testing::{Kubelet, gpu_uuid as uuid, pod, seat};
 use accel_plugin::{Config, DevicePlugins, PluginMetrics};
 use prometheus_client::registry::Registry;
 use tonic::Code;
@@ -27,47 +25,13 @@ const SLICED: &str = "nvidia.com/gpu.sliced";
 const VISIBILITY: &str = "device.gpustack.ai/nvidia.visibility";
 const MEMORY_PERCENTAGE: &str = "nvidia.com/gpu.sliced.memory-percentage";
 
-fn uuid(i: u32) -> String {
-    format!("GPU-{i:08}-0000-0000-0000-000000000000")
-}
-
 fn seats(n: u32) -> Vec<Seat> {
     (0..n)
         .map(|i| Seat {
-            index: i,
-            uuid: Some(uuid(i)),
             numa_node: Some(0),
-            peers: BTreeMap::new(),
-            memory_mib: Some(81_559),
-            grantable: Grantable::Whole,
-            healthy: true,
-            slice_capacity: 128,
-            partitions: Vec::new(),
+            ..seat(i)
         })
         .collect()
-}
-
-fn pod(uid: &str, created: i64, containers: &[(&str, &[(&str, &str)])]) -> Pod {
-    Pod {
-        uid: uid.into(),
-        namespace: "ns".into(),
-        name: format!("pod-{uid}"),
-        created,
-        phase: Phase::Pending,
-        runtime_class: None,
-        allocated: None,
-        containers: containers
-            .iter()
-            .map(|(name, limits)| Container {
-                name: name.to_string(),
-                limits: limits
-                    .iter()
-                    .map(|(k, v)| (k.to_string(), v.to_string()))
-                    .collect(),
-                env: BTreeMap::new(),
-            })
-            .collect(),
-    }
 }
 
 fn scrape(registry: &Registry) -> Samples {

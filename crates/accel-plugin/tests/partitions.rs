@@ -18,30 +18,14 @@ use accel_nvidia::mig_replay::{self, MigState};
 use accel_nvidia::partitioner::SmiPartitioner;
 use accel_nvidia::responder::{EngineFacts, NvidiaResponder};
 use accel_plugin::ownership;
-use accel_plugin::pods::{Container, MemoryPods, Phase, Pod, PodSource};
+use accel_plugin::pods::{MemoryPods, Pod, PodSource};
 use accel_plugin::service::{Offer, Orphans};
 use accel_plugin::settings::{InjectionStrategy, Settings};
-use accel_plugin::testing::Kubelet;
+use accel_plugin::testing::{Kubelet, copy_tree, pod};
 use accel_plugin::{Config, DevicePlugins, Partitions};
 use tonic::Code;
 
 const PARTITIONED: &str = "nvidia.com/gpu.partitioned";
-
-fn copy(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for entry in std::fs::read_dir(from).unwrap() {
-        let entry = entry.unwrap();
-        let kind = entry.file_type().unwrap();
-        let target = to.join(entry.file_name());
-        if kind.is_dir() {
-            copy(&entry.path(), &target);
-        } else if kind.is_symlink() {
-            std::os::unix::fs::symlink(std::fs::read_link(entry.path()).unwrap(), target).unwrap();
-        } else {
-            std::fs::copy(entry.path(), target).unwrap();
-        }
-    }
-}
 
 struct Rig {
     dir: tempfile::TempDir,
@@ -59,10 +43,11 @@ impl Rig {
     async fn with_orphans(orphans: Orphans) -> Rig {
         let dir = tempfile::tempdir().unwrap();
         let host = dir.path().join("host");
-        copy(
+        copy_tree(
             &Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata/hosts/hgx-h100-8gpu-mig"),
             &host,
-        );
+        )
+        .unwrap();
         let commands: Arc<dyn accel_host::Commands> = Arc::from(mig_replay::wrap(
             &host,
             Box::new(RecordedCommands::load(&host).unwrap()),
@@ -164,23 +149,12 @@ impl Rig {
     }
 
     fn create(&self, uid: &str, profile: &str) {
-        self.kubelet.create(Pod {
-            uid: uid.into(),
-            namespace: "ns".into(),
-            name: format!("pod-{uid}"),
-            created: 1_700_000_000,
-            phase: Phase::Pending,
-            runtime_class: None,
-            allocated: None,
-            containers: vec![Container {
-                name: "main".into(),
-                limits: BTreeMap::from([
-                    (PARTITIONED.to_string(), "1".to_string()),
-                    (format!("{PARTITIONED}.mig-{profile}"), "1".to_string()),
-                ]),
-                env: BTreeMap::new(),
-            }],
-        });
+        let profile = format!("{PARTITIONED}.mig-{profile}");
+        self.kubelet.create(pod(
+            uid,
+            1_700_000_000,
+            &[("main", &[(PARTITIONED, "1"), (profile.as_str(), "1")])],
+        ));
     }
 
     async fn admit(&self, uid: &str, profile: &str) -> Result<String, tonic::Status> {
@@ -493,30 +467,15 @@ async fn after_a_restart_a_record_whose_gi_carries_another_uuid_fails_closed_and
 const VISIBILITY: &str = "device.gpustack.ai/nvidia.visibility";
 
 fn with_sidecar(uid: &str) -> Pod {
-    Pod {
-        uid: uid.into(),
-        namespace: "ns".into(),
-        name: format!("pod-{uid}"),
-        created: 1_700_000_000,
-        phase: Phase::Pending,
-        runtime_class: None,
-        allocated: None,
-        containers: vec![
-            Container {
-                name: "main".into(),
-                limits: BTreeMap::from([
-                    (PARTITIONED.to_string(), "1".to_string()),
-                    (format!("{PARTITIONED}.mig-1g.20gb"), "1".to_string()),
-                ]),
-                env: BTreeMap::new(),
-            },
-            Container {
-                name: "sshd".into(),
-                limits: BTreeMap::from([(VISIBILITY.to_string(), "1".to_string())]),
-                env: BTreeMap::new(),
-            },
+    let profile = format!("{PARTITIONED}.mig-1g.20gb");
+    pod(
+        uid,
+        1_700_000_000,
+        &[
+            ("main", &[(PARTITIONED, "1"), (profile.as_str(), "1")]),
+            ("sshd", &[(VISIBILITY, "1")]),
         ],
-    }
+    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -708,14 +667,7 @@ async fn random_histories_share_no_placement_and_leak_nothing_across_restarts() 
                             .any(|i| i.gpu == gpu && i.start <= *s && *s < i.start + i.size)
                     });
                     if let Some(start) = free {
-                        let id = (1..)
-                            .find(|id| {
-                                !state
-                                    .instances
-                                    .iter()
-                                    .any(|i| i.gpu == gpu && i.gpu_instance == *id)
-                            })
-                            .unwrap();
+                        let id = free_gpu_instance(&state, gpu);
                         state.instances.push(mig_replay::StateInstance {
                             gpu,
                             gpu_instance: id,
@@ -819,6 +771,18 @@ async fn an_unowned_instance_of_the_profile_is_claimed_before_one_is_made() {
     .await;
 }
 
+/// The lowest GPU instance id not in use on `gpu`, as the driver hands them out.
+fn free_gpu_instance(state: &MigState, gpu: u32) -> u32 {
+    (1..)
+        .find(|id| {
+            !state
+                .instances
+                .iter()
+                .any(|i| i.gpu == gpu && i.gpu_instance == *id)
+        })
+        .unwrap()
+}
+
 /// Adds a hand-carved instance to the host: one GPU instance of `profile` (size `size`) at
 /// `start`, with a compute instance per UUID given.
 fn carve(
@@ -832,14 +796,7 @@ fn carve(
 ) -> u32 {
     let path = rig.dir.path().join("host").join(mig_replay::STATE_FILE);
     let mut state = rig.state();
-    let id = (1..)
-        .find(|id| {
-            !state
-                .instances
-                .iter()
-                .any(|i| i.gpu == gpu && i.gpu_instance == *id)
-        })
-        .unwrap();
+    let id = free_gpu_instance(&state, gpu);
     let profile_id = match profile {
         "1g.10gb" => 19,
         "2g.20gb" => 14,
@@ -1012,7 +969,15 @@ async fn a_subdivided_gpu_instance_stops_reclaim_on_its_gpu_only_and_is_never_us
             .any(|i| i.gpu == 1 && (i.start == 0 || i.start == 4))
     })
     .await;
-    assert!(ownership::read(&rig.data(), "x", "main").unwrap().is_none());
+    // The record goes right after the destroy, on the reclaim's own task: wait for it (bounded).
+    let until = tokio::time::Instant::now() + Duration::from_secs(5);
+    while ownership::read(&rig.data(), "x", "main").unwrap().is_some() {
+        assert!(
+            tokio::time::Instant::now() < until,
+            "x's ownership record outlived its destroyed instance"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 /// The grant a Pod's annotation would carry for a made partition.

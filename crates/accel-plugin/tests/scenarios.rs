@@ -1,7 +1,6 @@
 //! Scenario tests over real unix sockets: the plugin against the kubelet emulator, one test per
 //! behaviour seed 000 states, plus the bad inputs.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -10,10 +9,10 @@ use accel_core::inventory::Grantable;
 use accel_core::ledger::annotation;
 use accel_core::ledger::{Family, GrantKey, Mode, Seat};
 use accel_nvidia::responder::{EngineFacts, NvidiaResponder};
-use accel_plugin::pods::{Container, MemoryPods, Phase, Pod, PodSource};
+use accel_plugin::pods::{MemoryPods, Pod, PodSource};
 use accel_plugin::service::Offer;
 use accel_plugin::settings::{InjectionStrategy, Settings};
-use accel_plugin::testing::Kubelet;
+use accel_plugin::testing::{Kubelet, gpu_uuid as uuid, pod, seat};
 use accel_plugin::{Config, DevicePlugins};
 use tonic::Code;
 
@@ -23,23 +22,7 @@ const SLICED: &str = "nvidia.com/gpu.sliced";
 const VISIBILITY: &str = "device.gpustack.ai/nvidia.visibility";
 
 fn seats(n: u32) -> Vec<Seat> {
-    (0..n)
-        .map(|i| Seat {
-            index: i,
-            uuid: Some(format!("GPU-{i:08}-0000-0000-0000-000000000000")),
-            numa_node: Some(i / 4),
-            peers: BTreeMap::new(),
-            memory_mib: Some(81_559),
-            grantable: Grantable::Whole,
-            healthy: true,
-            slice_capacity: 128,
-            partitions: Vec::new(),
-        })
-        .collect()
-}
-
-fn uuid(i: u32) -> String {
-    format!("GPU-{i:08}-0000-0000-0000-000000000000")
+    (0..n).map(seat).collect()
 }
 
 struct Rig {
@@ -101,29 +84,6 @@ impl Rig {
 
     fn plugins(&self) -> &DevicePlugins {
         self.plugins.as_ref().unwrap()
-    }
-}
-
-fn pod(uid: &str, created: i64, containers: &[(&str, &[(&str, &str)])]) -> Pod {
-    Pod {
-        uid: uid.into(),
-        namespace: "ns".into(),
-        name: format!("pod-{uid}"),
-        created,
-        phase: Phase::Pending,
-        runtime_class: None,
-        allocated: None,
-        containers: containers
-            .iter()
-            .map(|(name, limits)| Container {
-                name: name.to_string(),
-                limits: limits
-                    .iter()
-                    .map(|(k, v)| (k.to_string(), v.to_string()))
-                    .collect(),
-                env: BTreeMap::new(),
-            })
-            .collect(),
     }
 }
 

@@ -20,6 +20,7 @@ mod backends;
 mod cmd;
 mod daemon;
 mod datadir;
+#[cfg(feature = "demo")]
 mod demo;
 mod metrics;
 mod node;

@@ -4,12 +4,12 @@
 //! error, a node with the kubelet, /dev/kmsg, the preload library and CDI specs (current,
 //! stale, unreadable), and `--gpus` with an unknown UUID.
 
+mod support;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-fn hosts_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata/hosts")
-}
+use support::{copy_tree, hosts as hosts_dir};
 
 fn cdi_fixture() -> PathBuf {
     let path = PathBuf::from(concat!(
@@ -111,23 +111,6 @@ fn doctor_on_every_recorded_host() {
         let value: serde_json::Value = serde_json::from_str(&json.stdout).unwrap();
         assert_eq!(value["passed"], want == 0, "{name}");
         insta::assert_json_snapshot!(format!("doctor-json-{name}"), value);
-    }
-}
-
-/// Copies a recorded host, links kept as links.
-fn copy_tree(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for entry in std::fs::read_dir(from).unwrap() {
-        let entry = entry.unwrap();
-        let target = to.join(entry.file_name());
-        let kind = entry.file_type().unwrap();
-        if kind.is_symlink() {
-            std::os::unix::fs::symlink(std::fs::read_link(entry.path()).unwrap(), &target).unwrap();
-        } else if kind.is_dir() {
-            copy_tree(&entry.path(), &target);
-        } else {
-            std::fs::copy(entry.path(), &target).unwrap();
-        }
     }
 }
 

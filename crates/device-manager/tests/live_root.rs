@@ -8,6 +8,18 @@ use std::process::Command;
 mod support;
 use support::{hosts, live_root_from, path_with, stand_in_nvidia_smi};
 
+/// A fresh work folder holding a live-looking root made from `recorded` (`live`) and a `bin`
+/// folder with a stand-in nvidia-smi answering from the recording.
+fn live_with_stand_in(recorded: &Path) -> (tempfile::TempDir, PathBuf, PathBuf) {
+    let work = tempfile::tempdir().unwrap();
+    let live = work.path().join("live");
+    live_root_from(recorded, &live);
+    let bin = work.path().join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    stand_in_nvidia_smi(recorded, &bin);
+    (work, live, bin)
+}
+
 struct Run {
     status: i32,
     stdout: String,
@@ -49,12 +61,7 @@ fn gpus(json: &serde_json::Value) -> Vec<serde_json::Value> {
 #[test]
 fn a_live_looking_root_is_read_with_the_real_programs() {
     let recorded = hosts().join("hgx-h100-8gpu");
-    let work = tempfile::tempdir().unwrap();
-    let live = work.path().join("live");
-    live_root_from(&recorded, &live);
-    let bin = work.path().join("bin");
-    std::fs::create_dir_all(&bin).unwrap();
-    stand_in_nvidia_smi(&recorded, &bin);
+    let (_work, live, bin) = live_with_stand_in(&recorded);
 
     let live_arg = live.to_str().unwrap();
     let args = ["detect", "--host-root", live_arg, "-o", "json"];
@@ -192,12 +199,7 @@ fn detect_on_slash_reads_proc_not_root_proc() {
 #[test]
 fn a_passed_through_gpu_is_found_in_a_live_roots_sysfs() {
     let recorded = hosts().join("passthrough-l4");
-    let work = tempfile::tempdir().unwrap();
-    let live = work.path().join("live");
-    live_root_from(&recorded, &live);
-    let bin = work.path().join("bin");
-    std::fs::create_dir_all(&bin).unwrap();
-    stand_in_nvidia_smi(&recorded, &bin);
+    let (_work, live, bin) = live_with_stand_in(&recorded);
     let detect = |root: &Path, path: &str| {
         let data = tempfile::tempdir().unwrap();
         std::fs::copy(
@@ -236,12 +238,7 @@ fn a_passed_through_gpu_is_found_in_a_live_roots_sysfs() {
 #[test]
 fn doctor_reads_a_live_roots_kmsg_kubelet_sockets_cdi_and_library() {
     let recorded = hosts().join("hgx-h100-8gpu");
-    let work = tempfile::tempdir().unwrap();
-    let live = work.path().join("live");
-    live_root_from(&recorded, &live);
-    let bin = work.path().join("bin");
-    std::fs::create_dir_all(&bin).unwrap();
-    stand_in_nvidia_smi(&recorded, &bin);
+    let (_work, live, bin) = live_with_stand_in(&recorded);
     let inventory = detect_json(
         &[
             "detect",

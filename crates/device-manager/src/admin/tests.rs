@@ -87,16 +87,7 @@ struct Fixture {
 
 /// A copy of `testdata/hosts/dual-rtx-a5000` with both resets recorded; GPU 1 is granted.
 fn fixture() -> Fixture {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata/hosts/dual-rtx-a5000");
-    assert!(src.is_dir(), "recorded host {} is missing", src.display());
-    let host = tempfile::tempdir().unwrap();
-    let copied = std::process::Command::new("cp")
-        .arg("-a")
-        .arg(format!("{}/.", src.display()))
-        .arg(host.path())
-        .status()
-        .unwrap();
-    assert!(copied.success());
+    let host = crate::daemon::test_support::copy_recorded("dual-rtx-a5000");
     let inventory = collect(host.path()).unwrap();
     let gpus: Vec<String> = inventory.manufacturers[0]
         .accelerators

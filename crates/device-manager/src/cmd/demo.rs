@@ -2,15 +2,15 @@
 //! the whole system working in one process on recorded hosts (`crate::demo`). Exit 0 when the
 //! run completed (denied or refused Pods are outcomes, not failures), 2 when it could not run
 //! (a bad `--pods` file, a folder that is not a recorded host, a daemon that did not start).
+//!
+//! The demo is behind the package's `demo` feature (on by default; the release binary the nodes
+//! run is built without it, so it carries neither the demo nor the kubelet emulator). A build
+//! without it still parses the subcommand and its flags, and answers [`not_built`] (exit 2).
 
-use std::io::IsTerminal as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use anyhow::Context as _;
-
 use crate::cmd::Format;
-use crate::demo::{self, Options, render};
 use crate::settings::Settings;
 
 #[derive(Debug, clap::Args)]
@@ -32,7 +32,30 @@ pub struct Args {
     pub output: Format,
 }
 
+/// What a build without the `demo` feature answers to `device-manager demo`: one line, saying
+/// how to get a build that has it.
+#[cfg_attr(all(feature = "demo", not(test)), allow(dead_code))]
+pub fn not_built() -> String {
+    "this build has no demo (it was built without the `demo` feature, as the release binary is): \
+     run `cargo run -p device-manager -- demo` from the repository, or build with \
+     `cargo build -p device-manager --features demo`"
+        .to_owned()
+}
+
+/// This build has no demo: [`not_built`].
+#[cfg(not(feature = "demo"))]
+pub fn run(_args: Args, _settings: &Settings) -> anyhow::Result<ExitCode> {
+    Err(anyhow::anyhow!(not_built()))
+}
+
+#[cfg(feature = "demo")]
 pub fn run(args: Args, settings: &Settings) -> anyhow::Result<ExitCode> {
+    use std::io::IsTerminal as _;
+
+    use anyhow::Context as _;
+
+    use crate::demo::{self, Options, render};
+
     let pods = match &args.pods {
         Some(path) => Some(demo::podfile::read(path)?),
         None => None,
@@ -69,4 +92,36 @@ pub fn run(args: Args, settings: &Settings) -> anyhow::Result<ExitCode> {
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_build_without_the_demo_says_so_in_one_line_and_how_to_get_one() {
+        let message = not_built();
+        assert!(!message.contains('\n'), "{message}");
+        assert!(message.starts_with("this build has no demo"), "{message}");
+        assert!(message.contains("--features demo"), "{message}");
+        assert!(
+            message.contains("cargo run -p device-manager -- demo"),
+            "{message}"
+        );
+    }
+
+    /// Without the feature, the subcommand is refused with that line, not a panic.
+    #[cfg(not(feature = "demo"))]
+    #[test]
+    fn without_the_feature_demo_is_refused_with_that_line() {
+        let args = Args {
+            host_root: None,
+            mig_host_root: None,
+            pods: None,
+            output: Format::Table,
+        };
+        let settings = Settings::default();
+        let e = run(args, &settings).unwrap_err();
+        assert_eq!(format!("{e:#}"), not_built());
+    }
 }

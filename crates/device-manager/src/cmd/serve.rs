@@ -223,6 +223,11 @@ pub(crate) struct Cluster<A> {
 pub(crate) struct Begun {
     loops: Loops,
     plugins: watch::Sender<Option<accel_plugin::PluginHandle>>,
+    /// Whether the publisher caught up; the demo waits on it, `serve` does not.
+    #[cfg_attr(
+        not(feature = "demo"),
+        allow(dead_code, reason = "only the demo waits for the publisher")
+    )]
     pub publisher: Option<accel_kube::PublisherHandle>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
 }
@@ -319,7 +324,8 @@ impl Prepared {
     }
 
     /// What the slicing gate answers for a detected section (the library's host path for the
-    /// node's runtime major, and whether it is there).
+    /// node's runtime major, and whether it is there). The demo's; `serve` asks per backend.
+    #[cfg(feature = "demo")]
     pub fn slices(&self, section: &ManufacturerInventory) -> SliceOffer {
         slices_offered(
             &self.backend,

@@ -9,28 +9,19 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
-use std::sync::mpsc::Sender;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use accel_amd::responder::AmdResponder;
 use accel_backend::respond::{EngineFacts, InjectionStrategy, ResponderSetup};
 use accel_core::Manufacturer;
 use accel_core::devices::FaultClass;
-use accel_core::ledger::Seat;
-use accel_host::{ChannelKernelLog, KernelLogEntry, KmsgRecord};
-use accel_nvidia::detector::Deadlines;
-use accel_nvidia::xid::XidClasses;
-use accel_plugin::metrics::exposition::Samples;
-use accel_plugin::pods::MemoryPods;
-use accel_plugin::service::Offer;
-use accel_plugin::settings::Settings;
-use accel_plugin::testing::Kubelet;
-use accel_plugin::{Config, DevicePlugins};
+use accel_plugin::Config;
 
-use super::loops::Loops;
 use super::metrics::DaemonMetrics;
+use super::test_support::{
+    Rig, SETTLE, copy_host, data_dir, faults_file, plugin_config, scrape, set_boot,
+};
 use super::*;
-use crate::admin::AdminHandler;
 
 const GPU: &str = "amd.com/gpu";
 const SHARED: &str = "amd.com/gpu.shared";
@@ -55,170 +46,36 @@ const ACA_DEFERRED_GPU1: &str =
 const ACA_UNCORRECTED_GPU2: &str =
     "amdgpu 0000:4e:00.0: {1}[Hardware Error]: aca entry[00].STATUS=0xb8000800003e0000";
 
-const SETTLE: Duration = Duration::from_secs(5);
-
+/// A copy of the recorded 8× MI300X host with a boot id.
 fn host() -> tempfile::TempDir {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata/hosts/amd-8x-mi300x");
-    assert!(src.is_dir(), "recorded host {} is missing", src.display());
-    let dir = tempfile::tempdir().unwrap();
-    let status = std::process::Command::new("cp")
-        .arg("-a")
-        .arg(format!("{}/.", src.display()))
-        .arg(dir.path())
-        .status()
-        .unwrap();
-    assert!(status.success());
-    set_boot(dir.path(), BOOT);
-    dir
-}
-
-fn set_boot(host: &Path, boot: &str) {
-    let path = host.join("root").join(faults::BOOT_ID_PATH);
-    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-    std::fs::write(path, format!("{boot}\n")).unwrap();
+    copy_host("amd-8x-mi300x", BOOT)
 }
 
 fn options(data_dir: &Path) -> DaemonOptions {
-    DaemonOptions {
-        manufacturer: Manufacturer::Amd,
-        fast_failed: true,
-        data_dir: data_dir.to_path_buf(),
-        prefixes: PciClassPrefixes::default(),
-        deadlines: Deadlines {
-            per_query: Duration::from_secs(5),
-            snapshot: Duration::from_secs(10),
-        },
-        inventory_interval: INVENTORY_INTERVAL,
-        pci_poll_interval: PCI_POLL_INTERVAL,
-        reset_deadline: Duration::from_secs(5),
-        xid_classes: XidClasses::default(),
-        metrics: DaemonMetrics::default(),
-    }
+    super::test_support::options(Manufacturer::Amd, data_dir)
 }
 
-fn plugin_config(kubelet_dir: &Path, data: &Path, section: &ManufacturerInventory) -> Config {
-    Config {
-        kubelet_dir: kubelet_dir.to_path_buf(),
-        data_dir: data.to_path_buf(),
-        settings: Settings::default(),
-        offer: Offer {
-            sliced: false,
-            ..Offer::of(Manufacturer::Amd)
-        },
-        seats: section
-            .accelerators
-            .iter()
-            .map(|a| Seat::from_accelerator(a, 128))
-            .collect(),
-        responder: Arc::new(AmdResponder::from_setup(ResponderSetup {
-            strategy: InjectionStrategy::Envvar,
-            runtime_major: Some(7),
-            pod_dir_root: data.join("pods"),
-            preload_dir: data.join("preload"),
-            library_dir: "/var/lib/gpustack/operator/lib".into(),
-            engine: Arc::new(EngineFacts::default()),
-            accelerators: section.accelerators.clone(),
-            host: None,
-        })),
-        poll_interval: Duration::from_millis(50),
-        partitions: None,
-        metrics: Default::default(),
-    }
+/// The plugins' configuration as `serve` builds it on the AMD node (no slices).
+fn amd_plugin_config(kubelet_dir: &Path, data: &Path, section: &ManufacturerInventory) -> Config {
+    let responder = Arc::new(AmdResponder::from_setup(ResponderSetup {
+        strategy: InjectionStrategy::Envvar,
+        runtime_major: Some(7),
+        pod_dir_root: data.join("pods"),
+        preload_dir: data.join("preload"),
+        library_dir: "/var/lib/gpustack/operator/lib".into(),
+        engine: Arc::new(EngineFacts::default()),
+        accelerators: section.accelerators.clone(),
+        host: None,
+    }));
+    plugin_config(kubelet_dir, data, section, responder)
 }
 
 /// The daemon as `serve` runs it on the AMD node, with a fed kernel log.
-struct Rig {
-    _kubelet_dir: tempfile::TempDir,
-    kubelet: Kubelet,
-    daemon: Arc<Daemon>,
-    plugins: Option<DevicePlugins>,
-    loops: Option<Loops>,
-    log: Option<Sender<KernelLogEntry>>,
-    sequence: u64,
-}
-
-impl Rig {
-    async fn start(host: &Path, options: DaemonOptions) -> Rig {
-        let kubelet_dir = tempfile::tempdir().unwrap();
-        let kubelet = Kubelet::start(kubelet_dir.path(), MemoryPods::new()).await;
-        let data = options.data_dir.clone();
-        let node = Node::open(host).unwrap();
-        let daemon = Arc::new(Daemon::prepare(node, options).unwrap());
-        let pods = Arc::new(kubelet.pods().clone());
-        let start = daemon.start_plugins(|s| plugin_config(kubelet_dir.path(), &data, s), pods);
-        let plugins = tokio::time::timeout(SETTLE, start)
-            .await
-            .expect("the recorded AMD host's boards were detected at start")
-            .unwrap();
-        let (log, kernel_log) = ChannelKernelLog::new();
-        let loops = Loops::start(daemon.clone(), Some(Box::new(kernel_log)));
-        kubelet.wait_for(&[GPU, SHARED]).await;
-        Rig {
-            _kubelet_dir: kubelet_dir,
-            kubelet,
-            daemon,
-            plugins: Some(plugins),
-            loops: Some(loops),
-            log: Some(log),
-            sequence: 100,
-        }
-    }
-
-    fn line(&mut self, message: &str) {
-        self.sequence += 1;
-        let record = KmsgRecord {
-            priority: 3,
-            sequence: self.sequence,
-            timestamp_us: self.sequence * 1000,
-            flag: '-',
-            message: message.to_string(),
-        };
-        self.log
-            .as_ref()
-            .unwrap()
-            .send(KernelLogEntry::Record(record))
-            .unwrap();
-    }
-
-    fn health(&self, uuid: &str) -> String {
-        let devices = self.kubelet.devices(GPU);
-        match devices.iter().find(|d| d.id == uuid) {
-            Some(d) => d.health.clone(),
-            None => panic!("{uuid} is not advertised: {devices:?}"),
-        }
-    }
-
-    async fn wait_health(&self, uuid: &str, health: &str, within: Duration) {
-        let wait = self.kubelet.wait_devices(GPU, |devices| {
-            devices.iter().any(|d| d.id == uuid && d.health == health)
-        });
-        if tokio::time::timeout(within, wait).await.is_err() {
-            panic!(
-                "{uuid} did not turn {health} in ListAndWatch within {within:?} (it is {})",
-                self.health(uuid)
-            );
-        }
-    }
-
-    async fn stop(mut self) {
-        drop(self.log.take());
-        if let Some(loops) = self.loops.take() {
-            loops.stop().await;
-        }
-        if let Some(plugins) = self.plugins.take() {
-            plugins.stop().await;
-        }
-    }
-}
-
-fn data_dir(parent: &tempfile::TempDir) -> std::path::PathBuf {
-    let dir = parent.path().join("data");
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
-
-fn faults_file(data: &Path) -> String {
-    std::fs::read_to_string(data.join(faults::FILE_NAME)).unwrap_or_default()
+async fn start(host: &Path, options: DaemonOptions) -> Rig {
+    let data = options.data_dir.clone();
+    let node = Node::open(host).unwrap();
+    let daemon = Arc::new(Daemon::prepare(node, options).unwrap());
+    Rig::start(daemon, &data, amd_plugin_config, &[GPU, SHARED]).await
 }
 
 fn reasons(daemon: &Daemon, uuid: &str) -> Vec<String> {
@@ -237,7 +94,7 @@ async fn an_amdgpu_ras_line_turns_the_boards_tokens_unhealthy() {
     let host = host();
     let data = tempfile::tempdir().unwrap();
     let data = data_dir(&data);
-    let mut rig = Rig::start(host.path(), options(&data)).await;
+    let mut rig = start(host.path(), options(&data)).await;
     assert_eq!(rig.health(GPU0), "Healthy");
     let sent = Instant::now();
     rig.line(RAS_GPU0);
@@ -247,18 +104,8 @@ async fn an_amdgpu_ras_line_turns_the_boards_tokens_unhealthy() {
         sent.elapsed()
     );
     // Only that board: the other seven keep serving, and its ten shares went with it.
-    let healthy = rig
-        .kubelet
-        .devices(GPU)
-        .iter()
-        .filter(|d| d.health == "Healthy")
-        .count();
-    assert_eq!(healthy, 7);
-    rig.kubelet
-        .wait_devices(SHARED, |d| {
-            d.iter().filter(|d| d.health == "Unhealthy").count() == 10
-        })
-        .await;
+    assert_eq!(rig.count(GPU, "Healthy"), 7);
+    rig.wait_count(SHARED, "Unhealthy", 10).await;
     let why = reasons(&rig.daemon, GPU0);
     assert!(
         why[0].starts_with("AmdRasUncorrectable: uncorrectable hardware error"),
@@ -295,7 +142,7 @@ async fn an_amdgpu_ras_line_turns_the_boards_tokens_unhealthy() {
 async fn a_page_fault_raises_only_a_condition_and_a_gpu_reset_takes_the_board_out() {
     let host = host();
     let data = tempfile::tempdir().unwrap();
-    let mut rig = Rig::start(host.path(), options(&data_dir(&data))).await;
+    let mut rig = start(host.path(), options(&data_dir(&data))).await;
     rig.line(PAGE_FAULT_GPU1);
     rig.line(PAGE_FAULT_PROCESS_GPU1);
     // A ring timeout alone is the workload's; the GPU reset that follows it is the board's.
@@ -368,7 +215,7 @@ async fn amd_faults_keep_the_boot_rule_and_a_reset_is_refused_with_the_reason() 
     let host = host();
     let data = tempfile::tempdir().unwrap();
     let data = data_dir(&data);
-    let mut rig = Rig::start(host.path(), options(&data)).await;
+    let mut rig = start(host.path(), options(&data)).await;
     rig.line(RAS_GPU0);
     rig.wait_health(GPU0, "Unhealthy", SETTLE).await;
     // The admin socket's reset: refused whole, naming why; the board stays out.
@@ -387,23 +234,17 @@ async fn amd_faults_keep_the_boot_rule_and_a_reset_is_refused_with_the_reason() 
     rig.stop().await;
 
     // A restart in the same boot: the board starts Unhealthy.
-    let rig = Rig::start(host.path(), options(&data)).await;
+    let rig = start(host.path(), options(&data)).await;
     assert_eq!(rig.health(GPU0), "Unhealthy");
     assert_eq!(rig.health(GPU1), "Healthy");
     rig.stop().await;
 
     // A new boot drops the record: the board is back.
     set_boot(host.path(), "a-new-boot");
-    let rig = Rig::start(host.path(), options(&data)).await;
+    let rig = start(host.path(), options(&data)).await;
     assert_eq!(rig.health(GPU0), "Healthy");
     assert!(rig.daemon.conditions().is_empty());
     rig.stop().await;
-}
-
-fn scrape(registry: &prometheus_client::registry::Registry) -> Samples {
-    let mut text = String::new();
-    prometheus_client::encoding::prometheus_text::encode(&mut text, registry).unwrap();
-    Samples::parse(&text).unwrap_or_else(|e| panic!("{e}\n{text}"))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -413,7 +254,7 @@ async fn amd_faults_and_health_are_in_the_metrics() {
     let mut registry = prometheus_client::registry::Registry::with_prefix("device_manager");
     let mut options = options(&data_dir(&data));
     options.metrics = DaemonMetrics::register(&mut registry);
-    let mut rig = Rig::start(host.path(), options).await;
+    let mut rig = start(host.path(), options).await;
     registry.register_collector(Box::new(rig.daemon.health_metrics()));
     rig.line(PAGE_FAULT_GPU1);
     rig.line(PAGE_FAULT_GPU1);

@@ -66,6 +66,8 @@ mod amd_tests;
 pub mod loops;
 pub mod metrics;
 #[cfg(test)]
+pub(crate) mod test_support;
+#[cfg(test)]
 mod tests;
 
 /// How often the PCI device set is looked at for a card that came or went.

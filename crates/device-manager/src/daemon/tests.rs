@@ -10,31 +10,26 @@
 //! away mid-run. Waits are bounded and say what did not happen.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
-use std::sync::mpsc::Sender;
+use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use accel_core::Manufacturer;
-use accel_core::ledger::Seat;
-use accel_host::{
-    ChannelKernelLog, CommandError, CommandOutput, Commands, KernelLogEntry, KmsgRecord,
-    RecordedCommands,
-};
+use accel_host::{CommandError, CommandOutput, Commands, KernelLogEntry, RecordedCommands};
 use accel_nvidia::detector::Deadlines;
 use accel_nvidia::reset::{ResetError, reset_argv};
 use accel_nvidia::responder::{EngineFacts, HOST_LIBRARY_DIR, NvidiaResponder};
 use accel_nvidia::xid::XidClasses;
-use accel_plugin::pods::{Container, MemoryPods, Phase, Pod};
-use accel_plugin::service::Offer;
-use accel_plugin::settings::{InjectionStrategy, Settings};
-use accel_plugin::testing::Kubelet;
-use accel_plugin::{Config, DevicePlugins};
+use accel_plugin::Config;
+use accel_plugin::pods::{MemoryPods, Pod};
+use accel_plugin::settings::InjectionStrategy;
+use accel_plugin::testing::{self, Kubelet};
 
 use accel_plugin::metrics::exposition::Samples;
 
 use super::loops::Loops;
 use super::metrics::DaemonMetrics;
+use super::test_support::{self, SETTLE, copy_host, data_dir, faults_file, scrape, set_boot};
 use super::*;
 use crate::admin::AdminHandler;
 
@@ -51,30 +46,9 @@ const HARDWARE_XID_GPU1: &str =
 const APPLICATION_XID_GPU0: &str =
     "NVRM: Xid (PCI:0000:18:00): 13, pid=2231, name=python3, Graphics SM Warp Exception";
 
-/// How long the tests that are not about latency wait for health to settle: generous, so a
-/// loaded machine does not fail them (the one-second bound has its own test).
-const SETTLE: Duration = Duration::from_secs(5);
-
 /// A copy of the recorded 8-GPU host with a boot id.
 fn host() -> tempfile::TempDir {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata/hosts/hgx-h100-8gpu");
-    assert!(src.is_dir(), "recorded host {} is missing", src.display());
-    let dir = tempfile::tempdir().unwrap();
-    let status = std::process::Command::new("cp")
-        .arg("-a")
-        .arg(format!("{}/.", src.display()))
-        .arg(dir.path())
-        .status()
-        .unwrap();
-    assert!(status.success());
-    set_boot(dir.path(), BOOT);
-    dir
-}
-
-fn set_boot(host: &Path, boot: &str) {
-    let path = host.join("root").join(accel_nvidia::faults::BOOT_ID_PATH);
-    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-    std::fs::write(path, format!("{boot}\n")).unwrap();
+    copy_host("hgx-h100-8gpu", BOOT)
 }
 
 /// Records a successful `nvidia-smi --gpu-reset -i <uuid>` on the host.
@@ -86,21 +60,7 @@ fn record_reset(host: &Path, uuid: &str) {
 }
 
 fn options(data_dir: &Path) -> DaemonOptions {
-    DaemonOptions {
-        manufacturer: Manufacturer::Nvidia,
-        fast_failed: true,
-        data_dir: data_dir.to_path_buf(),
-        prefixes: PciClassPrefixes::default(),
-        deadlines: Deadlines {
-            per_query: Duration::from_secs(5),
-            snapshot: Duration::from_secs(10),
-        },
-        inventory_interval: INVENTORY_INTERVAL,
-        pci_poll_interval: PCI_POLL_INTERVAL,
-        reset_deadline: Duration::from_secs(5),
-        xid_classes: XidClasses::default(),
-        metrics: DaemonMetrics::default(),
-    }
+    super::test_support::options(Manufacturer::Nvidia, data_dir)
 }
 
 /// The host's programs, switchable mid-run: the recorded ones, or none installed (nvidia-smi
@@ -158,31 +118,15 @@ fn prepare(host: &Path, options: DaemonOptions) -> (Arc<Daemon>, Switch) {
 
 /// The plugins' configuration as `serve` builds it, for the section first detected.
 fn plugin_config(kubelet_dir: &Path, data: &Path, section: &ManufacturerInventory) -> Config {
-    Config {
-        kubelet_dir: kubelet_dir.to_path_buf(),
-        data_dir: data.to_path_buf(),
-        settings: Settings::default(),
-        offer: Offer {
-            sliced: false,
-            ..Offer::of(Manufacturer::Nvidia)
-        },
-        seats: section
-            .accelerators
-            .iter()
-            .map(|a| Seat::from_accelerator(a, 128))
-            .collect(),
-        responder: Arc::new(NvidiaResponder {
-            strategy: InjectionStrategy::Envvar,
-            cuda_major: Some(13),
-            pod_dir_root: data.join("pods"),
-            preload_dir: data.join("preload"),
-            library_dir: accel_nvidia::responder::HOST_LIBRARY_DIR.into(),
-            engine: std::sync::Arc::new(EngineFacts::default()),
-        }),
-        poll_interval: Duration::from_millis(50),
-        partitions: None,
-        metrics: Default::default(),
-    }
+    let responder = Arc::new(NvidiaResponder {
+        strategy: InjectionStrategy::Envvar,
+        cuda_major: Some(13),
+        pod_dir_root: data.join("pods"),
+        preload_dir: data.join("preload"),
+        library_dir: accel_nvidia::responder::HOST_LIBRARY_DIR.into(),
+        engine: std::sync::Arc::new(EngineFacts::default()),
+    });
+    test_support::plugin_config(kubelet_dir, data, section, responder)
 }
 
 /// The driver is gone: no `/proc/driver/nvidia`, no nvidia-smi (a pass finds nothing).
@@ -219,31 +163,30 @@ async fn refresh(daemon: &Arc<Daemon>) -> Refreshed {
 
 fn pod_with(uid: &str, resource: &str, count: &str) -> Pod {
     Pod {
-        uid: uid.into(),
-        namespace: "ns".into(),
         name: format!("trainer-{uid}"),
-        created: 1_700_000_000,
-        phase: Phase::Pending,
-        runtime_class: None,
-        allocated: None,
-        containers: vec![Container {
-            name: "main".into(),
-            limits: BTreeMap::from([(resource.to_string(), count.to_string())]),
-            env: BTreeMap::new(),
-        }],
+        ..testing::pod(uid, 1_700_000_000, &[("main", &[(resource, count)])])
     }
 }
 
-/// The daemon as `serve` runs it, with a fed kernel log and its own emulated kubelet.
+/// The daemon as `serve` runs it, with a fed kernel log and its own emulated kubelet, its
+/// host's programs behind a [`Switch`].
 struct Rig {
-    _kubelet_dir: tempfile::TempDir,
-    kubelet: Kubelet,
+    rig: test_support::Rig,
     commands: Switch,
-    daemon: Arc<Daemon>,
-    plugins: Option<DevicePlugins>,
-    loops: Option<Loops>,
-    log: Option<Sender<KernelLogEntry>>,
-    sequence: u64,
+}
+
+impl std::ops::Deref for Rig {
+    type Target = test_support::Rig;
+
+    fn deref(&self) -> &test_support::Rig {
+        &self.rig
+    }
+}
+
+impl std::ops::DerefMut for Rig {
+    fn deref_mut(&mut self) -> &mut test_support::Rig {
+        &mut self.rig
+    }
 }
 
 impl Rig {
@@ -252,98 +195,15 @@ impl Rig {
     }
 
     async fn start_with(host: &Path, options: DaemonOptions) -> Rig {
-        let kubelet_dir = tempfile::tempdir().unwrap();
-        let kubelet = Kubelet::start(kubelet_dir.path(), MemoryPods::new()).await;
         let data = options.data_dir.clone();
         let (daemon, commands) = prepare(host, options);
-        let pods = Arc::new(kubelet.pods().clone());
-        let start = daemon.start_plugins(|s| plugin_config(kubelet_dir.path(), &data, s), pods);
-        let plugins = tokio::time::timeout(SETTLE, start)
-            .await
-            .expect("the recorded host's GPUs were detected at start")
-            .unwrap();
-        let (log, kernel_log) = ChannelKernelLog::new();
-        let loops = Loops::start(daemon.clone(), Some(Box::new(kernel_log)));
-        kubelet.wait_for(&[GPU, SHARED]).await;
-        Rig {
-            _kubelet_dir: kubelet_dir,
-            kubelet,
-            commands,
-            daemon,
-            plugins: Some(plugins),
-            loops: Some(loops),
-            log: Some(log),
-            sequence: 100,
-        }
+        let rig = test_support::Rig::start(daemon, &data, plugin_config, &[GPU, SHARED]).await;
+        Rig { rig, commands }
     }
 
-    fn feed(&mut self, entry: KernelLogEntry) {
-        self.log.as_ref().unwrap().send(entry).unwrap();
+    async fn stop(self) {
+        self.rig.stop().await;
     }
-
-    fn line(&mut self, message: &str) {
-        self.sequence += 1;
-        let record = KmsgRecord {
-            priority: 3,
-            sequence: self.sequence,
-            timestamp_us: self.sequence * 1000,
-            flag: '-',
-            message: message.to_string(),
-        };
-        self.feed(KernelLogEntry::Record(record));
-    }
-
-    fn health(&self, uuid: &str) -> String {
-        let devices = self.kubelet.devices(GPU);
-        match devices.iter().find(|d| d.id == uuid) {
-            Some(d) => d.health.clone(),
-            None => panic!("{uuid} is not advertised: {devices:?}"),
-        }
-    }
-
-    /// Waits (at most `within`) until the GPU's exclusive token has `health` in the
-    /// emulator's ListAndWatch view.
-    async fn wait_health(&self, uuid: &str, health: &str, within: Duration) {
-        let wait = self.kubelet.wait_devices(GPU, |devices| {
-            devices.iter().any(|d| d.id == uuid && d.health == health)
-        });
-        if tokio::time::timeout(within, wait).await.is_err() {
-            panic!(
-                "{uuid} did not turn {health} in ListAndWatch within {within:?} (it is {})",
-                self.health(uuid)
-            );
-        }
-    }
-
-    /// Waits until the daemon has run `n` more detection passes than `from` had seen.
-    async fn wait_passes(&self, from: u64, n: u64, within: Duration, what: &str) {
-        let mut passes = self.daemon.passes();
-        let wait = passes.wait_for(|p| *p >= from + n);
-        if tokio::time::timeout(within, wait).await.is_err() {
-            panic!("{what}: no detection pass within {within:?}");
-        }
-    }
-
-    async fn stop(mut self) {
-        drop(self.log.take());
-        if let Some(loops) = self.loops.take() {
-            loops.stop().await;
-        }
-        if let Some(plugins) = self.plugins.take() {
-            plugins.stop().await;
-        }
-    }
-}
-
-fn faults_file(data: &Path) -> String {
-    std::fs::read_to_string(data.join(accel_nvidia::faults::FILE_NAME)).unwrap_or_default()
-}
-
-/// The daemon's data directory (serve creates it before anything else).
-fn data_dir(parent: &tempfile::TempDir) -> PathBuf {
-    let dir = parent.path().join("data");
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -361,18 +221,8 @@ async fn a_hardware_xid_turns_the_gpus_tokens_unhealthy_within_a_second() {
     eprintln!("kernel line -> Unhealthy in ListAndWatch: {took:?}");
     assert!(took < Duration::from_secs(1), "took {took:?}");
     // Only that GPU: the other seven keep serving, and its ten shares went with it.
-    let healthy = rig
-        .kubelet
-        .devices(GPU)
-        .iter()
-        .filter(|d| d.health == "Healthy")
-        .count();
-    assert_eq!(healthy, 7);
-    rig.kubelet
-        .wait_devices(SHARED, |d| {
-            d.iter().filter(|d| d.health == "Unhealthy").count() == 10
-        })
-        .await;
+    assert_eq!(rig.count(GPU, "Healthy"), 7);
+    rig.wait_count(SHARED, "Unhealthy", 10).await;
     let inventory = rig.daemon.inventory();
     let gpu0 = &inventory.manufacturers[0].accelerators[0];
     assert!(!gpu0.healthy);
@@ -405,11 +255,7 @@ async fn an_application_xid_raises_only_a_condition() {
     let inventory = rig.daemon.inventory();
     assert!(inventory.manufacturers[0].accelerators[0].healthy);
     // Only GPU 1's ten shares go (each pool's stream updates on its own).
-    rig.kubelet
-        .wait_devices(SHARED, |d| {
-            d.iter().filter(|d| d.health == "Unhealthy").count() == 10
-        })
-        .await;
+    rig.wait_count(SHARED, "Unhealthy", 10).await;
     rig.stop().await;
 }
 
@@ -459,20 +305,7 @@ async fn a_reset_that_leaves_the_gpu_healthy_recovers_it() {
 
 /// A Pod asking for one `nvidia.com/gpu`.
 fn one_gpu_pod(uid: &str) -> Pod {
-    Pod {
-        uid: uid.into(),
-        namespace: "ns".into(),
-        name: format!("pod-{uid}"),
-        created: 1_700_000_000,
-        phase: Phase::Pending,
-        runtime_class: None,
-        allocated: None,
-        containers: vec![Container {
-            name: "main".into(),
-            limits: BTreeMap::from([(GPU.to_string(), "1".to_string())]),
-            env: BTreeMap::new(),
-        }],
-    }
+    testing::pod(uid, 1_700_000_000, &[("main", &[(GPU, "1")])])
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -539,18 +372,8 @@ async fn a_reset_of_a_granted_gpu_is_refused_gpu_busy() {
     let data = tempfile::tempdir().unwrap();
     let rig = Rig::start(host.path(), &data_dir(&data)).await;
     rig.kubelet.create(Pod {
-        uid: "uid-a".into(),
-        namespace: "ns".into(),
         name: "trainer-0".into(),
-        created: 1_700_000_000,
-        phase: Phase::Pending,
-        runtime_class: None,
-        allocated: None,
-        containers: vec![Container {
-            name: "main".into(),
-            limits: BTreeMap::from([(GPU.to_string(), "1".to_string())]),
-            env: BTreeMap::new(),
-        }],
+        ..pod_with("uid-a", GPU, "1")
     });
     rig.kubelet.admit("uid-a").await.unwrap();
     let held = rig.kubelet.held("uid-a", "main", GPU);
@@ -1390,13 +1213,6 @@ async fn the_daemon_on_a_live_root_reads_its_faults_kernel_log_and_library_there
     assert!(!daemon.host_exists(&format!("root{library}")));
 }
 
-/// The registry's exposition as Prometheus would scrape it, parsed.
-fn scrape(registry: &prometheus_client::registry::Registry) -> Samples {
-    let mut text = String::new();
-    prometheus_client::encoding::prometheus_text::encode(&mut text, registry).unwrap();
-    Samples::parse(&text).unwrap_or_else(|e| panic!("{e}\n{text}"))
-}
-
 /// The daemon with its metrics registered as `serve` registers them.
 async fn metered(host: &Path, data: &Path) -> (Rig, prometheus_client::registry::Registry) {
     let mut registry = prometheus_client::registry::Registry::with_prefix("device_manager");
@@ -1519,17 +1335,7 @@ async fn xids_are_counted_by_code_and_class_and_health_follows() {
 
 /// A copy of the recorded 8×H100 host in MIG mode (no instances), its MIG state included.
 fn mig_host() -> tempfile::TempDir {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata/hosts/hgx-h100-8gpu-mig");
-    let dir = tempfile::tempdir().unwrap();
-    let status = std::process::Command::new("cp")
-        .arg("-a")
-        .arg(format!("{}/.", src.display()))
-        .arg(dir.path())
-        .status()
-        .unwrap();
-    assert!(status.success());
-    set_boot(dir.path(), BOOT);
-    dir
+    copy_host("hgx-h100-8gpu-mig", BOOT)
 }
 
 /// Issue 13: the worked 8×H100 example through `serve`'s published state. Eight empty H100s in
@@ -1626,16 +1432,14 @@ async fn the_worked_mig_example_reaches_the_published_tokens_capacity_and_device
         ])
     );
 
+    let profile = format!("{PARTITIONED}.mig-3g.40gb");
     kubelet.create(Pod {
-        containers: vec![Container {
-            name: "main".into(),
-            limits: BTreeMap::from([
-                (PARTITIONED.to_string(), "1".to_string()),
-                (format!("{PARTITIONED}.mig-3g.40gb"), "1".to_string()),
-            ]),
-            env: BTreeMap::new(),
-        }],
-        ..pod_with("uid-a", PARTITIONED, "1")
+        name: "trainer-uid-a".into(),
+        ..testing::pod(
+            "uid-a",
+            1_700_000_000,
+            &[("main", &[(PARTITIONED, "1"), (profile.as_str(), "1")])],
+        )
     });
     let admission = kubelet.admit("uid-a").await.unwrap();
     let visible = &admission["main"][PARTITIONED].envs["NVIDIA_VISIBLE_DEVICES"];
