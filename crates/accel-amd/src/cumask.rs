@@ -79,7 +79,7 @@ pub fn window(topology: &CuTopology, percent: u32) -> Result<Window, String> {
             if se == 0 {
                 return Err("the card reports no shader engine".into());
             }
-            if cu % 2 != 0 {
+            if !cu.is_multiple_of(2) {
                 return Err(format!(
                     "{cu} compute units is not a whole number of work-group processors"
                 ));
@@ -93,7 +93,7 @@ pub fn window(topology: &CuTopology, percent: u32) -> Result<Window, String> {
             (2 * se, cu / 2, se)
         }
     };
-    if cu % quantum != 0 {
+    if !cu.is_multiple_of(quantum) {
         return Err(format!(
             "{cu} compute units is not a whole number of {quantum}-cu allocation atoms"
         ));

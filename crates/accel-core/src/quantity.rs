@@ -42,11 +42,11 @@ impl Quantity {
         let bytes = text.as_bytes();
         let mut pos = 0;
         let mut negative = false;
-        if let Some(&sign) = bytes.first() {
-            if sign == b'+' || sign == b'-' {
-                negative = sign == b'-';
-                pos = 1;
-            }
+        if let Some(&sign) = bytes.first()
+            && (sign == b'+' || sign == b'-')
+        {
+            negative = sign == b'-';
+            pos = 1;
         }
         let number_start = pos;
         while pos < bytes.len() && (bytes[pos].is_ascii_digit() || bytes[pos] == b'.') {
@@ -139,7 +139,7 @@ impl Quantity {
         let mut exp10 = self.exp10;
         // Equivalent mutant: `exp10 <= 0` would also move one zero from a significand ending in
         // 0 into an exponent of 0 (n0 × 10^0 = n × 10^1), the same value; no test can tell.
-        while exp10 < 0 && significand % 10 == 0 {
+        while exp10 < 0 && significand.is_multiple_of(10) {
             significand /= 10;
             exp10 += 1;
         }

@@ -464,12 +464,11 @@ impl Objects for PoolCache {
 impl PoolSource for PoolCache {
     fn pool(&self, namespace: &str, queue: &str) -> Pool {
         let key = (namespace.to_string(), queue.to_string());
-        if let Ok(memo) = self.memo.lock() {
-            if let Some((at, pool)) = memo.get(&key) {
-                if at.elapsed() < MEMO_TTL {
-                    return pool.clone();
-                }
-            }
+        if let Ok(memo) = self.memo.lock()
+            && let Some((at, pool)) = memo.get(&key)
+            && at.elapsed() < MEMO_TTL
+        {
+            return pool.clone();
         }
         if !self.synced() {
             // Not memoised: the first answer after the sync must be the real one.

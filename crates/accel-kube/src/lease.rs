@@ -215,12 +215,12 @@ impl<A: LeaseApi> Elector<A> {
                         tracing::info!(identity = %self.config.identity, "leading: starting the controllers");
                         leading.send_replace(true);
                     }
-                } else if let Some(at) = last_renew {
-                    if Instant::now() >= at + self.config.renew_deadline {
-                        tracing::warn!(identity = %self.config.identity, "lost the lease: stopping the controllers");
-                        last_renew = None;
-                        leading.send_replace(false);
-                    }
+                } else if let Some(at) = last_renew
+                    && Instant::now() >= at + self.config.renew_deadline
+                {
+                    tracing::warn!(identity = %self.config.identity, "lost the lease: stopping the controllers");
+                    last_renew = None;
+                    leading.send_replace(false);
                 }
                 let next = started + self.config.retry_period;
                 match last_renew {

@@ -364,10 +364,11 @@ async fn before_the_sync_readyz_names_each_store_it_waits_for_and_its_last_error
     );
     tokio::time::timeout(Duration::from_secs(10), async {
         loop {
-            if let Readiness::NotReady(why) = cache.readiness() {
-                if why.contains("devices (last error:") && !why.contains("nodes") {
-                    return;
-                }
+            if let Readiness::NotReady(why) = cache.readiness()
+                && why.contains("devices (last error:")
+                && !why.contains("nodes")
+            {
+                return;
             }
             tokio::time::sleep(Duration::from_millis(10)).await;
         }

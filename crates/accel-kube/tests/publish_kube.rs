@@ -111,14 +111,14 @@ impl Server {
             }
             "PATCH" => match self.objects.get_mut(&path) {
                 Some(o) => {
-                    if let Some(uid) = seen.body["metadata"]["uid"].as_str() {
-                        if o["metadata"]["uid"] != json!(uid) {
-                            return (
-                                StatusCode::CONFLICT,
-                                json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                    if let Some(uid) = seen.body["metadata"]["uid"].as_str()
+                        && o["metadata"]["uid"] != json!(uid)
+                    {
+                        return (
+                            StatusCode::CONFLICT,
+                            json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
                                 "message": "Precondition failed: UID in precondition", "reason": "Conflict", "code": 409}),
-                            );
-                        }
+                        );
                     }
                     merge(o, &seen.body);
                     (StatusCode::OK, o.clone())

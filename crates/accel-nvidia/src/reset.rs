@@ -259,10 +259,10 @@ pub fn check(
             reasons.push(why);
         }
         for mig in &gpu.mig_devices {
-            if let Some(mig_uuid) = mig.uuid.as_deref() {
-                if let Some(why) = grants.busy(mig_uuid) {
-                    reasons.push(format!("MIG instance {mig_uuid} {why}"));
-                }
+            if let Some(mig_uuid) = mig.uuid.as_deref()
+                && let Some(why) = grants.busy(mig_uuid)
+            {
+                reasons.push(format!("MIG instance {mig_uuid} {why}"));
             }
         }
         if !reasons.is_empty() {

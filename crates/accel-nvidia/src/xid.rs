@@ -191,12 +191,12 @@ fn strip_one(line: &str) -> &str {
     if let Some(after) = strip_priority(line) {
         return after;
     }
-    if let Some(inner) = line.strip_prefix('[') {
-        if let Some(close) = inner.find(']') {
-            if close <= 40 && !inner[..close].contains('[') {
-                return &inner[close + 1..];
-            }
-        }
+    if let Some(inner) = line.strip_prefix('[')
+        && let Some(close) = inner.find(']')
+        && close <= 40
+        && !inner[..close].contains('[')
+    {
+        return &inner[close + 1..];
     }
     if let Some(after) = strip_decode(line) {
         return after;
@@ -214,10 +214,11 @@ fn strip_one(line: &str) -> &str {
         return after;
     }
     // `host kernel:` (syslog and journalctl put the host name before the tag).
-    if !first.is_empty() && !first.ends_with(':') {
-        if let Some(after) = after_first.strip_prefix("kernel:") {
-            return after;
-        }
+    if !first.is_empty()
+        && !first.ends_with(':')
+        && let Some(after) = after_first.strip_prefix("kernel:")
+    {
+        return after;
     }
     line
 }
@@ -316,11 +317,11 @@ impl XidScanner {
         let nvrm = strip_prefixes(message)
             .strip_prefix("NVRM:")
             .map(str::trim_start);
-        if let Some(words) = nvrm.and_then(|n| n.strip_prefix("The NVIDIA GPU ")) {
-            if let Some(bus_id) = first_bus_id(words) {
-                self.opening = Some((bus_id, message.to_string(), 0));
-                return None;
-            }
+        if let Some(words) = nvrm.and_then(|n| n.strip_prefix("The NVIDIA GPU "))
+            && let Some(bus_id) = first_bus_id(words)
+        {
+            self.opening = Some((bus_id, message.to_string(), 0));
+            return None;
         }
         let (bus_id, opening, age) = self.opening.take()?;
         let source = format!("{opening}\n{message}");

@@ -877,14 +877,14 @@ impl Shared {
         if let Some(key) = retry.clone().filter(GrantKey::is_unattributed) {
             return self.regrant_unattributed(pool, key, &device_ids, &accelerators);
         }
-        if retry.is_none() && self.answers_alike(pool) {
-            if let Some((response, fresh)) = self.grant_from_watch(pool, &device_ids, &accelerators)
-            {
-                if fresh {
-                    self.notify_after_answer();
-                }
-                return Ok(response);
+        if retry.is_none()
+            && self.answers_alike(pool)
+            && let Some((response, fresh)) = self.grant_from_watch(pool, &device_ids, &accelerators)
+        {
+            if fresh {
+                self.notify_after_answer();
             }
+            return Ok(response);
         }
         if pool.family().is_none() && !self.lock().unverified.is_empty() {
             // A sidecar finds its owner's grant by Pod: settle the grants the watch attributed.
@@ -1093,18 +1093,18 @@ impl Shared {
                 ));
             }
         };
-        if receipt.fresh {
-            if let Err(e) = state.journal.append(&Entry::Grant {
+        if receipt.fresh
+            && let Err(e) = state.journal.append(&Entry::Grant {
                 key: key.clone(),
                 grant,
-            }) {
-                state.ledger.give_back(&receipt);
-                tracing::error!("ledger journal: {e}; grant of {key} given back");
-                return Err(refuse(
-                    Status::unavailable(format!("the grant could not be made durable: {e}"))
-                        .refused(RefusalReason::Journal),
-                ));
-            }
+            })
+        {
+            state.ledger.give_back(&receipt);
+            tracing::error!("ledger journal: {e}; grant of {key} given back");
+            return Err(refuse(
+                Status::unavailable(format!("the grant could not be made durable: {e}"))
+                    .refused(RefusalReason::Journal),
+            ));
         }
         if receipt.fresh {
             self.config.metrics.granted(Some(family));

@@ -1313,7 +1313,10 @@ async fn a_busy_unowned_instance_is_never_handed_to_a_container() {
     // GPU 5: no token for it, four 1g fit in 0-3.
     rig.wait_healthy(49 + 4).await;
     let made = rig.admit("a", "3g.40gb").await.unwrap();
-    assert_ne!(made, "MIG-hand-busy", "somebody's running work is not handed out");
+    assert_ne!(
+        made, "MIG-hand-busy",
+        "somebody's running work is not handed out"
+    );
     let a = ownership::read(&rig.data(), "a", "main").unwrap().unwrap();
     assert_eq!(
         (a.gpu_index, a.start),

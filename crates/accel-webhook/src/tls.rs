@@ -111,10 +111,11 @@ impl CertReloader {
     pub fn reload(&self) -> Result<bool, TlsError> {
         let cert = read(&self.cert_path)?;
         let key = read(&self.key_path)?;
-        if let Ok(loaded) = self.loaded.read() {
-            if loaded.0 == cert && loaded.1 == key {
-                return Ok(false);
-            }
+        if let Ok(loaded) = self.loaded.read()
+            && loaded.0 == cert
+            && loaded.1 == key
+        {
+            return Ok(false);
         }
         let certified = certified_key(&self.cert_path, &cert, &self.key_path, &key)?;
         if let Ok(mut current) = self.current.write() {

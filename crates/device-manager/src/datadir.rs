@@ -75,11 +75,7 @@ impl DataDirLock {
             .mode(STATE_FILE_MODE)
             .open(&path)
             .map_err(io("opening"))?;
-        // `File::try_lock` is std since 1.89, past the workspace's declared rust-version (1.85,
-        // which the edition-2024 let-chains already outgrew at 1.88; the image builds with 1.95).
-        // Raising the declared version turns on newer lints across the workspace: left to a
-        // change of its own.
-        #[allow(clippy::incompatible_msrv)]
+        // `File::try_lock`: std since 1.89, the workspace's rust-version.
         let locked = file.try_lock();
         match locked {
             Ok(()) => {}

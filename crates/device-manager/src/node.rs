@@ -150,10 +150,10 @@ impl Node {
                 pci_gate: self.pci_gate,
             };
             let detection = backend.detector.detect(&request)?;
-            if let Ok(section) = &detection {
-                if !section.accelerators.is_empty() {
-                    inventory.manufacturers.push(section.clone());
-                }
+            if let Ok(section) = &detection
+                && !section.accelerators.is_empty()
+            {
+                inventory.manufacturers.push(section.clone());
             }
             detections.push(detection);
         }

@@ -35,18 +35,18 @@ pub fn mutate(
             set_resource(&mut out, container, &key, &value);
         }
     }
-    if let Some((n, _, claim)) = shared_pin(view) {
-        if n >= 2 {
-            // missing_pool_facts has refused an unknown group already.
-            if let Some(group) = &pool.group {
-                pin(&mut out, &Pool::count_label(group), n - 1).map_err(|what| {
-                    vec![FieldError::forbidden(
-                        "spec.affinity",
-                        format!("cannot pin the {} request of {n}: {what}", claim.name),
-                        Rule::Shape,
-                    )]
-                })?;
-            }
+    if let Some((n, _, claim)) = shared_pin(view)
+        && n >= 2
+    {
+        // missing_pool_facts has refused an unknown group already.
+        if let Some(group) = &pool.group {
+            pin(&mut out, &Pool::count_label(group), n - 1).map_err(|what| {
+                vec![FieldError::forbidden(
+                    "spec.affinity",
+                    format!("cannot pin the {} request of {n}: {what}", claim.name),
+                    Rule::Shape,
+                )]
+            })?;
         }
     }
     Ok(out)

@@ -123,10 +123,10 @@ fn container_errors(
 ) {
     let key = |k: AcceleratorKey| grammar.accelerator_key(m, k);
     for plain in [AcceleratorKey::Exclusive, AcceleratorKey::Shared] {
-        if let Some(claim) = find(container, m, &plain) {
-            if let Err(e) = parse_count(&claim.value) {
-                errors.push(count_error(container, claim, &e));
-            }
+        if let Some(claim) = find(container, m, &plain)
+            && let Err(e) = parse_count(&claim.value)
+        {
+            errors.push(count_error(container, claim, &e));
         }
     }
 
@@ -190,30 +190,28 @@ fn container_errors(
                     )),
                     Err(e) => errors.push(count_error(container, b, &e)),
                     Ok(budget) => {
-                        if let Some(vram) = pool.memory_mib {
-                            if budget > vram {
-                                errors.push(FieldError::invalid(
-                                    container.claim_path(b),
-                                    &b.value,
-                                    format!(
-                                        "must be from 1 to the accelerator's VRAM of {vram} MiB"
-                                    ),
-                                    Rule::Budget,
-                                ));
-                            }
+                        if let Some(vram) = pool.memory_mib
+                            && budget > vram
+                        {
+                            errors.push(FieldError::invalid(
+                                container.claim_path(b),
+                                &b.value,
+                                format!("must be from 1 to the accelerator's VRAM of {vram} MiB"),
+                                Rule::Budget,
+                            ));
                         }
                     }
                 },
             }
-            if let Some(c) = cores {
-                if percentage(c).is_none() {
-                    errors.push(FieldError::invalid(
-                        container.claim_path(c),
-                        &c.value,
-                        "must be a whole percentage of the accelerator's compute from 1 to 100",
-                        Rule::Cores,
-                    ));
-                }
+            if let Some(c) = cores
+                && percentage(c).is_none()
+            {
+                errors.push(FieldError::invalid(
+                    container.claim_path(c),
+                    &c.value,
+                    "must be a whole percentage of the accelerator's compute from 1 to 100",
+                    Rule::Cores,
+                ));
             }
         }
     }
@@ -260,15 +258,15 @@ fn container_errors(
             Rule::ProfileIsOne,
             errors,
         );
-        if let Some(offered) = &pool.profiles {
-            if !offered.contains_key(*profile) {
-                errors.push(FieldError::not_supported(
-                    container.claim_path(claim),
-                    *profile,
-                    offered.keys().cloned().collect(),
-                    Rule::Shape,
-                ));
-            }
+        if let Some(offered) = &pool.profiles
+            && !offered.contains_key(*profile)
+        {
+            errors.push(FieldError::not_supported(
+                container.claim_path(claim),
+                *profile,
+                offered.keys().cloned().collect(),
+                Rule::Shape,
+            ));
         }
     }
 }
@@ -298,9 +296,11 @@ fn retry(reason: &str) -> String {
 /// partition. A Pod that needs none of them is never refused for an unknown pool.
 pub fn missing_pool_facts(view: &PodView, pool: &Pool) -> Vec<FieldError> {
     let mut errors = Vec::new();
-    if let Some((n, container, claim)) = shared_pin(view) {
-        if n >= 2 && pool.group.is_none() {
-            errors.push(FieldError::forbidden(
+    if let Some((n, container, claim)) = shared_pin(view)
+        && n >= 2
+        && pool.group.is_none()
+    {
+        errors.push(FieldError::forbidden(
                 container.claim_path(claim),
                 format!(
                     "a request of {n} shared accelerators is pinned to nodes with at least {n} accelerators, but the queue's accelerator group could not be read {}",
@@ -308,18 +308,18 @@ pub fn missing_pool_facts(view: &PodView, pool: &Pool) -> Vec<FieldError> {
                 ),
                 Rule::Pool,
             ));
-        }
     }
     for container in &view.containers {
         for m in manufacturers(container) {
-            if let Some(b) = find(container, m, &AcceleratorKey::SlicedMemoryMib) {
-                if matches!(parse_count(&b.value), Ok(n) if n > 0) && pool.memory_mib.is_none() {
-                    errors.push(FieldError::forbidden(
+            if let Some(b) = find(container, m, &AcceleratorKey::SlicedMemoryMib)
+                && matches!(parse_count(&b.value), Ok(n) if n > 0)
+                && pool.memory_mib.is_none()
+            {
+                errors.push(FieldError::forbidden(
                         container.claim_path(b),
                         format!("a MiB budget needs the pool's accelerator VRAM, which could not be read {}", retry(pool.reason())),
                         Rule::Pool,
                     ));
-                }
             }
             for (claim, profile) in profiles(container, m) {
                 if pool.memory_mib.is_none() || pool.profiles.is_none() {

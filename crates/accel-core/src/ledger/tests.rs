@@ -479,25 +479,23 @@ proptest! {
                     }
                 }
                 Op::Retry => {
-                    if let Some((c, _)) = &last {
-                        if l.grant(&c.key).is_some() {
+                    if let Some((c, _)) = &last
+                        && l.grant(&c.key).is_some() {
                             let before = l.occupancies().clone();
                             let receipt = l.allocate(c.clone()).unwrap();
                             prop_assert!(!receipt.fresh);
                             prop_assert_eq!(&before, l.occupancies());
                         }
-                    }
                 }
                 Op::GiveBackLast => {
-                    if let Some((c, receipt)) = last.take() {
-                        if l.grant(&c.key).is_some() && receipt.fresh {
+                    if let Some((c, receipt)) = last.take()
+                        && l.grant(&c.key).is_some() && receipt.fresh {
                             l.give_back(&receipt);
                             match &receipt.previous {
                                 Some(p) => { expected.insert(c.key.clone(), p.clone()); }
                                 None => { expected.remove(&c.key); }
                             }
                         }
-                    }
                 }
                 Op::Finish(pod) => {
                     let uid = format!("pod{pod}");

@@ -210,11 +210,11 @@ impl Shared {
             index: reserved.seat.index,
             uuid: reserved.seat.uuid.clone(),
         };
-        if let Some(source) = reserved.recovered {
-            if let Err(status) = self.confirm_live(&parts, &gpu, &reserved, source).await {
-                self.give_back(&reserved);
-                return Err(refused(&pool.resource, &reserved.who, status));
-            }
+        if let Some(source) = reserved.recovered
+            && let Err(status) = self.confirm_live(&parts, &gpu, &reserved, source).await
+        {
+            self.give_back(&reserved);
+            return Err(refused(&pool.resource, &reserved.who, status));
         }
         let claimed = match reserved.placement.instance {
             Some(_) => None,
@@ -231,11 +231,9 @@ impl Shared {
             },
         };
         let fresh = reserved.receipt.as_ref().is_some_and(|r| r.fresh);
-        if fresh {
-            if let Err(status) = self.make_durable(&parts, &gpu, &reserved, &instance).await {
-                self.give_back(&reserved);
-                return Err(refused(&pool.resource, &reserved.who, status));
-            }
+        if fresh && let Err(status) = self.make_durable(&parts, &gpu, &reserved, &instance).await {
+            self.give_back(&reserved);
+            return Err(refused(&pool.resource, &reserved.who, status));
         }
         let container = reserved.pod.container(&reserved.key.container);
         let answer = self
@@ -557,13 +555,13 @@ impl Shared {
                 .ledger
                 .set_partition_instance(&reserved.key, instance.clone());
             let grant = state.ledger.grant(&reserved.key).cloned();
-            if let Some(grant) = grant {
-                if let Err(e) = state.journal.append(&Entry::Grant {
+            if let Some(grant) = grant
+                && let Err(e) = state.journal.append(&Entry::Grant {
                     key: reserved.key.clone(),
                     grant,
-                }) {
-                    failure = Some(format!("ledger journal: {e}"));
-                }
+                })
+            {
+                failure = Some(format!("ledger journal: {e}"));
             }
         }
         let Some(why) = failure else {
@@ -683,12 +681,11 @@ impl Shared {
                     {
                         let mut state = self.lock();
                         state.reclaiming.remove(&key);
-                        if state.ledger.release(&key).is_some() {
-                            if let Err(e) =
+                        if state.ledger.release(&key).is_some()
+                            && let Err(e) =
                                 state.journal.append(&Entry::Release { key: key.clone() })
-                            {
-                                tracing::error!("ledger journal: {e}");
-                            }
+                        {
+                            tracing::error!("ledger journal: {e}");
                         }
                     }
                     tracing::info!(

@@ -178,7 +178,7 @@ async fn a_page_fault_raises_only_a_condition_and_a_gpu_reset_takes_the_board_ou
 async fn an_aca_entry_takes_the_board_out_only_when_its_status_says_uncorrected() {
     let host = host();
     let data = tempfile::tempdir().unwrap();
-    let mut rig = Rig::start(host.path(), options(&data_dir(&data))).await;
+    let mut rig = start(host.path(), options(&data_dir(&data))).await;
     rig.line(ACA_DEFERRED_GPU1);
     // A STATUS that is no number is no fault (and no panic).
     rig.line("amdgpu 0000:4e:00.0: {1}[Hardware Error]: aca entry[01].STATUS=0xnothex");

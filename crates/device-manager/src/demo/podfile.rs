@@ -74,10 +74,10 @@ pub fn parse(text: &str) -> Result<Vec<Value>, String> {
         } else {
             format!("item {n} ({name})")
         };
-        if let Some(k) = object.get("kind") {
-            if k.as_str() != Some("Pod") {
-                return Err(format!("{label}: kind is {k}, not Pod"));
-            }
+        if let Some(k) = object.get("kind")
+            && k.as_str() != Some("Pod")
+        {
+            return Err(format!("{label}: kind is {k}, not Pod"));
         }
         if name.is_empty() {
             return Err(format!("{label}: metadata.name is missing"));

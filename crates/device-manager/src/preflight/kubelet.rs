@@ -45,10 +45,10 @@ pub fn flag(argv: &[String], name: &str) -> Option<String> {
     while let Some(arg) = it.next() {
         if let Some(v) = arg.strip_prefix(&with_eq) {
             found = Some(v.to_string());
-        } else if *arg == long {
-            if let Some(v) = it.next() {
-                found = Some(v.clone());
-            }
+        } else if *arg == long
+            && let Some(v) = it.next()
+        {
+            found = Some(v.clone());
         }
     }
     found.filter(|v| !v.is_empty())

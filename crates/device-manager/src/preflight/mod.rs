@@ -142,12 +142,11 @@ impl Places {
             return format!("{}{rest}", self.render_host);
         }
         let root = self.files_root.display().to_string();
-        if root != "/" {
-            if let Some(rest) = path.strip_prefix(root.trim_end_matches('/')) {
-                if rest.starts_with('/') {
-                    return rest.to_string();
-                }
-            }
+        if root != "/"
+            && let Some(rest) = path.strip_prefix(root.trim_end_matches('/'))
+            && rest.starts_with('/')
+        {
+            return rest.to_string();
         }
         path.to_string()
     }
@@ -397,30 +396,30 @@ pub fn run(
         groups.push(group);
     }
     // On --dry-run the printed probes are framed by the sweeps they would run between.
-    if let (true, Resolution::Found(r)) = (options.dry_run, &pass.resolution) {
-        if r.cli != ContainerCli::Ctr {
-            let list = shell_text(&pass.shell.argv(&r.list_command()));
-            for group in groups.iter_mut().filter(|g| !g.steps.is_empty()) {
-                group.steps.insert(0, list.clone());
-                group.steps.push(list.clone());
-            }
+    if let (true, Resolution::Found(r)) = (options.dry_run, &pass.resolution)
+        && r.cli != ContainerCli::Ctr
+    {
+        let list = shell_text(&pass.shell.argv(&r.list_command()));
+        for group in groups.iter_mut().filter(|g| !g.steps.is_empty()) {
+            group.steps.insert(0, list.clone());
+            group.steps.push(list.clone());
         }
     }
-    if let Some(r) = &sweep_runtime {
-        if let Err(reason) = containers::sweep(&pass.shell, r) {
-            for group in &mut groups {
-                let accelerators: Vec<String> =
-                    group.checks.iter().map(|c| c.accelerator.clone()).collect();
-                let mut seen = std::collections::BTreeSet::new();
-                for a in accelerators.into_iter().filter(|a| seen.insert(a.clone())) {
-                    group.checks.push(Row::new(
-                        &a,
-                        STALE_CONTAINER_SWEEP,
-                        State::Unavailable,
-                        Depth::Measured,
-                        format!("after the pass: {reason}"),
-                    ));
-                }
+    if let Some(r) = &sweep_runtime
+        && let Err(reason) = containers::sweep(&pass.shell, r)
+    {
+        for group in &mut groups {
+            let accelerators: Vec<String> =
+                group.checks.iter().map(|c| c.accelerator.clone()).collect();
+            let mut seen = std::collections::BTreeSet::new();
+            for a in accelerators.into_iter().filter(|a| seen.insert(a.clone())) {
+                group.checks.push(Row::new(
+                    &a,
+                    STALE_CONTAINER_SWEEP,
+                    State::Unavailable,
+                    Depth::Measured,
+                    format!("after the pass: {reason}"),
+                ));
             }
         }
     }
