@@ -111,7 +111,12 @@ if running gpu-pod; then
   $KC logs gpu-pod 2>&1 | sed 's/^/  /'
   $KC logs gpu-pod 2>&1 | grep -q '^NVIDIA_VISIBLE_DEVICES=GPU-' || fail "gpu-pod has no GPU in NVIDIA_VISIBLE_DEVICES"
 fi
-$KC delete pod gpu-pod --wait=true --timeout=60s >/dev/null 2>&1
+held=$($KC logs gpu-pod 2>/dev/null | sed -n 's/^NVIDIA_VISIBLE_DEVICES=//p')
+mode_of() { # the Devices status mode of accelerator $1 (by UUID)
+  $KC get devices.gpustack.ai rig-node -o jsonpath="{.status.accelerators[?(@.uuid==\"$1\")].mode}" 2>/dev/null
+}
+for _ in $(seq 1 30); do [ "$(mode_of "$held")" = exclusive ] && break; sleep 1; done
+echo "Devices status: $held is $(mode_of "$held") (gpu-pod keeps it across the upgrade below)"
 
 echo "=== the admission webhook, at a worker Pod's address"
 for _ in $(seq 1 60); do
@@ -167,6 +172,15 @@ dups=$(echo "$env" | cut -d= -f1 | sort | uniq -d)
 [ -z "$dups" ] || fail "duplicate env names: $dups"
 for _ in $(seq 1 60); do [ "$(gpus)" = 8 ] && break; sleep 1; done
 echo "after the upgrade: allocatable nvidia.com/gpu: $(gpus)"
+# One daemon per data directory: the new Pod holds the lock on the NVIDIA directory, which the
+# upgrade kept where it was; the grant it replayed from the journal there is still published.
+lock=/var/lib/gpustack/operator/device-manager/daemon.lock
+echo "$lock: $(cat $lock 2>/dev/null)"
+grep -q '^nvidia [0-9]' $lock 2>/dev/null || fail "the daemon does not hold its data directory's lock"
+for _ in $(seq 1 30); do [ "$(mode_of "$held")" = exclusive ] && break; sleep 1; done
+echo "after the upgrade: Devices status: $held is $(mode_of "$held")"
+[ -n "$held" ] && [ "$(mode_of "$held")" = exclusive ] || fail "gpu-pod's grant did not survive the upgrade"
+$KC delete pod gpu-pod --wait=true --timeout=60s >/dev/null 2>&1
 # The old leader released the Lease on its way out: a new replica holds it within seconds, not
 # after the lease duration.
 t=0
