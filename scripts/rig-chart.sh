@@ -177,7 +177,10 @@ echo "after the upgrade: allocatable nvidia.com/gpu: $(gpus)"
 lock=/var/lib/gpustack/operator/device-manager/daemon.lock
 echo "$lock: $(cat $lock 2>/dev/null)"
 grep -q '^nvidia [0-9]' $lock 2>/dev/null || fail "the daemon does not hold its data directory's lock"
-for _ in $(seq 1 30); do [ "$(mode_of "$held")" = exclusive ] && break; sleep 1; done
+# The new daemon registered (allocatable is back) after replaying its journal; it compares the
+# live Devices status with its own ledger and rewrites what differs, so give it a few publishing
+# rounds: had it lost the grant, the GPU would read free.
+sleep 10
 echo "after the upgrade: Devices status: $held is $(mode_of "$held")"
 [ -n "$held" ] && [ "$(mode_of "$held")" = exclusive ] || fail "gpu-pod's grant did not survive the upgrade"
 $KC delete pod gpu-pod --wait=true --timeout=60s >/dev/null 2>&1
