@@ -12,8 +12,9 @@
 #      Pod and idle, is destroyed after the debounce (serve runs with
 #      --partition-orphan-debounce 3s);
 #   6. a 4g.40gb carved by hand on GPU 6 with a compute process on it: allocatable drops to 49
-#      (live occupancy counts, and a busy instance is no room), it is kept past the debounce,
-#      and once idle it is destroyed and allocatable is back at 53;
+#      and the node's mig-1g.10gb capacity key to 48 (live occupancy counts, and a busy instance
+#      is no room), it is kept past the debounce, and once idle it is destroyed and they are back
+#      at 53 and 52;
 #   7. the Pod deleted: the instance is reclaimed and allocatable is back at 56.
 #
 #   scripts/build-release.sh && scripts/rig-mig.sh
@@ -123,6 +124,11 @@ PY
 busy_4g true
 # GPU 6 keeps 3 tokens (1g at slices 4-6): the busy instance is no room for anyone.
 want 49 "  with it (live occupancy, not the ledger alone)"
+cap1g() { $KC get node rig-node -o jsonpath="{.status.capacity.nvidia\.com/gpu\.partitioned\.mig-1g\.10gb}" 2>/dev/null; }
+# The capacity key the scheduler reads follows too: 52 beside the Pod's 3g, less GPU 6's four.
+for _ in $(seq 1 30); do [ "$(cap1g)" = 48 ] && break; sleep 1; done
+echo "  node capacity nvidia.com/gpu.partitioned.mig-1g.10gb: $(cap1g) (want 48)"
+[ "$(cap1g)" = 48 ] || failed=1
 sleep 5
 if grep -q MIG-hand-busy-on-the-rig "$HOST/mig-state.json"; then
   echo "  kept while busy, past the debounce"
@@ -137,6 +143,9 @@ else
   echo "  its process ended: destroyed after the debounce"
 fi
 want 53 "  gone"
+for _ in $(seq 1 30); do [ "$(cap1g)" = 52 ] && break; sleep 1; done
+echo "  node capacity nvidia.com/gpu.partitioned.mig-1g.10gb: $(cap1g) (want 52)"
+[ "$(cap1g)" = 52 ] || failed=1
 $KC delete pod mig-pod --wait=true --timeout=60s >/dev/null 2>&1
 want 56 "after the Pod is gone (reclaimed)"
 grep -E " (WARN|ERROR) " /tmp/rig-mig-serve.log | grep -iE "partition|mig" | tail -8
