@@ -105,6 +105,38 @@ pub struct Partitions {
     pub orphans: Orphans,
 }
 
+impl Partitions {
+    /// Runs `call` with the partitioner and the node's programs on `gpu`, on the blocking pool
+    /// (the vendor calls are bounded by the partitioner, and never made under a lock).
+    pub(crate) async fn call<T: Send + 'static>(
+        &self,
+        gpu: &accel_backend::partition::PartitionGpu,
+        call: impl FnOnce(
+            &dyn accel_backend::Partitioner,
+            &dyn accel_host::Commands,
+            &accel_backend::partition::PartitionGpu,
+        ) -> T
+        + Send
+        + 'static,
+    ) -> Result<T, tokio::task::JoinError> {
+        let (partitioner, commands, gpu) =
+            (self.partitioner.clone(), self.commands.clone(), gpu.clone());
+        tokio::task::spawn_blocking(move || call(partitioner.as_ref(), commands.as_ref(), &gpu))
+            .await
+    }
+
+    /// The live instances on `gpu` ([`Partitions::call`]).
+    pub(crate) async fn live(
+        &self,
+        gpu: &accel_backend::partition::PartitionGpu,
+    ) -> Result<
+        Result<Vec<accel_backend::partition::Instance>, accel_backend::partition::PartitionError>,
+        tokio::task::JoinError,
+    > {
+        self.call(gpu, |p, c, gpu| p.instances(c, gpu)).await
+    }
+}
+
 impl std::fmt::Debug for Partitions {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Partitions").finish_non_exhaustive()

@@ -187,6 +187,16 @@ impl State {
 }
 
 impl Shared {
+    /// Tells the ledger what the book now knows of accelerator `index` ([`State::sync_outside`])
+    /// and, when that changed what it counts, releases the lock and wakes ListAndWatch and the
+    /// publisher.
+    fn synced(&self, mut state: std::sync::MutexGuard<'_, State>, index: u32) {
+        if state.sync_outside(index) {
+            drop(state);
+            self.notify();
+        }
+    }
+
     /// Records what a listing of accelerator `index` showed of subdivided GPU instances, logging
     /// only a change (so a pass every period does not repeat it).
     pub(super) fn note_subdivided(&self, gpu: &PartitionGpu, split: Vec<(u32, u32, u32)>) {
@@ -208,10 +218,7 @@ impl Shared {
             );
             state.orphans.subdivided.insert(gpu.index, split);
         }
-        if state.sync_outside(gpu.index) {
-            drop(state);
-            self.notify();
-        }
+        self.synced(state, gpu.index);
     }
 
     /// Runs a pass every period until `stop`.
@@ -244,16 +251,7 @@ impl Shared {
             })
             .collect();
         for gpu in gpus {
-            let (partitioner, commands, target) = (
-                parts.partitioner.clone(),
-                parts.commands.clone(),
-                gpu.clone(),
-            );
-            let live = tokio::task::spawn_blocking(move || {
-                partitioner.instances(commands.as_ref(), &target)
-            })
-            .await;
-            let live = match live {
+            let live = match parts.live(&gpu).await {
                 Ok(Ok(live)) => live,
                 Ok(Err(e)) => {
                     tracing::debug!("unowned MIG instances: {e}");
@@ -268,16 +266,7 @@ impl Shared {
             let busy = if self.unowned(&gpu, &live).is_empty() {
                 Some(Vec::new())
             } else {
-                let (partitioner, commands, target) = (
-                    parts.partitioner.clone(),
-                    parts.commands.clone(),
-                    gpu.clone(),
-                );
-                match tokio::task::spawn_blocking(move || {
-                    partitioner.busy(commands.as_ref(), &target)
-                })
-                .await
-                {
+                match parts.call(&gpu, |p, c, gpu| p.busy(c, gpu)).await {
                     Ok(Ok(busy)) => Some(busy),
                     Ok(Err(e)) => {
                         tracing::debug!("unowned MIG instances are kept: {e}");
@@ -369,10 +358,7 @@ impl Shared {
                 },
             );
         }
-        if state.sync_outside(gpu.index) {
-            drop(state);
-            self.notify();
-        }
+        self.synced(state, gpu.index);
         due
     }
 
@@ -392,47 +378,37 @@ impl Shared {
                 {
                     // A grant took it (claimed) since the listing.
                     state.orphans.seen.remove(&key);
-                    if state.sync_outside(gpu.index) {
-                        drop(state);
-                        self.notify();
-                    }
+                    self.synced(state, gpu.index);
                     continue;
                 }
                 state.orphans.destroying.insert(key);
-                if state.sync_outside(gpu.index) {
-                    drop(state);
-                    self.notify();
-                }
+                self.synced(state, gpu.index);
                 orphan
             };
-            let (partitioner, commands, target, made) = (
-                parts.partitioner.clone(),
-                parts.commands.clone(),
-                gpu.clone(),
-                orphan.clone(),
-            );
-            let outcome = tokio::task::spawn_blocking(move || {
-                // Only the instance seen: a GI id made again since carries another UUID.
-                let live = partitioner.instances(commands.as_ref(), &target)?;
-                let same = live.iter().any(|i| {
-                    i.gpu_instance == gi
-                        && i.uuid == made.uuid
-                        && i.start == made.start
-                        && i.compute_instances == made.compute_instances
-                });
-                if !same {
-                    return Ok(false);
-                }
-                partitioner
-                    .destroy(
-                        commands.as_ref(),
-                        &target,
-                        gi,
-                        made.compute_instances.first().copied(),
-                    )
-                    .map(|()| true)
-            })
-            .await;
+            let made = orphan.clone();
+            let outcome = parts
+                .call(gpu, move |partitioner, commands, target| {
+                    // Only the instance seen: a GI id made again since carries another UUID.
+                    let live = partitioner.instances(commands, target)?;
+                    let same = live.iter().any(|i| {
+                        i.gpu_instance == gi
+                            && i.uuid == made.uuid
+                            && i.start == made.start
+                            && i.compute_instances == made.compute_instances
+                    });
+                    if !same {
+                        return Ok(false);
+                    }
+                    partitioner
+                        .destroy(
+                            commands,
+                            target,
+                            gi,
+                            made.compute_instances.first().copied(),
+                        )
+                        .map(|()| true)
+                })
+                .await;
             let mut state = self.lock();
             state.orphans.destroying.remove(&key);
             match outcome {
@@ -455,10 +431,7 @@ impl Shared {
                 }
                 Err(_) => {}
             }
-            if state.sync_outside(gpu.index) {
-                drop(state);
-                self.notify();
-            }
+            self.synced(state, gpu.index);
         }
     }
 }

@@ -403,16 +403,7 @@ impl Shared {
         gpu: &PartitionGpu,
         reserved: &mut Reserved,
     ) -> Option<PartitionInstance> {
-        let (partitioner, commands, target) = (
-            parts.partitioner.clone(),
-            parts.commands.clone(),
-            gpu.clone(),
-        );
-        let live =
-            tokio::task::spawn_blocking(move || partitioner.instances(commands.as_ref(), &target))
-                .await
-                .ok()?
-                .ok()?;
+        let live = parts.live(gpu).await.ok()?.ok()?;
         let mut state = self.lock();
         let owned: Vec<String> = state
             .ledger
@@ -487,13 +478,10 @@ impl Shared {
         gpu: &PartitionGpu,
         reserved: &Reserved,
     ) -> Result<PartitionInstance, Status> {
-        let partitioner = parts.partitioner.clone();
-        let commands = parts.commands.clone();
-        let (target, id, start) = (gpu.clone(), reserved.profile_id, reserved.placement.start);
-        let made = tokio::task::spawn_blocking(move || {
-            partitioner.create(commands.as_ref(), &target, id, start)
-        })
-        .await;
+        let (id, start) = (reserved.profile_id, reserved.placement.start);
+        let made = parts
+            .call(gpu, move |p, c, gpu| p.create(c, gpu, id, start))
+            .await;
         let profile = &reserved.placement.profile;
         let who = &reserved.who;
         let refuse = |why: String| {
@@ -581,17 +569,10 @@ impl Shared {
             &reserved.key.pod_uid,
             &reserved.key.container,
         );
-        let partitioner = parts.partitioner.clone();
-        let commands = parts.commands.clone();
-        let (target, gi, ci) = (
-            gpu.clone(),
-            instance.gpu_instance,
-            instance.compute_instance,
-        );
-        let destroyed = tokio::task::spawn_blocking(move || {
-            partitioner.destroy(commands.as_ref(), &target, gi, Some(ci))
-        })
-        .await;
+        let (gi, ci) = (instance.gpu_instance, instance.compute_instance);
+        let destroyed = parts
+            .call(gpu, move |p, c, gpu| p.destroy(c, gpu, gi, Some(ci)))
+            .await;
         let undone = match destroyed {
             Ok(Ok(())) => "the instance was destroyed".to_string(),
             Ok(Err(e)) => format!("the instance could not be destroyed: {e}"),
@@ -630,34 +611,30 @@ impl Shared {
         };
         let mut pause = RECLAIM_FIRST_RETRY;
         for attempt in 1..=RECLAIM_ATTEMPTS {
-            let (partitioner, commands, target, made) = (
-                parts.partitioner.clone(),
-                parts.commands.clone(),
-                gpu.clone(),
-                instance.clone(),
-            );
-            let outcome = tokio::task::spawn_blocking(move || {
-                let live = partitioner.instances(commands.as_ref(), &target)?;
-                let split = super::orphans::subdivided(&live);
-                if !split.is_empty() {
-                    return Ok(Err(split));
-                }
-                let ours = live.iter().any(|i| {
-                    i.gpu_instance == made.gpu_instance && i.uuid.as_deref() == Some(&made.uuid)
-                });
-                if !ours {
-                    return Ok(Ok(false));
-                }
-                partitioner
-                    .destroy(
-                        commands.as_ref(),
-                        &target,
-                        made.gpu_instance,
-                        Some(made.compute_instance),
-                    )
-                    .map(|()| Ok(true))
-            })
-            .await;
+            let made = instance.clone();
+            let outcome = parts
+                .call(&gpu, move |partitioner, commands, target| {
+                    let live = partitioner.instances(commands, target)?;
+                    let split = super::orphans::subdivided(&live);
+                    if !split.is_empty() {
+                        return Ok(Err(split));
+                    }
+                    let ours = live.iter().any(|i| {
+                        i.gpu_instance == made.gpu_instance && i.uuid.as_deref() == Some(&made.uuid)
+                    });
+                    if !ours {
+                        return Ok(Ok(false));
+                    }
+                    partitioner
+                        .destroy(
+                            commands,
+                            target,
+                            made.gpu_instance,
+                            Some(made.compute_instance),
+                        )
+                        .map(|()| Ok(true))
+                })
+                .await;
             let outcome = match outcome {
                 // A subdivided GPU instance on this GPU stops its reclaim (logged once).
                 Ok(Ok(Err(split))) => {
@@ -754,15 +731,7 @@ impl Shared {
                 index,
                 uuid: self.lock().ledger.seat(index).and_then(|s| s.uuid.clone()),
             };
-            let (partitioner, commands, target) = (
-                parts.partitioner.clone(),
-                parts.commands.clone(),
-                gpu.clone(),
-            );
-            let live = tokio::task::spawn_blocking(move || {
-                partitioner.instances(commands.as_ref(), &target)
-            })
-            .await;
+            let live = parts.live(&gpu).await;
             let why = match live {
                 Ok(Ok(live)) => match live
                     .iter()
@@ -888,14 +857,7 @@ impl Shared {
         let Some(instance) = reserved.placement.instance.clone() else {
             return Ok(());
         };
-        let (partitioner, commands, target) = (
-            parts.partitioner.clone(),
-            parts.commands.clone(),
-            gpu.clone(),
-        );
-        let live =
-            tokio::task::spawn_blocking(move || partitioner.instances(commands.as_ref(), &target))
-                .await;
+        let live = parts.live(gpu).await;
         let who = &reserved.who;
         let live = match live {
             Ok(Ok(live)) => live,
