@@ -126,6 +126,10 @@ def mi300x_8x():
     version = open(os.path.join(FIX, "amd-smi", "dellai__version-json-amdsmi26.2.2-rocm7.2.1.json")).read()
     command(host, "static", ["amd-smi", "static", "--json"], static)
     command(host, "version", ["amd-smi", "version", "--json"], version)
+    # The live usage answer is another card's (one Radeon, gpu 0): no MI300X metric capture
+    # exists. It names gpu 0 only, so the sampler gives one sample, under gpu 0's identity.
+    metric = open(os.path.join(FIX, "amd-smi", "jkoudela__radeon-unnamed-46064mb-metric-json-list.json")).read()
+    command(host, "metric", ["amd-smi", "metric", "--json"], metric)
     doc = json.loads(static)["gpu_data"]
     cpx = read_props(os.path.join(FIX, "kfd-topology", "k8sdp__mi300x-8gpu-cpx", "topology", "nodes", "2", "properties"))
     cpu = read_props(os.path.join(FIX, "kfd-topology", "k8sdp__mi300x-8gpu-cpx", "topology", "nodes", "0", "properties"))

@@ -3,17 +3,23 @@
 //! for every ROCm version in a flat `amd/` directory; none on arm64, where ROCm ships no user
 //! space) and the responder ([`crate::responder`]). No partitioner: AMD has no partition family.
 
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 
-use accel_backend::Backend;
-use accel_backend::detect::{DetectRequest, Detector, StateError, pci_gate_closed};
+use accel_backend::detect::{DetectRequest, Detector, StateError};
+use accel_backend::doctor::{Doctor, Options, Report};
+use accel_backend::record::RecordPlan;
+use accel_backend::reset::Reset;
 use accel_backend::respond::{Responder, ResponderSetup};
 use accel_backend::slicing::SlicingLibrary;
+use accel_backend::{Backend, FaultKnowledge, StateDirRule};
 use accel_core::{Detection, Manufacturer, ManufacturerInventory};
+use accel_host::{Commands, Host};
 
 use crate::detector::{self, DetectOptions};
 use crate::responder::{AmdResponder, SHIM};
+use crate::usage::{AMD_SMI_METRIC, AmdSmiSampler};
 
 /// AMD's row of the backends registry.
 pub fn backend() -> Backend {
@@ -23,6 +29,79 @@ pub fn backend() -> Backend {
         slicing: Some(Arc::new(Vrocm)),
         partitioner: None,
         responder: amd_responder,
+        // The responder hands /dev nodes itself: no runtime, no CDI, nothing of the engine's.
+        engine: None,
+        injection: None,
+        faults: Some(FaultKnowledge {
+            settings: &[],
+            build: amd_faults,
+        }),
+        reset: Reset::Refused(RESET_REFUSAL.to_string()),
+        doctor: Some(Arc::new(AmdDoctor)),
+        preflight: None,
+        sampler: Some(Arc::new(AmdSmiSampler)),
+        record: record_plan(),
+        state_dir: StateDirRule::Named,
+        replay: None,
+    }
+}
+
+/// Why the admin socket's reset refuses AMD accelerators.
+pub const RESET_REFUSAL: &str = "AMD accelerators are not reset by the device manager: amdgpu \
+     recovers a GPU of an XGMI hive by resetting every GPU in the hive, so the grants on the \
+     others could not be checked from the names given; drain the node and reset with amd-smi by \
+     hand, or reboot (a new boot clears the recorded faults)";
+
+/// What `record` captures of an AMD node: the KFD topology, the DRM cards, amdgpu's driver
+/// listing (a card's `drm/` minors), ROCm's version files, `/dev/kfd` and the DRM nodes, and
+/// every amd-smi and rocm-smi query the detector, the sampler and doctor run.
+pub fn record_plan() -> RecordPlan {
+    let mut files: Vec<&'static str> = detector::ROCM_VERSION_FILES
+        .iter()
+        .map(|f| f.trim_start_matches('/'))
+        .collect();
+    files.push("sys/module/amdgpu/version");
+    RecordPlan {
+        files,
+        trees: vec![
+            "sys/class/kfd",
+            "sys/class/drm",
+            "sys/module/amdgpu/drivers",
+        ],
+        device_nodes: vec!["dev/kfd"],
+        numbered_devices: vec!["dri/card", "dri/renderD"],
+        commands: vec![
+            detector::AMD_SMI_STATIC,
+            detector::AMD_SMI_VERSION,
+            AMD_SMI_METRIC,
+            crate::rocmsmi::ARGV,
+        ],
+    }
+}
+
+fn amd_faults(
+    _settings: &BTreeMap<String, String>,
+) -> Result<Arc<dyn accel_backend::health::FaultClassifier>, String> {
+    Ok(Arc::new(crate::kmsg::AmdFaults))
+}
+
+/// AMD's doctor behind the seam ([`crate::doctor::run`]).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct AmdDoctor;
+
+impl Doctor for AmdDoctor {
+    fn driver_shown(&self, host: &dyn Host) -> bool {
+        host.exists(crate::kfd::TOPOLOGY_DIR)
+    }
+
+    fn run(&self, host: &dyn Host, commands: &dyn Commands, options: &Options) -> Report {
+        Report::of(crate::doctor::run(
+            host,
+            commands,
+            options.deadlines.per_query,
+            &format!("/{}", options.library_dir.trim_start_matches('/')),
+            &options.arch,
+        ))
     }
 }
 
@@ -40,13 +119,8 @@ impl Detector for AmdDetector {
     }
 
     fn detect(&self, request: &DetectRequest<'_>) -> Result<Detection, StateError> {
-        if request.pci_gate
-            && let Some(reason) =
-                pci_gate_closed(request.host, request.pci_classes, request.vendor_ids)
-        {
-            let mut section = ManufacturerInventory::empty(Manufacturer::Amd);
-            section.notes.push(reason);
-            return Ok(Ok(section));
+        if let Some(answer) = request.gated(Manufacturer::Amd) {
+            return Ok(answer);
         }
         let options = DetectOptions {
             per_query: request.deadlines.per_query,

@@ -12,6 +12,7 @@
 
 use std::time::Duration;
 
+use accel_backend::doctor::{Check, Status};
 use accel_core::inventory::ManufacturerInventory;
 use accel_host::{Commands, Host};
 
@@ -20,27 +21,10 @@ use crate::detector::{self, AMD_SMI_VERSION, DetectOptions};
 use crate::responder::{AmdResponder, KFD, SHIM};
 use crate::{drm, kfd, rocmsmi};
 
-/// A check's verdict.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Verdict {
-    Ok,
-    Warn,
-    Fail,
-}
-
-/// One check.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct AmdCheck {
-    pub name: &'static str,
-    pub verdict: Verdict,
-    pub reason: String,
-    pub action: Option<String>,
-}
-
-fn check(name: &'static str, verdict: Verdict, reason: String, action: Option<&str>) -> AmdCheck {
-    AmdCheck {
-        name,
-        verdict,
+fn check(name: &'static str, status: Status, reason: String, action: Option<&str>) -> Check {
+    Check {
+        name: name.to_string(),
+        status,
         reason,
         action: action.map(String::from),
     }
@@ -54,7 +38,7 @@ pub fn run(
     per_query: Duration,
     library_dir: &str,
     arch: &str,
-) -> Vec<AmdCheck> {
+) -> Vec<Check> {
     let mut checks = Vec::new();
     let amdgpu_cards = drm::read_cards(host, drm::CLASS_DIR)
         .into_iter()
@@ -68,14 +52,14 @@ pub fn run(
     checks.push(if gpu_nodes > 0 {
         check(
             "amdgpu-driver",
-            Verdict::Ok,
+            Status::Ok,
             format!("amdgpu drives {amdgpu_cards} card(s); KFD shows {gpu_nodes} GPU node(s)"),
             None,
         )
     } else if amdgpu_cards > 0 {
         check(
             "amdgpu-driver",
-            Verdict::Fail,
+            Status::Fail,
             format!(
                 "amdgpu drives {amdgpu_cards} card(s) but {} shows no GPU node: ROCm cannot use them",
                 kfd::TOPOLOGY_DIR
@@ -85,7 +69,7 @@ pub fn run(
     } else {
         check(
             "amdgpu-driver",
-            Verdict::Fail,
+            Status::Fail,
             "no card is bound to amdgpu and there is no KFD topology".into(),
             Some("install and load the amdgpu driver (modprobe amdgpu)"),
         )
@@ -94,7 +78,7 @@ pub fn run(
     checks.push(if !host.exists(KFD) {
         check(
             "kfd",
-            Verdict::Fail,
+            Status::Fail,
             format!("{KFD} is missing: no accelerator can be granted"),
             Some("load amdgpu; in a container, mount the host's /dev"),
         )
@@ -102,13 +86,13 @@ pub fn run(
         match std::fs::OpenOptions::new().read(true).open(&kfd_path) {
             Ok(_) => check(
                 "kfd",
-                Verdict::Ok,
+                Status::Ok,
                 format!("{KFD} is present and readable"),
                 None,
             ),
             Err(e) => check(
                 "kfd",
-                Verdict::Fail,
+                Status::Fail,
                 format!("{KFD} cannot be opened: {e}"),
                 Some("run as root or in the render group (udev rule for /dev/kfd)"),
             ),
@@ -117,11 +101,11 @@ pub fn run(
     checks.push(if commands.is_installed("amd-smi") {
         match commands.run(AMD_SMI_VERSION, per_query) {
             Ok(out) if out.success() => {
-                check("amd-smi", Verdict::Ok, "amd-smi answers".into(), None)
+                check("amd-smi", Status::Ok, "amd-smi answers".into(), None)
             }
             Ok(out) => check(
                 "amd-smi",
-                Verdict::Warn,
+                Status::Warn,
                 format!(
                     "amd-smi version exited with {}: {}",
                     out.status.map_or("a signal".into(), |s| s.to_string()),
@@ -131,7 +115,7 @@ pub fn run(
             ),
             Err(e) => check(
                 "amd-smi",
-                Verdict::Warn,
+                Status::Warn,
                 e.to_string(),
                 Some("check the ROCm install (amd-smi version)"),
             ),
@@ -139,14 +123,14 @@ pub fn run(
     } else if commands.is_installed(rocmsmi::ARGV[0]) {
         check(
             "amd-smi",
-            Verdict::Warn,
+            Status::Warn,
             "amd-smi is not installed; rocm-smi answers in its place".into(),
             Some("install amd-smi (ROCm 6 or later)"),
         )
     } else {
         check(
             "amd-smi",
-            Verdict::Warn,
+            Status::Warn,
             "neither amd-smi nor rocm-smi is installed: products and versions are not known".into(),
             Some("install amd-smi (ROCm 6 or later)"),
         )
@@ -168,11 +152,11 @@ pub fn run(
         .map(|a| a.index.to_string())
         .collect();
     checks.push(if nameless.is_empty() {
-        check("unique-ids", Verdict::Ok, "every accelerator reports a unique id".into(), None)
+        check("unique-ids", Status::Ok, "every accelerator reports a unique id".into(), None)
     } else {
         check(
             "unique-ids",
-            Verdict::Warn,
+            Status::Warn,
             format!(
                 "accelerator(s) {} report no unique id: ROCR_VISIBLE_DEVICES cannot name them, so they cannot be granted",
                 nameless.join(", ")
@@ -189,14 +173,14 @@ pub fn run(
     checks.push(if partitioned.is_empty() {
         check(
             "partitions",
-            Verdict::Ok,
+            Status::Ok,
             "no board is partitioned".into(),
             None,
         )
     } else {
         check(
             "partitions",
-            Verdict::Warn,
+            Status::Warn,
             format!(
                 "accelerator(s) {} are split into compute partitions and are not served",
                 partitioned.join(", ")
@@ -209,21 +193,21 @@ pub fn run(
     checks.push(if !vrocm_built_for(arch) {
         check(
             "slicing-library",
-            Verdict::Ok,
+            Status::Ok,
             format!("no AMD slicing shim is built for {arch}: logical slices are not offered"),
             None,
         )
     } else if host.exists(&library) {
         check(
             "slicing-library",
-            Verdict::Ok,
+            Status::Ok,
             format!("{library} is staged"),
             None,
         )
     } else {
         check(
             "slicing-library",
-            Verdict::Warn,
+            Status::Warn,
             format!("{library} is missing: logical slices are not advertised"),
             Some("stage libvrocm.so, rocm-monitor and rocm-cumask-check there yourself (the image does not ship them)"),
         )
@@ -232,7 +216,7 @@ pub fn run(
 }
 
 /// Every detected accelerator's DRM nodes present on the host.
-fn device_nodes(host: &dyn Host, section: &ManufacturerInventory) -> AmdCheck {
+fn device_nodes(host: &dyn Host, section: &ManufacturerInventory) -> Check {
     let mut missing = Vec::new();
     let mut unnamed = Vec::new();
     for a in &section.accelerators {
@@ -253,21 +237,21 @@ fn device_nodes(host: &dyn Host, section: &ManufacturerInventory) -> AmdCheck {
     if section.accelerators.is_empty() {
         check(
             "device-nodes",
-            Verdict::Warn,
+            Status::Warn,
             "no AMD accelerator detected".into(),
             None,
         )
     } else if !missing.is_empty() {
         check(
             "device-nodes",
-            Verdict::Fail,
+            Status::Fail,
             format!("missing on the host: {}", missing.join(", ")),
             Some("mount the host's /dev/dri into the device manager"),
         )
     } else if !unnamed.is_empty() {
         check(
             "device-nodes",
-            Verdict::Fail,
+            Status::Fail,
             format!(
                 "accelerator(s) {} record no drm card and render node",
                 unnamed.join(", ")
@@ -277,7 +261,7 @@ fn device_nodes(host: &dyn Host, section: &ManufacturerInventory) -> AmdCheck {
     } else {
         check(
             "device-nodes",
-            Verdict::Ok,
+            Status::Ok,
             format!(
                 "/dev/kfd and the card and render nodes of {} accelerator(s) can be passed to containers",
                 section.accelerators.len()

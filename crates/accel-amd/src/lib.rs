@@ -15,3 +15,4 @@ pub mod kmsg;
 pub mod responder;
 pub mod rocmsmi;
 pub mod text;
+pub mod usage;

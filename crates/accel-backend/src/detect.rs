@@ -96,3 +96,18 @@ pub trait Detector: Send + Sync {
     /// cannot be measured is `Ok(Err(…))`, the detector contract's answer.
     fn detect(&self, request: &DetectRequest<'_>) -> Result<Detection, StateError>;
 }
+
+impl DetectRequest<'_> {
+    /// The PCI gate for `manufacturer`, written once for every detector: with the gate on and
+    /// closed, the pass's answer (an empty section carrying the reason, the driver never
+    /// asked); `None` when the gate is off, passes or cannot judge.
+    pub fn gated(&self, manufacturer: Manufacturer) -> Option<Detection> {
+        if !self.pci_gate {
+            return None;
+        }
+        let reason = pci_gate_closed(self.host, self.pci_classes, self.vendor_ids)?;
+        let mut section = accel_core::ManufacturerInventory::empty(manufacturer);
+        section.notes.push(reason);
+        Some(Ok(section))
+    }
+}

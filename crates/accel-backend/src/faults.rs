@@ -503,6 +503,11 @@ impl FaultWatch {
         (watch, notes)
     }
 
+    /// Whether the watch's classifier counts its faults by code (NVIDIA's XIDs).
+    pub fn counted_by_code(&self) -> bool {
+        self.classifier.counted_by_code()
+    }
+
     /// The faults recorded this boot.
     pub fn record(&self) -> &FaultRecord {
         &self.record

@@ -60,4 +60,9 @@ pub trait FaultClassifier: Send + Sync + std::fmt::Debug {
     /// The class of a recorded condition under the settings in force now; `None` for a
     /// condition this manufacturer does not raise (the recorded class is kept).
     fn class_of(&self, condition: &str, code: Option<u32>) -> Option<FaultClass>;
+    /// Whether every fault it raises is also counted by the driver's code
+    /// (`device_manager_xids_total`: NVIDIA's XIDs, a GPU fallen off the bus without one).
+    fn counted_by_code(&self) -> bool {
+        false
+    }
 }

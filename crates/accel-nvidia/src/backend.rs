@@ -3,21 +3,28 @@
 //! layout (HAMi-core, one `cuda-<major>/libvgpu.so` per CUDA major), the MIG partitioner
 //! (`nvidia-smi mig`, [`crate::partitioner`]) and the responder.
 
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 
-use accel_backend::Backend;
-use accel_backend::detect::{DetectRequest, Detector, StateError, pci_gate_closed};
-use accel_backend::respond::{Responder, ResponderSetup};
+use accel_backend::detect::{DetectRequest, Detector, StateError};
+use accel_backend::record::RecordPlan;
+use accel_backend::reset::Reset;
+use accel_backend::respond::{EngineSource, InjectionStrategy, Responder, ResponderSetup};
 use accel_backend::slicing::SlicingLibrary;
+use accel_backend::{Backend, FaultKnowledge, StateDirRule};
 use accel_core::manufacturer::PciVendorId;
 use accel_core::{Detection, Manufacturer, ManufacturerInventory};
 use accel_host::Host;
 use accel_host::pci::{self, PciClassPrefixes};
 
 use crate::detector::{self, DetectOptions};
+use crate::doctor::SmiDoctor;
 use crate::passthrough::{self, GpuMemory, PciCandidate};
+use crate::reset::SmiReset;
 use crate::responder::NvidiaResponder;
+use crate::samples::SmiSampler;
+use crate::xid::{XID_APPLICATION_ENV, XID_HARDWARE_ENV, XidClasses};
 
 /// NVIDIA's row of the backends registry.
 pub fn backend() -> Backend {
@@ -27,7 +34,61 @@ pub fn backend() -> Backend {
         slicing: Some(Arc::new(HamiCore)),
         partitioner: Some(Arc::new(crate::partitioner::SmiPartitioner::default())),
         responder: nvidia_responder,
+        engine: Some(live_engine),
+        injection: Some(InjectionStrategy::Envvar),
+        faults: Some(FaultKnowledge {
+            settings: &[XID_APPLICATION_ENV, XID_HARDWARE_ENV],
+            build: xid_classes,
+        }),
+        reset: Reset::By(Arc::new(SmiReset::default())),
+        doctor: Some(Arc::new(SmiDoctor)),
+        preflight: Some(preflight()),
+        sampler: Some(Arc::new(SmiSampler)),
+        record: record_plan(),
+        // Every NVIDIA node since the first release keeps its journal in the daemons' root:
+        // an upgrade moves nothing.
+        state_dir: StateDirRule::Root,
+        replay: Some(crate::mig_replay::wrap),
     }
+}
+
+/// What `record` captures of an NVIDIA node: the driver's procfs tree and version, its device
+/// nodes (numbered GPUs, the control and UVM nodes, WSL 2's `/dev/dxg`), and every nvidia-smi
+/// query the detector, the sampler and doctor run.
+pub fn record_plan() -> RecordPlan {
+    RecordPlan {
+        files: vec!["proc/driver/nvidia/version"],
+        trees: vec!["proc/driver/nvidia/gpus", "proc/driver/nvidia/capabilities"],
+        device_nodes: vec![
+            "dev/nvidiactl",
+            "dev/nvidia-uvm",
+            "dev/nvidia-uvm-tools",
+            "dev/nvidia-modeset",
+            "dev/dxg",
+        ],
+        numbered_devices: vec!["nvidia"],
+        commands: detector::SNAPSHOT_QUERIES
+            .iter()
+            .chain(detector::SAMPLE_QUERIES)
+            .chain(detector::DOCTOR_QUERIES)
+            .copied()
+            .collect(),
+    }
+}
+
+fn live_engine(host: Arc<dyn Host>, containerd_dir: &Path) -> Arc<dyn EngineSource> {
+    Arc::new(crate::engine::LiveEngine::new(host, containerd_dir))
+}
+
+fn xid_classes(
+    vars: &BTreeMap<String, String>,
+) -> Result<Arc<dyn accel_backend::health::FaultClassifier>, String> {
+    let classes = XidClasses::from_settings(
+        vars.get(XID_APPLICATION_ENV).map(String::as_str),
+        vars.get(XID_HARDWARE_ENV).map(String::as_str),
+    )
+    .map_err(|e| e.to_string())?;
+    Ok(Arc::new(classes))
 }
 
 fn nvidia_responder(setup: ResponderSetup) -> Arc<dyn Responder> {
@@ -47,14 +108,10 @@ impl Detector for NvidiaDetector {
     /// GPUs seen (`gpus-seen.json`) is updated there.
     fn detect(&self, request: &DetectRequest<'_>) -> Result<Detection, StateError> {
         // The PCI gate (a WSL 2 guest's GPUs are on no bus it can see: no gate there).
-        if request.pci_gate
-            && !detector::is_paravirtual(request.host)
-            && let Some(reason) =
-                pci_gate_closed(request.host, request.pci_classes, request.vendor_ids)
+        if !detector::is_paravirtual(request.host)
+            && let Some(answer) = request.gated(Manufacturer::Nvidia)
         {
-            let mut section = ManufacturerInventory::empty(Manufacturer::Nvidia);
-            section.notes.push(reason);
-            return Ok(Ok(section));
+            return Ok(answer);
         }
         let mut options = DetectOptions {
             deadlines: request.deadlines,

@@ -11,7 +11,6 @@
 //! [`Commands`]; it changes nothing.
 
 use std::collections::BTreeSet;
-use std::fmt;
 use std::time::Instant;
 
 use accel_core::BusId;
@@ -19,124 +18,18 @@ use accel_core::health;
 use accel_core::inventory::Accelerator;
 use accel_host::pci::{PciClassPrefixes, scan_pci};
 use accel_host::{CommandError, Commands, Host, KMSG_PATH};
-use serde::Serialize;
+
+use accel_backend::respond::{EngineFacts, InjectionStrategy};
 
 use crate::detector::{self, DXG_NODE, Deadlines, NVIDIACTL_NODE, Snapshot, SnapshotError};
 use crate::procfs;
 
 /// NVIDIA's PCI vendor id.
 const NVIDIA_VENDOR: u16 = 0x10de;
-/// Where the host's preload libraries live, one folder per runtime major (DESIGN.md).
-pub const LIBRARY_DIR: &str = "var/lib/gpustack/operator/lib";
-/// The kubelet's directory by default.
-pub const KUBELET_DIR: &str = "var/lib/kubelet";
 pub use crate::cdi::{CDI_DIRS, CDI_KIND};
+pub use accel_backend::doctor::{KUBELET_DIR, LIBRARY_DIR};
 
-/// A check's verdict.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub enum Status {
-    Ok,
-    Warn,
-    Fail,
-}
-
-impl fmt::Display for Status {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Status::Ok => "ok",
-            Status::Warn => "warn",
-            Status::Fail => "fail",
-        })
-    }
-}
-
-/// One check: its name, verdict, a one-line reason, and what to do when it is not ok.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Check {
-    pub name: String,
-    pub status: Status,
-    pub reason: String,
-    pub action: Option<String>,
-}
-
-impl Check {
-    fn ok(name: &str, reason: impl Into<String>) -> Self {
-        Check {
-            name: name.to_string(),
-            status: Status::Ok,
-            reason: reason.into(),
-            action: None,
-        }
-    }
-
-    fn warn(name: &str, reason: impl Into<String>, action: impl Into<String>) -> Self {
-        Check {
-            name: name.to_string(),
-            status: Status::Warn,
-            reason: reason.into(),
-            action: Some(action.into()),
-        }
-    }
-
-    fn fail(name: &str, reason: impl Into<String>, action: impl Into<String>) -> Self {
-        Check {
-            name: name.to_string(),
-            status: Status::Fail,
-            reason: reason.into(),
-            action: Some(action.into()),
-        }
-    }
-}
-
-/// One GPU's diagnosis.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct GpuDiagnosis {
-    pub uuid: String,
-    pub index: Option<u32>,
-    /// True only when no check of this GPU failed.
-    pub passed: bool,
-    pub checks: Vec<Check>,
-}
-
-/// Everything doctor found.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Report {
-    pub checks: Vec<Check>,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub gpus: Vec<GpuDiagnosis>,
-    /// False when any check failed.
-    pub passed: bool,
-}
-
-/// What to check and how long nvidia-smi may take.
-#[derive(Debug, Clone)]
-pub struct Options {
-    pub deadlines: Deadlines,
-    /// The kubelet's directory, relative to the host root.
-    pub kubelet_dir: String,
-    /// The preload library directory, relative to the host root.
-    pub library_dir: String,
-    /// The kernel log, when it is not `dev/kmsg` under the host root (`--kmsg-path`).
-    pub kmsg: Option<std::path::PathBuf>,
-    /// `Some`: diagnose these GPUs (empty: every GPU nvidia-smi lists).
-    pub gpus: Option<Vec<String>>,
-}
-
-impl Default for Options {
-    fn default() -> Self {
-        Options {
-            deadlines: Deadlines::default(),
-            kubelet_dir: KUBELET_DIR.to_string(),
-            library_dir: LIBRARY_DIR.to_string(),
-            kmsg: None,
-            gpus: None,
-        }
-    }
-}
+pub use accel_backend::doctor::{Check, GpuDiagnosis, Options, Report, Status};
 
 /// Runs every check on the host.
 pub fn run(host: &dyn Host, commands: &dyn Commands, options: &Options) -> Report {
@@ -719,6 +612,97 @@ fn diagnose(
         .collect()
 }
 
+/// `GPUSTACK_NVIDIA_DEVICE_INJECTION_STRATEGY`, named in the injection check's advice.
+pub const INJECTION_STRATEGY_ENV: &str = "GPUSTACK_NVIDIA_DEVICE_INJECTION_STRATEGY";
+
+/// Whether the configured injection strategy can hand a GPU to a container on this engine
+/// (DESIGN.md, "CDI": the `envvar` channel grants nothing without the vendor runtime in the
+/// Pod's path; the CDI channel needs an engine that resolves CDI and a vendor spec naming GPUs).
+pub fn injection_check(strategy: InjectionStrategy, engine: &EngineFacts) -> Check {
+    const NAME: &str = "injection";
+    let check = |status, reason: String, action: Option<&str>| Check {
+        name: NAME.to_string(),
+        status,
+        reason,
+        action: action.map(str::to_string),
+    };
+    let cdi_works = engine.cdi_enabled && !engine.cdi_devices.is_empty();
+    let unreadable = "the container engine's configuration (containerd or CRI-O) could not be read";
+    match strategy {
+        InjectionStrategy::Envvar if engine.default_runtime_is_vendor => check(
+            Status::Ok,
+            "envvar: the engine's default runtime is NVIDIA's".into(),
+            None,
+        ),
+        InjectionStrategy::Envvar if !engine.readable => check(
+            Status::Warn,
+            format!("envvar: {unreadable}, so whether NVIDIA's runtime applies it is unknown"),
+            Some("make sure Pods run with NVIDIA's container runtime, or use auto"),
+        ),
+        InjectionStrategy::Envvar => check(
+            Status::Warn,
+            "envvar: the engine's default runtime is not NVIDIA's, so NVIDIA_VISIBLE_DEVICES grants nothing".into(),
+            Some(&format!(
+                "set {INJECTION_STRATEGY_ENV}=auto (or cdi-annotations), or make NVIDIA's runtime the default"
+            )),
+        ),
+        InjectionStrategy::CdiAnnotations if cdi_works => check(
+            Status::Ok,
+            format!(
+                "cdi-annotations: the engine resolves CDI and the vendor specs name {} devices",
+                engine.cdi_devices.len()
+            ),
+            None,
+        ),
+        InjectionStrategy::CdiAnnotations => check(
+            Status::Warn,
+            if !engine.readable {
+                format!("cdi-annotations: {unreadable}")
+            } else if !engine.cdi_enabled {
+                "cdi-annotations: the engine does not resolve CDI requests".into()
+            } else {
+                "cdi-annotations: no vendor CDI spec in the engine's spec directories names a GPU".into()
+            },
+            Some("enable CDI in the engine and generate NVIDIA's spec (nvidia-ctk cdi generate), or use auto"),
+        ),
+        InjectionStrategy::Auto if engine.default_runtime_is_vendor => check(
+            Status::Ok,
+            "auto: envvar, the engine's default runtime is NVIDIA's".into(),
+            None,
+        ),
+        InjectionStrategy::Auto if engine.readable && cdi_works => check(
+            Status::Ok,
+            "auto: CDI annotations, the engine resolves CDI and the vendor specs name the GPUs".into(),
+            None,
+        ),
+        InjectionStrategy::Auto => check(
+            Status::Warn,
+            "auto: falls back to envvar, and nothing shows NVIDIA's runtime in the Pods' path".into(),
+            Some("install NVIDIA's container toolkit as the default runtime, or enable CDI with NVIDIA's spec"),
+        ),
+    }
+}
+
+/// NVIDIA's doctor behind the seam: [`run`], then the injection check for the configured
+/// strategy against the container engine's configuration.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SmiDoctor;
+
+impl accel_backend::doctor::Doctor for SmiDoctor {
+    fn driver_shown(&self, host: &dyn Host) -> bool {
+        host.exists(procfs::DRIVER_DIR)
+    }
+
+    fn run(&self, host: &dyn Host, commands: &dyn Commands, options: &Options) -> Report {
+        let mut report = run(host, commands, options);
+        let engine = crate::engine::engine_facts_in(host, &options.containerd_config_dir);
+        let strategy = options.injection.unwrap_or_default();
+        report.checks.push(injection_check(strategy, &engine));
+        report.passed = report.passed && report.checks.iter().all(|c| c.status != Status::Fail);
+        report
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -827,5 +811,51 @@ mod tests {
                 error_hint(text)
             );
         }
+    }
+
+    use accel_backend::respond::{EngineFacts, InjectionStrategy};
+
+    fn engine(readable: bool, vendor: bool, cdi: bool, devices: &[&str]) -> EngineFacts {
+        EngineFacts {
+            readable,
+            default_runtime_is_vendor: vendor,
+            cdi_enabled: cdi,
+            cdi_devices: devices.iter().map(|d| d.to_string()).collect(),
+        }
+    }
+
+    #[test]
+    fn a_forced_strategy_that_cannot_work_warns() {
+        let containerd_no_nvidia = engine(true, false, false, &[]);
+        let c = injection_check(InjectionStrategy::Envvar, &containerd_no_nvidia);
+        assert_eq!(c.status, Status::Warn);
+        assert!(c.reason.contains("grants nothing"), "{}", c.reason);
+        let c = injection_check(InjectionStrategy::CdiAnnotations, &containerd_no_nvidia);
+        assert_eq!(c.status, Status::Warn);
+        assert!(c.reason.contains("does not resolve CDI"), "{}", c.reason);
+        let c = injection_check(InjectionStrategy::Auto, &containerd_no_nvidia);
+        assert_eq!(c.status, Status::Warn);
+    }
+
+    #[test]
+    fn a_workable_strategy_is_ok() {
+        let nvidia = engine(true, true, false, &[]);
+        assert_eq!(
+            injection_check(InjectionStrategy::Envvar, &nvidia).status,
+            Status::Ok
+        );
+        let cdi = engine(true, false, true, &["nvidia.com/gpu=GPU-a"]);
+        assert_eq!(
+            injection_check(InjectionStrategy::CdiAnnotations, &cdi).status,
+            Status::Ok
+        );
+        let c = injection_check(InjectionStrategy::Auto, &cdi);
+        assert_eq!(c.status, Status::Ok);
+        assert!(c.reason.starts_with("auto: CDI"), "{}", c.reason);
+        let stale = engine(true, false, true, &[]);
+        assert_eq!(
+            injection_check(InjectionStrategy::CdiAnnotations, &stale).status,
+            Status::Warn
+        );
     }
 }

@@ -9,6 +9,9 @@
 
 use std::time::Duration;
 
+use accel_backend::usage::{
+    AcceleratorUsage, SampleError as UsageError, UsageSample, UsageSampler,
+};
 use accel_host::{CommandError, Commands};
 use serde::Serialize;
 
@@ -159,6 +162,72 @@ fn status_text(status: Option<i32>) -> String {
     status.map_or_else(|| "signal".to_string(), |s| s.to_string())
 }
 
+/// NVIDIA's live usage behind the seam ([`sample`], as the manufacturer-neutral sample).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SmiSampler;
+
+impl UsageSampler for SmiSampler {
+    fn sample(
+        &self,
+        commands: &dyn Commands,
+        deadline: Duration,
+    ) -> Result<UsageSample, UsageError> {
+        let taken = sample(commands, deadline).map_err(|e| match e {
+            SampleError::NoDriver => UsageError::NoTool(e.to_string()),
+            other => UsageError::Failed(other.to_string()),
+        })?;
+        Ok(taken.into_usage())
+    }
+}
+
+impl Samples {
+    /// This sample in the shape every manufacturer fills: the common readings by their
+    /// neutral names, the rest of nvidia-smi's (memory reserved and free, memory utilisation,
+    /// clocks, performance state) kept by theirs.
+    pub fn into_usage(self) -> UsageSample {
+        let source = serde_json::to_value(&self.source).unwrap_or(serde_json::Value::Null);
+        let accelerators = self.gpus.into_iter().map(GpuUsage::into_usage).collect();
+        UsageSample {
+            manufacturer: accel_core::Manufacturer::Nvidia,
+            source,
+            accelerators,
+        }
+    }
+}
+
+impl GpuUsage {
+    fn into_usage(self) -> AcceleratorUsage {
+        let r = self.reading;
+        let mut extra = std::collections::BTreeMap::new();
+        let mut keep = |name: &str, value: Option<serde_json::Value>| {
+            if let Some(value) = value {
+                extra.insert(name.to_string(), value);
+            }
+        };
+        keep("memoryReservedMib", r.memory_reserved_mib.map(Into::into));
+        keep("memoryFreeMib", r.memory_free_mib.map(Into::into));
+        keep(
+            "utilizationMemoryPercent",
+            r.utilization_memory_percent.map(Into::into),
+        );
+        keep("clockSmMhz", r.clock_sm_mhz.map(Into::into));
+        keep("clockMemMhz", r.clock_mem_mhz.map(Into::into));
+        keep("pstate", r.pstate.map(Into::into));
+        AcceleratorUsage {
+            uuid: r.uuid,
+            index: None,
+            utilization_percent: r.utilization_gpu_percent,
+            memory_used_mib: r.memory_used_mib,
+            memory_total_mib: r.memory_total_mib,
+            temperature_c: r.temperature_c,
+            power_draw_w: r.power_draw_w,
+            power_limit_w: r.power_limit_w,
+            compute_processes: Some(self.compute_processes),
+            extra,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -190,6 +259,23 @@ mod tests {
         assert_eq!(samples.source, SampleSource::Csv);
         assert_eq!(samples.gpus.len(), 8);
         assert_eq!(samples.gpus[0].reading.memory_total_mib, Some(81559));
+    }
+
+    #[test]
+    fn the_neutral_sample_keeps_every_reading_under_its_name() {
+        let samples = SmiSampler
+            .sample(&recorded(&hosts().join("hgx-h100-8gpu")), SECOND)
+            .unwrap();
+        assert_eq!(samples.manufacturer, accel_core::Manufacturer::Nvidia);
+        assert_eq!(samples.source, serde_json::json!("csv"));
+        assert_eq!(samples.accelerators.len(), 8);
+        let gpu = &samples.accelerators[0];
+        assert_eq!(gpu.memory_total_mib, Some(81559));
+        assert_eq!(gpu.compute_processes, Some(0));
+        assert!(gpu.utilization_percent.is_some());
+        assert!(gpu.extra.contains_key("pstate"), "{:?}", gpu.extra);
+        let none = SmiSampler.sample(&recorded(&hosts().join("no-driver")), SECOND);
+        assert!(matches!(none, Err(UsageError::NoTool(_))), "{none:?}");
     }
 
     #[test]

@@ -453,6 +453,10 @@ impl FaultClassifier for XidClasses {
         let ours = code.is_some() || condition == FALLEN_OFF_BUS_CONDITION;
         ours.then(|| XidClasses::class_of(self, code))
     }
+
+    fn counted_by_code(&self) -> bool {
+        true
+    }
 }
 
 /// An [`XidScanner`] whose events come out classified.

@@ -9,10 +9,10 @@ pub const IDENTIFY_BY_KUBELET_ENV: &str = "GPUSTACK_DEVICE_PLUGIN_IDENTIFY_BY_KU
 pub const SLICED_ALLOCATE_GATE_ENV: &str = "GPUSTACK_DEVICE_PLUGIN_SLICED_ALLOCATE_GATE";
 /// `GPUSTACK_LEDGER_RELEASE_TERMINATED_PODS`.
 pub const RELEASE_TERMINATED_PODS_ENV: &str = "GPUSTACK_LEDGER_RELEASE_TERMINATED_PODS";
-/// `GPUSTACK_NVIDIA_DEVICE_INJECTION_STRATEGY`.
-pub const NVIDIA_INJECTION_STRATEGY_ENV: &str = "GPUSTACK_NVIDIA_DEVICE_INJECTION_STRATEGY";
-
-/// How NVIDIA grants reach the container (seed 000, "Exclusive and shared"); the backends' type.
+/// How grants reach the container where a manufacturer offers a choice (seed 000, "Exclusive
+/// and shared"); the backends' type. Which manufacturers read
+/// `GPUSTACK_<MANUFACTURER>_DEVICE_INJECTION_STRATEGY` is their backends' to say: the binary
+/// reads the setting, with [`parse_strategy`].
 pub use accel_backend::InjectionStrategy;
 
 /// A setting with a value it cannot take.
@@ -21,7 +21,7 @@ pub enum SettingsError {
     #[error("{name}={value:?}: expected true or false")]
     NotABool { name: &'static str, value: String },
     #[error("{name}={value:?}: expected envvar, cdi-annotations or auto")]
-    NotAStrategy { name: &'static str, value: String },
+    NotAStrategy { name: String, value: String },
 }
 
 /// Every switch the plugin reads.
@@ -30,7 +30,6 @@ pub struct Settings {
     pub identify_by_kubelet: bool,
     pub sliced_allocate_gate: bool,
     pub release_terminated_pods: bool,
-    pub nvidia_injection: InjectionStrategy,
 }
 
 impl Default for Settings {
@@ -39,7 +38,6 @@ impl Default for Settings {
             identify_by_kubelet: true,
             sliced_allocate_gate: true,
             release_terminated_pods: true,
-            nvidia_injection: InjectionStrategy::Envvar,
         }
     }
 }
@@ -59,25 +57,26 @@ impl Settings {
         s.identify_by_kubelet = flag(IDENTIFY_BY_KUBELET_ENV, s.identify_by_kubelet)?;
         s.sliced_allocate_gate = flag(SLICED_ALLOCATE_GATE_ENV, s.sliced_allocate_gate)?;
         s.release_terminated_pods = flag(RELEASE_TERMINATED_PODS_ENV, s.release_terminated_pods)?;
-        if let Some(v) = vars.get(NVIDIA_INJECTION_STRATEGY_ENV) {
-            s.nvidia_injection = match v.trim().to_ascii_lowercase().as_str() {
-                "envvar" | "" => InjectionStrategy::Envvar,
-                "cdi-annotations" => InjectionStrategy::CdiAnnotations,
-                "auto" => InjectionStrategy::Auto,
-                _ => {
-                    return Err(SettingsError::NotAStrategy {
-                        name: NVIDIA_INJECTION_STRATEGY_ENV,
-                        value: v.clone(),
-                    });
-                }
-            };
-        }
         Ok(s)
     }
 
     /// The settings of this process's environment.
     pub fn from_env() -> Result<Settings, SettingsError> {
         Settings::from_vars(&std::env::vars().collect())
+    }
+}
+
+/// An injection strategy setting's value (`name` is the variable, for the error); blank is
+/// the default `envvar`.
+pub fn parse_strategy(name: &str, value: &str) -> Result<InjectionStrategy, SettingsError> {
+    match value.trim().to_ascii_lowercase().as_str() {
+        "envvar" | "" => Ok(InjectionStrategy::Envvar),
+        "cdi-annotations" => Ok(InjectionStrategy::CdiAnnotations),
+        "auto" => Ok(InjectionStrategy::Auto),
+        _ => Err(SettingsError::NotAStrategy {
+            name: name.to_string(),
+            value: value.to_string(),
+        }),
     }
 }
 
@@ -95,17 +94,18 @@ mod tests {
 
     #[test]
     fn switches_parse_and_bad_values_are_named() {
-        let vars = BTreeMap::from([
-            (IDENTIFY_BY_KUBELET_ENV.to_string(), "false".to_string()),
-            (
-                NVIDIA_INJECTION_STRATEGY_ENV.to_string(),
-                "auto".to_string(),
-            ),
-        ]);
+        let vars = BTreeMap::from([(IDENTIFY_BY_KUBELET_ENV.to_string(), "false".to_string())]);
         let s = Settings::from_vars(&vars).unwrap();
         assert!(!s.identify_by_kubelet);
         assert!(s.sliced_allocate_gate);
-        assert_eq!(s.nvidia_injection, InjectionStrategy::Auto);
+        assert_eq!(parse_strategy("X", " Auto "), Ok(InjectionStrategy::Auto));
+        assert_eq!(parse_strategy("X", ""), Ok(InjectionStrategy::Envvar));
+        assert_eq!(
+            parse_strategy("GPUSTACK_ACME_DEVICE_INJECTION_STRATEGY", "cdi")
+                .unwrap_err()
+                .to_string(),
+            "GPUSTACK_ACME_DEVICE_INJECTION_STRATEGY=\"cdi\": expected envvar, cdi-annotations or auto"
+        );
         let bad = BTreeMap::from([(SLICED_ALLOCATE_GATE_ENV.to_string(), "maybe".to_string())]);
         assert_eq!(
             Settings::from_vars(&bad).unwrap_err().to_string(),

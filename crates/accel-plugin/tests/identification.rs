@@ -40,6 +40,14 @@ struct Rig {
 
 impl Rig {
     async fn new(seats: Vec<Seat>, settings: Settings) -> Rig {
+        Rig::with_strategy(seats, settings, InjectionStrategy::Envvar).await
+    }
+
+    async fn with_strategy(
+        seats: Vec<Seat>,
+        settings: Settings,
+        strategy: InjectionStrategy,
+    ) -> Rig {
         let dir = tempfile::tempdir().unwrap();
         let kubelet = Kubelet::start(&dir.path().join("kubelet"), MemoryPods::new()).await;
         let metrics = PluginMetrics::default();
@@ -50,7 +58,7 @@ impl Rig {
             offer: Offer::of(Manufacturer::Nvidia),
             seats,
             responder: Arc::new(NvidiaResponder {
-                strategy: settings.nvidia_injection,
+                strategy,
                 cuda_major: Some(13),
                 pod_dir_root: dir.path().join("data/pods"),
                 preload_dir: dir.path().join("data/preload"),
@@ -91,13 +99,10 @@ impl Rig {
     }
 }
 
-/// Settings under which every Allocate asks the kubelet first: `auto` injection reads the Pod,
+/// A rig under which every Allocate asks the kubelet first: `auto` injection reads the Pod,
 /// so no grant is answered before its container is known (the road slices always take).
-fn kubelet_first() -> Settings {
-    Settings {
-        nvidia_injection: InjectionStrategy::Auto,
-        ..Settings::default()
-    }
+async fn kubelet_first(seats: Vec<Seat>) -> Rig {
+    Rig::with_strategy(seats, Settings::default(), InjectionStrategy::Auto).await
 }
 
 fn pod(uid: &str, created: i64, limits: &[(&str, &str)]) -> Pod {
@@ -179,7 +184,7 @@ async fn a_sixty_then_a_fifty_percent_slice_land_on_different_accelerators() {
 /// it; the API server already has it. The plugin reads that one Pod and grants.
 #[tokio::test]
 async fn a_pod_the_kubelet_admits_before_the_watch_delivers_it_is_read_from_the_api_server() {
-    let rig = Rig::new(seats(8), kubelet_first()).await;
+    let rig = kubelet_first(seats(8)).await;
     rig.watch.hold("a");
     rig.kubelet.create(pod("a", 1, &[(GPU, "1")]));
     let admitted = rig.kubelet.admit("a").await;
@@ -192,7 +197,7 @@ async fn a_pod_the_kubelet_admits_before_the_watch_delivers_it_is_read_from_the_
 /// directly: the plugin waits for the watch instead of refusing.
 #[tokio::test]
 async fn a_pod_the_watch_delivers_late_is_waited_for() {
-    let rig = Rig::new(seats(8), kubelet_first()).await;
+    let rig = kubelet_first(seats(8)).await;
     rig.watch.fail_lookups(true);
     rig.watch.hold("a");
     rig.kubelet.create(pod("a", 1, &[(GPU, "1")]));
@@ -341,7 +346,7 @@ async fn without_the_kubelet_a_pod_the_watch_delivers_late_is_waited_for() {
 #[tokio::test(start_paused = true)]
 async fn a_pod_never_delivered_nor_readable_is_refused_after_the_bound_naming_it() {
     let (logs, _guard) = Logs::capture();
-    let rig = Rig::new(seats(8), kubelet_first()).await;
+    let rig = kubelet_first(seats(8)).await;
     rig.watch.fail_lookups(true);
     rig.watch.hold("a");
     rig.kubelet.create(pod("a", 1, &[(GPU, "1")]));
@@ -444,7 +449,7 @@ async fn the_common_path_lists_once_per_call_and_reads_no_pod_directly() {
 /// it without reading it again, and once delivered and deleted its grants go.
 #[tokio::test]
 async fn a_pod_read_directly_keeps_its_grants_until_the_watch_delivers_it() {
-    let rig = Rig::new(seats(8), kubelet_first()).await;
+    let rig = kubelet_first(seats(8)).await;
     rig.watch.hold("a");
     rig.kubelet.create(testing::pod(
         "a",
@@ -480,7 +485,7 @@ async fn a_pod_read_directly_keeps_its_grants_until_the_watch_delivers_it() {
 /// once the grace has passed.
 #[tokio::test(start_paused = true)]
 async fn a_pod_deleted_before_the_watch_delivered_it_is_released_after_the_grace() {
-    let rig = Rig::new(seats(8), kubelet_first()).await;
+    let rig = kubelet_first(seats(8)).await;
     rig.watch.hold("a");
     rig.kubelet.create(pod("a", 1, &[(GPU, "1")]));
     rig.kubelet.admit("a").await.unwrap();

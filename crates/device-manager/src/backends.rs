@@ -1,8 +1,14 @@
 //! The registry of manufacturer backends this build carries (accel-backend's seam): one row per
-//! manufacturer that has one. A new manufacturer is a crate implementing the traits it has and
-//! one line here; `serve --manufacturer <name>` selects its row, `detect` runs every row.
+//! manufacturer that has one. A new manufacturer is a crate providing its `Backend` and one
+//! line in [`all`]; nothing else in the binary names a vendor crate or a manufacturer
+//! (`tests/one_row.rs` scans the sources for it). `serve --manufacturer <name>` selects a row,
+//! `detect` and `record` run every row, `doctor` picks one by what the host shows.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use accel_backend::Backend;
+use accel_backend::health::FaultClassifier;
 use accel_core::Manufacturer;
 
 /// Every backend of this build, in the manufacturers table's order.
@@ -33,52 +39,50 @@ pub fn backend(manufacturer: Manufacturer) -> anyhow::Result<Backend> {
 }
 
 /// The manufacturer's preflight knowledge (`device-manager preflight`), where this build has
-/// it: one line per manufacturer, beside its backend row.
+/// it.
 pub fn preflight(
     manufacturer: Manufacturer,
-) -> Option<std::sync::Arc<dyn accel_backend::preflight::Preflight>> {
-    match manufacturer {
-        Manufacturer::Nvidia => Some(accel_nvidia::backend::preflight()),
-        _ => None,
-    }
-}
-
-/// The manufacturer's kernel-log fault knowledge (accel-backend's `FaultClassifier`): NVIDIA's
-/// XIDs under the `GPUSTACK_NVIDIA_XID_APPLICATION`/`GPUSTACK_NVIDIA_XID_HARDWARE` classes, AMD's amdgpu faults; `None` for a
-/// manufacturer whose faults this build does not read (its health then rests on detection).
-pub fn fault_classifier(
-    manufacturer: Manufacturer,
-    xid_classes: &accel_nvidia::xid::XidClasses,
-) -> Option<std::sync::Arc<dyn accel_backend::health::FaultClassifier>> {
-    match manufacturer {
-        Manufacturer::Nvidia => Some(std::sync::Arc::new(xid_classes.clone())),
-        Manufacturer::Amd => Some(std::sync::Arc::new(accel_amd::kmsg::AmdFaults)),
-        _ => None,
-    }
-}
-
-/// Every fault classifier of this build (reading a fault record that any of them wrote).
-pub fn fault_classifiers(
-    xid_classes: &accel_nvidia::xid::XidClasses,
-) -> Vec<std::sync::Arc<dyn accel_backend::health::FaultClassifier>> {
-    detectable()
+) -> Option<Arc<dyn accel_backend::preflight::Preflight>> {
+    all()
         .into_iter()
-        .filter_map(|m| fault_classifier(m, xid_classes))
+        .find(|b| b.manufacturer == manufacturer)
+        .and_then(|b| b.preflight)
+}
+
+/// Every setting a backend's fault classifier reads (`GPUSTACK_NVIDIA_XID_APPLICATION`, …).
+pub fn fault_settings() -> Vec<&'static str> {
+    all()
+        .iter()
+        .filter_map(|b| b.faults)
+        .flat_map(|f| f.settings.iter().copied())
         .collect()
 }
 
-/// Why the admin socket's `reset` refuses the manufacturer's accelerators, or `None` when this
-/// build resets them (NVIDIA, through `nvidia-smi --gpu-reset`).
-pub fn reset_refusal(manufacturer: Manufacturer) -> Option<String> {
-    match manufacturer {
-        Manufacturer::Nvidia => None,
-        Manufacturer::Amd => Some(
-            "AMD accelerators are not reset by the device manager: amdgpu recovers a GPU of an \
-             XGMI hive by resetting every GPU in the hive, so the grants on the others could not \
-             be checked from the names given; drain the node and reset with amd-smi by hand, or \
-             reboot (a new boot clears the recorded faults)"
-                .to_string(),
-        ),
-        other => Some(format!("{other} accelerators are not reset by this build")),
+/// The manufacturer's kernel-log fault classifier under `vars` (the fault settings' values);
+/// `Ok(None)` for a manufacturer whose faults this build does not read (its health then rests
+/// on detection); `Err` is the bad setting's one line.
+pub fn fault_classifier(
+    manufacturer: Manufacturer,
+    vars: &BTreeMap<String, String>,
+) -> Result<Option<Arc<dyn FaultClassifier>>, String> {
+    match all()
+        .into_iter()
+        .find(|b| b.manufacturer == manufacturer)
+        .and_then(|b| b.faults)
+    {
+        Some(knowledge) => knowledge.classifier(vars).map(Some),
+        None => Ok(None),
     }
+}
+
+/// Every fault classifier of this build under `vars`, in registry order (reading a fault
+/// record that any of them wrote, `xids` over saved log text).
+pub fn fault_classifiers(
+    vars: &BTreeMap<String, String>,
+) -> Result<Vec<Arc<dyn FaultClassifier>>, String> {
+    all()
+        .iter()
+        .filter_map(|b| b.faults)
+        .map(|f| f.classifier(vars))
+        .collect()
 }

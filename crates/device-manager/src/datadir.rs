@@ -23,16 +23,17 @@ use accel_host::atomic::STATE_FILE_MODE;
 pub const LOCK_FILE: &str = "daemon.lock";
 
 /// A manufacturer's state directory under the daemons' root (`<GPUSTACK_DATA_DIR>/operator/
-/// device-manager`, or the chart's `deviceManager.dataDir`): NVIDIA's is the root itself (the
-/// layout every NVIDIA node has had since the first release, so an upgraded node reads its
-/// journal where it left it); every other manufacturer's is `<root>/<manufacturer>`, so the
-/// daemons of a node with several manufacturers' cards never share a file. The chart computes
-/// the same path (templates/daemonset.yaml); keep the two in step.
+/// device-manager`, or the chart's `deviceManager.dataDir`), by its backend's rule
+/// (`StateDirRule`): NVIDIA's is the root itself (the layout every NVIDIA node has had since
+/// the first release, so an upgraded node reads its journal where it left it); every other
+/// manufacturer's is `<root>/<manufacturer>`, so the daemons of a node with several
+/// manufacturers' cards never share a file. A manufacturer without a backend gets its own
+/// folder. The chart computes the same path (templates/daemonset.yaml); keep the two in step.
 pub fn state_dir(root: &Path, manufacturer: Manufacturer) -> PathBuf {
-    match manufacturer {
-        Manufacturer::Nvidia => root.to_path_buf(),
-        other => root.join(other.name()),
-    }
+    let rule = crate::backends::backend(manufacturer)
+        .map(|b| b.state_dir)
+        .unwrap_or(accel_backend::StateDirRule::Named);
+    rule.dir(root, manufacturer)
 }
 
 /// Why the data directory could not be taken.

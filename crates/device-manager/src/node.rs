@@ -4,14 +4,13 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use accel_backend::Deadlines;
 use accel_backend::DetectRequest;
 use accel_backend::faults::{self, FaultRecord};
 use accel_core::inventory::{Detection, Inventory};
 use accel_core::manufacturer::ManufacturerTable;
 use accel_host::pci::PciClassPrefixes;
 use accel_host::{Commands, FsHost, Host, HostRoot, RecordedCommands, SystemCommands};
-use accel_nvidia::detector::Deadlines;
-use accel_nvidia::xid::XidClasses;
 use anyhow::{Context, bail};
 
 pub use accel_host::pci::PCI_CLASS_PREFIXES_ENV;
@@ -87,15 +86,19 @@ impl Node {
         }
         let host = FsHost::new(kind.files());
         let commands: Box<dyn Commands> = match &kind {
-            // A recording that keeps MIG state (`mig-state.json`) answers the MIG commands from
-            // it, so the instances `serve` makes show in a later `detect`.
-            HostRoot::Recorded { dir, .. } => accel_nvidia::mig_replay::wrap(
-                dir,
-                Box::new(
+            HostRoot::Recorded { dir, .. } => {
+                let replay: Box<dyn Commands> = Box::new(
                     RecordedCommands::load(dir)
                         .with_context(|| format!("recorded host {}", dir.display()))?,
-                ),
-            ),
+                );
+                // A backend that keeps state in a recording (NVIDIA's `mig-state.json`)
+                // answers its commands from it, so what `serve` made shows in a later
+                // `detect`.
+                crate::backends::all()
+                    .iter()
+                    .filter_map(|b| b.replay)
+                    .fold(replay, |commands, wrap| wrap(dir, commands))
+            }
             HostRoot::Live { .. } => Box::new(SystemCommands::new()),
         };
         Ok(Node {
@@ -180,7 +183,10 @@ fn apply_recorded_faults(
     let path = data_dir.join(faults::FILE_NAME);
     match FaultRecord::read(&path, &boot_id) {
         Ok(Some(mut record)) => {
-            for classifier in crate::backends::fault_classifiers(&XidClasses::from_env()?) {
+            let vars: std::collections::BTreeMap<String, String> = std::env::vars().collect();
+            let classifiers =
+                crate::backends::fault_classifiers(&vars).map_err(|e| anyhow::anyhow!(e))?;
+            for classifier in classifiers {
                 record.reclassify(classifier.as_ref());
             }
             record.apply(inventory);

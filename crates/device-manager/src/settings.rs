@@ -6,11 +6,14 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
+use accel_backend::health::FaultClassifier;
+use accel_backend::respond::InjectionStrategy;
+use accel_core::Manufacturer;
 use accel_core::labels::GroupNaming;
 use accel_core::manufacturer::{ManufacturerTable, TableError};
 use accel_core::resources::KeyGrammar;
-use accel_nvidia::xid::{XID_APPLICATION_ENV, XID_HARDWARE_ENV, XidClasses, XidSettingError};
 use accel_plugin::settings::{Settings as PluginSettings, SettingsError as PluginSettingsError};
 
 /// `GPUSTACK_DATA_DIR`: the data root; the operator's host trees live under `<it>/operator/`.
@@ -31,8 +34,9 @@ pub enum SettingsError {
     Manufacturers(#[from] TableError),
     #[error(transparent)]
     Plugin(#[from] PluginSettingsError),
-    #[error(transparent)]
-    Xid(#[from] XidSettingError),
+    /// A fault classifier's setting (`GPUSTACK_NVIDIA_XID_APPLICATION`, …): its own line.
+    #[error("{0}")]
+    Faults(String),
     #[error("{name}={value:?}: expected true or false")]
     NotABool { name: &'static str, value: String },
     #[error("{name}={value:?}: expected an absolute path")]
@@ -44,11 +48,15 @@ pub enum SettingsError {
 pub struct Settings {
     /// The manufacturers table with the `GPUSTACK_<MANUFACTURER>_*` overrides applied.
     pub manufacturers: ManufacturerTable,
-    /// The device plugin's switches (identification, the slice gate, release of finished Pods,
-    /// NVIDIA's injection strategy).
+    /// The device plugin's switches (identification, the slice gate, release of finished Pods).
     pub plugin: PluginSettings,
-    /// `GPUSTACK_NVIDIA_XID_APPLICATION` / `_HARDWARE`.
-    pub xid_classes: XidClasses,
+    /// `GPUSTACK_<MANUFACTURER>_DEVICE_INJECTION_STRATEGY` of every manufacturer whose backend
+    /// reads it (its default when unset); absent for the others, where it has no effect.
+    pub injection: BTreeMap<Manufacturer, InjectionStrategy>,
+    /// The values of the settings the backends' fault classifiers read
+    /// (`GPUSTACK_NVIDIA_XID_APPLICATION`, …), validated: [`Settings::fault_classifier`] builds
+    /// from them.
+    pub fault_vars: BTreeMap<String, String>,
     /// `GPUSTACK_DATA_DIR`.
     pub data_dir: PathBuf,
     /// `GPUSTACK_DEVICES_GROUP_ID_WITH_MEMORY`.
@@ -62,7 +70,8 @@ impl Default for Settings {
         Settings {
             manufacturers: ManufacturerTable::default(),
             plugin: PluginSettings::default(),
-            xid_classes: XidClasses::default(),
+            injection: default_injection(),
+            fault_vars: BTreeMap::new(),
             data_dir: PathBuf::from(DEFAULT_DATA_DIR),
             group_id_with_memory: false,
             containerd_config_dir: PathBuf::from(DEFAULT_CONTAINERD_CONFIG_DIR),
@@ -95,17 +104,43 @@ impl Settings {
                 }
             },
         };
+        let mut injection = default_injection();
+        for (manufacturer, strategy) in &mut injection {
+            let name = injection_env(*manufacturer);
+            if let Some(value) = vars.get(&name) {
+                *strategy = accel_plugin::settings::parse_strategy(&name, value)?;
+            }
+        }
+        let fault_vars: BTreeMap<String, String> = crate::backends::fault_settings()
+            .into_iter()
+            .filter_map(|name| Some((name.to_string(), vars.get(name)?.clone())))
+            .collect();
+        // Every classifier is built once here, so a bad value is refused at start.
+        crate::backends::fault_classifiers(&fault_vars).map_err(SettingsError::Faults)?;
         Ok(Settings {
             manufacturers: ManufacturerTable::from_vars(vars)?,
             plugin: PluginSettings::from_vars(vars)?,
-            xid_classes: XidClasses::from_settings(
-                vars.get(XID_APPLICATION_ENV).map(String::as_str),
-                vars.get(XID_HARDWARE_ENV).map(String::as_str),
-            )?,
+            injection,
+            fault_vars,
             data_dir: path(DATA_DIR_ENV, DEFAULT_DATA_DIR)?,
             group_id_with_memory,
             containerd_config_dir: path(CONTAINERD_CONFIG_DIR_ENV, DEFAULT_CONTAINERD_CONFIG_DIR)?,
         })
+    }
+
+    /// The injection strategy configured for `manufacturer`; `None` where its backend offers
+    /// no choice.
+    pub fn injection(&self, manufacturer: Manufacturer) -> Option<InjectionStrategy> {
+        self.injection.get(&manufacturer).copied()
+    }
+
+    /// The manufacturer's kernel-log fault classifier under these settings; `None` where this
+    /// build reads none of its faults.
+    pub fn fault_classifier(&self, manufacturer: Manufacturer) -> Option<Arc<dyn FaultClassifier>> {
+        // The values were validated when the settings were read.
+        crate::backends::fault_classifier(manufacturer, &self.fault_vars)
+            .ok()
+            .flatten()
     }
 
     /// The settings of this process's environment (variables that are not UTF-8 are skipped:
@@ -140,6 +175,22 @@ impl Settings {
     pub fn library_dir(&self) -> PathBuf {
         self.operator_dir().join("lib")
     }
+}
+
+/// `GPUSTACK_<MANUFACTURER>_DEVICE_INJECTION_STRATEGY`.
+pub fn injection_env(manufacturer: Manufacturer) -> String {
+    format!(
+        "GPUSTACK_{}_DEVICE_INJECTION_STRATEGY",
+        manufacturer.name().to_ascii_uppercase()
+    )
+}
+
+/// Each backend's default strategy, for the manufacturers that read the setting.
+fn default_injection() -> BTreeMap<Manufacturer, InjectionStrategy> {
+    crate::backends::all()
+        .into_iter()
+        .filter_map(|b| Some((b.manufacturer, b.injection?)))
+        .collect()
 }
 
 #[cfg(test)]
@@ -283,5 +334,53 @@ mod tests {
             assert!(text.contains(name), "{name}: {text}");
             assert!(!text.contains('\n'), "{text}");
         }
+    }
+
+    #[test]
+    fn the_injection_strategy_is_read_for_the_manufacturers_whose_backend_reads_it() {
+        let s = Settings::from_vars(&vars(&[
+            ("GPUSTACK_NVIDIA_DEVICE_INJECTION_STRATEGY", "auto"),
+            // No effect on AMD (its responder hands /dev itself): not even its value is read.
+            ("GPUSTACK_AMD_DEVICE_INJECTION_STRATEGY", "anything"),
+        ]))
+        .unwrap();
+        assert_eq!(
+            s.injection(Manufacturer::Nvidia),
+            Some(InjectionStrategy::Auto)
+        );
+        assert_eq!(s.injection(Manufacturer::Amd), None);
+        assert_eq!(
+            Settings::default().injection(Manufacturer::Nvidia),
+            Some(InjectionStrategy::Envvar)
+        );
+        let bad = Settings::from_vars(&vars(&[(
+            "GPUSTACK_NVIDIA_DEVICE_INJECTION_STRATEGY",
+            "cdi",
+        )]))
+        .unwrap_err()
+        .to_string();
+        assert!(
+            bad.starts_with("GPUSTACK_NVIDIA_DEVICE_INJECTION_STRATEGY=\"cdi\""),
+            "{bad}"
+        );
+    }
+
+    #[test]
+    fn fault_settings_reach_the_classifier_their_backend_builds() {
+        let s = Settings::from_vars(&vars(&[("GPUSTACK_NVIDIA_XID_APPLICATION", "79")])).unwrap();
+        let nvidia = s.fault_classifier(Manufacturer::Nvidia).unwrap();
+        assert_eq!(
+            nvidia.class_of("Xid79", Some(79)),
+            Some(accel_backend::health::FaultClass::Application)
+        );
+        let default = Settings::default()
+            .fault_classifier(Manufacturer::Nvidia)
+            .unwrap();
+        assert_eq!(
+            default.class_of("Xid79", Some(79)),
+            Some(accel_backend::health::FaultClass::Hardware)
+        );
+        assert!(s.fault_classifier(Manufacturer::Amd).is_some());
+        assert!(s.fault_classifier(Manufacturer::Hygon).is_none());
     }
 }

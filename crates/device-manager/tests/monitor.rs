@@ -85,6 +85,59 @@ fn watch_samples_again_every_period() {
     );
 }
 
+/// On an AMD node `monitor` reads amd-smi's `metric --json` through AMD's backend: one sample
+/// per GPU the answer lists, named by its board's identity from `static`, with utilisation and
+/// memory (the recorded host's metric answer is one real Radeon capture, gpu 0).
+#[test]
+fn an_amd_node_is_sampled_with_amd_smi_metric() {
+    let root = host("amd-8x-mi300x");
+    let (code, out, err) = monitor(&["--host-root", root.to_str().unwrap(), "-o", "json"]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(out.lines().count(), 1, "{out}");
+    let sample: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(sample["manufacturer"], "amd");
+    assert_eq!(sample["source"], "amd-smi metric --json");
+    let gpus = sample["gpus"].as_array().unwrap();
+    assert_eq!(gpus.len(), 1, "{sample}");
+    let gpu = &gpus[0];
+    assert!(
+        gpu["uuid"]
+            .as_str()
+            .is_some_and(|u| u.starts_with("GPU-") && u.len() == 20),
+        "{gpu}"
+    );
+    assert_eq!(gpu["index"], 0);
+    assert_eq!(gpu["utilizationPercent"], 0.0);
+    assert_eq!(gpu["memoryTotalMib"], 46064);
+    assert!(gpu["memoryUsedMib"].is_u64(), "{gpu}");
+
+    // The detector names the same board the same way, so the gauges and the inventory agree.
+    let o = Command::new(env!("CARGO_BIN_EXE_device-manager"))
+        .args([
+            "detect",
+            "-o",
+            "json",
+            "--host-root",
+            root.to_str().unwrap(),
+        ])
+        .env_remove("HOST_ROOT")
+        .output()
+        .unwrap();
+    let detected: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let uuids: Vec<&str> = detected["manufacturers"][0]["accelerators"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|a| a["uuid"].as_str())
+        .collect();
+    assert!(uuids.contains(&gpu["uuid"].as_str().unwrap()), "{uuids:?}");
+
+    let (code, out, err) = monitor(&["--host-root", root.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(out.lines().count(), 2, "a header and one GPU:\n{out}");
+    assert!(out.contains("0 %") && out.contains("/ 46064 MiB"), "{out}");
+}
+
 #[test]
 fn a_host_without_nvidia_smi_and_a_bad_period_are_one_clear_line() {
     let root = host("no-driver");

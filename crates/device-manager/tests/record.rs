@@ -6,7 +6,7 @@ use std::path::Path;
 use std::process::Command;
 
 mod support;
-use support::{hosts, path_with, stand_in_nvidia_smi};
+use support::{hosts, path_with, stand_in, stand_in_nvidia_smi};
 
 fn run(args: &[&str], path: &str) -> (i32, String, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_device-manager"))
@@ -70,6 +70,74 @@ fn a_recorded_node_detects_like_the_original() {
             .len(),
         8
     );
+}
+
+/// An operator on an AMD node sends us a recorded host: `record` captures AMD's part through
+/// its backend's plan (the KFD topology, the DRM cards, `/dev/kfd` and the DRM nodes, every
+/// amd-smi query), and `detect` and `monitor` on the recording answer as on the original.
+#[test]
+fn an_amd_node_is_recorded_through_its_backends_plan() {
+    let original = hosts().join("amd-8x-mi300x");
+    let bin = tempfile::tempdir().unwrap();
+    stand_in(&original, bin.path(), "amd-smi");
+    let path = path_with(bin.path());
+    let out = tempfile::tempdir().unwrap();
+    let recording = out.path().join("node");
+    let root = original.join("root");
+    let (status, _, stderr) = run(
+        &[
+            "record",
+            recording.to_str().unwrap(),
+            "--host-root",
+            root.to_str().unwrap(),
+        ],
+        &path,
+    );
+    assert_eq!(status, 0, "record failed: {stderr}");
+    assert!(
+        recording
+            .join("root/sys/class/kfd/kfd/topology/nodes")
+            .is_dir()
+    );
+    assert!(recording.join("root/dev/kfd").exists());
+    assert!(recording.join("root/dev/dri/renderD128").exists());
+    for argv in [
+        "amd-smi\nstatic\n--json\n",
+        "amd-smi\nversion\n--json\n",
+        "amd-smi\nmetric\n--json\n",
+    ] {
+        let recorded = std::fs::read_dir(recording.join("commands"))
+            .unwrap()
+            .any(|d| std::fs::read_to_string(d.unwrap().path().join("argv")).unwrap() == argv);
+        assert!(recorded, "{argv:?} recorded");
+    }
+
+    let answer = |args: &[&str], dir: &Path| {
+        let mut full: Vec<&str> = args.to_vec();
+        full.extend(["--host-root", dir.to_str().unwrap(), "-o", "json"]);
+        let (status, stdout, stderr) = run(&full, "/nonexistent");
+        assert_eq!(status, 0, "{}: {stderr}", dir.display());
+        stdout
+    };
+    let detect =
+        |dir: &Path| serde_json::from_str::<serde_json::Value>(&answer(&["detect"], dir)).unwrap();
+    let want = detect(&original);
+    assert_eq!(detect(&recording), want);
+    assert_eq!(want["manufacturers"][0]["name"], "amd", "{want}");
+    assert_eq!(
+        want["manufacturers"][0]["accelerators"]
+            .as_array()
+            .unwrap()
+            .len(),
+        8
+    );
+    let monitor = |dir: &Path| {
+        let text = answer(&["monitor", "--manufacturer", "amd"], dir);
+        let mut sample: serde_json::Value = serde_json::from_str(text.trim()).unwrap();
+        sample["time"] = serde_json::Value::Null;
+        sample
+    };
+    assert_eq!(monitor(&recording), monitor(&original));
 }
 
 #[test]

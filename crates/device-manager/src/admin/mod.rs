@@ -3,12 +3,12 @@
 //! (`{"ok":true,…}` or `{"ok":false,"error":"…"}`). The server ([`server`]) is generic over
 //! [`AdminHandler`], which `serve` implements over its daemon state; the client ([`client`]) is
 //! what `device-manager refresh` and `reset` use. This module owns the wire shapes and the
-//! peer check; it decides nothing about GPUs (that is `accel_nvidia::reset`).
+//! peer check; it decides nothing about GPUs (that is the backend's reset, `accel_backend::reset`).
 
 use std::path::{Path, PathBuf};
 
+use accel_backend::reset::{ResetError, ResetReport};
 use accel_core::inventory::Inventory;
-use accel_nvidia::reset::{ResetError, ResetReport};
 use serde::{Deserialize, Serialize};
 
 pub mod client;
@@ -78,7 +78,7 @@ impl Refreshed {
 pub trait AdminHandler: Send + Sync + 'static {
     /// Collects the inventory now and answers its health; `Err` is the one-line reason.
     fn refresh(&self) -> Result<Refreshed, String>;
-    /// Runs `accel_nvidia::reset::reset` over the daemon's inventory, ledger and fault watch,
+    /// Runs the backend's reset over the daemon's inventory, ledger and fault watch,
     /// keeping the ledger from granting the GPUs until it returns.
     fn reset(&self, gpus: &[String]) -> Result<ResetReport, ResetError>;
 }

@@ -7,12 +7,10 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use accel_backend::respond::{EngineFacts, InjectionStrategy};
+use accel_backend::Backend;
+use accel_backend::Deadlines;
+use accel_backend::doctor::{Check, Options, Report};
 use accel_core::Manufacturer;
-use accel_nvidia::detector::Deadlines;
-use accel_nvidia::doctor::{self, Check, Options, Report, Status};
-use accel_nvidia::engine::engine_facts_in;
-use accel_plugin::settings::NVIDIA_INJECTION_STRATEGY_ENV;
 
 use super::Format;
 use crate::node::Node;
@@ -34,88 +32,75 @@ pub struct Args {
     /// The kernel log, as `serve` reads it (default: `<host-root>/dev/kmsg`).
     #[arg(long, env = "KMSG_PATH")]
     pub kmsg_path: Option<PathBuf>,
-    /// Seconds each nvidia-smi query may take (the whole snapshot gets twice this).
-    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=600))]
-    pub nvidia_smi_timeout: u64,
-    /// Diagnose these GPUs one by one (UUIDs; none: every GPU nvidia-smi lists).
+    /// Seconds each query of the vendor's tool may take (the whole snapshot gets twice this).
+    #[arg(long, alias = "nvidia-smi-timeout", default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=600))]
+    pub query_timeout: u64,
+    /// Diagnose these accelerators one by one (UUIDs; none: every one the tool lists).
     #[arg(long, num_args = 0.., value_name = "UUID")]
     pub gpus: Option<Vec<String>>,
     /// Output format.
     #[arg(short = 'o', long = "output", value_enum, default_value = "table")]
     pub output: Format,
-    /// The manufacturer whose needs are checked (default: AMD on a host that shows an AMD
-    /// driver or AMD accelerator and no NVIDIA one, NVIDIA otherwise).
+    /// The manufacturer whose needs are checked (default: the first of this build's
+    /// manufacturers, in the table's order, whose driver or accelerator the host shows; the
+    /// first with checks when it shows none).
     #[arg(long, env = "MANUFACTURER")]
     pub manufacturer: Option<Manufacturer>,
 }
 
-/// The manufacturer doctor checks when none is named: AMD where the host shows AMD's KFD
-/// topology or an AMD function on the PCI bus and neither NVIDIA's driver nor an NVIDIA
-/// function; NVIDIA otherwise (its checks explain a host with nothing).
-fn chosen(node: &Node) -> Manufacturer {
+/// The backend doctor checks when none is named: the first, in registry order, whose driver
+/// the host shows or whose vendor id is on the PCI bus; the first with checks otherwise (its
+/// checks explain a host with nothing).
+fn chosen(node: &Node, backends: Vec<Backend>) -> Option<Backend> {
     let host = node.host.as_ref();
+    let bus = accel_host::pci::scan_pci(host, &accel_host::pci::PciClassPrefixes::default())
+        .map(|scan| scan.functions)
+        .unwrap_or_default();
     let on_bus = |m: Manufacturer| {
-        accel_host::pci::scan_pci(host, &accel_host::pci::PciClassPrefixes::default())
-            .map(|scan| {
-                scan.functions.iter().any(|f| {
-                    node.table
-                        .get(m)
-                        .pci_vendor_ids
-                        .iter()
-                        .any(|id| id.vendor == f.vendor_id)
-                })
-            })
-            .unwrap_or(false)
+        bus.iter().any(|f| {
+            node.table
+                .get(m)
+                .pci_vendor_ids
+                .iter()
+                .any(|id| id.vendor == f.vendor_id)
+        })
     };
-    let amd = host.exists(accel_amd::kfd::TOPOLOGY_DIR) || on_bus(Manufacturer::Amd);
-    let nvidia = host.exists("/proc/driver/nvidia") || on_bus(Manufacturer::Nvidia);
-    if amd && !nvidia {
-        Manufacturer::Amd
-    } else {
-        Manufacturer::Nvidia
-    }
-}
-
-/// AMD's checks as a report (accel-amd's doctor).
-fn amd_report(node: &Node, args: &Args, library_dir: &str) -> Report {
-    let checks: Vec<Check> = accel_amd::doctor::run(
-        node.host.as_ref(),
-        node.commands.as_ref(),
-        Duration::from_secs(args.nvidia_smi_timeout),
-        &format!("/{library_dir}"),
-        std::env::consts::ARCH,
-    )
-    .into_iter()
-    .map(|c| Check {
-        name: c.name.to_string(),
-        status: match c.verdict {
-            accel_amd::doctor::Verdict::Ok => Status::Ok,
-            accel_amd::doctor::Verdict::Warn => Status::Warn,
-            accel_amd::doctor::Verdict::Fail => Status::Fail,
-        },
-        reason: c.reason,
-        action: c.action,
-    })
-    .collect();
-    let passed = checks.iter().all(|c| c.status != Status::Fail);
-    Report {
-        checks,
-        gpus: Vec::new(),
-        passed,
-    }
+    let with_checks: Vec<Backend> = backends
+        .into_iter()
+        .filter(|b| b.doctor.is_some())
+        .collect();
+    let shown = with_checks.iter().position(|b| {
+        b.doctor.as_ref().is_some_and(|d| d.driver_shown(host)) || on_bus(b.manufacturer)
+    });
+    with_checks.into_iter().nth(shown.unwrap_or(0))
 }
 
 pub fn run(args: Args, settings: &Settings) -> anyhow::Result<ExitCode> {
     let mut node = Node::open(&args.host_root)?;
     node.table = settings.manufacturers.clone();
-    let manufacturer = args.manufacturer.unwrap_or_else(|| chosen(&node));
-    if manufacturer != Manufacturer::Nvidia && manufacturer != Manufacturer::Amd {
-        anyhow::bail!("doctor: no checks for {manufacturer} yet (this build checks nvidia, amd)");
-    }
+    let backend = match args.manufacturer {
+        Some(m) => Some(crate::backends::backend(m)?),
+        None => chosen(&node, crate::backends::all()),
+    };
+    let Some((manufacturer, doctor)) = backend.and_then(|b| Some((b.manufacturer, b.doctor?)))
+    else {
+        let with: Vec<&str> = crate::backends::all()
+            .iter()
+            .filter(|b| b.doctor.is_some())
+            .map(|b| b.manufacturer.name())
+            .collect();
+        let named = args
+            .manufacturer
+            .map_or_else(|| "this host".to_string(), |m| m.to_string());
+        anyhow::bail!(
+            "doctor: no checks for {named} yet (this build checks {})",
+            with.join(", ")
+        );
+    };
     let options = Options {
         deadlines: Deadlines {
-            per_query: Duration::from_secs(args.nvidia_smi_timeout),
-            snapshot: Duration::from_secs(args.nvidia_smi_timeout * 2),
+            per_query: Duration::from_secs(args.query_timeout),
+            snapshot: Duration::from_secs(args.query_timeout * 2),
         },
         kubelet_dir: args.kubelet_dir.clone(),
         library_dir: args
@@ -126,18 +111,11 @@ pub fn run(args: Args, settings: &Settings) -> anyhow::Result<ExitCode> {
             .to_string(),
         kmsg: args.kmsg_path.clone(),
         gpus: args.gpus.clone(),
+        injection: settings.injection(manufacturer),
+        containerd_config_dir: settings.containerd_config_dir.clone(),
+        arch: std::env::consts::ARCH.to_string(),
     };
-    let mut report = if manufacturer == Manufacturer::Amd {
-        amd_report(&node, &args, &options.library_dir)
-    } else {
-        let mut report = doctor::run(node.host.as_ref(), node.commands.as_ref(), &options);
-        let engine = engine_facts_in(node.host.as_ref(), &settings.containerd_config_dir);
-        report
-            .checks
-            .push(injection_check(settings.plugin.nvidia_injection, &engine));
-        report
-    };
-    report.passed = report.passed && report.checks.iter().all(|c| c.status != Status::Fail);
+    let report = doctor.run(node.host.as_ref(), node.commands.as_ref(), &options);
     match args.output {
         Format::Json => println!("{}", serde_json::to_string_pretty(&report)?),
         Format::Table => print!("{}", table(&report)),
@@ -147,74 +125,6 @@ pub fn run(args: Args, settings: &Settings) -> anyhow::Result<ExitCode> {
     } else {
         ExitCode::from(1)
     })
-}
-
-/// Whether the configured injection strategy can hand a GPU to a container on this engine
-/// (DESIGN.md, "CDI": the `envvar` channel grants nothing without the vendor runtime in the
-/// Pod's path; the CDI channel needs an engine that resolves CDI and a vendor spec naming GPUs).
-fn injection_check(strategy: InjectionStrategy, engine: &EngineFacts) -> Check {
-    const NAME: &str = "injection";
-    let check = |status, reason: String, action: Option<&str>| Check {
-        name: NAME.to_string(),
-        status,
-        reason,
-        action: action.map(str::to_string),
-    };
-    let cdi_works = engine.cdi_enabled && !engine.cdi_devices.is_empty();
-    let unreadable = "the container engine's configuration (containerd or CRI-O) could not be read";
-    match strategy {
-        InjectionStrategy::Envvar if engine.default_runtime_is_vendor => check(
-            Status::Ok,
-            "envvar: the engine's default runtime is NVIDIA's".into(),
-            None,
-        ),
-        InjectionStrategy::Envvar if !engine.readable => check(
-            Status::Warn,
-            format!("envvar: {unreadable}, so whether NVIDIA's runtime applies it is unknown"),
-            Some("make sure Pods run with NVIDIA's container runtime, or use auto"),
-        ),
-        InjectionStrategy::Envvar => check(
-            Status::Warn,
-            "envvar: the engine's default runtime is not NVIDIA's, so NVIDIA_VISIBLE_DEVICES grants nothing".into(),
-            Some(&format!(
-                "set {NVIDIA_INJECTION_STRATEGY_ENV}=auto (or cdi-annotations), or make NVIDIA's runtime the default"
-            )),
-        ),
-        InjectionStrategy::CdiAnnotations if cdi_works => check(
-            Status::Ok,
-            format!(
-                "cdi-annotations: the engine resolves CDI and the vendor specs name {} devices",
-                engine.cdi_devices.len()
-            ),
-            None,
-        ),
-        InjectionStrategy::CdiAnnotations => check(
-            Status::Warn,
-            if !engine.readable {
-                format!("cdi-annotations: {unreadable}")
-            } else if !engine.cdi_enabled {
-                "cdi-annotations: the engine does not resolve CDI requests".into()
-            } else {
-                "cdi-annotations: no vendor CDI spec in the engine's spec directories names a GPU".into()
-            },
-            Some("enable CDI in the engine and generate NVIDIA's spec (nvidia-ctk cdi generate), or use auto"),
-        ),
-        InjectionStrategy::Auto if engine.default_runtime_is_vendor => check(
-            Status::Ok,
-            "auto: envvar, the engine's default runtime is NVIDIA's".into(),
-            None,
-        ),
-        InjectionStrategy::Auto if engine.readable && cdi_works => check(
-            Status::Ok,
-            "auto: CDI annotations, the engine resolves CDI and the vendor specs name the GPUs".into(),
-            None,
-        ),
-        InjectionStrategy::Auto => check(
-            Status::Warn,
-            "auto: falls back to envvar, and nothing shows NVIDIA's runtime in the Pods' path".into(),
-            Some("install NVIDIA's container toolkit as the default runtime, or enable CDI with NVIDIA's spec"),
-        ),
-    }
 }
 
 fn table(report: &Report) -> String {
@@ -259,53 +169,4 @@ fn table(report: &Report) -> String {
         }
     );
     out
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn engine(readable: bool, vendor: bool, cdi: bool, devices: &[&str]) -> EngineFacts {
-        EngineFacts {
-            readable,
-            default_runtime_is_vendor: vendor,
-            cdi_enabled: cdi,
-            cdi_devices: devices.iter().map(|d| d.to_string()).collect(),
-        }
-    }
-
-    #[test]
-    fn a_forced_strategy_that_cannot_work_warns() {
-        let containerd_no_nvidia = engine(true, false, false, &[]);
-        let c = injection_check(InjectionStrategy::Envvar, &containerd_no_nvidia);
-        assert_eq!(c.status, Status::Warn);
-        assert!(c.reason.contains("grants nothing"), "{}", c.reason);
-        let c = injection_check(InjectionStrategy::CdiAnnotations, &containerd_no_nvidia);
-        assert_eq!(c.status, Status::Warn);
-        assert!(c.reason.contains("does not resolve CDI"), "{}", c.reason);
-        let c = injection_check(InjectionStrategy::Auto, &containerd_no_nvidia);
-        assert_eq!(c.status, Status::Warn);
-    }
-
-    #[test]
-    fn a_workable_strategy_is_ok() {
-        let nvidia = engine(true, true, false, &[]);
-        assert_eq!(
-            injection_check(InjectionStrategy::Envvar, &nvidia).status,
-            Status::Ok
-        );
-        let cdi = engine(true, false, true, &["nvidia.com/gpu=GPU-a"]);
-        assert_eq!(
-            injection_check(InjectionStrategy::CdiAnnotations, &cdi).status,
-            Status::Ok
-        );
-        let c = injection_check(InjectionStrategy::Auto, &cdi);
-        assert_eq!(c.status, Status::Ok);
-        assert!(c.reason.starts_with("auto: CDI"), "{}", c.reason);
-        let stale = engine(true, false, true, &[]);
-        assert_eq!(
-            injection_check(InjectionStrategy::CdiAnnotations, &stale).status,
-            Status::Warn
-        );
-    }
 }

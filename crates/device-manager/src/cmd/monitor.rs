@@ -1,16 +1,19 @@
-//! `device-manager monitor [--host-root DIR] [-o table|json] [--watch] [--monitor-period 15s]`:
-//! each GPU's live usage, one line per GPU (utilization, memory used/total, temperature, power,
-//! compute processes), read with `accel_nvidia::samples::sample` (seed 002, "Live samples": one
-//! CSV query plus one for the compute processes, the full snapshot only as a fallback). With
-//! `--watch` it samples again every period until interrupted (or `--count` samples); a sample
-//! that fails is reported on stderr and the watch goes on. Samples never enter the inventory.
+//! `device-manager monitor [--host-root DIR] [--manufacturer M] [-o table|json] [--watch]
+//! [--monitor-period 15s]`: each accelerator's live usage, one line per accelerator
+//! (utilization, memory used/total, temperature, power, compute processes), read with each
+//! manufacturer's sampler (the backend's `UsageSampler`: nvidia-smi's CSV query, seed 002 "Live
+//! samples"; amd-smi's `metric --json`). Without `--manufacturer`, every manufacturer whose
+//! tool is on the host is sampled; one whose tool is missing is skipped. With `--watch` it
+//! samples again every period until interrupted (or `--count` samples); a sample that fails is
+//! reported on stderr and the watch goes on. Samples never enter the inventory.
 
 use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, SystemTime};
 
-use accel_nvidia::samples::{self, Samples};
+use accel_backend::usage::{SampleError, UsageSample, UsageSampler};
+use accel_core::Manufacturer;
 
 use super::Format;
 use crate::node::Node;
@@ -33,9 +36,12 @@ pub struct Args {
     /// With --watch: stop after this many samples.
     #[arg(long, requires = "watch", value_parser = clap::value_parser!(u64).range(1..))]
     pub count: Option<u64>,
-    /// Seconds each nvidia-smi query may take.
-    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=600))]
-    pub nvidia_smi_timeout: u64,
+    /// Seconds each query of the vendor's tool may take.
+    #[arg(long, alias = "nvidia-smi-timeout", default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=600))]
+    pub query_timeout: u64,
+    /// Sample only this manufacturer's accelerators.
+    #[arg(long, env = "MANUFACTURER")]
+    pub manufacturer: Option<Manufacturer>,
 }
 
 /// A period: whole seconds (`15`), or a number with `s`, `m` or `h` (`15s`, `2m`); at least 1 s.
@@ -66,11 +72,17 @@ pub fn parse_period(text: &str) -> Result<Duration, String> {
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let node = Node::open(&args.host_root)?;
-    let deadline = Duration::from_secs(args.nvidia_smi_timeout);
+    let deadline = Duration::from_secs(args.query_timeout);
+    let samplers = samplers(args.manufacturer)?;
     let mut taken = 0u64;
     loop {
-        match samples::sample(node.commands.as_ref(), deadline) {
-            Ok(sample) => print!("{}", render(&sample, args.output, SystemTime::now())),
+        match sample_all(&samplers, node.commands.as_ref(), deadline) {
+            Ok(samples) => {
+                let now = SystemTime::now();
+                for sample in &samples {
+                    print!("{}", render(sample, args.output, now));
+                }
+            }
             Err(e) if !args.watch => {
                 eprintln!("device-manager: monitor: {e}");
                 return Ok(ExitCode::from(1));
@@ -88,14 +100,71 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     }
 }
 
+type Samplers = Vec<(Manufacturer, std::sync::Arc<dyn UsageSampler>)>;
+
+/// The samplers to ask: the named manufacturer's (refused in one line when it has none), or
+/// every backend's that has one.
+fn samplers(manufacturer: Option<Manufacturer>) -> anyhow::Result<Samplers> {
+    match manufacturer {
+        Some(m) => {
+            let backend = crate::backends::backend(m)?;
+            let sampler = backend.sampler.ok_or_else(|| {
+                anyhow::anyhow!("monitor: {m} has no live usage sampler in this build")
+            })?;
+            Ok(vec![(m, sampler)])
+        }
+        None => Ok(crate::backends::all()
+            .into_iter()
+            .filter_map(|b| Some((b.manufacturer, b.sampler?)))
+            .collect()),
+    }
+}
+
+/// One sample of every manufacturer whose tool answers. A manufacturer whose tool is not on
+/// the host is skipped; the error is the first failure when nothing was sampled.
+pub fn sample_all(
+    samplers: &Samplers,
+    commands: &dyn accel_host::Commands,
+    deadline: Duration,
+) -> Result<Vec<UsageSample>, SampleError> {
+    let mut samples = Vec::new();
+    let mut failures = Vec::new();
+    for (_, sampler) in samplers {
+        match sampler.sample(commands, deadline) {
+            Ok(sample) => samples.push(sample),
+            Err(e) => failures.push(e),
+        }
+    }
+    if !samples.is_empty() {
+        for failure in failures
+            .iter()
+            .filter(|f| matches!(f, SampleError::Failed(_)))
+        {
+            eprintln!("device-manager: monitor: {failure}");
+        }
+        return Ok(samples);
+    }
+    // Nothing sampled: a tool that ran and failed says more than one that is missing.
+    let failed = failures
+        .iter()
+        .position(|f| matches!(f, SampleError::Failed(_)))
+        .unwrap_or(0);
+    Err(if failures.is_empty() {
+        SampleError::NoTool("no manufacturer of this build has a live usage sampler".into())
+    } else {
+        failures.swap_remove(failed)
+    })
+}
+
 /// One sample as the chosen format prints it.
-pub fn render(sample: &Samples, format: Format, time: SystemTime) -> String {
+pub fn render(sample: &UsageSample, format: Format, time: SystemTime) -> String {
     match format {
         Format::Json => {
             let value = serde_json::json!({
                 "time": crate::publish::rfc3339(time),
+                "manufacturer": sample.manufacturer,
                 "source": sample.source,
-                "gpus": sample.gpus,
+                "gpus": sample.accelerators,
             });
             format!("{value}\n")
         }
@@ -103,14 +172,13 @@ pub fn render(sample: &Samples, format: Format, time: SystemTime) -> String {
     }
 }
 
-/// One line per GPU, in nvidia-smi's order; a reading the driver did not give is `-`.
-pub fn table(sample: &Samples) -> String {
+/// One line per accelerator, in the tool's order; a reading the tool did not give is `-`.
+pub fn table(sample: &UsageSample) -> String {
     let header = ["UUID", "UTIL", "MEMORY", "TEMP", "POWER", "PROCS"];
     let rows: Vec<[String; 6]> = sample
-        .gpus
+        .accelerators
         .iter()
-        .map(|gpu| {
-            let r = &gpu.reading;
+        .map(|r| {
             let memory = match (r.memory_used_mib, r.memory_total_mib) {
                 (None, None) => "-".to_string(),
                 (used, total) => format!("{} / {} MiB", number(used), number(total)),
@@ -123,13 +191,14 @@ pub fn table(sample: &Samples) -> String {
             };
             [
                 r.uuid.clone(),
-                r.utilization_gpu_percent
+                r.utilization_percent
                     .map_or_else(|| "-".to_string(), |u| format!("{u:.0} %")),
                 memory,
                 r.temperature_c
                     .map_or_else(|| "-".to_string(), |t| format!("{t:.0} C")),
                 power,
-                gpu.compute_processes.to_string(),
+                r.compute_processes
+                    .map_or_else(|| "-".to_string(), |p| p.to_string()),
             ]
         })
         .collect();

@@ -8,9 +8,9 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
+use accel_backend::Deadlines;
 use accel_backend::preflight::ContainerCli;
 use accel_core::Manufacturer;
-use accel_nvidia::detector::Deadlines;
 use anyhow::bail;
 
 use crate::node::{Node, class_prefixes};

@@ -4,17 +4,19 @@
 //! The folder carries the mark that makes it a recording (`recorded-host.json`): without it,
 //! `--host-root DIR` reads DIR as a live root.
 //!
-//! It copies what the detectors read (procfs, the PCI functions in sysfs, `/dev` markers, CDI
-//! specs, the boot id) and records every vendor command they run, each with its deadline; a
-//! program that hangs is recorded as a hang.
+//! It copies what every host needs (the boot id, the PCI functions in sysfs, the CDI specs),
+//! then for each manufacturer of this build what its backend lists (`RecordPlan`: its driver's
+//! files and trees, its device nodes as markers, every command its detector, sampler and doctor
+//! run), each command with its deadline; a program that hangs is recorded as a hang, one that
+//! is not installed is recorded as nothing (so the replay finds it missing too).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
+use accel_backend::record::RecordPlan;
 use accel_host::record::{CommandRecord, Recorder};
 use accel_host::{FsHost, Host, Mark, SystemCommands};
-use accel_nvidia::detector;
 use anyhow::Context;
 
 /// Arguments of `record`.
@@ -30,29 +32,11 @@ pub struct Args {
     pub command_timeout: u64,
 }
 
-/// Files copied one by one (absent ones are noted, not errors).
-const FILES: &[&str] = &[
-    "proc/driver/nvidia/version",
-    "proc/sys/kernel/random/boot_id",
-];
+/// What every host's recording holds, whatever its manufacturers: files copied one by one.
+const FILES: &[&str] = &["proc/sys/kernel/random/boot_id"];
 
-/// Trees copied whole (links kept as links).
-const TREES: &[&str] = &[
-    "proc/driver/nvidia/gpus",
-    "proc/driver/nvidia/capabilities",
-    "sys/bus/pci/devices",
-    "etc/cdi",
-    "var/run/cdi",
-];
-
-/// Device nodes recorded as empty marker files.
-const DEVICE_MARKERS: &[&str] = &[
-    "dev/nvidiactl",
-    "dev/nvidia-uvm",
-    "dev/nvidia-uvm-tools",
-    "dev/nvidia-modeset",
-    "dev/dxg",
-];
+/// Trees every host's recording holds (links kept as links).
+const TREES: &[&str] = &["sys/bus/pci/devices", "etc/cdi", "var/run/cdi"];
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let host = FsHost::new(&args.host_root);
@@ -68,33 +52,76 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     );
     let mut recorder = Recorder::new(&args.dir, &mark)
         .with_context(|| format!("cannot record into {}", args.dir.display()))?;
-    for file in FILES {
+    let plans: Vec<RecordPlan> = crate::backends::all()
+        .into_iter()
+        .map(|b| b.record)
+        .collect();
+    for file in FILES
+        .iter()
+        .copied()
+        .chain(plans.iter().flat_map(|p| p.files.iter().copied()))
+    {
         recorder.copy_file(&host, file)?;
     }
-    for tree in TREES {
+    for tree in TREES
+        .iter()
+        .copied()
+        .chain(plans.iter().flat_map(|p| p.trees.iter().copied()))
+    {
         recorder.copy_tree(&host, tree)?;
     }
-    for marker in DEVICE_MARKERS {
-        recorder.mark_if_present(&host, marker)?;
-    }
-    for name in host.list("dev").unwrap_or_default() {
-        let numbered = name
-            .strip_prefix("nvidia")
-            .is_some_and(|n| !n.is_empty() && n.chars().all(|c| c.is_ascii_digit()));
-        if numbered {
-            recorder.mark_if_present(&host, &format!("dev/{name}"))?;
+    for plan in &plans {
+        for marker in &plan.device_nodes {
+            recorder.mark_if_present(&host, marker)?;
+        }
+        for prefix in &plan.numbered_devices {
+            for node in numbered_nodes(&host, prefix) {
+                recorder.mark_if_present(&host, &node)?;
+            }
         }
     }
 
     let commands = SystemCommands::new();
     let deadline = Duration::from_secs(args.command_timeout);
-    for argv in detector::SNAPSHOT_QUERIES
-        .iter()
-        .chain(detector::SAMPLE_QUERIES)
-        .chain(detector::DOCTOR_QUERIES)
-    {
-        let name = command_name(argv);
-        match recorder.record_command(&commands, &name, argv, deadline)? {
+    let mut names = std::collections::BTreeSet::new();
+    for plan in &plans {
+        record_commands(&mut recorder, &commands, plan, deadline, &mut names)?;
+    }
+    for note in recorder.notes() {
+        eprintln!("record: {note}");
+    }
+    println!(
+        "recorded {} into {}",
+        host.root().display(),
+        args.dir.display()
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Records a plan's commands; a program found missing skips its remaining command lines.
+fn record_commands(
+    recorder: &mut Recorder,
+    commands: &SystemCommands,
+    plan: &RecordPlan,
+    deadline: Duration,
+    names: &mut std::collections::BTreeSet<String>,
+) -> anyhow::Result<()> {
+    let mut missing: Vec<&str> = Vec::new();
+    for argv in &plan.commands {
+        let Some(program) = argv.first() else {
+            continue;
+        };
+        if missing.contains(program) {
+            continue;
+        }
+        // Two tools may share a subcommand's name (`version`): the later one's folder then
+        // carries its program too.
+        let mut name = command_name(argv);
+        if !names.insert(name.clone()) {
+            name = format!("{}-{name}", command_name(&["", program]));
+            names.insert(name.clone());
+        }
+        match recorder.record_command(commands, &name, argv, deadline)? {
             CommandRecord::Answered { status: Some(0) } => {}
             CommandRecord::Answered { status } => eprintln!(
                 "{}: exited with status {}",
@@ -108,21 +135,31 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 )
             }
             CommandRecord::NotInstalled => {
-                eprintln!("{}: not installed", argv[0]);
-                break;
+                eprintln!("{program}: not installed");
+                missing.push(program);
             }
             CommandRecord::Failed { message } => eprintln!("{}: {message}", argv.join(" ")),
         }
     }
-    for note in recorder.notes() {
-        eprintln!("record: {note}");
-    }
-    println!(
-        "recorded {} into {}",
-        host.root().display(),
-        args.dir.display()
-    );
-    Ok(ExitCode::SUCCESS)
+    Ok(())
+}
+
+/// The device nodes `dev/<prefix><number>` on the host (`nvidia` → `dev/nvidia0`;
+/// `dri/card` → `dev/dri/card1`), by name.
+fn numbered_nodes(host: &dyn Host, prefix: &str) -> Vec<String> {
+    let (dir, stem) = match prefix.rsplit_once('/') {
+        Some((dir, stem)) => (format!("dev/{dir}"), stem),
+        None => ("dev".to_string(), prefix),
+    };
+    host.list(&dir)
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|name| {
+            name.strip_prefix(stem)
+                .is_some_and(|n| !n.is_empty() && n.chars().all(|c| c.is_ascii_digit()))
+        })
+        .map(|name| format!("{dir}/{name}"))
+        .collect()
 }
 
 /// A folder name for an argv: the arguments after the program, reduced to `[A-Za-z0-9-]`

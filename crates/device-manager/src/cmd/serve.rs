@@ -13,14 +13,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use accel_backend::Backend;
+use accel_backend::Deadlines;
 use accel_backend::respond::{EngineSource, ResponderSetup};
 use accel_backend::slicing::{self, SliceOffer};
 use accel_core::Manufacturer;
 use accel_core::inventory::ManufacturerInventory;
 use accel_kube::publish::kube::KubeApi;
 use accel_kube::publish::{ClusterApi, PublishMetrics, Publisher, PublisherConfig};
-use accel_nvidia::detector::Deadlines;
-use accel_nvidia::reset::RESET_DEADLINE;
 use accel_plugin::pods::{MemoryPods, PodSource};
 use accel_plugin::service::Offer;
 use accel_plugin::{Config, PluginMetrics};
@@ -118,13 +117,13 @@ pub struct Args {
     pub partition_orphan_debounce: Duration,
 }
 
-/// Samples the GPUs' live usage every `period` on the blocking pool (nvidia-smi may take its
-/// deadline) for the usage gauges; a failed sample clears them (a sample is worth what its time
+/// Samples the accelerators' live usage every `period` on the blocking pool (the vendor's tool
+/// may take its deadline) for the usage gauges; a failed sample clears them (a sample is worth what its time
 /// claims) and is logged once until one succeeds again.
 async fn sample_usage(
     daemon: Arc<Daemon>,
     period: Duration,
-    usage: watch::Sender<Option<accel_nvidia::samples::Samples>>,
+    usage: watch::Sender<Option<accel_backend::usage::UsageSample>>,
 ) {
     let mut failing = false;
     loop {
@@ -279,10 +278,13 @@ impl Prepared {
         }
         // The container engine's configuration and the vendor's CDI specs decide what `auto`
         // injects; read now, and again whenever the files they came from change.
-        let engine: Arc<dyn EngineSource> = Arc::new(accel_nvidia::engine::LiveEngine::new(
-            Arc::new(accel_host::FsHost::new(node.host.root())),
-            &settings.containerd_config_dir,
-        ));
+        let engine: Arc<dyn EngineSource> = match backend.engine {
+            Some(engine) => engine(
+                Arc::new(accel_host::FsHost::new(node.host.root())),
+                &settings.containerd_config_dir,
+            ),
+            None => Arc::new(accel_backend::EngineFacts::default()),
+        };
         // The host a responder that injects device nodes itself checks them on (AMD).
         let node_files: Arc<dyn accel_host::Host> =
             Arc::new(accel_host::FsHost::new(node.kind.files()));
@@ -301,8 +303,11 @@ impl Prepared {
                 deadlines,
                 inventory_interval: Duration::from_secs(args.inventory_interval),
                 pci_poll_interval: daemon::PCI_POLL_INTERVAL,
-                reset_deadline: RESET_DEADLINE,
-                xid_classes: settings.xid_classes.clone(),
+                reset_deadline: match &backend.reset {
+                    accel_backend::reset::Reset::By(resetter) => resetter.deadline(),
+                    accel_backend::reset::Reset::Refused(_) => Duration::ZERO,
+                },
+                faults: settings.fault_classifier(args.manufacturer),
                 metrics,
             },
         )?);
@@ -464,9 +469,8 @@ pub fn run(args: Args, settings: &Settings) -> anyhow::Result<ExitCode> {
             None => None,
         };
         // Live usage for the metrics, sampled only when someone can scrape it, and only where
-        // this build has a sampler (nvidia-smi's; AMD's health and fault metrics are served,
-        // its live usage gauges are not yet).
-        let sampled = args.manufacturer == Manufacturer::Nvidia;
+        // the manufacturer's backend has a sampler.
+        let sampled = prepared.backend.sampler.is_some();
         if args.metrics_listen.is_some() && !sampled {
             tracing::info!(
                 "{}: no live usage sampler in this build; health and fault metrics only",
@@ -575,7 +579,7 @@ fn plugin_config(
         },
         seats: daemon::seats_of(&inventory, section.name),
         responder: (backend.responder)(ResponderSetup {
-            strategy: settings.plugin.nvidia_injection,
+            strategy: settings.injection(section.name).unwrap_or_default(),
             runtime_major: slicing.runtime_major,
             pod_dir_root: paths.data_dir.join("pods"),
             preload_dir: paths.data_dir.join("preload"),

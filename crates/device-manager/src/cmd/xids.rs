@@ -1,24 +1,29 @@
 //! `device-manager xids`: the accelerator faults in kernel log text (dmesg in any of its time
 //! formats, journalctl, syslog, a saved file, stdin), so an operator can ask "what happened to
-//! this GPU" without the daemon: NVIDIA's XIDs, then AMD's amdgpu faults (uncorrectable RAS,
-//! GPU reset, ring timeout, page fault), each manufacturer's in log order. One command for both,
+//! this GPU" without the daemon: every manufacturer's faults through its backend's classifier
+//! (NVIDIA's XIDs, then AMD's amdgpu faults: uncorrectable RAS, GPU reset, ring timeout, page
+//! fault), each manufacturer's in log order. One command for both,
 //! because it is the one operators know to reach for. JSON is DESIGN.md's contract: a list of
 //! `{"xid","busId","pid","process","message","line"}` per XID; an AMD fault, which has no code,
 //! has `"xid": null` and adds `"manufacturer": "amd"`, its `"condition"` (`AmdPageFault` …) and
 //! `"class"`. In the table an AMD fault's condition stands in the XID column.
 
 use super::Format;
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::io::Read as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use accel_amd::kmsg::AmdFaults;
-use accel_backend::health::{FaultClass, FaultClassifier, KernelFault};
+use accel_backend::health::{FaultClass, KernelFault};
 use accel_core::{BusId, Manufacturer};
-use accel_nvidia::xid::{self, XID_APPLICATION_ENV, XID_HARDWARE_ENV, XidClasses, XidEvent};
 use anyhow::Context;
 use serde::Serialize;
+
+/// `GPUSTACK_NVIDIA_XID_APPLICATION`, which `--xid-application` sets.
+const XID_APPLICATION_ENV: &str = "GPUSTACK_NVIDIA_XID_APPLICATION";
+/// `GPUSTACK_NVIDIA_XID_HARDWARE`, which `--xid-hardware` sets.
+const XID_HARDWARE_ENV: &str = "GPUSTACK_NVIDIA_XID_HARDWARE";
 
 /// Arguments of `xids`.
 #[derive(Debug, clap::Args)]
@@ -38,10 +43,17 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let classes = XidClasses::from_settings(
-        args.xid_application.as_deref(),
-        args.xid_hardware.as_deref(),
-    )?;
+    // The flags are the classifiers' settings by another name; the backends read them.
+    let mut vars = BTreeMap::new();
+    for (name, value) in [
+        (XID_APPLICATION_ENV, &args.xid_application),
+        (XID_HARDWARE_ENV, &args.xid_hardware),
+    ] {
+        if let Some(value) = value {
+            vars.insert(name.to_string(), value.clone());
+        }
+    }
+    let classifiers = crate::backends::fault_classifiers(&vars).map_err(|e| anyhow::anyhow!(e))?;
     let bytes = match &args.file {
         Some(path) if path.as_os_str() != "-" => {
             std::fs::read(path).with_context(|| format!("reading {}", path.display()))?
@@ -56,32 +68,46 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     };
     // Kernel logs carry whatever a driver printed: invalid UTF-8 is replaced, never an error.
     let text = String::from_utf8_lossy(&bytes);
-    let events = xid::parse_text(&text);
-    let amd = AmdFaults.parse_text(&text);
+    let found: Vec<Found> = classifiers
+        .iter()
+        .flat_map(|classifier| {
+            let by_code = classifier.counted_by_code();
+            classifier
+                .parse_text(&text)
+                .into_iter()
+                .map(move |fault| Found { fault, by_code })
+        })
+        .collect();
     match args.output {
         Format::Json => {
-            let mut rows: Vec<serde_json::Value> = Vec::with_capacity(events.len() + amd.len());
-            for event in &events {
-                rows.push(serde_json::to_value(event)?);
-            }
-            for fault in &amd {
-                rows.push(serde_json::to_value(AmdRow::of(fault))?);
-            }
+            let rows: Vec<Row<'_>> = found.iter().map(Row::of).collect();
             println!("{}", serde_json::to_string_pretty(&rows)?);
         }
-        Format::Table => print!("{}", table(&events, &classes, &amd)),
+        Format::Table => print!("{}", table(&found)),
     }
     Ok(ExitCode::SUCCESS)
 }
 
-/// An AMD fault in the JSON list: the XID entry's keys (`xid` null) and what names it.
+/// One fault as its manufacturer's classifier found it.
+struct Found {
+    fault: KernelFault,
+    /// Its classifier counts faults by code (NVIDIA's XIDs): the row is an XID row.
+    by_code: bool,
+}
+
+/// One fault in the JSON list. A fault counted by code is DESIGN.md's XID entry
+/// (`xid`, `busId`, `pid`, `process`, `message`, `line`); another manufacturer's has `xid`
+/// null and adds what names it (`manufacturer`, `condition`, `class`).
 #[derive(Serialize)]
 #[serde(rename_all = "camelCase")]
-struct AmdRow<'a> {
+struct Row<'a> {
     xid: Option<u32>,
-    manufacturer: Manufacturer,
-    condition: &'a str,
-    class: FaultClass,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    manufacturer: Option<Manufacturer>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    condition: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    class: Option<FaultClass>,
     bus_id: Option<BusId>,
     pid: Option<u32>,
     process: Option<&'a str>,
@@ -89,13 +115,15 @@ struct AmdRow<'a> {
     line: &'a str,
 }
 
-impl<'a> AmdRow<'a> {
-    fn of(fault: &'a KernelFault) -> Self {
-        AmdRow {
-            xid: None,
-            manufacturer: fault.manufacturer,
-            condition: &fault.condition,
-            class: fault.class,
+impl<'a> Row<'a> {
+    fn of(found: &'a Found) -> Self {
+        let fault = &found.fault;
+        let named = !found.by_code;
+        Row {
+            xid: fault.code,
+            manufacturer: named.then_some(fault.manufacturer),
+            condition: named.then_some(fault.condition.as_str()),
+            class: named.then_some(fault.class),
             bus_id: fault.bus_id,
             pid: fault.pid,
             process: fault.process.as_deref(),
@@ -105,34 +133,30 @@ impl<'a> AmdRow<'a> {
     }
 }
 
-/// The events as a fixed-width table, one a line, with each one's class: the XIDs, then the
-/// AMD faults (their condition in the XID column).
-fn table(events: &[XidEvent], classes: &XidClasses, amd: &[KernelFault]) -> String {
+/// The events as a fixed-width table, one a line, with each one's class, manufacturer by
+/// manufacturer in the registry's order: an XID's code (`bus` for a GPU fallen off the bus),
+/// or another manufacturer's condition, in the XID column.
+fn table(found: &[Found]) -> String {
     let dash = || "-".to_string();
     let header = ["XID", "CLASS", "BUS ID", "PID", "PROCESS", "MESSAGE"].map(String::from);
-    let nvidia = events.iter().map(|e| {
-        [
-            e.xid
-                .map(|x| x.to_string())
-                .unwrap_or_else(|| "bus".to_string()),
-            classes.classify(e).to_string(),
-            e.bus_id.nvml(),
-            e.pid.map(|p| p.to_string()).unwrap_or_else(dash),
-            e.process.clone().unwrap_or_else(dash),
-            e.message.clone(),
-        ]
-    });
-    let amd = amd.iter().map(|f| {
-        [
-            f.condition.clone(),
-            f.class.to_string(),
-            f.bus_id.map(|b| b.nvml()).unwrap_or_else(dash),
-            f.pid.map(|p| p.to_string()).unwrap_or_else(dash),
-            f.process.clone().unwrap_or_else(dash),
-            f.message.clone(),
-        ]
-    });
-    let rows: Vec<[String; 6]> = nvidia.chain(amd).collect();
+    let rows: Vec<[String; 6]> = found
+        .iter()
+        .map(|Found { fault: f, by_code }| {
+            let code = if *by_code {
+                f.code.map_or_else(|| "bus".to_string(), |x| x.to_string())
+            } else {
+                f.condition.clone()
+            };
+            [
+                code,
+                f.class.to_string(),
+                f.bus_id.map(|b| b.nvml()).unwrap_or_else(dash),
+                f.pid.map(|p| p.to_string()).unwrap_or_else(dash),
+                f.process.clone().unwrap_or_else(dash),
+                f.message.clone(),
+            ]
+        })
+        .collect();
     let mut widths = header.clone().map(|h| h.len());
     for row in &rows {
         for (w, cell) in widths.iter_mut().zip(row) {

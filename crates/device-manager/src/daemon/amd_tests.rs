@@ -290,3 +290,33 @@ async fn amd_faults_and_health_are_in_the_metrics() {
     assert_eq!(health("1", GPU1), Some(1.0));
     rig.stop().await;
 }
+
+/// The `device_manager_gpu_*` gauges on an AMD node: AMD's sampler (amd-smi `metric --json`
+/// joined with `static` by amd-smi's index) fills them under the board's own identity, the one
+/// the inventory and the health gauge use.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn amd_usage_is_in_the_gauges() {
+    let host = host();
+    let data = tempfile::tempdir().unwrap();
+    let rig = start(host.path(), options(&data_dir(&data))).await;
+    let daemon = rig.daemon.clone();
+    let sample = tokio::task::spawn_blocking(move || daemon.sample_usage())
+        .await
+        .unwrap()
+        .expect("amd-smi metric answers on the recorded host");
+    let mut registry = prometheus_client::registry::Registry::with_prefix("device_manager");
+    let (_usage, usage) = tokio::sync::watch::channel(Some(sample));
+    registry.register_collector(Box::new(super::metrics::GpuUsageMetrics { usage }));
+    let samples = scrape(&registry);
+    let gauge = |name: &str| samples.get(name, &[("uuid", GPU0)]);
+    assert_eq!(gauge("device_manager_gpu_utilization_percent"), Some(0.0));
+    assert_eq!(gauge("device_manager_gpu_memory_total_mib"), Some(46064.0));
+    assert_eq!(gauge("device_manager_gpu_memory_used_mib"), Some(1758.0));
+    assert!(
+        samples
+            .all("device_manager_gpu_compute_processes")
+            .is_empty(),
+        "amd-smi metric lists no processes: no series, never a 0 that reads as a fact"
+    );
+    rig.stop().await;
+}

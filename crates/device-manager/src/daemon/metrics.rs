@@ -5,15 +5,14 @@
 //! [`Daemon::published`](super::Daemon::published), so it cannot drift from what is published),
 //! and each GPU's live usage as last sampled ([`GpuUsageMetrics`], the samples `monitor` prints).
 //!
-//! This module owns the metric handles and their names; what a pass or an XID means stays in
-//! `daemon` and `accel_nvidia`.
+//! This module owns the metric handles and their names; what a pass or a fault means stays in
+//! `daemon` and the backends.
 
 use std::fmt::Write as _;
 use std::time::Duration;
 
 use accel_backend::health::{FaultClass, KernelFault};
-use accel_core::Manufacturer;
-use accel_nvidia::samples::{GpuUsage, Samples};
+use accel_backend::usage::{AcceleratorUsage, UsageSample};
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{
     DescriptorEncoder, EncodeLabelSet, EncodeLabelValue, EncodeMetric, LabelValueEncoder,
@@ -168,9 +167,9 @@ impl DaemonMetrics {
         metrics
     }
 
-    /// Counts one kernel-log fault: by manufacturer and condition, and NVIDIA's also as an
-    /// XID by code.
-    pub fn fault(&self, fault: &KernelFault) {
+    /// Counts one kernel-log fault: by manufacturer and condition, and, where its classifier
+    /// counts faults by code (NVIDIA's XIDs), also by code.
+    pub fn fault(&self, fault: &KernelFault, by_code: bool) {
         self.faults
             .get_or_create(&FaultLabels {
                 manufacturer: fault.manufacturer.name().to_string(),
@@ -178,7 +177,7 @@ impl DaemonMetrics {
                 class: Class(fault.class),
             })
             .inc();
-        if fault.manufacturer == Manufacturer::Nvidia {
+        if by_code {
             self.xid(fault.code, fault.class);
         }
     }
@@ -238,19 +237,19 @@ struct GpuLabels {
     uuid: String,
 }
 
-/// Each GPU's live usage as last sampled (`accel_nvidia::samples::sample`, every monitor
+/// Each accelerator's live usage as last sampled (the backend's `UsageSampler`, every monitor
 /// period), read at every scrape. A reading the driver did not give has no series; a GPU the
 /// last sample did not list has none either.
 #[derive(Debug)]
 pub struct GpuUsageMetrics {
-    pub usage: watch::Receiver<Option<Samples>>,
+    pub usage: watch::Receiver<Option<UsageSample>>,
 }
 
 impl Collector for GpuUsageMetrics {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
         let usage = self.usage.borrow();
-        let gpus = usage.as_ref().map_or(&[][..], |s| &s.gpus[..]);
-        type Reading = fn(&GpuUsage) -> Option<f64>;
+        let gpus = usage.as_ref().map_or(&[][..], |s| &s.accelerators[..]);
+        type Reading = fn(&AcceleratorUsage) -> Option<f64>;
         let series: [(
             &str,
             &str,
@@ -261,37 +260,37 @@ impl Collector for GpuUsageMetrics {
                 "gpu_utilization_percent",
                 "GPU utilization over the driver's last sample period, in percent",
                 None,
-                |g| g.reading.utilization_gpu_percent,
+                |g| g.utilization_percent,
             ),
             (
                 "gpu_memory_used_mib",
                 "Framebuffer memory in use, in MiB",
                 None,
-                |g| g.reading.memory_used_mib.map(|m| m as f64),
+                |g| g.memory_used_mib.map(|m| m as f64),
             ),
             (
                 "gpu_memory_total_mib",
                 "Framebuffer memory in all, in MiB",
                 None,
-                |g| g.reading.memory_total_mib.map(|m| m as f64),
+                |g| g.memory_total_mib.map(|m| m as f64),
             ),
             (
                 "gpu_temperature_celsius",
                 "GPU core temperature, in degrees Celsius",
                 None,
-                |g| g.reading.temperature_c,
+                |g| g.temperature_c,
             ),
             (
                 "gpu_power_draw_watts",
                 "Power drawn by the board, in watts",
                 None,
-                |g| g.reading.power_draw_w,
+                |g| g.power_draw_w,
             ),
             (
                 "gpu_compute_processes",
                 "Compute processes on the GPU (graphics processes are no workload)",
                 None,
-                |g| Some(f64::from(g.compute_processes)),
+                |g| g.compute_processes.map(f64::from),
             ),
         ];
         for (name, help, unit, reading) in series {
@@ -300,7 +299,7 @@ impl Collector for GpuUsageMetrics {
             for gpu in gpus {
                 if let Some(value) = reading(gpu) {
                     let labels = GpuLabels {
-                        uuid: gpu.reading.uuid.clone(),
+                        uuid: gpu.uuid.clone(),
                     };
                     ConstGauge::new(value).encode(family.encode_family(&labels)?)?;
                 }

@@ -6,8 +6,8 @@
 //! kernel-log lines are faults and whose fault each is belongs to the manufacturer's
 //! `FaultClassifier` (accel-backend's seam: NVIDIA's XIDs, AMD's amdgpu faults), what is done
 //! with a fault (the record, `faults.json`, the boot rule) is `accel_backend::faults`, what a
-//! reset may do is `accel_nvidia::reset` (AMD's accelerators are not reset: see
-//! `backends::reset_refusal`), and granting is the plugins'.
+//! reset may do is the backend's (`accel_backend::reset`: its `Resetter`, or `Reset::Refused`
+//! with the manufacturer's reason), and granting is the plugins'.
 //!
 //! What a detection pass means for the one manufacturer the daemon is asked for (seed 000, "A
 //! pass that failed…" and "Before the first detection…"):
@@ -40,8 +40,11 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::time::{Duration, Instant, SystemTime};
 
+use accel_backend::Deadlines;
 use accel_backend::faults::{self, FaultWatch, WatchOutcome};
 use accel_backend::health::FaultClassifier;
+use accel_backend::reset::{self, GrantView, Reset, ResetError, ResetReport};
+use accel_backend::usage::{SampleError, UsageSample};
 use accel_core::Manufacturer;
 use accel_core::devices::AcceleratorFault;
 use accel_core::inventory::{Inventory, ManufacturerInventory};
@@ -49,10 +52,6 @@ use accel_core::ledger::units::slices_per_accelerator;
 use accel_core::ledger::{Ledger, Seat};
 use accel_host::pci::{self, PciClassPrefixes, PciSetFingerprint};
 use accel_host::{FsHost, KernelLog, KernelLogEntry, KmsgReader};
-use accel_nvidia::detector::Deadlines;
-use accel_nvidia::reset::{self, GrantView, ResetError, ResetReport};
-use accel_nvidia::samples::{self, SampleError, Samples};
-use accel_nvidia::xid::XidClasses;
 use accel_plugin::pods::PodSource;
 use accel_plugin::{Config, DevicePlugins, PluginHandle, StartError};
 use tokio::sync::watch;
@@ -99,11 +98,11 @@ pub struct DaemonOptions {
     pub inventory_interval: Duration,
     /// How often the PCI device set is compared with the last one.
     pub pci_poll_interval: Duration,
-    /// How long one `nvidia-smi --gpu-reset` may take.
+    /// How long one accelerator's reset may take (the backend's own deadline in `serve`).
     pub reset_deadline: Duration,
-    /// NVIDIA's XID classes (`GPUSTACK_NVIDIA_XID_APPLICATION`, `GPUSTACK_NVIDIA_XID_HARDWARE`); the other manufacturers' kernel-log
-    /// faults have fixed classes.
-    pub xid_classes: XidClasses,
+    /// The manufacturer's kernel-log fault classifier under the settings in force
+    /// (`Settings::fault_classifier`); `None`: this build reads none of its faults.
+    pub faults: Option<Arc<dyn FaultClassifier>>,
     /// Where kernel-log faults and detection passes are counted.
     pub metrics: DaemonMetrics,
 }
@@ -271,12 +270,21 @@ impl Daemon {
         self.published.subscribe()
     }
 
-    /// Takes one live usage sample of the GPUs (blocking: each query is bounded by the
-    /// snapshot's per-query deadline). Shares the collector with detection, so nvidia-smi never
-    /// runs twice at once.
-    pub fn sample_usage(&self) -> Result<Samples, SampleError> {
+    /// Takes one live usage sample of the accelerators with the manufacturer's sampler
+    /// (blocking: each query is bounded by the snapshot's per-query deadline). Shares the
+    /// collector with detection, so the vendor's tool never runs twice at once.
+    pub fn sample_usage(&self) -> Result<UsageSample, SampleError> {
+        let sampler = crate::backends::backend(self.options.manufacturer)
+            .ok()
+            .and_then(|b| b.sampler)
+            .ok_or_else(|| {
+                SampleError::NoTool(format!(
+                    "{}: no live usage sampler in this build",
+                    self.options.manufacturer
+                ))
+            })?;
         let collector = lock(&self.collector);
-        samples::sample(
+        sampler.sample(
             collector.commands.as_ref(),
             self.options.deadlines.per_query,
         )
@@ -473,7 +481,7 @@ impl Daemon {
             } = &mut *guard;
             let outcome = faults.on_entry(entry, inventory, now);
             if let Some(event) = &outcome.event {
-                self.options.metrics.fault(event);
+                self.options.metrics.fault(event, faults.counted_by_code());
             }
             if outcome.changed.is_some() {
                 faults.apply(inventory);
@@ -594,15 +602,13 @@ impl Daemon {
 /// The daemon's manufacturer's kernel-log fault knowledge; a manufacturer without any reads
 /// no faults (its scanner finds none).
 fn fault_classifier(options: &DaemonOptions) -> Arc<dyn FaultClassifier> {
-    crate::backends::fault_classifier(options.manufacturer, &options.xid_classes).unwrap_or_else(
-        || {
-            tracing::warn!(
-                "{}: this build reads none of its kernel-log faults; health rests on detection",
-                options.manufacturer
-            );
-            Arc::new(NoFaults(options.manufacturer))
-        },
-    )
+    options.faults.clone().unwrap_or_else(|| {
+        tracing::warn!(
+            "{}: this build reads none of its kernel-log faults; health rests on detection",
+            options.manufacturer
+        );
+        Arc::new(NoFaults(options.manufacturer))
+    })
 }
 
 /// The classifier of a manufacturer whose kernel-log faults this build does not read.
@@ -842,9 +848,13 @@ impl AdminHandler for Daemon {
     }
 
     fn reset(&self, gpus: &[String]) -> Result<ResetReport, ResetError> {
-        if let Some(why) = crate::backends::reset_refusal(self.options.manufacturer) {
-            return Err(ResetError::Unsupported(why));
-        }
+        let resetter = match crate::backends::backend(self.options.manufacturer)
+            .map(|b| b.reset)
+            .map_err(|e| ResetError::Unsupported(e.to_string()))?
+        {
+            Reset::By(resetter) => resetter,
+            Reset::Refused(why) => return Err(ResetError::Unsupported(why)),
+        };
         let plugins = self.plugins.get().ok_or_else(|| {
             ResetError::Unavailable("the device plugins have not started".to_string())
         })?;
@@ -856,7 +866,13 @@ impl AdminHandler for Daemon {
         let mut targets = Vec::new();
         plugins.withdraw(|ledger| {
             let state = lock(&self.state);
-            targets = reset::check(&state.inventory, gpus, &LedgerGrants { ledger })?;
+            targets = reset::check(
+                resetter.as_ref(),
+                self.options.manufacturer,
+                &state.inventory,
+                gpus,
+                &LedgerGrants { ledger },
+            )?;
             lock(&self.resetting).extend(targets.iter().cloned());
             Ok::<_, ResetError>(
                 ledger
@@ -871,6 +887,7 @@ impl AdminHandler for Daemon {
             uuids: &targets,
         };
         let results = reset::run_resets(
+            resetter.as_ref(),
             collector.commands.as_ref(),
             &targets,
             self.options.reset_deadline,
@@ -878,7 +895,8 @@ impl AdminHandler for Daemon {
         let fresh = collect(&collector, &self.options);
         let report = {
             let mut guard = lock(&self.state);
-            let mut report = reset::conclude(results, fresh, &mut guard.faults);
+            let mut report =
+                reset::conclude(self.options.manufacturer, results, fresh, &mut guard.faults);
             if let Some(mut fresh) = report.inventory.take() {
                 fresh
                     .manufacturers

@@ -11,12 +11,11 @@ use std::sync::Arc;
 use std::sync::mpsc::Sender;
 use std::time::Duration;
 
+use accel_backend::Deadlines;
 use accel_backend::respond::Responder;
 use accel_core::Manufacturer;
 use accel_core::ledger::Seat;
 use accel_host::{ChannelKernelLog, KernelLogEntry, KmsgRecord};
-use accel_nvidia::detector::Deadlines;
-use accel_nvidia::xid::XidClasses;
 use accel_plugin::metrics::exposition::Samples;
 use accel_plugin::pods::MemoryPods;
 use accel_plugin::service::Offer;
@@ -77,7 +76,7 @@ pub(super) fn options(manufacturer: Manufacturer, data_dir: &Path) -> DaemonOpti
         inventory_interval: INVENTORY_INTERVAL,
         pci_poll_interval: PCI_POLL_INTERVAL,
         reset_deadline: Duration::from_secs(5),
-        xid_classes: XidClasses::default(),
+        faults: crate::settings::Settings::default().fault_classifier(manufacturer),
         metrics: DaemonMetrics::default(),
     }
 }

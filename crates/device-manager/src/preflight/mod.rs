@@ -20,6 +20,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::SystemTime;
 
+use accel_backend::Deadlines;
 use accel_backend::preflight::{ContainerCli, Depth, Preflight, State};
 use accel_backend::respond::{Answer, Injection, Responder, ResponderSetup};
 use accel_backend::{Backend, Container, DetectRequest, Phase, Pod, slicing};
@@ -29,7 +30,6 @@ use accel_core::ledger::units::mib_for_units;
 use accel_core::ledger::{Family, Seat};
 use accel_core::units::UNITS_PER_ACCELERATOR;
 use accel_host::pci::PciClassPrefixes;
-use accel_nvidia::detector::Deadlines;
 
 use crate::node::Node;
 use crate::settings::Settings;
@@ -618,15 +618,18 @@ impl Pass<'_> {
         });
         let runtime_major = offer.as_ref().and_then(|o| o.runtime_major);
         let responder = (backend.responder)(ResponderSetup {
-            strategy: self.settings.plugin.nvidia_injection,
+            strategy: self.settings.injection(section.name).unwrap_or_default(),
             runtime_major,
             pod_dir_root: self.places.render_dir.join("pods"),
             preload_dir: self.places.render_dir.clone(),
             library_dir: self.settings.library_dir(),
-            engine: std::sync::Arc::new(accel_nvidia::engine::engine_facts_in(
-                self.node.host.as_ref(),
-                &self.settings.containerd_config_dir,
-            )),
+            engine: match backend.engine {
+                Some(engine) => engine(
+                    std::sync::Arc::new(accel_host::FsHost::new(self.node.host.root())),
+                    &self.settings.containerd_config_dir,
+                ),
+                None => std::sync::Arc::new(accel_backend::EngineFacts::default()),
+            },
             accelerators: section.accelerators.clone(),
             host: Some(std::sync::Arc::new(accel_host::FsHost::new(
                 self.node.kind.files(),

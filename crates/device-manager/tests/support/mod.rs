@@ -14,10 +14,19 @@ pub fn hosts() -> PathBuf {
 /// `host/commands`, what the recording says (stdout, stderr, status), and fails loudly on any
 /// other query.
 pub fn stand_in_nvidia_smi(host: &Path, bin: &Path) {
+    stand_in(host, bin, "nvidia-smi");
+}
+
+/// A stand-in `program` in `bin` answering every argv of it the recorded host `host` recorded
+/// (other programs' commands are left out).
+pub fn stand_in(host: &Path, bin: &Path, program: &str) {
     let mut script = String::from("#!/bin/sh\ncase \"$*\" in\n");
     for entry in std::fs::read_dir(host.join("commands")).unwrap() {
         let dir = entry.unwrap().path();
         let argv = std::fs::read_to_string(dir.join("argv")).unwrap();
+        if argv.lines().next() != Some(program) {
+            continue;
+        }
         let args: Vec<&str> = argv.lines().skip(1).collect();
         let status = std::fs::read_to_string(dir.join("status")).unwrap_or_else(|_| "0".into());
         script.push_str(&format!(
@@ -29,7 +38,7 @@ pub fn stand_in_nvidia_smi(host: &Path, bin: &Path) {
         ));
     }
     script.push_str("  *) echo \"unknown query: $*\" >&2; exit 2 ;;\nesac\n");
-    let path = bin.join("nvidia-smi");
+    let path = bin.join(program);
     std::fs::write(&path, script).unwrap();
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
 }
