@@ -17,9 +17,8 @@ pub fn clean(text: &str) -> Option<String> {
 /// placeholders (`NA`, `-`) and for a bare PCI id (`0x1002`, `0x74a1`, `1002`, `74A1`), which a
 /// tool prints where it knows no name; the caller then takes the next source's name.
 pub fn product_name(text: &str) -> Option<String> {
-    clean(text).filter(|t| {
-        !t.eq_ignore_ascii_case("na") && !t.chars().all(|c| c == '-') && !is_pci_id(t)
-    })
+    clean(text)
+        .filter(|t| !t.eq_ignore_ascii_case("na") && !t.chars().all(|c| c == '-') && !is_pci_id(t))
 }
 
 /// A PCI id as the tools print one: `0x` and up to 8 hex digits, or exactly 4 hex digits.

@@ -121,11 +121,7 @@ pub fn cpu_name_id(name: &str, manufacturer: Option<&str>) -> Option<String> {
 /// used only together, as the described system uses them: a family without its model id (or an
 /// id without its family) names no CPU, so the key is then the bare manufacturer.
 fn model_id(family: Option<&str>, id: Option<&str>) -> Option<String> {
-    let part = |p: Option<&str>| {
-        p.and_then(reported)
-            .map(sanitize)
-            .filter(|p| !p.is_empty())
-    };
+    let part = |p: Option<&str>| p.and_then(reported).map(sanitize).filter(|p| !p.is_empty());
     Some(format!("{}-{}", part(family)?, part(id)?))
 }
 

@@ -152,11 +152,7 @@ fn the_crd_is_cluster_scoped_with_a_status_subresource_and_a_structural_schema()
 fn the_schema_has_no_format_the_api_server_does_not_know() {
     let crd: Value = serde_yaml::from_str(&devices_crd_yaml().unwrap()).unwrap();
     let mut found = Vec::new();
-    formats(
-        &crd["spec"]["versions"][0]["schema"],
-        "schema",
-        &mut found,
-    );
+    formats(&crd["spec"]["versions"][0]["schema"], "schema", &mut found);
     assert!(!found.is_empty(), "the body has integers");
     for (at, schema) in &found {
         let format = schema["format"].as_str().unwrap_or_default();
@@ -169,12 +165,11 @@ fn the_schema_has_no_format_the_api_server_does_not_know() {
             assert_eq!(schema["minimum"].as_f64(), Some(0.0), "{at}: minimum");
         }
     }
-    let index = &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
-        ["properties"]["groups"]["items"]["properties"]["accelerators"]["items"]["properties"]
-        ["index"];
+    let index = &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
+        ["groups"]["items"]["properties"]["accelerators"]["items"]["properties"]["index"];
     assert_eq!(index["format"], "int32");
-    let memory = &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
-        ["properties"]["groups"]["items"]["properties"]["memoryMiB"];
+    let memory = &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
+        ["groups"]["items"]["properties"]["memoryMiB"];
     assert_eq!(memory["format"], "int64");
 }
 

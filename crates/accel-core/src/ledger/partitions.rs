@@ -528,7 +528,11 @@ mod tests {
         ledger.allocate(claim("a", 0, "1g.10gb", 0, 1)).unwrap();
         ledger.allocate(claim("b", 0, "1g.10gb", 1, 1)).unwrap();
         let a = GrantKey::new("a", "main");
-        let start = |l: &Ledger| l.grant(&a).and_then(|g| g.partition.as_ref()).map(|p| p.start);
+        let start = |l: &Ledger| {
+            l.grant(&a)
+                .and_then(|g| g.partition.as_ref())
+                .map(|p| p.start)
+        };
 
         ledger.move_partition(&a, 5).unwrap();
         assert_eq!(start(&ledger), Some(5));
