@@ -8,7 +8,7 @@ use serde_json::Value;
 
 use accel_core::busid::BusId;
 
-use crate::text::{clean, hex_u64, unique_id};
+use crate::text::{clean, hex_u64, product_name, unique_id};
 
 /// Why a document could not be read.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -84,13 +84,17 @@ pub struct StaticGpu {
     pub bus_id: Option<BusId>,
     /// `asic.asic_serial`, normalised.
     pub unique_id: Option<u64>,
+    /// `asic.market_name`; `None` for a placeholder or a bare PCI id
+    /// ([`crate::text::product_name`]).
     pub market_name: Option<String>,
-    /// `board.product_name`.
+    /// `board.product_name`, by the same rule.
     pub board_name: Option<String>,
     pub device_id: Option<u16>,
     pub compute_units: Option<u32>,
     pub gfx_target: Option<String>,
     pub vram_mib: Option<u64>,
+    /// `driver.version` when it is a driver's version ([`driver_version`]): an inbox kernel
+    /// driver puts the kernel's `/proc/version` there.
     pub driver_version: Option<String>,
     pub vbios_version: Option<String>,
     pub serial: Option<String>,
@@ -191,15 +195,15 @@ fn static_gpu(g: &Value) -> StaticGpu {
         gpu: number(g.get("gpu")),
         bus_id: text(path(g, &["bus", "bdf"])).and_then(|b| b.parse().ok()),
         unique_id: text(asic("asic_serial")).and_then(|s| unique_id(&s)),
-        market_name: text(asic("market_name")),
-        board_name: text(path(g, &["board", "product_name"])),
+        market_name: text(asic("market_name")).and_then(|n| product_name(&n)),
+        board_name: text(path(g, &["board", "product_name"])).and_then(|n| product_name(&n)),
         device_id: text(asic("device_id"))
             .and_then(|d| hex_u64(&d))
             .and_then(|d| u16::try_from(d).ok()),
         compute_units: number(asic("num_compute_units")).and_then(|n| u32::try_from(n).ok()),
         gfx_target: gfx,
         vram_mib: mebibytes(path(g, &["vram", "size"])),
-        driver_version: text(path(g, &["driver", "version"])),
+        driver_version: driver_version(text(path(g, &["driver", "version"]))),
         vbios_version: text(path(g, &["ifwi", "version"]))
             .or_else(|| text(path(g, &["vbios", "version"]))),
         serial: text(path(g, &["board", "product_serial"])),
@@ -218,8 +222,9 @@ pub struct Versions {
     pub amdgpu: Option<String>,
 }
 
-/// A driver version worth reporting: a dotted figure, not a squashed kernel banner.
-fn driver_version(text: Option<String>) -> Option<String> {
+/// A driver version worth reporting: a dotted figure, not a kernel banner (an inbox driver's
+/// `/proc/version`, squashed or not). Every source of the driver's version goes through it.
+pub fn driver_version(text: Option<String>) -> Option<String> {
     text.filter(|t| {
         t.len() <= 32
             && t.chars().next().is_some_and(|c| c.is_ascii_digit())
@@ -296,6 +301,114 @@ mod tests {
         assert_eq!(number(v.get("b")), None);
         assert_eq!(number(v.get("c")), Some(3));
         assert_eq!(number(v.get("d")), Some(12));
+    }
+
+    #[test]
+    fn a_field_reads_as_text_in_every_shape() {
+        let v: Value = serde_json::from_str(
+            r#"{"n": 304, "b": true, "o": {"value": "gfx942", "unit": null}, "s": " MI300X ",
+                "na": "N/A", "l": [1]}"#,
+        )
+        .unwrap();
+        assert_eq!(text(v.get("n")).as_deref(), Some("304"));
+        assert_eq!(text(v.get("b")).as_deref(), Some("true"));
+        assert_eq!(text(v.get("o")).as_deref(), Some("gfx942"));
+        assert_eq!(text(v.get("s")).as_deref(), Some("MI300X"));
+        assert_eq!(text(v.get("na")), None);
+        assert_eq!(text(v.get("l")), None);
+        assert_eq!(text(v.get("missing")), None);
+    }
+
+    #[test]
+    fn a_figure_reads_from_a_number_a_string_or_a_value_object() {
+        let v: Value = serde_json::from_str(
+            r#"{"n": 51.5, "s": "12.25", "o": {"value": "7.5", "unit": "W"}, "na": "N/A",
+                "x": "12 W", "b": true}"#,
+        )
+        .unwrap();
+        assert_eq!(figure(v.get("n")), Some(51.5));
+        assert_eq!(figure(v.get("s")), Some(12.25));
+        assert_eq!(figure(v.get("o")), Some(7.5));
+        assert_eq!(figure(v.get("na")), None);
+        assert_eq!(figure(v.get("x")), None);
+        assert_eq!(figure(v.get("b")), None);
+    }
+
+    #[test]
+    fn memory_figures_read_as_mebibytes_in_every_unit() {
+        let v: Value = serde_json::from_str(
+            r#"{"mb": {"value": 196592, "unit": "MB"}, "mib": {"value": 10, "unit": "MiB"},
+                "gb": {"value": 192, "unit": "GB"}, "b": {"value": 205084689384, "unit": "B"},
+                "bare": 512, "odd": {"value": 1, "unit": "TB"}}"#,
+        )
+        .unwrap();
+        assert_eq!(mebibytes(v.get("mb")), Some(196_592));
+        assert_eq!(mebibytes(v.get("mib")), Some(10));
+        assert_eq!(mebibytes(v.get("gb")), Some(196_608));
+        // 205084689384 B is 195584 MiB and 1000 bytes: rounded down.
+        assert_eq!(mebibytes(v.get("b")), Some(195_584));
+        assert_eq!(mebibytes(v.get("bare")), Some(512));
+        assert_eq!(mebibytes(v.get("odd")), None);
+    }
+
+    #[test]
+    fn a_driver_version_is_a_short_dotted_figure() {
+        for version in ["6.16.13", "6.10.5", "6.8.0-79-generic", "1"] {
+            assert_eq!(
+                driver_version(Some(version.into())).as_deref(),
+                Some(version)
+            );
+        }
+        for not_one in [
+            // A squashed banner, even a short one with only the allowed characters.
+            "Linuxversion6.8.0-79-generic",
+            "Linux version 6.8.0-79-generic (buildd@lcy02-amd64-049)",
+            // Dotted, but longer than any driver version.
+            "6.8.0-79-generic-aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa",
+            "6.8.0 (x86_64)",
+            "",
+        ] {
+            assert_eq!(driver_version(Some(not_one.into())), None, "{not_one}");
+        }
+        assert_eq!(driver_version(None), None);
+    }
+
+    #[test]
+    fn the_version_line_names_the_tool_library_rocm_and_driver() {
+        let v = parse_version_text(
+            "some notice\nAMDSMI Tool: 24.5.1+c5106a9 | AMDSMI Library version: 24.5.2.0 | ROCm version: 6.1.2 | amdgpu version: 6.7.0 | stray",
+        )
+        .unwrap();
+        assert_eq!(
+            v,
+            Versions {
+                tool: Some("24.5.1+c5106a9".into()),
+                library: Some("24.5.2.0".into()),
+                rocm: Some("6.1.2".into()),
+                amdgpu: Some("6.7.0".into()),
+            }
+        );
+        assert_eq!(parse_version_text("no version here"), None);
+    }
+
+    #[test]
+    fn a_static_document_drops_placeholder_names_and_a_banner_driver() {
+        let doc = r#"[{"gpu": 0, "asic": {"market_name": "0x74a1", "device_id": "0x74a1"},
+                       "board": {"product_name": "AMD Instinct MI300X OAM"},
+                       "driver": {"name": "amdgpu", "version": "Linux version 6.8.0-79-generic (buildd@lcy02)"}},
+                      {"gpu": 1, "asic": {"market_name": "AMD Instinct MI300X"},
+                       "board": {"product_name": "N/A"}, "driver": {"version": "6.16.13"}}]"#;
+        let gpus = parse_static(doc).unwrap();
+        assert_eq!(gpus[0].market_name, None);
+        assert_eq!(
+            gpus[0].board_name.as_deref(),
+            Some("AMD Instinct MI300X OAM")
+        );
+        assert_eq!(gpus[0].device_id, Some(0x74a1));
+        assert_eq!(gpus[0].driver_version, None);
+        assert_eq!(gpus[1].market_name.as_deref(), Some("AMD Instinct MI300X"));
+        assert_eq!(gpus[1].board_name, None);
+        assert_eq!(gpus[1].driver_version.as_deref(), Some("6.16.13"));
     }
 
     #[test]

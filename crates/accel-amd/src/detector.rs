@@ -31,7 +31,7 @@ use crate::amdsmi::{self, StaticGpu, Versions};
 use crate::drm::{self, DrmCard};
 use crate::kfd::{self, KfdBoard};
 use crate::rocmsmi::{self, RocmSmi};
-use crate::text::rocr_uuid;
+use crate::text::{product_name, rocr_uuid};
 
 /// The amd-smi queries the detector runs.
 pub const AMD_SMI_STATIC: &[&str] = &["amd-smi", "static", "--json"];
@@ -343,10 +343,16 @@ fn accelerator(
         .or_else(|| card.and_then(|c| c.unique_id))
         .or_else(|| rsmi.and_then(|c| c.unique_id));
     a.uuid = unique.map(rocr_uuid);
+    // Each source's name is already none for a placeholder or a bare PCI id; the DRM file's
+    // is checked here by the same rule.
     a.product = first_smi
         .and_then(|g| g.market_name.clone())
+        .or_else(|| first_smi.and_then(|g| g.board_name.clone()))
         .or_else(|| rsmi.and_then(|c| c.name.clone()))
-        .or_else(|| card.and_then(|c| c.product_name.clone()));
+        .or_else(|| {
+            card.and_then(|c| c.product_name.as_deref())
+                .and_then(product_name)
+        });
     let partitions = board.partitions();
     // A partitioned board's tool and KFD figures are per partition; its DRM figure is the
     // board's.

@@ -1,5 +1,6 @@
 //! Small text rules every AMD source shares: NUL padding and whitespace trimmed, empty and the
-//! tools' placeholders (`N/A`) read as absent, unique ids normalised to one u64.
+//! tools' placeholders (`N/A`) read as absent, unique ids normalised to one u64, and what is no
+//! product name (a placeholder, a bare PCI id).
 
 /// The value of a sysfs file or a tool's field: NULs and whitespace trimmed; empty or `N/A`
 /// (any case, with or without a trailing note such as `N/A (Secondary die)`) is `None`.
@@ -9,6 +10,23 @@ pub fn clean(text: &str) -> Option<String> {
         None
     } else {
         Some(t.to_string())
+    }
+}
+
+/// A product name from a tool's field or a sysfs file: [`clean`], and `None` for the other
+/// placeholders (`NA`, `-`) and for a bare PCI id (`0x1002`, `0x74a1`, `1002`, `74A1`), which a
+/// tool prints where it knows no name; the caller then takes the next source's name.
+pub fn product_name(text: &str) -> Option<String> {
+    clean(text)
+        .filter(|t| !t.eq_ignore_ascii_case("na") && !t.chars().all(|c| c == '-') && !is_pci_id(t))
+}
+
+/// A PCI id as the tools print one: `0x` and up to 8 hex digits, or exactly 4 hex digits.
+fn is_pci_id(text: &str) -> bool {
+    let hex = |d: &str| d.chars().all(|c| c.is_ascii_hexdigit());
+    match text.strip_prefix("0x").or_else(|| text.strip_prefix("0X")) {
+        Some(digits) => (1..=8).contains(&digits.len()) && hex(digits),
+        None => text.len() == 4 && hex(text),
     }
 }
 
@@ -58,6 +76,38 @@ mod tests {
         assert_eq!(unique_id("ffffffffffffffff"), None);
         assert_eq!(unique_id("0"), None);
         assert_eq!(unique_id("<redacted>"), None);
+    }
+
+    #[test]
+    fn a_hex_figure_has_at_most_16_digits_even_with_leading_zeros() {
+        assert_eq!(hex_u64("0000000000000001"), Some(1));
+        assert_eq!(hex_u64("0x0000000000000001"), Some(1));
+        assert_eq!(hex_u64("00000000000000001"), None);
+        assert_eq!(hex_u64("0x"), None);
+    }
+
+    #[test]
+    fn placeholders_and_bare_pci_ids_are_no_product_name() {
+        for not_a_name in [
+            "0x1002", "0x74a1", "0X74A1", "0xc1e", "1002", "74a1", "N/A", "NA", "na", "-", "--",
+            "", " \0",
+        ] {
+            assert_eq!(product_name(not_a_name), None, "{not_a_name:?}");
+        }
+        for name in [
+            "AMD Instinct MI300X",
+            "MI308X",
+            "Navi 32 [Radeon RX 7700 XT / 7800 XT]",
+            // Not a PCI id: too long unprefixed, too long prefixed, not hex, a sign in it.
+            "10020",
+            "0x123456789",
+            "0xMI50",
+            "NAVI",
+            "-1-",
+            "RX 7900",
+        ] {
+            assert_eq!(product_name(name).as_deref(), Some(name), "{name:?}");
+        }
     }
 
     #[test]

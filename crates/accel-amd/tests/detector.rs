@@ -130,3 +130,85 @@ fn no_driver_is_no_accelerator_and_no_error() {
     let section = detect_in(&host("amd-no-driver"), DetectOptions::default());
     assert!(section.accelerators.is_empty());
 }
+
+/// A copy of recorded host `name` with `edit` applied to its command `command`'s stdout.
+fn edited(name: &str, command: &str, edit: impl Fn(String) -> String) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    copy(&host(name), &dir.path().join("h"));
+    let stdout = dir.path().join("h/commands").join(command).join("stdout");
+    let text = std::fs::read_to_string(&stdout).unwrap();
+    std::fs::write(&stdout, edit(text)).unwrap();
+    dir
+}
+
+#[test]
+fn a_bare_pci_id_or_a_placeholder_is_no_product_name_and_the_next_source_names_it() {
+    // amd-smi's market name a bare device id: the board's name answers.
+    let dir = edited("amd-8x-mi300x", "static", |t| {
+        t.replace(
+            r#""market_name": "AMD Instinct MI300X""#,
+            r#""market_name": "0x74a1""#,
+        )
+    });
+    let section = detect_in(&dir.path().join("h"), DetectOptions::default());
+    assert_eq!(
+        section.accelerators[0].product.as_deref(),
+        Some("AMD Instinct MI300X OAM")
+    );
+    // Both placeholders or ids, and no other source: no name (the model key is then the bare
+    // manufacturer), never `0x1002`.
+    let dir = edited("amd-8x-mi300x", "static", |t| {
+        t.replace(
+            r#""market_name": "AMD Instinct MI300X""#,
+            r#""market_name": "0x1002""#,
+        )
+        .replace(
+            r#""product_name": "AMD Instinct MI300X OAM""#,
+            r#""product_name": "NA""#,
+        )
+    });
+    let section = detect_in(&dir.path().join("h"), DetectOptions::default());
+    assert!(section.accelerators.iter().all(|a| a.product.is_none()));
+    // rocm-smi's `Card Series` a bare id: its `Device Name` answers.
+    let dir = edited("amd-rocm-smi-only-rx7800xt", "rocm-smi", |t| {
+        t.replace(
+            r#""Card Series": "Navi 32 [Radeon RX 7700 XT / 7800 XT]""#,
+            r#""Card Series": "0x747e""#,
+        )
+        .replace(
+            r#""Device Name": "Navi 32 [Radeon RX 7700 XT / 7800 XT]""#,
+            r#""Device Name": "Navi 32""#,
+        )
+    });
+    let section = detect_in(&dir.path().join("h"), DetectOptions::default());
+    assert_eq!(section.accelerators[0].product.as_deref(), Some("Navi 32"));
+}
+
+#[test]
+fn an_inbox_drivers_kernel_banner_is_no_driver_version_in_any_source() {
+    // `version --json` without the amdgpu field: the fallback is static's `driver.version`,
+    // which on an inbox driver is the kernel's `/proc/version`.
+    let banner = "Linux version 6.8.0-79-generic (buildd@lcy02-amd64-049) #79-Ubuntu SMP";
+    let dir = edited("amd-8x-mi300x", "static", |t| {
+        t.replace(
+            r#""version": "6.16.13""#,
+            &format!(r#""version": "{banner}""#),
+        )
+    });
+    let version = dir.path().join("h/commands/version/stdout");
+    let text = std::fs::read_to_string(&version).unwrap();
+    std::fs::write(
+        &version,
+        text.replace(r#""amdgpu_version": "6.16.13","#, ""),
+    )
+    .unwrap();
+    let section = detect_in(&dir.path().join("h"), DetectOptions::default());
+    assert_eq!(section.accelerators.len(), 8);
+    assert_eq!(section.driver_version, None);
+    // A dotted figure there is the driver's version.
+    let dir = edited("amd-8x-mi300x", "version", |t| {
+        t.replace(r#""amdgpu_version": "6.16.13","#, "")
+    });
+    let section = detect_in(&dir.path().join("h"), DetectOptions::default());
+    assert_eq!(section.driver_version.as_deref(), Some("6.16.13"));
+}

@@ -117,17 +117,12 @@ pub fn cpu_name_id(name: &str, manufacturer: Option<&str>) -> Option<String> {
     (!id.is_empty()).then_some(id)
 }
 
-/// The `<family>-<id>` fallback from NFD's cpu-model labels (`25`, `1` → `25-1`); either part
-/// alone when only it is reported.
+/// The `<family>-<id>` fallback from NFD's cpu-model labels (`25`, `1` → `25-1`). The two are
+/// used only together, as the described system uses them: a family without its model id (or an
+/// id without its family) names no CPU, so the key is then the bare manufacturer.
 fn model_id(family: Option<&str>, id: Option<&str>) -> Option<String> {
-    let parts: Vec<String> = [family, id]
-        .into_iter()
-        .flatten()
-        .filter_map(reported)
-        .map(sanitize)
-        .filter(|p| !p.is_empty())
-        .collect();
-    (!parts.is_empty()).then(|| parts.join("-"))
+    let part = |p: Option<&str>| p.and_then(reported).map(sanitize).filter(|p| !p.is_empty());
+    Some(format!("{}-{}", part(family)?, part(id)?))
 }
 
 /// A value NFD reported: not empty, and not an `@…` template reference it could not resolve.
@@ -365,18 +360,33 @@ mod tests {
             node(&model, &[(NAME_ANNOTATION, "AMD Processor")]),
             "amd-25-1"
         );
-        // Unreported labels are skipped too.
-        assert_eq!(
-            node(
-                &[
-                    (VENDOR_LABEL, "AMD"),
-                    (FAMILY_LABEL, "25"),
-                    (ID_LABEL, "@cpu.model.id")
-                ],
-                &[]
-            ),
-            "amd-25"
-        );
+    }
+
+    #[test]
+    fn family_and_id_are_used_only_together() {
+        // One of the two alone (absent, unresolved, or nothing left after cleaning) names no
+        // CPU: the key is the bare manufacturer, never `amd-25` or `amd-1`.
+        let table: [&[(&str, &str)]; 5] = [
+            &[(VENDOR_LABEL, "AMD"), (FAMILY_LABEL, "25")],
+            &[(VENDOR_LABEL, "AMD"), (ID_LABEL, "1")],
+            &[
+                (VENDOR_LABEL, "AMD"),
+                (FAMILY_LABEL, "25"),
+                (ID_LABEL, "@cpu.model.id"),
+            ],
+            &[
+                (VENDOR_LABEL, "AMD"),
+                (FAMILY_LABEL, "@cpu.model.family"),
+                (ID_LABEL, "1"),
+            ],
+            &[(VENDOR_LABEL, "AMD"), (FAMILY_LABEL, "25"), (ID_LABEL, "+")],
+        ];
+        for labels in table {
+            assert_eq!(node(labels, &[]), "amd", "{labels:?}");
+        }
+        // Without a vendor, one of the two alone is no identity at all.
+        assert_eq!(node(&[(FAMILY_LABEL, "6")], &[]), "generic");
+        assert_eq!(node(&[(ID_LABEL, "85")], &[]), "generic");
     }
 
     #[test]

@@ -4,14 +4,20 @@
 //! (`nfd.k8s-sigs.io/v1alpha1`, namespaced), of which only `spec.labels` is ours.
 //!
 //! This module owns the wrappers and the generated CRD document ([`devices_crd_yaml`]); the shape
-//! of the body is accel-core's. It makes no API call.
+//! of the body is accel-core's. The schema is schemars' derived one with one rewrite
+//! ([`ApiServerIntegers`]): the Rust widths (`uint32`, `uint64`, `uint8` …) become the integer
+//! formats the API server knows (`int32`, `int64`), unsigned ones keeping `minimum: 0`, so
+//! `kubectl apply` and `helm install` print no `unrecognized format` warning. It makes no API
+//! call.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use accel_core::devices::{DevicesSpec, DevicesStatus};
 use kube::CustomResource;
 use kube::CustomResourceExt;
-use schemars::JsonSchema;
+use schemars::transform::{RecursiveTransform, Transform};
+use schemars::{JsonSchema, Schema, SchemaGenerator};
 use serde::{Deserialize, Serialize};
 
 /// The body of `Devices.spec`: what the node has, per accelerator group (accel-core's
@@ -25,11 +31,62 @@ use serde::{Deserialize, Serialize};
     singular = "devices",
     doc = "One node's accelerators: what it has (spec) and the ledger of who holds them (status). Named after its node and owned by it.",
     status = "DevicesStatus",
+    schema = "manual",
     printcolumn = r#"{"name":"Groups","type":"string","jsonPath":".spec.groups[*].key"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[serde(transparent)]
 pub struct DevicesBody(pub DevicesSpec);
+
+/// The shape of the `Devices` object the schema describes (what kube's derive would describe:
+/// `metadata`, `apiVersion` and `kind` are the API server's), before [`ApiServerIntegers`].
+#[derive(JsonSchema)]
+#[schemars(
+    rename = "Devices",
+    description = "One node's accelerators: what it has (spec) and the ledger of who holds them (status). Named after its node and owned by it."
+)]
+#[allow(dead_code)]
+struct DevicesShape {
+    spec: DevicesBody,
+    status: Option<DevicesStatus>,
+}
+
+impl JsonSchema for Devices {
+    fn schema_name() -> Cow<'static, str> {
+        DevicesShape::schema_name()
+    }
+
+    fn json_schema(generator: &mut SchemaGenerator) -> Schema {
+        let mut schema = DevicesShape::json_schema(generator);
+        RecursiveTransform(ApiServerIntegers).transform(&mut schema);
+        schema
+    }
+}
+
+/// Rewrites schemars' integer formats to the two the API server knows: the widths up to 32 bits
+/// (`int8`, `uint16`, `uint32` …) to `int32`, wider ones (`uint64`, `int128`, `uint` …) to
+/// `int64`; an unsigned one keeps (or gains) `minimum: 0`. Other formats are left alone.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ApiServerIntegers;
+
+impl Transform for ApiServerIntegers {
+    fn transform(&mut self, schema: &mut Schema) {
+        let Some(format) = schema.get("format").and_then(|f| f.as_str()) else {
+            return;
+        };
+        let (known, unsigned) = match format {
+            "int8" | "int16" => ("int32", false),
+            "uint8" | "uint16" | "uint32" => ("int32", true),
+            "int" | "int128" => ("int64", false),
+            "uint" | "uint64" | "uint128" => ("int64", true),
+            _ => return,
+        };
+        schema.insert("format".into(), known.into());
+        if unsigned && schema.get("minimum").is_none() {
+            schema.insert("minimum".into(), 0.into());
+        }
+    }
+}
 
 /// The label NFD reads to know which node a NodeFeature describes.
 pub const NFD_NODE_NAME_LABEL: &str = "nfd.node.kubernetes.io/node-name";

@@ -1,10 +1,67 @@
 //! The committed `Devices` CRD in the Helm chart is exactly what the Rust types generate; with
 //! `ACCEL_KUBE_REGENERATE=1` this test rewrites it instead. And the generated CRD has the shape
 //! the cluster relies on: cluster-scoped, `gpustack.ai/v1`, a status subresource, a structural
-//! schema (no `$ref`), the body's camelCase fields.
+//! schema (no `$ref`), the body's camelCase fields, and only formats the API server knows.
 
-use accel_kube::crd::devices_crd_yaml;
-use serde_json::Value;
+use accel_kube::crd::{ApiServerIntegers, devices_crd_yaml};
+use schemars::Schema;
+use schemars::transform::Transform;
+use serde_json::{Value, json};
+
+/// The formats the API server's OpenAPI validation knows (apiextensions' supported formats, and
+/// OpenAPI's numeric ones); any other makes `kubectl apply` warn `unrecognized format`.
+const KNOWN_FORMATS: &[&str] = &[
+    "int32",
+    "int64",
+    "float",
+    "double",
+    "byte",
+    "binary",
+    "date",
+    "date-time",
+    "datetime",
+    "duration",
+    "password",
+    "uri",
+    "email",
+    "hostname",
+    "ipv4",
+    "ipv6",
+    "cidr",
+    "mac",
+    "uuid",
+    "uuid3",
+    "uuid4",
+    "uuid5",
+    "bsonobjectid",
+    "isbn",
+    "isbn10",
+    "isbn13",
+    "creditcard",
+    "ssn",
+    "hexcolor",
+    "rgbcolor",
+];
+
+/// Every `format` in a schema, with the JSON path of its schema.
+fn formats(value: &Value, at: &str, out: &mut Vec<(String, Value)>) {
+    match value {
+        Value::Object(map) => {
+            if map.contains_key("format") {
+                out.push((at.to_string(), value.clone()));
+            }
+            for (k, v) in map {
+                formats(v, &format!("{at}.{k}"), out);
+            }
+        }
+        Value::Array(list) => {
+            for (n, v) in list.iter().enumerate() {
+                formats(v, &format!("{at}[{n}]"), out);
+            }
+        }
+        _ => {}
+    }
+}
 
 const CRD_FILE: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
@@ -88,5 +145,78 @@ fn the_crd_is_cluster_scoped_with_a_status_subresource_and_a_structural_schema()
             condition.get(field).is_some(),
             "status.conditions[].{field}"
         );
+    }
+}
+
+#[test]
+fn the_schema_has_no_format_the_api_server_does_not_know() {
+    let crd: Value = serde_yaml::from_str(&devices_crd_yaml().unwrap()).unwrap();
+    let mut found = Vec::new();
+    formats(&crd["spec"]["versions"][0]["schema"], "schema", &mut found);
+    assert!(!found.is_empty(), "the body has integers");
+    for (at, schema) in &found {
+        let format = schema["format"].as_str().unwrap_or_default();
+        assert!(
+            KNOWN_FORMATS.contains(&format),
+            "{at}: format {format:?} is unknown to the API server"
+        );
+        if matches!(format, "int32" | "int64") {
+            // Every integer of the body is unsigned: it keeps its lower bound.
+            assert_eq!(schema["minimum"].as_f64(), Some(0.0), "{at}: minimum");
+        }
+    }
+    let index = &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
+        ["groups"]["items"]["properties"]["accelerators"]["items"]["properties"]["index"];
+    assert_eq!(index["format"], "int32");
+    let memory = &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
+        ["groups"]["items"]["properties"]["memoryMiB"];
+    assert_eq!(memory["format"], "int64");
+}
+
+#[test]
+fn rust_integer_widths_become_int32_or_int64_unsigned_ones_bounded_at_zero() {
+    let rewrite = |schema: Value| {
+        let mut schema = Schema::try_from(schema).unwrap();
+        ApiServerIntegers.transform(&mut schema);
+        schema.to_value()
+    };
+    for (from, to) in [
+        ("uint8", "int32"),
+        ("uint16", "int32"),
+        ("uint32", "int32"),
+        ("uint", "int64"),
+        ("uint64", "int64"),
+        ("uint128", "int64"),
+    ] {
+        assert_eq!(
+            rewrite(json!({"type": "integer", "format": from})),
+            json!({"type": "integer", "format": to, "minimum": 0}),
+            "{from}"
+        );
+    }
+    for (from, to) in [
+        ("int8", "int32"),
+        ("int16", "int32"),
+        ("int", "int64"),
+        ("int128", "int64"),
+    ] {
+        assert_eq!(
+            rewrite(json!({"type": "integer", "format": from})),
+            json!({"type": "integer", "format": to}),
+            "{from}"
+        );
+    }
+    // A bound already there stays; known formats and schemas without one are left alone.
+    assert_eq!(
+        rewrite(json!({"type": "integer", "format": "uint8", "minimum": 0, "maximum": 255})),
+        json!({"type": "integer", "format": "int32", "minimum": 0, "maximum": 255})
+    );
+    for unchanged in [
+        json!({"type": "integer", "format": "int64"}),
+        json!({"type": "number", "format": "double"}),
+        json!({"type": "string", "format": "date-time"}),
+        json!({"type": "string"}),
+    ] {
+        assert_eq!(rewrite(unchanged.clone()), unchanged);
     }
 }

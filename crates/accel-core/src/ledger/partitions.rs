@@ -304,7 +304,7 @@ pub fn node_profiles(occupancies: &BTreeMap<u32, PartitionOccupancy>) -> BTreeMa
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ledger::{Claim, GrantKey, Policy};
+    use crate::ledger::{Claim, GrantKey, Policy, Refusal};
 
     /// The H100 80GB table (spec §1.2).
     pub(crate) fn h100() -> Vec<PartitionShape> {
@@ -499,6 +499,84 @@ mod tests {
         let s = ledger.seat(0).unwrap();
         assert_eq!(room(s, &ledger), 4);
         assert_eq!(occupancy(s, &ledger).placeable["3g.40gb"], 1);
+    }
+
+    #[test]
+    fn a_partition_is_offered_only_at_a_start_and_size_of_its_own_profile() {
+        // `4g.40gb` sits only at 0; `3g.40gb`, of the same size, also at 4: a 4g at 4 borrows
+        // the 3g's start. A 7g at 3 borrows the 1g's; a 7g of size 1 the 1g's size.
+        let mut ledger = Ledger::new([seat(0)], Policy::default());
+        for (profile, start, size) in [("4g.40gb", 4, 4), ("7g.80gb", 3, 8), ("7g.80gb", 0, 1)] {
+            assert_eq!(
+                ledger.allocate(claim("a", 0, profile, start, size)),
+                Err(Refusal::NotOffered {
+                    accelerator: "0 (GPU-0)".into(),
+                    profile: profile.into(),
+                    start,
+                }),
+                "{profile} at {start} of size {size}"
+            );
+        }
+        assert!(ledger.grants().is_empty());
+        ledger.allocate(claim("a", 0, "4g.40gb", 0, 4)).unwrap();
+        ledger.verify().unwrap();
+    }
+
+    #[test]
+    fn a_moved_partition_grant_takes_its_new_start_unless_another_holds_it() {
+        let mut ledger = Ledger::new([seat(0)], Policy::default());
+        ledger.allocate(claim("a", 0, "1g.10gb", 0, 1)).unwrap();
+        ledger.allocate(claim("b", 0, "1g.10gb", 1, 1)).unwrap();
+        let a = GrantKey::new("a", "main");
+        let start = |l: &Ledger| {
+            l.grant(&a)
+                .and_then(|g| g.partition.as_ref())
+                .map(|p| p.start)
+        };
+
+        ledger.move_partition(&a, 5).unwrap();
+        assert_eq!(start(&ledger), Some(5));
+        let mut taken = occupied(&ledger, 0);
+        taken.sort();
+        assert_eq!(taken, vec![(1, 1), (5, 1)]);
+        // Onto b's slice: refused, and a stays where it was.
+        assert_eq!(
+            ledger.move_partition(&a, 1),
+            Err(Refusal::PlacementTaken {
+                accelerator: "0 (GPU-0)".into(),
+                profile: "1g.10gb".into(),
+                start: 1,
+            })
+        );
+        assert_eq!(start(&ledger), Some(5));
+        // No such grant: refused.
+        let nobody = GrantKey::new("nobody", "main");
+        assert_eq!(
+            ledger.move_partition(&nobody, 2),
+            Err(Refusal::PartitionShape { key: nobody })
+        );
+        ledger.verify().unwrap();
+    }
+
+    #[test]
+    fn a_partition_instance_is_recorded_only_on_a_partition_grant() {
+        let mut ledger = Ledger::new([seat(0)], Policy::default());
+        ledger.allocate(claim("a", 0, "1g.10gb", 0, 1)).unwrap();
+        let instance = PartitionInstance {
+            gpu_instance: 9,
+            compute_instance: 0,
+            uuid: "MIG-1".into(),
+        };
+        let a = GrantKey::new("a", "main");
+        assert!(ledger.set_partition_instance(&a, instance.clone()));
+        assert_eq!(
+            ledger
+                .grant(&a)
+                .and_then(|g| g.partition.as_ref())
+                .and_then(|p| p.instance.clone()),
+            Some(instance.clone())
+        );
+        assert!(!ledger.set_partition_instance(&GrantKey::new("nobody", "main"), instance));
     }
 
     #[test]
