@@ -2,7 +2,9 @@
 //! template` renders: the webhook's RBAC is read-only on exactly what the pool cache watches, the
 //! webhook configurations select, fail and time out as seed 003 and the issue require, each
 //! component's RBAC is what it touches, DaemonSets are rendered only for the manufacturers this
-//! project can detect (on the NFD PCI label, with the host mounts the daemon needs), the host root,
+//! project can detect (on the NFD PCI label, with the host mounts the daemon needs), one per row
+//! of `global.manufacturers` with everything particular to it taken from the row (a new row
+//! needs no template edit, and no template names a manufacturer), the host root,
 //! kernel log and library directory are values that reach the daemon, every `GPUSTACK_*` setting
 //! the code reads has a value and each env name is passed once (a per-manufacturer override
 //! replaces the chart's entry; "" is passed empty without `value: ""`), the uninstall hook runs
@@ -27,8 +29,8 @@ use accel_kube::cache::{DEVICES_API, KUEUE_API};
 use accel_nvidia::responder::{HOST_LIBRARY_DIR, NvidiaResponder, PRELOAD_LIBRARY};
 use serde_json::{Value, json};
 
-/// The manufacturers this project can detect. A new detector adds its manufacturer here and to
-/// the chart's `dm.detectable` together.
+/// The manufacturers this project can detect. A new detector adds its manufacturer here and
+/// `detectable: true` to its row of the chart's `global.manufacturers` together.
 const DETECTABLE: [Manufacturer; 2] = [Manufacturer::Nvidia, Manufacturer::Amd];
 
 /// The CUDA majors the image builds HAMi-core for.
@@ -148,12 +150,20 @@ fn helm() -> Option<PathBuf> {
 
 /// `helm template` with `--set` arguments: the rendered documents, or helm's error text.
 fn try_render(helm: &Path, sets: &[&str]) -> Result<Vec<Value>, String> {
+    try_render_files(helm, &[], sets)
+}
+
+/// `helm template` with values files (`-f`, in order) and then `--set` arguments.
+fn try_render_files(helm: &Path, files: &[&Path], sets: &[&str]) -> Result<Vec<Value>, String> {
     let mut command = Command::new(helm);
     command
         .arg("template")
         .arg("dm")
         .arg(chart())
         .args(["--namespace", NAMESPACE]);
+    for file in files {
+        command.arg("--values").arg(file);
+    }
     for set in sets {
         command.args(["--set", set]);
     }
@@ -479,6 +489,536 @@ fn daemonsets_are_rendered_only_for_the_manufacturers_this_project_detects() {
     let none = render(&helm, &["deviceManager.enabled=false"]);
     assert!(of_kind(&none, "DaemonSet").is_empty());
     assert!(!none.iter().any(|d| d["metadata"]["name"] == NODE_ACCOUNT));
+}
+
+/// The chart's values.yaml, parsed.
+fn chart_values() -> Value {
+    let path = chart().join("values.yaml");
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    serde_yaml::from_str(&text).expect("values.yaml is YAML")
+}
+
+/// The rows of `global.manufacturers` in values.yaml, by name.
+fn manufacturer_rows(values: &Value) -> &serde_json::Map<String, Value> {
+    values["global"]["manufacturers"]
+        .as_object()
+        .expect("global.manufacturers is a map")
+}
+
+/// `--set` arguments enabling every row of `rows` and marking it detectable.
+fn every_row_enabled(rows: &serde_json::Map<String, Value>) -> Vec<String> {
+    rows.keys()
+        .flat_map(|name| {
+            [
+                format!("global.manufacturers.{name}.enabled=true"),
+                format!("global.manufacturers.{name}.detectable=true"),
+            ]
+        })
+        .collect()
+}
+
+/// The NFD node selector terms a DaemonSet carries for these PCI ids: any one selects the node.
+fn vendor_terms<'a>(ids: impl IntoIterator<Item = &'a str>) -> Value {
+    ids.into_iter()
+        .map(|id| {
+            json!({"matchExpressions": [{
+                "key": format!("feature.node.kubernetes.io/pci-{id}.present"),
+                "operator": "In",
+                "values": ["true"],
+            }]})
+        })
+        .collect()
+}
+
+/// A row's host paths as the daemon mounts them: mount path → (read-only, the volume's
+/// hostPath). Fails when one is not mounted at its own host path.
+fn row_mounts(spec: &Value, daemon: &Value) -> BTreeMap<String, (bool, Value)> {
+    let mut mounts = BTreeMap::new();
+    for mount in daemon["volumeMounts"].as_array().expect("volumeMounts") {
+        let name = mount["name"].as_str().expect("a mount's name");
+        if !name.starts_with("host-path-") {
+            continue;
+        }
+        let (_, source) = host_mount(spec, daemon, name);
+        let path = mount["mountPath"].as_str().expect("mountPath").to_string();
+        assert_eq!(
+            source["path"],
+            json!(path),
+            "{name}: mounted at its host path"
+        );
+        let read_only = mount["readOnly"].as_bool().unwrap_or(false);
+        assert!(
+            mounts
+                .insert(path.clone(), (read_only, source.clone()))
+                .is_none(),
+            "{path} is mounted twice"
+        );
+    }
+    mounts
+}
+
+#[test]
+fn with_every_row_enabled_each_manufacturer_gets_one_daemonset_built_from_its_row() {
+    let values = chart_values();
+    let rows = manufacturer_rows(&values);
+    // Only the manufacturers this build detects are marked so, and only they are on by default.
+    for (name, row) in rows {
+        let detectable = DETECTABLE.iter().any(|m| m.name() == name);
+        assert_eq!(
+            row["detectable"].as_bool().unwrap_or(false),
+            detectable,
+            "{name}"
+        );
+        assert_eq!(
+            row["enabled"].as_bool().unwrap_or(false),
+            detectable,
+            "{name}"
+        );
+    }
+    let Some(helm) = helm() else { return };
+    let sets = every_row_enabled(rows);
+    let sets: Vec<&str> = sets.iter().map(String::as_str).collect();
+    let docs = render(&helm, &sets);
+
+    let daemonsets = of_kind(&docs, "DaemonSet");
+    let mut rendered: Vec<&str> = daemonsets
+        .iter()
+        .map(|d| d["metadata"]["name"].as_str().expect("name"))
+        .collect();
+    rendered.sort_unstable();
+    let expected: Vec<String> = rows
+        .keys()
+        .map(|name| format!("gpustack-operator-device-manager-{name}"))
+        .collect();
+    assert_eq!(rendered, expected, "exactly one DaemonSet per row");
+
+    // Env names only some rows give: a daemon whose row lacks one does not get it.
+    let row_env_names: BTreeSet<&String> = rows
+        .values()
+        .filter_map(|row| row["env"].as_object())
+        .flat_map(|env| env.keys())
+        .collect();
+    for (name, row) in rows {
+        let daemonset = find(
+            &docs,
+            "DaemonSet",
+            &format!("gpustack-operator-device-manager-{name}"),
+        );
+        assert_eq!(
+            daemonset["metadata"]["labels"]["device.gpustack.ai/manufacturer"],
+            json!(name)
+        );
+        let spec = &daemonset["spec"]["template"]["spec"];
+        let daemon = container(spec, "containers", "device-manager");
+        assert_eq!(env_value(daemon, "MANUFACTURER"), *name);
+
+        // Scheduled on the nodes NFD labels with one of the row's vendor ids.
+        let ids = strings(&row["pciVendorIds"]);
+        assert!(
+            !ids.is_empty(),
+            "{name}: a row without vendor ids selects no node"
+        );
+        assert_eq!(
+            spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"],
+            vendor_terms(ids),
+            "{name}"
+        );
+
+        // Its host paths, each at its own path, read-only unless the row says otherwise.
+        let expected: BTreeMap<String, (bool, Value)> = row["hostPaths"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|p| {
+                let path = p["path"].as_str().expect("a host path").to_string();
+                let read_only = p["readOnly"].as_bool().unwrap_or(true);
+                let mut source = json!({"path": path});
+                if let Some(kind) = p["type"].as_str() {
+                    source["type"] = json!(kind);
+                }
+                (path, (read_only, source))
+            })
+            .collect();
+        assert_eq!(row_mounts(spec, daemon), expected, "{name}: mounts");
+
+        // The daemon's own RuntimeClass and host namespaces, only where the row names them.
+        assert_eq!(
+            spec["runtimeClassName"], row["daemonRuntimeClassName"],
+            "{name}"
+        );
+        for field in ["hostPID", "hostIPC"] {
+            assert_eq!(
+                spec[field].as_bool().unwrap_or(false),
+                row[field].as_bool().unwrap_or(false),
+                "{name}: {field}"
+            );
+        }
+
+        // Its env, and no other row's.
+        let env_of_row = row["env"].as_object().cloned().unwrap_or_default();
+        for (key, value) in &env_of_row {
+            let text = value
+                .as_str()
+                .map(str::to_string)
+                .unwrap_or_else(|| value.to_string());
+            assert_eq!(env_value(daemon, key), text, "{name}: env {key}");
+        }
+        for key in &row_env_names {
+            if !env_of_row.contains_key(*key) {
+                assert!(
+                    !env(daemon).contains_key(*key),
+                    "{name}: another row's env {key}"
+                );
+            }
+        }
+
+        // Its state directory: below the data directory, by the row's dataSubdir or its name.
+        let root = "/var/lib/gpustack/operator/device-manager";
+        let data = match row["dataSubdir"].as_str() {
+            Some("") => root.to_string(),
+            Some(subdir) => format!("{root}/{subdir}"),
+            None => format!("{root}/{name}"),
+        };
+        assert_eq!(env_value(daemon, "DATA_DIR"), data, "{name}");
+    }
+}
+
+/// What each manufacturer's spec (`../shared/spec/<manufacturer>.md`, "DM DaemonSet" / "DM
+/// container") gives its daemon beside the host root: host paths (read-only or not), the Pod's
+/// own RuntimeClass, whether it shares the host's PID and IPC namespaces, and env.
+struct SpecDaemon {
+    manufacturer: Manufacturer,
+    mounts: &'static [(&'static str, bool)],
+    runtime_class: Option<&'static str>,
+    host_namespaces: bool,
+    env: &'static [(&'static str, &'static str)],
+}
+
+const SPEC_DAEMONS: [SpecDaemon; 9] = [
+    SpecDaemon {
+        manufacturer: Manufacturer::Nvidia,
+        mounts: &[],
+        runtime_class: None,
+        host_namespaces: false,
+        env: &[
+            ("NVIDIA_MIG_CONFIG_DEVICES", "all"),
+            ("NVIDIA_MIG_MONITOR_DEVICES", "all"),
+        ],
+    },
+    SpecDaemon {
+        manufacturer: Manufacturer::Amd,
+        mounts: &[],
+        runtime_class: None,
+        host_namespaces: false,
+        env: &[],
+    },
+    SpecDaemon {
+        manufacturer: Manufacturer::Ascend,
+        mounts: &[("/usr/local/Ascend", true), ("/usr/local/dcmi", true)],
+        runtime_class: None,
+        host_namespaces: false,
+        env: &[],
+    },
+    SpecDaemon {
+        manufacturer: Manufacturer::Cambricon,
+        mounts: &[
+            ("/usr/local/neuware", true),
+            ("/dev", false),
+            ("/sys", false),
+            ("/tmp", false),
+        ],
+        runtime_class: None,
+        host_namespaces: true,
+        env: &[
+            ("CAMBRICON_VISIBLE_DEVICES", "all"),
+            ("NEUWARE_HOME", "/usr/local/neuware"),
+            ("LD_LIBRARY_PATH", "/usr/local/neuware/lib64"),
+        ],
+    },
+    SpecDaemon {
+        manufacturer: Manufacturer::Hygon,
+        mounts: &[
+            ("/opt/hyhal", true),
+            ("/opt/dtk", true),
+            ("/etc/dmi_mig_config", false),
+            ("/dev", false),
+            ("/sys", false),
+        ],
+        runtime_class: None,
+        host_namespaces: false,
+        env: &[("LD_LIBRARY_PATH", "/opt/hyhal/lib:/opt/dtk/lib")],
+    },
+    SpecDaemon {
+        manufacturer: Manufacturer::Iluvatar,
+        mounts: &[("/usr/local/corex", true)],
+        runtime_class: None,
+        host_namespaces: true,
+        env: &[
+            ("IX_VISIBLE_DEVICES", "all"),
+            ("COREX_HOME", "/usr/local/corex"),
+            ("LD_LIBRARY_PATH", "/usr/local/corex/lib64"),
+        ],
+    },
+    SpecDaemon {
+        manufacturer: Manufacturer::Metax,
+        mounts: &[
+            ("/opt/mxdriver", true),
+            ("/opt/maca", true),
+            ("/dev", false),
+            ("/sys", false),
+            ("/tmp", false),
+        ],
+        runtime_class: None,
+        host_namespaces: true,
+        env: &[("LD_LIBRARY_PATH", "/opt/maca/lib:/opt/mxdriver/lib")],
+    },
+    SpecDaemon {
+        manufacturer: Manufacturer::Mthreads,
+        mounts: &[],
+        runtime_class: Some("mthreads"),
+        host_namespaces: false,
+        env: &[
+            ("MTHREADS_VISIBLE_DEVICES", "all"),
+            ("MTHREADS_DRIVER_CAPABILITIES", "compute,utility"),
+        ],
+    },
+    SpecDaemon {
+        manufacturer: Manufacturer::Thead,
+        mounts: &[
+            ("/usr/local/PPU_SDK", true),
+            ("/dev", false),
+            ("/sys", false),
+        ],
+        runtime_class: None,
+        host_namespaces: false,
+        env: &[],
+    },
+];
+
+#[test]
+fn each_manufacturers_daemon_gets_what_its_spec_names() {
+    assert_eq!(
+        SPEC_DAEMONS
+            .iter()
+            .map(|d| d.manufacturer)
+            .collect::<Vec<_>>(),
+        Manufacturer::ALL.to_vec(),
+        "one entry per manufacturer"
+    );
+    let Some(helm) = helm() else { return };
+    let values = chart_values();
+    let sets = every_row_enabled(manufacturer_rows(&values));
+    let sets: Vec<&str> = sets.iter().map(String::as_str).collect();
+    let docs = render(&helm, &sets);
+    for expected in &SPEC_DAEMONS {
+        let m = expected.manufacturer;
+        let spec = pod_spec(&docs, "DaemonSet", &daemonset_name(m));
+        let daemon = container(spec, "containers", "device-manager");
+        let mounts: BTreeMap<String, bool> = row_mounts(spec, daemon)
+            .into_iter()
+            .map(|(path, (read_only, _))| (path, read_only))
+            .collect();
+        let spec_mounts: BTreeMap<String, bool> = expected
+            .mounts
+            .iter()
+            .map(|(path, read_only)| (path.to_string(), *read_only))
+            .collect();
+        assert_eq!(mounts, spec_mounts, "{m}: mounts");
+        assert_eq!(
+            spec["runtimeClassName"].as_str(),
+            expected.runtime_class,
+            "{m}"
+        );
+        for field in ["hostPID", "hostIPC"] {
+            assert_eq!(
+                spec[field].as_bool().unwrap_or(false),
+                expected.host_namespaces,
+                "{m}: {field}"
+            );
+        }
+        for (key, value) in expected.env {
+            assert_eq!(env_value(daemon, key), *value, "{m}: env {key}");
+        }
+        // Never a mount over the host root's, nor one the chart makes already.
+        for mount in mounts.keys() {
+            assert!(
+                mount != "/host" && !mount.starts_with("/host/"),
+                "{m}: {mount}"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_new_manufacturers_row_renders_its_daemonset_with_no_template_edit() {
+    let Some(helm) = helm() else { return };
+    let dir = scratch("acme-row");
+    let file = dir.join("acme.yaml");
+    std::fs::write(
+        &file,
+        r#"global:
+  manufacturers:
+    acme:
+      enabled: true
+      detectable: true
+      pciVendorIds: ["abcd", "0b40_abce"]
+      resourceName: acme.example/xpu
+      runtimeName: acme
+      hostPaths:
+        - path: /opt/acme
+          type: Directory
+        - path: /var/run/acme
+          readOnly: false
+      daemonRuntimeClassName: acme-daemon
+      hostIPC: true
+      env:
+        ACME_HOME: /opt/acme
+"#,
+    )
+    .expect("a values file");
+    let docs = try_render_files(&helm, &[&file], &[]).unwrap_or_else(|e| panic!("{e}"));
+    let rendered: BTreeSet<&str> = of_kind(&docs, "DaemonSet")
+        .iter()
+        .map(|d| d["metadata"]["name"].as_str().expect("name"))
+        .collect();
+    let acme = "gpustack-operator-device-manager-acme";
+    assert_eq!(
+        rendered,
+        BTreeSet::from([
+            acme,
+            "gpustack-operator-device-manager-amd",
+            "gpustack-operator-device-manager-nvidia",
+        ])
+    );
+    let spec = pod_spec(&docs, "DaemonSet", acme);
+    let acme_daemon = container(spec, "containers", "device-manager");
+    assert_eq!(
+        spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"],
+        vendor_terms(["abcd", "0b40_abce"])
+    );
+    assert_eq!(
+        row_mounts(spec, acme_daemon),
+        BTreeMap::from([
+            (
+                "/opt/acme".to_string(),
+                (true, json!({"path": "/opt/acme", "type": "Directory"}))
+            ),
+            (
+                "/var/run/acme".to_string(),
+                (false, json!({"path": "/var/run/acme"}))
+            ),
+        ])
+    );
+    assert_eq!(spec["runtimeClassName"], "acme-daemon");
+    assert_eq!(spec["hostIPC"], true);
+    assert!(spec["hostPID"].is_null());
+    assert_eq!(env_value(acme_daemon, "MANUFACTURER"), "acme");
+    assert_eq!(env_value(acme_daemon, "ACME_HOME"), "/opt/acme");
+    assert_eq!(
+        env_value(acme_daemon, "DATA_DIR"),
+        "/var/lib/gpustack/operator/device-manager/acme"
+    );
+    // Everything else a daemon has, it has as the others do.
+    for volume in [
+        "host-root",
+        "kmsg",
+        "device-plugins",
+        "pod-resources",
+        "data-dir",
+    ] {
+        host_mount(spec, acme_daemon, volume);
+    }
+    container(spec, "initContainers", "stage-libraries");
+    // The row's settings reach every component, as every row's do.
+    let worker = container(
+        pod_spec(&docs, "Deployment", WORKER),
+        "containers",
+        "worker",
+    );
+    // (Spelled through a prefix: a literal would count as a setting the code reads.)
+    let prefix = format!("GPUSTACK_{}_", "ACME");
+    for c in [acme_daemon, worker] {
+        assert_eq!(
+            env_value(c, &format!("{prefix}PCI_VENDOR_ID")),
+            "abcd,0b40_abce"
+        );
+        assert_eq!(
+            env_value(c, &format!("{prefix}ACCELERATABLE_RESOURCE_NAME")),
+            "acme.example/xpu"
+        );
+        assert_eq!(
+            env_value(c, &format!("{prefix}ACCELERATABLE_RUNTIME_NAME")),
+            "acme"
+        );
+    }
+    // The row's own env is its daemon's only.
+    let nvidia = daemon(&docs);
+    assert!(!env(nvidia).contains_key("ACME_HOME"));
+    assert!(
+        pod_spec(&docs, "DaemonSet", &daemonset_name(Manufacturer::Nvidia))["runtimeClassName"]
+            .is_null()
+    );
+
+    // Not marked detectable: refused, naming those that are.
+    let refused = try_render_files(
+        &helm,
+        &[&file],
+        &["global.manufacturers.acme.detectable=false"],
+    )
+    .expect_err("an undetectable row enabled");
+    assert!(
+        refused.contains("cannot detect acme accelerators yet (detectable: amd, nvidia)"),
+        "{refused}"
+    );
+    // A row's host path is checked as the chart's own are.
+    for (set, says) in [
+        (
+            "global.manufacturers.acme.hostPaths[0].path=opt/acme",
+            "not an absolute host path",
+        ),
+        (
+            "global.manufacturers.acme.hostPaths[0].path=/",
+            "not an absolute host path",
+        ),
+        (
+            "global.manufacturers.acme.hostPaths[0].path=/host/opt",
+            "inside the host root's mount",
+        ),
+        (
+            "global.manufacturers.acme.hostPaths[0].path=/var/run/acme/",
+            "listed twice",
+        ),
+        (
+            "global.manufacturers.acme.dataSubdir=../nvidia",
+            "not one directory name",
+        ),
+    ] {
+        let refused = try_render_files(&helm, &[&file], &[set]).expect_err(set);
+        assert!(refused.contains(says), "{set}: {refused}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn no_template_names_a_manufacturer() {
+    let dir = chart().join("templates");
+    let mut checked = 0;
+    for entry in std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {
+        let path = entry.expect("a directory entry").path();
+        let text =
+            std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let lower = text.to_lowercase();
+        let words: BTreeSet<&str> = lower.split(|c: char| !c.is_ascii_alphanumeric()).collect();
+        for m in Manufacturer::ALL {
+            assert!(
+                !words.contains(m.name()),
+                "{} names {m}: a manufacturer's facts belong in its global.manufacturers row",
+                path.display()
+            );
+        }
+        checked += 1;
+    }
+    assert!(checked > 0, "no templates in {}", dir.display());
 }
 
 #[test]

@@ -1,13 +1,3 @@
-{{/*
-The manufacturers this chart version can detect: a DaemonSet is rendered only for these. Others
-are listed in values.yaml (global.manufacturers) for labeling and future detection; enabling one
-fails the render.
-*/}}
-{{- define "dm.detectable" -}}
-nvidia
-amd
-{{- end -}}
-
 {{/* The common prefix of every object's name. */}}
 {{- define "dm.prefix" -}}
 {{- required "namePrefix must not be empty" .Values.namePrefix | trunc 40 | trimSuffix "-" -}}
