@@ -32,6 +32,7 @@ pub mod pod;
 pub mod preflight;
 pub mod respond;
 pub mod slicing;
+pub mod text;
 
 use std::sync::Arc;
 
