@@ -563,6 +563,19 @@ fn line_labels(line: &str) -> Vec<String> {
     cells(line).into_iter().flat_map(labels).collect()
 }
 
+/// Whether `line` holds every anchor word as text at all (compared without case): the cheap
+/// test before a line is split into labels.
+fn mentions_all(line: &str, anchor: &[&str]) -> bool {
+    let line = line.as_bytes();
+    anchor.iter().all(|word| {
+        let word = word.as_bytes();
+        !word.is_empty()
+            && line
+                .windows(word.len())
+                .any(|w| w.eq_ignore_ascii_case(word))
+    })
+}
+
 fn has_all(found: &[String], anchor: &[&str]) -> bool {
     !anchor.is_empty()
         && anchor
@@ -585,8 +598,11 @@ pub fn box_table(text: &str, anchor: &[&str]) -> Option<BoxTable> {
     let text = clean(text);
     let lines: Vec<&str> = text.lines().collect();
     let kinds: Vec<Line> = lines.iter().map(|l| kind(l)).collect();
-    let at = (0..lines.len())
-        .find(|&i| kinds[i] == Line::Cells && has_all(&line_labels(lines[i]), anchor))?;
+    let at = (0..lines.len()).find(|&i| {
+        kinds[i] == Line::Cells
+            && mentions_all(lines[i], anchor)
+            && has_all(&line_labels(lines[i]), anchor)
+    })?;
     let mut first = at;
     while first > 0 && kinds[first - 1] == Line::Cells {
         first -= 1;
@@ -662,6 +678,9 @@ pub fn column_table(text: &str, anchor: &[&str]) -> Option<ColumnTable> {
     let text = clean(text);
     let lines: Vec<&str> = text.lines().collect();
     let at = lines.iter().position(|line| {
+        if !mentions_all(line, anchor) {
+            return false;
+        }
         let found: Vec<String> = split_blanks(line.trim())
             .into_iter()
             .map(str::to_string)
