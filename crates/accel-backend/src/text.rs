@@ -527,7 +527,7 @@ fn indent(line: &str) -> usize {
 /// `margin`. A line indented past the margin has left its first cells out (mthreads-gmi's third
 /// line, `      |  ECC Mode`), so its cells count from the right edge; any other line's from the
 /// left (a process table's one-cell `| No running processes found |`).
-fn columns_of<'a>(line: &'a str, width: usize, margin: usize) -> Vec<(usize, &'a str)> {
+fn columns_of(line: &str, width: usize, margin: usize) -> Vec<(usize, &str)> {
     let cells = cells(line);
     let skipped = if cells.len() < width && indent(line) > margin {
         width - cells.len()
