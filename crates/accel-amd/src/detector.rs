@@ -25,7 +25,7 @@ use accel_core::inventory::{
     Accelerator, ComputeGeometry, DetectError, Detection, DrmNodes, ManufacturerInventory,
     Partitioning, Source,
 };
-use accel_host::{Commands, Host};
+use accel_host::{Commands, Host, RunFailure, run_bounded};
 
 use crate::amdsmi::{self, StaticGpu, Versions};
 use crate::drm::{self, DrmCard};
@@ -94,43 +94,30 @@ struct Tool {
     notes: Vec<String>,
 }
 
+/// A tool's standard output, or its failure in the one wording of `accel_host::run_bounded`
+/// (exit 127, the image wrapper's answer on a host without the tool, is "not installed").
 fn run(commands: &dyn Commands, argv: &[&str], deadline: Duration) -> Result<String, String> {
-    match commands.run(argv, deadline) {
-        Ok(out) if out.success() => Ok(out.stdout_text()),
-        Ok(out) => Err(format!(
-            "{} exited with {}: {}",
-            argv.join(" "),
-            out.status.map_or("a signal".into(), |s| s.to_string()),
-            out.stderr_text().lines().next().unwrap_or("").trim()
-        )),
-        Err(e) => Err(e.to_string()),
-    }
+    run_bounded(commands, argv, deadline)
+        .map(|out| out.stdout_text())
+        .map_err(|e| e.to_string())
 }
-
-/// Exit status of a program the image's wrapper could not find on the host (`deploy/image/amd-smi`).
-const NOT_ON_HOST: i32 = 127;
 
 fn ask_tool(commands: &dyn Commands, options: &DetectOptions) -> Tool {
     let mut tool = Tool::default();
     if commands.is_installed("amd-smi") {
-        match commands.run(AMD_SMI_STATIC, options.per_query) {
-            Ok(out) if out.status == Some(NOT_ON_HOST) => {
+        match run_bounded(commands, AMD_SMI_STATIC, options.per_query) {
+            Err(RunFailure::NotInstalled { .. }) => {
                 tool.notes
                     .push("amd-smi is not installed on the host".into());
                 return ask_rocm_smi(commands, options, tool);
             }
             answered => {
-                let text = match answered {
-                    Ok(out) if out.success() => Ok(out.stdout_text()),
-                    Ok(out) => Err(format!(
-                        "{} exited with {}: {}",
-                        AMD_SMI_STATIC.join(" "),
-                        out.status.map_or("a signal".into(), |s| s.to_string()),
-                        out.stderr_text().lines().next().unwrap_or("").trim()
-                    )),
-                    Err(e) => Err(e.to_string()),
-                };
-                match text.and_then(|t| amdsmi::parse_static(&t).map_err(|e| e.to_string())) {
+                let text = answered
+                    .map(|out| out.stdout_text())
+                    .map_err(|e| e.to_string());
+                match text
+                    .and_then(|t| amdsmi::parse_static(&t).map_err(|e| format!("amd-smi: {e}")))
+                {
                     Ok(gpus) => {
                         if gpus.iter().any(|g| g.identity_unreadable) {
                             tool.notes.push(
@@ -139,7 +126,7 @@ fn ask_tool(commands: &dyn Commands, options: &DetectOptions) -> Tool {
                         }
                         tool.gpus = gpus;
                     }
-                    Err(e) => tool.notes.push(format!("amd-smi: {e}")),
+                    Err(e) => tool.notes.push(e),
                 }
             }
         }
@@ -151,7 +138,7 @@ fn ask_tool(commands: &dyn Commands, options: &DetectOptions) -> Tool {
                     None => tool.notes.push(format!("amd-smi: {e}")),
                 },
             },
-            Err(e) => tool.notes.push(format!("amd-smi: {e}")),
+            Err(e) => tool.notes.push(e),
         }
         return tool;
     }
@@ -162,13 +149,13 @@ fn ask_tool(commands: &dyn Commands, options: &DetectOptions) -> Tool {
 fn ask_rocm_smi(commands: &dyn Commands, options: &DetectOptions, mut tool: Tool) -> Tool {
     if commands.is_installed("rocm-smi") {
         match run(commands, rocmsmi::ARGV, options.per_query)
-            .and_then(|t| rocmsmi::parse(&t).map_err(|e| e.to_string()))
+            .and_then(|t| rocmsmi::parse(&t).map_err(|e| format!("rocm-smi: {e}")))
         {
             Ok(doc) => {
                 tool.versions.amdgpu = doc.driver_version.clone();
                 tool.rocm_smi = Some(doc);
             }
-            Err(e) => tool.notes.push(format!("rocm-smi: {e}")),
+            Err(e) => tool.notes.push(e),
         }
         return tool;
     }

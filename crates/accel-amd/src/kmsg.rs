@@ -16,8 +16,9 @@
 //! - `page-fault`: `[gfxhub…]`/`[mmhub…]` `page fault` — a process touched memory it does not
 //!   own — **workload**.
 //!
-//! Every prefix the fixtures show is tolerated (monotonic, ctime, syslog ISO, journalctl, none;
-//! HAZARDS.md items 33–35); decode and continuation lines are skipped.
+//! Every prefix the fixtures show is stripped by accel-host's `kmsg::strip_prefixes`, written once
+//! for every vendor (a record header, monotonic, ctime, syslog ISO, journalctl, none; HAZARDS.md
+//! items 33–35); decode and continuation lines are skipped.
 //!
 //! Behind the seam ([`AmdFaults`], accel-backend's `FaultClassifier`) the kinds become the
 //! daemon's conditions: the hardware ones take the accelerator out of service, the workload's
@@ -31,6 +32,7 @@
 use accel_backend::health::{FaultClass, FaultClassifier, FaultScanner, KernelFault};
 use accel_core::Manufacturer;
 use accel_core::busid::BusId;
+use accel_host::kmsg::strip_prefixes;
 use serde::Serialize;
 
 /// The kind of an amdgpu fault.
@@ -101,8 +103,8 @@ pub struct AmdFault {
 
 /// The device tag and the message after it, for a line the amdgpu driver wrote.
 fn split_line(line: &str) -> Option<(Option<BusId>, &str)> {
-    if let Some(at) = line.find("amdgpu ") {
-        let rest = &line[at + "amdgpu ".len()..];
+    let line = strip_prefixes(line);
+    if let Some(rest) = line.strip_prefix("amdgpu ") {
         let (tag, message) = rest.split_once(": ")?;
         let bus: BusId = tag.parse().ok()?;
         let message = message.trim_start();
@@ -110,9 +112,8 @@ fn split_line(line: &str) -> Option<(Option<BusId>, &str)> {
         let message = message.strip_prefix("{1}").unwrap_or(message);
         return Some((Some(bus), message));
     }
-    if let Some(at) = line.find("drmn") {
-        let rest = &line[at..];
-        let (tag, message) = rest.split_once(": ")?;
+    if line.starts_with("drmn") {
+        let (tag, message) = line.split_once(": ")?;
         if tag[4..].chars().all(|c| c.is_ascii_digit()) {
             return Some((None, message.trim_start()));
         }

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use accel_backend::usage::{AcceleratorUsage, SampleError, UsageSample, UsageSampler};
 use accel_core::Manufacturer;
-use accel_host::{CommandError, Commands};
+use accel_host::{Commands, RunFailure, run_bounded};
 
 use crate::amdsmi::{self, MetricGpu, StaticGpu};
 use crate::detector::AMD_SMI_STATIC;
@@ -21,9 +21,6 @@ use crate::text::rocr_uuid;
 
 /// The live usage query.
 pub const AMD_SMI_METRIC: &[&str] = &["amd-smi", "metric", "--json"];
-
-/// The exit status the image's wrappers give when the host has no amd-smi.
-const NOT_ON_HOST: i32 = 127;
 
 /// amd-smi's live usage.
 #[derive(Debug, Clone, Copy, Default)]
@@ -87,19 +84,11 @@ pub fn join(metric: &[MetricGpu], identities: &[StaticGpu]) -> UsageSample {
 
 /// One bounded amd-smi call's standard output, or why there is none.
 fn run(commands: &dyn Commands, argv: &[&str], deadline: Duration) -> Result<String, SampleError> {
-    let not_installed =
-        || SampleError::NoTool("amd-smi: not found (no AMD tools on this host)".into());
-    match commands.run(argv, deadline) {
-        Ok(output) if output.success() => Ok(output.stdout_text()),
-        Ok(output) if output.status == Some(NOT_ON_HOST) => Err(not_installed()),
-        Ok(output) => Err(SampleError::Failed(format!(
-            "{} exited with status {}",
-            argv.join(" "),
-            output
-                .status
-                .map_or_else(|| "signal".to_string(), |s| s.to_string())
-        ))),
-        Err(CommandError::NotInstalled { .. }) => Err(not_installed()),
+    match run_bounded(commands, argv, deadline) {
+        Ok(output) => Ok(output.stdout_text()),
+        Err(RunFailure::NotInstalled { .. }) => Err(SampleError::NoTool(
+            "amd-smi: not found (no AMD tools on this host)".into(),
+        )),
         Err(e) => Err(SampleError::Failed(e.to_string())),
     }
 }

@@ -4,7 +4,7 @@
 //! GPUs it saw, to list those later passed through to VMs). It must not publish, label or grant.
 
 use std::path::Path;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use accel_core::manufacturer::PciVendorId;
 use accel_core::{Detection, Manufacturer};
@@ -25,6 +25,54 @@ impl Default for Deadlines {
             per_query: Duration::from_secs(30),
             snapshot: Duration::from_secs(60),
         }
+    }
+}
+
+/// The time left to one detection pass: each vendor call may take [`Deadlines::per_query`], and
+/// all of them together [`Deadlines::snapshot`]. Start it when the pass starts, then ask
+/// [`Budget::next`] before each call; a detector never adds up its own deadlines.
+#[derive(Debug, Clone, Copy)]
+pub struct Budget {
+    deadlines: Deadlines,
+    started: Instant,
+}
+
+/// The pass's time ran out before a call could start.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("the detection pass ran out of its {} s", .0.as_secs())]
+pub struct OutOfTime(pub Duration);
+
+impl Budget {
+    /// A budget starting now.
+    pub fn start(deadlines: Deadlines) -> Self {
+        Budget::started_at(deadlines, Instant::now())
+    }
+
+    /// A budget that started at `started` (tests give an instant in the past).
+    pub fn started_at(deadlines: Deadlines, started: Instant) -> Self {
+        Budget { deadlines, started }
+    }
+
+    /// The pass's deadlines.
+    pub fn deadlines(&self) -> Deadlines {
+        self.deadlines
+    }
+
+    /// What is left of the pass's whole time.
+    pub fn left(&self) -> Duration {
+        self.deadlines
+            .snapshot
+            .saturating_sub(self.started.elapsed())
+    }
+
+    /// The deadline of the next call: the per-query deadline, or what is left of the pass if
+    /// that is less; [`OutOfTime`] once the pass's time is spent.
+    pub fn next(&self) -> Result<Duration, OutOfTime> {
+        let left = self.left();
+        if left.is_zero() {
+            return Err(OutOfTime(self.deadlines.snapshot));
+        }
+        Ok(left.min(self.deadlines.per_query))
     }
 }
 
@@ -109,5 +157,49 @@ impl DetectRequest<'_> {
         let mut section = accel_core::ManufacturerInventory::empty(manufacturer);
         section.notes.push(reason);
         Some(Ok(section))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const DEADLINES: Deadlines = Deadlines {
+        per_query: Duration::from_secs(30),
+        snapshot: Duration::from_secs(60),
+    };
+
+    #[test]
+    fn a_fresh_pass_gives_each_call_the_per_query_deadline() {
+        let budget = Budget::start(DEADLINES);
+        assert_eq!(budget.next(), Ok(Duration::from_secs(30)));
+        assert_eq!(budget.deadlines(), DEADLINES);
+    }
+
+    #[test]
+    fn late_in_the_pass_a_call_gets_only_what_is_left() {
+        let Some(started) = Instant::now().checked_sub(Duration::from_secs(50)) else {
+            return; // a clock too close to its origin to go back 50 s
+        };
+        let next = Budget::started_at(DEADLINES, started).next().unwrap();
+        assert!(next <= Duration::from_secs(10), "{next:?}");
+        assert!(next > Duration::from_secs(5), "{next:?}");
+    }
+
+    #[test]
+    fn a_spent_pass_starts_no_call() {
+        let Some(started) = Instant::now().checked_sub(Duration::from_secs(61)) else {
+            return;
+        };
+        let budget = Budget::started_at(DEADLINES, started);
+        assert_eq!(budget.left(), Duration::ZERO);
+        let e = budget.next().unwrap_err();
+        assert_eq!(e, OutOfTime(Duration::from_secs(60)));
+        assert_eq!(e.to_string(), "the detection pass ran out of its 60 s");
+        let none = Deadlines {
+            per_query: Duration::from_secs(1),
+            snapshot: Duration::ZERO,
+        };
+        assert!(Budget::start(none).next().is_err());
     }
 }

@@ -40,6 +40,7 @@ pub mod record;
 pub mod reset;
 pub mod respond;
 pub mod slicing;
+pub mod text;
 pub mod usage;
 
 use std::collections::BTreeMap;

@@ -11,8 +11,10 @@
 //! fragments (flag `c`, then `+`); those pass through as separate records with their flag, since
 //! the driver prints each XID line in one call. A regular file in the device's place (a saved
 //! log, a test cluster's `--kmsg-path`) holds the same records one per line and is followed as
-//! it grows ([`FollowedFile`]). This module reads and splits records; it must not interpret
-//! their text (accel-nvidia finds the XIDs in them).
+//! it grows ([`FollowedFile`]). This module reads and splits records, and strips the prefixes
+//! that logs put in front of a kernel message ([`strip_prefixes`]: dmesg's timestamps, syslog's
+//! date and host, a record's header) once for every vendor; it must not interpret the message
+//! itself (accel-nvidia finds the XIDs in it, accel-amd the amdgpu faults).
 
 use std::collections::VecDeque;
 use std::fs::File;
@@ -337,6 +339,131 @@ fn unescape(text: &[u8]) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
+/// Removes the log prefixes in front of a kernel message, in any combination: a `/dev/kmsg`
+/// record header `4,1843,1843308145,-;` (a saved `cat /dev/kmsg`), `<4>`, `kern  :warn  : `
+/// (`dmesg --decode`), `[ 1843.308145]` (dmesg), `[Sun Feb 23 16:24:18 2025]` (`dmesg -T`),
+/// `2024-11-15T12:02:03,470068+00:00` (`dmesg --time-format iso`), `Nov 29 11:28:11 host
+/// kernel:` (syslog, journalctl), `kernel:`. What is left is the driver's own text
+/// (`NVRM: Xid …`, `amdgpu 0000:28:00.0: …`); a line without a prefix is returned as it is.
+pub fn strip_prefixes(line: &str) -> &str {
+    let mut rest = line.trim_start();
+    // Each pass removes one prefix; a line carries at most a handful.
+    for _ in 0..8 {
+        let next = strip_one(rest).trim_start();
+        if next.len() == rest.len() {
+            break;
+        }
+        rest = next;
+    }
+    rest
+}
+
+fn strip_one(line: &str) -> &str {
+    if let Some(after) = strip_record_header(line) {
+        return after;
+    }
+    if let Some(after) = strip_priority(line) {
+        return after;
+    }
+    if let Some(inner) = line.strip_prefix('[')
+        && let Some(close) = inner.find(']')
+        && close <= 40
+        && !inner[..close].contains('[')
+    {
+        return &inner[close + 1..];
+    }
+    if let Some(after) = strip_decode(line) {
+        return after;
+    }
+    if let Some(after) = line.strip_prefix("kernel:") {
+        return after;
+    }
+    let mut words = line.splitn(2, char::is_whitespace);
+    let first = words.next().unwrap_or("");
+    let after_first = words.next().unwrap_or("").trim_start();
+    if is_iso_timestamp(first) {
+        return after_first;
+    }
+    if let Some(after) = strip_syslog_date(line) {
+        return after;
+    }
+    // `host kernel:` (syslog and journalctl put the host name before the tag).
+    if !first.is_empty()
+        && !first.ends_with(':')
+        && let Some(after) = after_first.strip_prefix("kernel:")
+    {
+        return after;
+    }
+    line
+}
+
+/// `4,1843,1843308145,-;` (or `…,-,caller=T1;`): a `/dev/kmsg` record's header, three numbers
+/// and a flag before the first `;`.
+fn strip_record_header(line: &str) -> Option<&str> {
+    let (header, rest) = line.split_once(';')?;
+    let mut fields = header.split(',');
+    let numbers = fields
+        .by_ref()
+        .take(3)
+        .filter(|f| !f.is_empty() && f.bytes().all(|b| b.is_ascii_digit()))
+        .count();
+    let flag = fields.next()?;
+    (numbers == 3 && matches!(flag, "-" | "c" | "+")).then_some(rest)
+}
+
+/// `<4>`: the syslog priority.
+fn strip_priority(line: &str) -> Option<&str> {
+    let inner = line.strip_prefix('<')?;
+    let close = inner.find('>')?;
+    (close > 0 && close <= 3 && inner[..close].bytes().all(|b| b.is_ascii_digit()))
+        .then(|| &inner[close + 1..])
+}
+
+/// `kern  :warn  : ` from `dmesg --decode`: facility, colon, level, colon.
+fn strip_decode(line: &str) -> Option<&str> {
+    let word = |s: &str| -> Option<usize> {
+        let n = s.bytes().take_while(u8::is_ascii_lowercase).count();
+        (n > 0).then_some(n)
+    };
+    let n = word(line)?;
+    let rest = line[n..].trim_start_matches(' ').strip_prefix(':')?;
+    let m = word(rest)?;
+    let rest = rest[m..].trim_start_matches(' ').strip_prefix(':')?;
+    Some(rest)
+}
+
+/// `2024-11-15T12:02:03,470068+00:00` and its variants: a date, `T`, a time.
+fn is_iso_timestamp(word: &str) -> bool {
+    let bytes = word.as_bytes();
+    bytes.len() >= 16
+        && bytes[..4].iter().all(u8::is_ascii_digit)
+        && bytes[4] == b'-'
+        && bytes[7] == b'-'
+        && bytes[10] == b'T'
+        && bytes[13] == b':'
+}
+
+/// `Nov 29 11:28:11 `: the syslog/journalctl short date.
+fn strip_syslog_date(line: &str) -> Option<&str> {
+    const MONTHS: [&str; 12] = [
+        "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
+    ];
+    let month = line.get(..3)?;
+    if !MONTHS.contains(&month) {
+        return None;
+    }
+    let mut words = line[3..].split_whitespace();
+    let day = words.next()?;
+    let time = words.next()?;
+    let day_ok = !day.is_empty() && day.len() <= 2 && day.bytes().all(|b| b.is_ascii_digit());
+    let time_ok = time.len() >= 8 && time.as_bytes()[2] == b':' && time.as_bytes()[5] == b':';
+    if !(day_ok && time_ok) {
+        return None;
+    }
+    let at = line.find(time)? + time.len();
+    Some(&line[at..])
+}
+
 /// A kernel log fed through a channel: what tests (and the daemon's tests) use instead of
 /// `/dev/kmsg`. The stream ends when every sender is dropped.
 pub struct ChannelKernelLog {
@@ -588,7 +715,51 @@ mod tests {
         KmsgReader::open(Path::new("/dev/kmsg")).unwrap();
     }
 
+    #[test]
+    fn strips_every_log_prefix_once() {
+        let body = "NVRM: Xid (PCI:0000:18:00): 79, GPU has fallen off the bus.";
+        for prefix in [
+            "",
+            "[ 1843.308145] ",
+            "[Sun Feb 23 16:24:18 2025] ",
+            "2024-11-15T12:02:03,470068+00:00 ",
+            "kern  :warn  : 2025-01-21T03:16:32,156031+00:00 ",
+            "<4>[ 1126.6] ",
+            "Nov 29 11:28:11 zeus kernel: ",
+            "Nov  9 11:28:11 zeus kernel: [ 12.5] ",
+            "kernel: ",
+            "2024-11-15T12:02:03+0000 zeus kernel: ",
+            "4,1843,1843308145,-;",
+            "3,77,5,-,caller=T1;",
+            "6,9,10,c;[   10.1] ",
+            "  <6>Nov 29 11:28:11 zeus kernel: [  312.522692] ",
+        ] {
+            assert_eq!(
+                strip_prefixes(&format!("{prefix}{body}")),
+                body,
+                "{prefix:?}"
+            );
+        }
+        // The driver's own text stays, brackets and semicolons inside it included.
+        for line in [
+            "amdgpu 0000:28:00.0: ring gfx_0.0.0 timeout",
+            "[drm:amdgpu_job_timedout [amdgpu]] *ERROR* ring gfx timeout",
+            "a;b",
+            "1,2;x",
+            "1,2,3,x;y",
+            "",
+        ] {
+            assert_eq!(strip_prefixes(line), line);
+        }
+    }
+
     proptest::proptest! {
+        #[test]
+        fn stripping_never_panics_and_only_shortens(line in "\\PC{0,120}") {
+            let stripped = strip_prefixes(&line);
+            proptest::prop_assert!(line.ends_with(stripped));
+        }
+
         #[test]
         fn never_panics_on_arbitrary_records(bytes in proptest::collection::vec(proptest::num::u8::ANY, 0..300)) {
             let _ = parse_record(&bytes);

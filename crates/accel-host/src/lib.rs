@@ -1,5 +1,5 @@
-//! The edge to the machine: files under a root, programs with deadlines, the PCI bus, the kernel
-//! log.
+//! The edge to the machine: files under a root, programs with deadlines (and [`run_bounded`], the
+//! one way a vendor tool's failure is told), the PCI bus, the kernel log.
 //!
 //! Everything that touches the node goes through this crate, behind small traits, so that every
 //! reader runs against a recorded host in tests. No literal `/sys` or `/proc` appears outside
@@ -7,6 +7,7 @@
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 pub mod atomic;
+pub mod bounded;
 pub mod commands;
 pub mod host;
 pub mod kmsg;
@@ -15,6 +16,7 @@ pub mod record;
 pub mod recording;
 
 pub use atomic::{AtomicWriteError, STATE_FILE_MODE, write_atomic};
+pub use bounded::{NOT_FOUND_STATUS, RunFailure, run_bounded};
 pub use commands::{
     COMMANDS_DIR, CommandError, CommandOutput, Commands, RecordedCommands, ReplayLoadError,
     SystemCommands, TIMED_OUT_MARKER,

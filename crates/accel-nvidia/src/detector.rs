@@ -7,11 +7,12 @@
 //! optional query that fails or exits non-zero leaves its fields empty (topo exits 3 on WSL);
 //! the `mig` queries run only when a GPU reports MIG mode (`mig -lgip` exits 6 without it).
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use accel_backend::detect::Budget;
 use accel_core::inventory::{Accelerator, DetectError, Detection, ManufacturerInventory, Source};
 use accel_core::{Manufacturer, health};
-use accel_host::{CommandError, CommandOutput, Commands, Host};
+use accel_host::{Commands, Host, RunFailure, run_bounded};
 
 use crate::arch::architecture_from_model;
 use crate::enrich::{self, SnapshotSection};
@@ -87,12 +88,10 @@ pub enum SnapshotError {
     /// No nvidia-smi on the host.
     #[error("{NO_NVIDIA_SMI}")]
     NotInstalled,
-    /// The required query could not run to its end.
-    #[error("nvidia-smi -q -x: {0}")]
-    Run(#[source] CommandError),
-    /// The required query exited non-zero.
-    #[error("nvidia-smi -q -x exited with status {status}: {message}")]
-    Failed { status: String, message: String },
+    /// The required query could not run to its end, or exited non-zero (worded by
+    /// `accel_host::run_bounded`: `nvidia-smi -q -x: exited with status 9: …`).
+    #[error("{0}")]
+    Run(#[source] RunFailure),
     /// The required query printed something that is not a report.
     #[error(transparent)]
     Parse(#[from] smi::xml::XmlError),
@@ -119,30 +118,15 @@ pub fn snapshot(commands: &dyn Commands, deadlines: Deadlines) -> Result<Snapsho
     if !commands.is_installed(NVIDIA_SMI) {
         return Err(SnapshotError::NotInstalled);
     }
-    let started = Instant::now();
-    let budget = |started: Instant| {
-        deadlines
-            .snapshot
-            .saturating_sub(started.elapsed())
-            .min(deadlines.per_query)
-    };
-    let deadline = budget(started);
-    if deadline.is_zero() {
-        return Err(SnapshotError::OutOfTime(deadlines.snapshot));
-    }
-    let output = match commands.run(QUERY_XML, deadline) {
+    let budget = Budget::start(deadlines);
+    let deadline = budget
+        .next()
+        .map_err(|_| SnapshotError::OutOfTime(deadlines.snapshot))?;
+    let output = match run_bounded(commands, QUERY_XML, deadline) {
         Ok(output) => output,
-        Err(CommandError::NotInstalled { .. }) => return Err(SnapshotError::NotInstalled),
+        Err(RunFailure::NotInstalled { .. }) => return Err(SnapshotError::NotInstalled),
         Err(e) => return Err(SnapshotError::Run(e)),
     };
-    if !output.success() {
-        return Err(SnapshotError::Failed {
-            status: output
-                .status
-                .map_or_else(|| "signal".to_string(), |s| s.to_string()),
-            message: first_line(&output),
-        });
-    }
     let report = smi::xml::parse(&output.stdout)?;
     let mut snapshot = Snapshot {
         section: SnapshotSection {
@@ -165,27 +149,17 @@ pub fn snapshot(commands: &dyn Commands, deadlines: Deadlines) -> Result<Snapsho
         .iter()
         .any(|a| a.mig_mode == Some(accel_core::inventory::MigMode::Enabled));
     let mut optional = |argv: &[&str]| -> Option<String> {
-        let deadline = budget(started);
-        let name = argv[1..].join(" ");
-        if deadline.is_zero() {
+        let Ok(deadline) = budget.next() else {
             snapshot.notes.push(format!(
-                "nvidia-smi {name}: skipped, the snapshot's minute ran out"
+                "{}: skipped, the snapshot's minute ran out",
+                argv.join(" ")
             ));
             return None;
-        }
-        match commands.run(argv, deadline) {
-            Ok(out) if out.success() => Some(out.stdout_text()),
-            Ok(out) => {
-                snapshot.notes.push(format!(
-                    "nvidia-smi {name}: exited with status {}: {}",
-                    out.status
-                        .map_or_else(|| "signal".into(), |s| s.to_string()),
-                    first_line(&out)
-                ));
-                None
-            }
+        };
+        match run_bounded(commands, argv, deadline) {
+            Ok(out) => Some(out.stdout_text()),
             Err(e) => {
-                snapshot.notes.push(format!("nvidia-smi {name}: {e}"));
+                snapshot.notes.push(e.to_string());
                 None
             }
         }
@@ -214,21 +188,6 @@ pub fn snapshot(commands: &dyn Commands, deadlines: Deadlines) -> Result<Snapsho
     }
     layer2::apply_mig_profiles(gpus, profiles.as_deref(), placements.as_deref(), notes);
     Ok(snapshot)
-}
-
-fn first_line(output: &CommandOutput) -> String {
-    let stderr = output.stderr_text();
-    let stdout = output.stdout_text();
-    let text = if stderr.trim().is_empty() {
-        stdout
-    } else {
-        stderr
-    };
-    text.lines()
-        .map(str::trim)
-        .find(|l| !l.is_empty())
-        .unwrap_or("no output")
-        .to_string()
 }
 
 /// One `<gpu>` of the report as an inventory accelerator (index by document position until the

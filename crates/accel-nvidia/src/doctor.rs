@@ -17,7 +17,7 @@ use accel_core::BusId;
 use accel_core::health;
 use accel_core::inventory::Accelerator;
 use accel_host::pci::{PciClassPrefixes, scan_pci};
-use accel_host::{CommandError, Commands, Host, KMSG_PATH};
+use accel_host::{Commands, Host, KMSG_PATH};
 
 use accel_backend::respond::{EngineFacts, InjectionStrategy};
 
@@ -127,12 +127,7 @@ fn smi_check(
             "install the NVIDIA driver, or put nvidia-smi on the PATH (WSL 2: /usr/lib/wsl/lib)",
         ),
         Err(e) => {
-            let text = match e {
-                SnapshotError::Run(CommandError::TimedOut { deadline, .. }) => {
-                    format!("nvidia-smi -q -x: no answer within {deadline:?}")
-                }
-                other => other.to_string(),
-            };
+            let text = e.to_string();
             let hint = error_hint(&text);
             Check::fail(NAME, text, hint)
         }

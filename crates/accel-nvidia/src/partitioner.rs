@@ -27,7 +27,7 @@ use accel_backend::partition::{
     Geometry, Instance, PartitionError, PartitionErrorKind, PartitionGpu, Partitioner,
     ProfileGeometry,
 };
-use accel_host::{CommandError, CommandOutput, Commands};
+use accel_host::{CommandOutput, Commands, RunFailure, run_bounded};
 
 use crate::smi;
 
@@ -112,15 +112,13 @@ impl SmiPartitioner {
         gpu: &PartitionGpu,
         argv: &[&str],
     ) -> Result<CommandOutput, PartitionError> {
-        let line = argv.join(" ");
-        commands.run(argv, self.deadline).map_err(|e| match e {
-            CommandError::TimedOut { deadline, .. } => PartitionError::new(
-                gpu,
-                Kind::TimedOut,
-                format!("{line}: no answer within {} s", deadline.as_secs()),
-            ),
-            other => PartitionError::new(gpu, Kind::Failed, format!("{line}: {other}")),
-        })
+        match run_bounded(commands, argv, self.deadline) {
+            Ok(out) | Err(RunFailure::Exited { output: out, .. }) => Ok(out),
+            Err(e @ RunFailure::TimedOut { .. }) => {
+                Err(PartitionError::new(gpu, Kind::TimedOut, e.to_string()))
+            }
+            Err(e) => Err(PartitionError::new(gpu, Kind::Failed, e.to_string())),
+        }
     }
 
     /// A listing's text, or an error naming the command when it failed for another reason
@@ -135,17 +133,15 @@ impl SmiPartitioner {
         if out.success() || says_none(&out) {
             return Ok(out.stdout_text());
         }
+        let index = gpu.index.to_string();
+        let argv: Vec<&str> = ["nvidia-smi", "mig", "-i", index.as_str()]
+            .into_iter()
+            .chain(args.iter().copied())
+            .collect();
         Err(PartitionError::new(
             gpu,
             Kind::Failed,
-            format!(
-                "nvidia-smi mig -i {} {}: exited with status {}: {}",
-                gpu.index,
-                args.join(" "),
-                out.status
-                    .map_or_else(|| "signal".into(), |s| s.to_string()),
-                first_line(&out)
-            ),
+            RunFailure::exited(&argv, out).to_string(),
         ))
     }
 

@@ -16,7 +16,7 @@ use std::time::Duration;
 use accel_backend::reset::{self, Resetter};
 use accel_core::Manufacturer;
 use accel_core::inventory::Inventory;
-use accel_host::{CommandError, Commands};
+use accel_host::{Commands, RunFailure, run_bounded};
 
 pub use accel_backend::reset::{
     BusyGpu, GpuReset, GrantView, MemoryGrants, ResetError, ResetFaults, ResetOutcome, ResetReport,
@@ -125,23 +125,22 @@ impl Resetter for SmiReset {
 
 /// Runs one GPU's reset; the error is one line naming what nvidia-smi said.
 fn run_reset(commands: &dyn Commands, uuid: &str, deadline: Duration) -> Result<(), String> {
-    match commands.run(&reset_argv(uuid), deadline) {
-        Ok(output) if output.success() => Ok(()),
-        Ok(output) => {
-            let said = one_line(&output.stdout_text())
-                .or_else(|| one_line(&output.stderr_text()))
-                .unwrap_or_else(|| "no output".to_string());
-            let status = output
-                .status
-                .map_or_else(|| "a signal".to_string(), |s| format!("status {s}"));
-            Err(format!(
-                "nvidia-smi --gpu-reset exited with {status}: {said}"
-            ))
-        }
-        Err(CommandError::NotInstalled { .. }) => {
+    match run_bounded(commands, &reset_argv(uuid), deadline) {
+        Ok(_) => Ok(()),
+        Err(RunFailure::NotInstalled { .. }) => {
             Err("nvidia-smi not found (no NVIDIA driver on this host)".to_string())
         }
-        Err(e) => Err(e.to_string()),
+        Err(e) => {
+            // nvidia-smi explains a refused reset over a few lines: all of them, on one line.
+            let said = e.output().and_then(|out| {
+                one_line(&out.stdout_text()).or_else(|| one_line(&out.stderr_text()))
+            });
+            Err(match said {
+                Some(said) => e.with_said(said),
+                None => e,
+            }
+            .to_string())
+        }
     }
 }
 

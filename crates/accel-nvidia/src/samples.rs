@@ -12,7 +12,7 @@ use std::time::Duration;
 use accel_backend::usage::{
     AcceleratorUsage, SampleError as UsageError, UsageSample, UsageSampler,
 };
-use accel_host::{CommandError, Commands};
+use accel_host::{Commands, RunFailure, run_bounded};
 use serde::Serialize;
 
 use crate::detector::{NO_NVIDIA_SMI, NVIDIA_SMI, QUERY_XML};
@@ -52,12 +52,10 @@ pub enum SampleError {
     /// No nvidia-smi on the host (`ErrNoDriver`).
     #[error("{NO_NVIDIA_SMI}")]
     NoDriver,
-    /// A query could not run to its end.
+    /// A query could not run to its end, or exited non-zero for a reason that is not a
+    /// fallback (worded by `accel_host::run_bounded`).
     #[error("{0}")]
-    Run(#[source] CommandError),
-    /// A query exited non-zero for a reason that is not a fallback.
-    #[error("{argv} exited with status {status}")]
-    Failed { argv: String, status: String },
+    Run(#[source] RunFailure),
     /// The fallback snapshot was not a report.
     #[error(transparent)]
     Xml(#[from] smi::xml::XmlError),
@@ -72,20 +70,15 @@ pub fn sample(commands: &dyn Commands, deadline: Duration) -> Result<Samples, Sa
     let parsed = smi::csv::parse_samples(&output.stdout_text(), &output.stderr_text());
     let rows = match parsed {
         Ok(rows) if output.success() => rows,
-        Ok(_) => {
-            return Err(SampleError::Failed {
-                argv: SAMPLE_ARGV.join(" "),
-                status: status_text(output.status),
-            });
-        }
+        Ok(_) => return Err(SampleError::Run(RunFailure::exited(SAMPLE_ARGV, output))),
         Err(reason) => return from_snapshot(commands, deadline, &reason),
     };
     let apps = run(commands, COMPUTE_APPS_ARGV, deadline)?;
     if !apps.success() {
-        return Err(SampleError::Failed {
-            argv: COMPUTE_APPS_ARGV.join(" "),
-            status: status_text(apps.status),
-        });
+        return Err(SampleError::Run(RunFailure::exited(
+            COMPUTE_APPS_ARGV,
+            apps,
+        )));
     }
     let counts = smi::csv::parse_compute_app_counts(&apps.stdout_text());
     let gpus = rows
@@ -108,10 +101,7 @@ fn from_snapshot(
 ) -> Result<Samples, SampleError> {
     let output = run(commands, QUERY_XML, deadline)?;
     if !output.success() {
-        return Err(SampleError::Failed {
-            argv: QUERY_XML.join(" "),
-            status: status_text(output.status),
-        });
+        return Err(SampleError::Run(RunFailure::exited(QUERY_XML, output)));
     }
     let report = smi::xml::parse(&output.stdout)?;
     let gpus = report
@@ -151,15 +141,12 @@ fn run(
     argv: &[&str],
     deadline: Duration,
 ) -> Result<accel_host::CommandOutput, SampleError> {
-    match commands.run(argv, deadline) {
-        Ok(output) => Ok(output),
-        Err(CommandError::NotInstalled { .. }) if argv == SAMPLE_ARGV => Err(SampleError::NoDriver),
+    // A non-zero answer is read: its stderr says whether to fall back to the snapshot.
+    match run_bounded(commands, argv, deadline) {
+        Ok(output) | Err(RunFailure::Exited { output, .. }) => Ok(output),
+        Err(RunFailure::NotInstalled { .. }) if argv == SAMPLE_ARGV => Err(SampleError::NoDriver),
         Err(e) => Err(SampleError::Run(e)),
     }
-}
-
-fn status_text(status: Option<i32>) -> String {
-    status.map_or_else(|| "signal".to_string(), |s| s.to_string())
 }
 
 /// NVIDIA's live usage behind the seam ([`sample`], as the manufacturer-neutral sample).

@@ -13,6 +13,7 @@ use std::collections::BTreeSet;
 
 use accel_backend::health::{FaultClassifier, FaultScanner, KernelFault};
 use accel_core::{BusId, Manufacturer};
+use accel_host::kmsg::strip_prefixes;
 use serde::Serialize;
 
 /// The setting naming the application-class XIDs (comma list of codes; empty for none).
@@ -169,111 +170,6 @@ fn first_bus_id(text: &str) -> Option<BusId> {
         .map(|word| word.trim_end_matches([':', ',', '.', ')', ';']))
         .filter(|word| word.contains(':'))
         .find_map(|word| word.parse().ok())
-}
-
-/// Removes the log prefixes in front of a kernel message, in any combination: `<4>`,
-/// `kern  :warn  : `, `[ 1843.308145]`, `[Sun Feb 23 16:24:18 2025]`,
-/// `2024-11-15T12:02:03,470068+00:00`, `Nov 29 11:28:11 host kernel:`, `kernel:`.
-pub fn strip_prefixes(line: &str) -> &str {
-    let mut rest = line.trim_start();
-    // Each pass removes one prefix; a line carries at most a handful.
-    for _ in 0..8 {
-        let next = strip_one(rest).trim_start();
-        if next.len() == rest.len() {
-            break;
-        }
-        rest = next;
-    }
-    rest
-}
-
-fn strip_one(line: &str) -> &str {
-    if let Some(after) = strip_priority(line) {
-        return after;
-    }
-    if let Some(inner) = line.strip_prefix('[')
-        && let Some(close) = inner.find(']')
-        && close <= 40
-        && !inner[..close].contains('[')
-    {
-        return &inner[close + 1..];
-    }
-    if let Some(after) = strip_decode(line) {
-        return after;
-    }
-    if let Some(after) = line.strip_prefix("kernel:") {
-        return after;
-    }
-    let mut words = line.splitn(2, char::is_whitespace);
-    let first = words.next().unwrap_or("");
-    let after_first = words.next().unwrap_or("").trim_start();
-    if is_iso_timestamp(first) {
-        return after_first;
-    }
-    if let Some(after) = strip_syslog_date(line) {
-        return after;
-    }
-    // `host kernel:` (syslog and journalctl put the host name before the tag).
-    if !first.is_empty()
-        && !first.ends_with(':')
-        && let Some(after) = after_first.strip_prefix("kernel:")
-    {
-        return after;
-    }
-    line
-}
-
-/// `<4>`: the syslog priority.
-fn strip_priority(line: &str) -> Option<&str> {
-    let inner = line.strip_prefix('<')?;
-    let close = inner.find('>')?;
-    (close > 0 && close <= 3 && inner[..close].bytes().all(|b| b.is_ascii_digit()))
-        .then(|| &inner[close + 1..])
-}
-
-/// `kern  :warn  : ` from `dmesg --decode`: facility, colon, level, colon.
-fn strip_decode(line: &str) -> Option<&str> {
-    let word = |s: &str| -> Option<usize> {
-        let n = s.bytes().take_while(u8::is_ascii_lowercase).count();
-        (n > 0).then_some(n)
-    };
-    let n = word(line)?;
-    let rest = line[n..].trim_start_matches(' ').strip_prefix(':')?;
-    let m = word(rest)?;
-    let rest = rest[m..].trim_start_matches(' ').strip_prefix(':')?;
-    Some(rest)
-}
-
-/// `2024-11-15T12:02:03,470068+00:00` and its variants: a date, `T`, a time.
-fn is_iso_timestamp(word: &str) -> bool {
-    let bytes = word.as_bytes();
-    bytes.len() >= 16
-        && bytes[..4].iter().all(u8::is_ascii_digit)
-        && bytes[4] == b'-'
-        && bytes[7] == b'-'
-        && bytes[10] == b'T'
-        && bytes[13] == b':'
-}
-
-/// `Nov 29 11:28:11 `: the syslog/journalctl short date.
-fn strip_syslog_date(line: &str) -> Option<&str> {
-    const MONTHS: [&str; 12] = [
-        "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
-    ];
-    let month = line.get(..3)?;
-    if !MONTHS.contains(&month) {
-        return None;
-    }
-    let mut words = line[3..].split_whitespace();
-    let day = words.next()?;
-    let time = words.next()?;
-    let day_ok = !day.is_empty() && day.len() <= 2 && day.bytes().all(|b| b.is_ascii_digit());
-    let time_ok = time.len() >= 8 && time.as_bytes()[2] == b':' && time.as_bytes()[5] == b':';
-    if !(day_ok && time_ok) {
-        return None;
-    }
-    let at = line.find(time)? + time.len();
-    Some(&line[at..])
 }
 
 /// Finds every event in kernel log text: one line per message, except the indented

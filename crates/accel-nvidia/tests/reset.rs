@@ -504,7 +504,7 @@ fn a_failed_or_hung_reset_keeps_the_faults_and_the_others_still_run() {
         panic!("{:?}", report.gpus[0]);
     };
     assert!(
-        error.starts_with("nvidia-smi --gpu-reset exited with status 255: The following GPUs could not be reset: GPU 00000000:01:00.0: In use by another client"),
+        error.starts_with(&format!("nvidia-smi --gpu-reset -i {a}: exited with status 255: The following GPUs could not be reset: GPU 00000000:01:00.0: In use by another client")),
         "{error}"
     );
     assert!(!error.contains('\n'));
