@@ -33,6 +33,7 @@ use accel_core::ledger::{Family, Seat};
 use accel_host::Host;
 
 use crate::cumask::{self, CuTopology};
+use crate::drm;
 
 /// The shim's directory under the library directory (flat: one artifact for every ROCm).
 pub const LIBRARY_SUBDIR: &str = "amd";
@@ -218,9 +219,9 @@ impl AmdResponder {
             for path in [format!("/dev/dri/card{c}"), format!("/dev/dri/renderD{r}")] {
                 if let Some((other, other_bus)) = owners.get(&path) {
                     return Err(refused(format!(
-                        "cards {other} and {uuid} both record drm node {path:?}, so neither can be granted; compare their /sys/module/amdgpu/drivers/pci:amdgpu/{}/drm and /sys/module/amdgpu/drivers/pci:amdgpu/{}/drm listings",
-                        other_bus.unwrap_or("?"),
-                        card.bus.as_deref().unwrap_or("?"),
+                        "cards {other} and {uuid} both record drm node {path:?}, so neither can be granted; compare their {} and {} listings",
+                        drm::bound_drm_dir(drm::DRIVER, other_bus.unwrap_or("?")),
+                        drm::bound_drm_dir(drm::DRIVER, card.bus.as_deref().unwrap_or("?")),
                     )));
                 }
                 if !self.exists(&path) {

@@ -47,7 +47,7 @@ proptest! {
         let _ = kmsg::parse(&s);
         let _ = drm::parse_uevent(&s);
         let _ = drm::listed_char_devices(&s);
-        let _ = drm::partition_render_nodes(&s);
+        let _ = drm::partition_render_nodes(&s, drm::DRIVER);
         let _ = text::unique_id(&s);
         let props = kfd::parse_properties(&s);
         let node = kfd::KfdNode { properties: props, ..Default::default() };

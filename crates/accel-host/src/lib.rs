@@ -8,11 +8,14 @@
 
 pub mod atomic;
 pub mod commands;
+pub mod drm;
 pub mod host;
+pub mod kfd;
 pub mod kmsg;
 pub mod pci;
 pub mod record;
 pub mod recording;
+mod sysfs;
 
 pub use atomic::{AtomicWriteError, STATE_FILE_MODE, write_atomic};
 pub use commands::{
