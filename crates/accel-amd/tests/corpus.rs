@@ -12,16 +12,7 @@ use accel_amd::{amdsmi, drm, kfd, kmsg, rocmsmi};
 use accel_host::FsHost;
 
 fn fixtures() -> PathBuf {
-    let dir = PathBuf::from(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../../shared/fixtures/amd"
-    ));
-    assert!(
-        dir.is_dir(),
-        "fixture folder {} is missing: the corpus tests need ../shared beside the checkout",
-        dir.display()
-    );
-    dir
+    accel_testkit::shared_fixtures("amd")
 }
 
 /// The units on disk: `<folder>/<tree>/` for capture trees, else the file's path.
