@@ -28,7 +28,7 @@ use accel_core::inventory::{
 use accel_host::{Commands, Host, RunFailure, run_bounded};
 
 use crate::amdsmi::{self, StaticGpu, Versions};
-use crate::drm::{self, DrmCard};
+use crate::drm::{self, Amdgpu as _, DrmCard};
 use crate::kfd::{self, KfdBoard};
 use crate::rocmsmi::{self, RocmSmi};
 use crate::text::{product_name, rocr_uuid};

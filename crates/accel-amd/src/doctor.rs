@@ -40,10 +40,7 @@ pub fn run(
     arch: &str,
 ) -> Vec<Check> {
     let mut checks = Vec::new();
-    let amdgpu_cards = drm::read_cards(host, drm::CLASS_DIR)
-        .into_iter()
-        .filter(drm::DrmCard::is_amdgpu)
-        .count();
+    let amdgpu_cards = drm::read_bound_cards(host, drm::CLASS_DIR, drm::DRIVER).len();
     let gpu_nodes = kfd::read_topology(host, kfd::TOPOLOGY_DIR)
         .ok()
         .flatten()

@@ -1,196 +1,21 @@
-//! DRM sysfs (`/sys/class/drm/card<N>/device/…`): the cards the amdgpu driver has bound, with
-//! their PCI address, VRAM, unique id, NUMA node, and the two device nodes a container needs.
-//!
-//! The card and render minors are read separately, from the PCI device's own `drm/` listing
-//! (`card<N>`, `renderD<M>`: the listing `/sys/module/amdgpu/drivers/pci:amdgpu/<bdf>/drm`
-//! shows): they are unrelated numbers (a host's index 0 can be card1/renderD128 and index 1
-//! card0/renderD129), so neither is ever computed from the other. Only `DRIVER=amdgpu` cards
-//! count: an old card on `radeon` has vendor 1002 too and no ROCm.
+//! DRM sysfs as AMD reads it: [`accel_host::drm`]'s reader, for the cards bound to [`DRIVER`]
+//! (`DRIVER=amdgpu` only: an old card on `radeon` has vendor 1002 too and no ROCm).
 
-use std::collections::BTreeMap;
+pub use accel_host::drm::*;
 
-use accel_core::busid::BusId;
-use accel_host::Host;
+/// AMD's kernel driver.
+pub const DRIVER: &str = "amdgpu";
 
-use crate::text::{clean, hex_u64, unique_id};
-
-/// Where the kernel lists DRM devices.
-pub const CLASS_DIR: &str = "/sys/class/drm";
-
-/// `KEY=VALUE` lines of a `uevent` file (NUL padding and blank lines skipped).
-pub fn parse_uevent(text: &str) -> BTreeMap<String, String> {
-    text.lines()
-        .filter_map(|line| {
-            let line = line.trim_matches(|c: char| c == '\0' || c.is_whitespace());
-            let (k, v) = line.split_once('=')?;
-            (!k.is_empty()).then(|| (k.to_string(), v.to_string()))
-        })
-        .collect()
-}
-
-/// One DRM card as sysfs shows it.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct DrmCard {
-    /// `N` of `card<N>`: the primary node's minor.
-    pub card: u32,
-    /// `M` of the `renderD<M>` the PCI device lists, when it lists one.
-    pub render: Option<u32>,
-    pub driver: Option<String>,
-    pub bus_id: Option<BusId>,
-    pub vendor_id: Option<u16>,
-    pub device_id: Option<u16>,
-    pub class: Option<u32>,
-    pub vram_bytes: Option<u64>,
-    pub unique_id: Option<u64>,
-    pub product_name: Option<String>,
-    pub serial_number: Option<String>,
-    pub vbios_version: Option<String>,
-    /// `numa_node`; `-1` (no affinity) is `None`.
-    pub numa_node: Option<u32>,
-    /// `current_compute_partition` (`SPX`, `DPX`, `CPX` …) on boards that partition.
-    pub compute_partition: Option<String>,
-    /// `current_memory_partition` (`NPS1`, `NPS4` …).
-    pub memory_partition: Option<String>,
-}
-
-impl DrmCard {
+/// The cards AMD serves: those bound to [`DRIVER`].
+pub trait Amdgpu {
     /// Bound to amdgpu.
-    pub fn is_amdgpu(&self) -> bool {
-        self.driver.as_deref() == Some("amdgpu")
+    fn is_amdgpu(&self) -> bool;
+}
+
+impl Amdgpu for DrmCard {
+    fn is_amdgpu(&self) -> bool {
+        self.is_bound_to(DRIVER)
     }
-}
-
-fn read_clean(host: &dyn Host, path: &str) -> Option<String> {
-    host.read(path)
-        .ok()
-        .and_then(|b| clean(&String::from_utf8_lossy(&b)))
-}
-
-/// The minors a PCI device's `drm/` listing names: `(card, render)`.
-pub fn minors(entries: &[String]) -> (Option<u32>, Option<u32>) {
-    let mut card = None;
-    let mut render = None;
-    for entry in entries {
-        if let Some(n) = entry.strip_prefix("renderD").and_then(|n| n.parse().ok()) {
-            render = render.or(Some(n));
-        } else if let Some(n) = entry.strip_prefix("card").and_then(|n| n.parse().ok()) {
-            card = card.or(Some(n));
-        }
-    }
-    (card, render)
-}
-
-/// Reads one `card<N>` under `class_dir`.
-pub fn read_card(host: &dyn Host, class_dir: &str, card: u32) -> DrmCard {
-    let device = format!("{class_dir}/card{card}/device");
-    let uevent = host
-        .read(&format!("{device}/uevent"))
-        .map(|b| parse_uevent(&String::from_utf8_lossy(&b)))
-        .unwrap_or_default();
-    let (vendor_id, device_id) = match uevent.get("PCI_ID").and_then(|v| v.split_once(':')) {
-        Some((v, d)) => (
-            hex_u64(v).and_then(|v| u16::try_from(v).ok()),
-            hex_u64(d).and_then(|d| u16::try_from(d).ok()),
-        ),
-        None => (None, None),
-    };
-    let vendor_id = vendor_id.or_else(|| {
-        read_clean(host, &format!("{device}/vendor"))
-            .and_then(|v| hex_u64(&v))
-            .and_then(|v| u16::try_from(v).ok())
-    });
-    let device_id = device_id.or_else(|| {
-        read_clean(host, &format!("{device}/device"))
-            .and_then(|v| hex_u64(&v))
-            .and_then(|v| u16::try_from(v).ok())
-    });
-    let class = uevent
-        .get("PCI_CLASS")
-        .and_then(|c| hex_u64(c))
-        .or_else(|| read_clean(host, &format!("{device}/class")).and_then(|c| hex_u64(&c)))
-        .and_then(|c| u32::try_from(c).ok());
-    let (_, render) = host
-        .list(&format!("{device}/drm"))
-        .map(|entries| minors(&entries))
-        .unwrap_or((None, None));
-    DrmCard {
-        card,
-        render,
-        driver: uevent.get("DRIVER").and_then(|d| clean(d)),
-        bus_id: uevent
-            .get("PCI_SLOT_NAME")
-            .and_then(|s| s.trim().parse().ok()),
-        vendor_id,
-        device_id,
-        class,
-        vram_bytes: read_clean(host, &format!("{device}/mem_info_vram_total"))
-            .and_then(|v| v.parse().ok()),
-        unique_id: read_clean(host, &format!("{device}/unique_id")).and_then(|u| unique_id(&u)),
-        product_name: read_clean(host, &format!("{device}/product_name")),
-        serial_number: read_clean(host, &format!("{device}/serial_number")),
-        vbios_version: read_clean(host, &format!("{device}/vbios_version")),
-        numa_node: read_clean(host, &format!("{device}/numa_node"))
-            .and_then(|n| n.parse::<i64>().ok())
-            .and_then(|n| u32::try_from(n).ok()),
-        compute_partition: read_clean(host, &format!("{device}/current_compute_partition")),
-        memory_partition: read_clean(host, &format!("{device}/current_memory_partition")),
-    }
-}
-
-/// Every `card<N>` under `class_dir` (connectors such as `card0-DP-1` skipped), by card number.
-/// A missing directory is no card.
-pub fn read_cards(host: &dyn Host, class_dir: &str) -> Vec<DrmCard> {
-    let Ok(entries) = host.list(class_dir) else {
-        return Vec::new();
-    };
-    let mut numbers: Vec<u32> = entries
-        .iter()
-        .filter_map(|e| e.strip_prefix("card").and_then(|n| n.parse().ok()))
-        .collect();
-    numbers.sort_unstable();
-    numbers
-        .into_iter()
-        .map(|n| read_card(host, class_dir, n))
-        .collect()
-}
-
-/// The character devices an `ls -l` listing shows (`crw-rw---- 1 root render 226, 128 … renderD128`):
-/// `(name, major, minor)`. Other lines are skipped.
-pub fn listed_char_devices(text: &str) -> Vec<(String, u32, u32)> {
-    text.lines()
-        .filter_map(|line| {
-            let line = line.trim();
-            if !line.starts_with('c') {
-                return None;
-            }
-            let comma = line.find(", ")?;
-            let major = line[..comma].rsplit(' ').next()?.parse().ok()?;
-            let mut rest = line[comma + 2..].split_whitespace();
-            let minor = rest.next()?.parse().ok()?;
-            let name = rest.last()?.rsplit('/').next()?.to_string();
-            Some((name, major, minor))
-        })
-        .collect()
-}
-
-/// The render nodes of compute partitions in a sysfs listing: `(partition, render minor)` for
-/// every `/sys/devices/platform/amdgpu_xcp.<p>/drm/renderD<m>` path.
-pub fn partition_render_nodes(listing: &str) -> Vec<(u32, u32)> {
-    let mut out: Vec<(u32, u32)> = listing
-        .lines()
-        .filter_map(|line| {
-            let rest = line
-                .trim()
-                .strip_prefix("/sys/devices/platform/amdgpu_xcp.")?;
-            let (p, rest) = rest.split_once('/')?;
-            let rest = rest.strip_prefix("drm/renderD")?;
-            let minor = rest.split('/').next()?.parse().ok()?;
-            Some((p.parse().ok()?, minor))
-        })
-        .collect();
-    out.sort_unstable();
-    out.dedup();
-    out
 }
 
 #[cfg(test)]
@@ -198,17 +23,13 @@ mod tests {
     use super::*;
 
     #[test]
-    fn card_and_render_minors_are_read_apart() {
-        let entries = vec!["renderD129".to_string(), "card0".to_string()];
-        assert_eq!(minors(&entries), (Some(0), Some(129)));
-        assert_eq!(minors(&["card3".to_string()]), (Some(3), None));
-        assert_eq!(minors(&[]), (None, None));
-    }
-
-    #[test]
-    fn uevent_lines_are_keys_and_values() {
-        let u = parse_uevent("DRIVER=amdgpu\nPCI_ID=1002:744C\n\0\0\0");
-        assert_eq!(u["DRIVER"], "amdgpu");
-        assert_eq!(u.len(), 2);
+    fn only_amdgpu_cards_are_amds() {
+        let card = |driver: &str| DrmCard {
+            driver: Some(driver.into()),
+            ..DrmCard::default()
+        };
+        assert!(card("amdgpu").is_amdgpu());
+        assert!(!card("radeon").is_amdgpu());
+        assert!(!DrmCard::default().is_amdgpu());
     }
 }

@@ -23,6 +23,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
+use accel_backend::chores::{self, PodDirs, PodEnv, WRITABLE_BY_ANY_USER};
 use accel_backend::respond::{
     Answer, DeviceNode, Injection, Mount, PrepareError, Responder, ResponderError, ResponderSetup,
 };
@@ -32,6 +33,7 @@ use accel_core::ledger::{Family, Seat};
 use accel_host::Host;
 
 use crate::cumask::{self, CuTopology};
+use crate::drm;
 
 /// The shim's directory under the library directory (flat: one artifact for every ROCm).
 pub const LIBRARY_SUBDIR: &str = "amd";
@@ -106,7 +108,7 @@ pub struct AmdResponder {
     cards: BTreeMap<u32, Card>,
     /// The host the device nodes must exist on (`None`: not checked).
     host: Option<Arc<dyn Host>>,
-    pod_dir_root: PathBuf,
+    dirs: PodDirs,
     preload_dir: PathBuf,
     library_dir: PathBuf,
     /// Compute windows in force, by accelerator UUID.
@@ -130,7 +132,8 @@ impl AmdResponder {
     /// The responder for a node's first detection, with the compute windows kept on disk by an
     /// earlier run.
     pub fn from_setup(setup: ResponderSetup) -> AmdResponder {
-        let windows = kept_windows(&setup.pod_dir_root);
+        let dirs = PodDirs::new(setup.pod_dir_root);
+        let windows = kept_windows(&dirs);
         AmdResponder {
             cards: setup
                 .accelerators
@@ -138,7 +141,7 @@ impl AmdResponder {
                 .map(|a| (a.index, Card::of(a)))
                 .collect(),
             host: setup.host,
-            pod_dir_root: setup.pod_dir_root,
+            dirs,
             preload_dir: setup.preload_dir,
             library_dir: setup.library_dir,
             windows: Mutex::new(windows),
@@ -150,9 +153,14 @@ impl AmdResponder {
         library_dir.join(LIBRARY_SUBDIR)
     }
 
+    /// The host directory of the `ld.so.preload` file sliced containers mount.
+    fn preload_dir(&self) -> PathBuf {
+        self.preload_dir.join(LIBRARY_SUBDIR)
+    }
+
     /// The `ld.so.preload` file sliced containers mount.
     pub fn preload_file(&self) -> PathBuf {
-        self.preload_dir.join(LIBRARY_SUBDIR).join("ld.so.preload")
+        chores::preload_file(&self.preload_dir())
     }
 
     fn exists(&self, path: &str) -> bool {
@@ -211,9 +219,9 @@ impl AmdResponder {
             for path in [format!("/dev/dri/card{c}"), format!("/dev/dri/renderD{r}")] {
                 if let Some((other, other_bus)) = owners.get(&path) {
                     return Err(refused(format!(
-                        "cards {other} and {uuid} both record drm node {path:?}, so neither can be granted; compare their /sys/module/amdgpu/drivers/pci:amdgpu/{}/drm and /sys/module/amdgpu/drivers/pci:amdgpu/{}/drm listings",
-                        other_bus.unwrap_or("?"),
-                        card.bus.as_deref().unwrap_or("?"),
+                        "cards {other} and {uuid} both record drm node {path:?}, so neither can be granted; compare their {} and {} listings",
+                        drm::bound_drm_dir(drm::DRIVER, other_bus.unwrap_or("?")),
+                        drm::bound_drm_dir(drm::DRIVER, card.bus.as_deref().unwrap_or("?")),
                     )));
                 }
                 if !self.exists(&path) {
@@ -232,13 +240,6 @@ impl AmdResponder {
             self.slice(answer, &granted, container_name, &mut response)?;
         }
         Ok(response)
-    }
-
-    /// The container's directory (its ledger directory and its windows file live under it).
-    fn container_dir(&self, pod_uid: &str, container: &str) -> PathBuf {
-        self.pod_dir_root
-            .join(pod_uid)
-            .join(format!("c-{container}"))
     }
 
     fn slice(
@@ -305,17 +306,10 @@ impl AmdResponder {
             }
             masks.push((uuid.clone(), position, lo, hi, mine.is_none()));
         }
-        let container_dir = self.container_dir(&answer.pod.uid, container);
+        // The container's directory holds its ledger directory and its windows file.
+        let container_dir = self.dirs.container(&answer.pod.uid, container)?;
         let pod_dir = container_dir.join("run").join("vrocm");
-        std::fs::create_dir_all(&pod_dir)
-            .and_then(|()| {
-                use std::os::unix::fs::PermissionsExt;
-                std::fs::set_permissions(&pod_dir, std::fs::Permissions::from_mode(0o777))
-            })
-            .map_err(|e| ResponderError::WorkDir {
-                path: pod_dir.display().to_string(),
-                reason: e.to_string(),
-            })?;
+        chores::make_dir(&pod_dir, Some(WRITABLE_BY_ANY_USER))?;
         if masks.iter().any(|m| m.4) {
             let kept: Vec<KeptWindow> = masks
                 .iter()
@@ -356,20 +350,11 @@ impl AmdResponder {
         response
             .envs
             .insert("VROCM_LEDGER_PATH".into(), LEDGER_PATH.into());
-        let own = answer
-            .container
-            .is_some_and(|c| c.env.contains_key("LIBVROCM_LOG_LEVEL"));
-        if !own {
-            response
-                .envs
-                .insert("LIBVROCM_LOG_LEVEL".into(), "1".into());
-        }
+        PodEnv::new(&mut response.envs, answer.container).set("LIBVROCM_LOG_LEVEL", "1");
         let lib = Self::shim_dir(&self.library_dir);
-        response.mounts.push(Mount {
-            container_path: "/etc/ld.so.preload".into(),
-            host_path: self.preload_file().display().to_string(),
-            read_only: true,
-        });
+        response
+            .mounts
+            .push(chores::preload_mount(&self.preload_dir()));
         for file in std::iter::once(SHIM).chain(TOOLS) {
             response.mounts.push(Mount {
                 container_path: format!("{CONTAINER_DIR}/{file}"),
@@ -386,18 +371,13 @@ impl AmdResponder {
     }
 
     /// Writes the `ld.so.preload` file naming the shim where it appears in the container.
-    pub fn stage_preload_file(&self) -> std::io::Result<()> {
-        let path = self.preload_file();
-        if let Some(dir) = path.parent() {
-            std::fs::create_dir_all(dir)?;
-        }
-        let text = format!("{CONTAINER_DIR}/{SHIM}\n");
-        accel_host::atomic::write_atomic(&path, text.as_bytes()).map_err(std::io::Error::other)
+    pub fn stage_preload_file(&self) -> Result<(), PrepareError> {
+        chores::stage_preload_file(&self.preload_dir(), &format!("{CONTAINER_DIR}/{SHIM}"))
     }
 
     /// Takes back a gone Pod's working directory and compute windows.
     pub fn reclaim(&self, pod_uid: &str) {
-        if pod_uid.is_empty() || pod_uid.contains('/') || pod_uid.contains("..") {
+        if !chores::is_component(pod_uid) {
             return;
         }
         {
@@ -409,12 +389,7 @@ impl AmdResponder {
                 held.retain(|h| h.pod != pod_uid);
             }
         }
-        let dir = self.pod_dir_root.join(pod_uid);
-        match std::fs::remove_dir_all(&dir) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => tracing::warn!("cannot reclaim {}: {e}", dir.display()),
-        }
+        self.dirs.reclaim(pod_uid);
     }
 
     /// The windows held on an accelerator, as `(lo, hi)` (for tests and diagnostics).
@@ -428,54 +403,41 @@ impl AmdResponder {
     }
 }
 
-/// The compute windows kept under `root` by earlier runs, by accelerator UUID: every
-/// `<pod>/c-<container>/cu-windows.json`. A file that cannot be read is logged naming it and
+/// The compute windows kept by earlier runs, by accelerator UUID: every
+/// `<pod>/c-<container>/cu-windows.json` under the pod-directory root. A file that cannot be read is logged naming it and
 /// skipped (its windows may then be placed over: overlapping windows are an over-commit of
 /// compute, which slices allow, never a wrong grant).
-fn kept_windows(root: &Path) -> BTreeMap<String, Vec<Held>> {
+fn kept_windows(dirs: &PodDirs) -> BTreeMap<String, Vec<Held>> {
     let mut windows: BTreeMap<String, Vec<Held>> = BTreeMap::new();
-    let Ok(pods) = std::fs::read_dir(root) else {
-        return windows;
-    };
-    for pod in pods.flatten() {
-        let pod_uid = pod.file_name().to_string_lossy().into_owned();
-        let Ok(containers) = std::fs::read_dir(pod.path()) else {
-            continue;
-        };
-        for entry in containers.flatten() {
-            let name = entry.file_name().to_string_lossy().into_owned();
-            let Some(container) = name.strip_prefix("c-") else {
-                continue;
-            };
-            let path = entry.path().join(WINDOWS_FILE);
-            let kept: Vec<KeptWindow> = match std::fs::read(&path) {
-                Ok(bytes) => match serde_json::from_slice(&bytes) {
-                    Ok(kept) => kept,
-                    Err(e) => {
-                        tracing::error!(
-                            "{}: unreadable ({e}); its compute windows are not known",
-                            path.display()
-                        );
-                        continue;
-                    }
-                },
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+    for dir in dirs.containers() {
+        let path = dir.path.join(WINDOWS_FILE);
+        let kept: Vec<KeptWindow> = match std::fs::read(&path) {
+            Ok(bytes) => match serde_json::from_slice(&bytes) {
+                Ok(kept) => kept,
                 Err(e) => {
                     tracing::error!(
-                        "{}: cannot read ({e}); its compute windows are not known",
+                        "{}: unreadable ({e}); its compute windows are not known",
                         path.display()
                     );
                     continue;
                 }
-            };
-            for window in kept.into_iter().filter(|w| w.lo <= w.hi) {
-                windows.entry(window.uuid).or_default().push(Held {
-                    pod: pod_uid.clone(),
-                    container: container.to_string(),
-                    lo: window.lo,
-                    hi: window.hi,
-                });
+            },
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => {
+                tracing::error!(
+                    "{}: cannot read ({e}); its compute windows are not known",
+                    path.display()
+                );
+                continue;
             }
+        };
+        for window in kept.into_iter().filter(|w| w.lo <= w.hi) {
+            windows.entry(window.uuid).or_default().push(Held {
+                pod: dir.pod_uid.clone(),
+                container: dir.container.clone(),
+                lo: window.lo,
+                hi: window.hi,
+            });
         }
     }
     windows
@@ -500,10 +462,7 @@ impl Responder for AmdResponder {
     }
 
     fn prepare_slicing(&self) -> Result<(), PrepareError> {
-        self.stage_preload_file().map_err(|source| PrepareError {
-            path: self.preload_file().display().to_string(),
-            source,
-        })
+        self.stage_preload_file()
     }
 
     fn reclaim(&self, pod_uid: &str) {

@@ -6,7 +6,7 @@
 /// (any case, with or without a trailing note such as `N/A (Secondary die)`) is `None`.
 pub fn clean(text: &str) -> Option<String> {
     let t = text.trim_matches(|c: char| c == '\0' || c.is_whitespace());
-    if t.is_empty() || t.len() >= 3 && t[..3].eq_ignore_ascii_case("n/a") {
+    if t.is_empty() || t.len() >= 3 && t.as_bytes()[..3].eq_ignore_ascii_case(b"n/a") {
         None
     } else {
         Some(t.to_string())
@@ -115,5 +115,7 @@ mod tests {
         assert_eq!(clean("N/A (Secondary die)"), None);
         assert_eq!(clean("\n"), None);
         assert_eq!(clean(" MI300X \0").as_deref(), Some("MI300X"));
+        // A character that straddles the third byte is a value, not a panic.
+        assert_eq!(clean("1\u{20ac}").as_deref(), Some("1\u{20ac}"));
     }
 }

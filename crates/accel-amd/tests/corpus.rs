@@ -6,21 +6,13 @@
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
+use accel_amd::drm::Amdgpu as _;
 use accel_amd::kmsg::FaultKind;
 use accel_amd::{amdsmi, drm, kfd, kmsg, rocmsmi};
 use accel_host::FsHost;
 
 fn fixtures() -> PathBuf {
-    let dir = PathBuf::from(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../../shared/fixtures/amd"
-    ));
-    assert!(
-        dir.is_dir(),
-        "fixture folder {} is missing: the corpus tests need ../shared beside the checkout",
-        dir.display()
-    );
-    dir
+    accel_testkit::shared_fixtures("amd")
 }
 
 /// The units on disk: `<folder>/<tree>/` for capture trees, else the file's path.
@@ -407,7 +399,7 @@ fn drm_tree(unit: &str, dir: &Path) {
 fn drm_file(unit: &str, text: &str) {
     match unit {
         "k8sdp-157__mi300x-partition-amdgpu_xcp-sysfs-listing-excerpt.txt" => {
-            let nodes = drm::partition_render_nodes(text);
+            let nodes = drm::partition_render_nodes(text, drm::DRIVER);
             assert!(!nodes.is_empty(), "{unit}");
             assert!(nodes.contains(&(36, 170)), "{unit}: {nodes:?}");
         }

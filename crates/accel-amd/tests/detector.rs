@@ -10,9 +10,7 @@ use accel_core::inventory::Grantable;
 use accel_host::{FsHost, RecordedCommands};
 
 fn host(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../testdata/hosts")
-        .join(name)
+    accel_testkit::recorded_host(name)
 }
 
 fn detect_in(dir: &Path, options: DetectOptions) -> accel_core::ManufacturerInventory {

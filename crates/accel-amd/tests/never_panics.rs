@@ -1,8 +1,47 @@
 //! Every AMD parser takes any bytes without panicking: the tools' and the kernel's output is
 //! untrusted input.
 
+use std::sync::OnceLock;
+
 use accel_amd::{amdsmi, cumask, drm, kfd, kmsg, rocmsmi, text};
 use proptest::prelude::*;
+
+/// Every file of the AMD captures (sysfs trees file by file).
+fn corpus() -> &'static [Vec<u8>] {
+    static CORPUS: OnceLock<Vec<Vec<u8>>> = OnceLock::new();
+    CORPUS.get_or_init(|| {
+        accel_testkit::read_captures(
+            &accel_testkit::shared_fixtures("amd"),
+            &["amd-smi", "rocm-smi", "kmsg", "drm-sysfs", "kfd-topology"],
+        )
+    })
+}
+
+/// Every text parser on `s`; the results are dropped, only panics matter.
+fn read_all(s: &str) {
+    let _ = amdsmi::parse_static(s);
+    let _ = amdsmi::parse_metric(s);
+    let _ = amdsmi::parse_version_json(s);
+    let _ = amdsmi::parse_version_text(s);
+    let _ = amdsmi::major_minor(s);
+    let _ = rocmsmi::parse(s);
+    let _ = kmsg::parse(s);
+    let _ = drm::parse_uevent(s);
+    let _ = drm::listed_char_devices(s);
+    let _ = drm::partition_render_nodes(s, drm::DRIVER);
+    let _ = text::unique_id(s);
+    let props = kfd::parse_properties(s);
+    let node = kfd::KfdNode {
+        properties: props,
+        ..Default::default()
+    };
+    let _ = (
+        node.bus_id(),
+        node.compute_units(),
+        node.shader_engines(),
+        node.gfx_target(),
+    );
+}
 
 /// Text built from the fragments real outputs are made of, so the parsers' deeper branches run.
 fn fragments() -> impl Strategy<Value = String> {
@@ -38,20 +77,17 @@ fn fragments() -> impl Strategy<Value = String> {
 proptest! {
     #[test]
     fn text_parsers_never_panic(s in fragments()) {
-        let _ = amdsmi::parse_static(&s);
-        let _ = amdsmi::parse_metric(&s);
-        let _ = amdsmi::parse_version_json(&s);
-        let _ = amdsmi::parse_version_text(&s);
-        let _ = amdsmi::major_minor(&s);
-        let _ = rocmsmi::parse(&s);
-        let _ = kmsg::parse(&s);
-        let _ = drm::parse_uevent(&s);
-        let _ = drm::listed_char_devices(&s);
-        let _ = drm::partition_render_nodes(&s);
-        let _ = text::unique_id(&s);
-        let props = kfd::parse_properties(&s);
-        let node = kfd::KfdNode { properties: props, ..Default::default() };
-        let _ = (node.bus_id(), node.compute_units(), node.shader_engines(), node.gfx_target());
+        read_all(&s);
+    }
+
+    #[test]
+    fn mutated_captures_never_panic(
+        file in any::<prop::sample::Index>(),
+        mutation in accel_testkit::mutate::mutation(),
+    ) {
+        let original: &Vec<u8> = file.get(corpus());
+        let bytes = mutation.apply(original);
+        read_all(&String::from_utf8_lossy(&bytes));
     }
 
     #[test]

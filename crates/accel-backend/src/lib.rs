@@ -29,6 +29,7 @@
 //! keeps is the daemon's fault record ([`faults`]).
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
+pub mod chores;
 pub mod detect;
 pub mod doctor;
 pub mod faults;

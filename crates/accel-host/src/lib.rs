@@ -9,11 +9,14 @@
 pub mod atomic;
 pub mod bounded;
 pub mod commands;
+pub mod drm;
 pub mod host;
+pub mod kfd;
 pub mod kmsg;
 pub mod pci;
 pub mod record;
 pub mod recording;
+mod sysfs;
 
 pub use atomic::{AtomicWriteError, STATE_FILE_MODE, write_atomic};
 pub use bounded::{NOT_FOUND_STATUS, RunFailure, run_bounded};

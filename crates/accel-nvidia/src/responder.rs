@@ -12,6 +12,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use accel_backend::chores::{self, PodDirs, PodEnv};
 use accel_backend::pod::Pod;
 pub use accel_backend::respond::{
     Answer, Channel, EngineFacts, EngineSource, Injection, InjectionStrategy, Mount, ResponderError,
@@ -161,36 +162,27 @@ impl NvidiaResponder {
         let major = self
             .cuda_major
             .ok_or(ResponderError::NoRuntimeMajor { runtime: "CUDA" })?;
-        let own = |name: &str| answer.container.is_some_and(|c| c.env.contains_key(name));
-        let mut set = |name: String, value: String| {
-            if !own(&name) {
-                response.envs.insert(name, value);
-            }
-        };
+        let mut env = PodEnv::new(&mut response.envs, answer.container);
         for (position, seat) in answer.seats.iter().enumerate() {
             let vram = seat
                 .memory_mib
                 .ok_or(ResponderError::NoVram { index: seat.index })?;
             let mib = mib_for_units(answer.slice_units, vram);
-            set(
+            env.set(
                 format!("CUDA_DEVICE_MEMORY_LIMIT_{position}"),
                 format!("{mib}m"),
             );
         }
-        set(
-            "CUDA_DEVICE_SM_LIMIT".into(),
+        env.set(
+            "CUDA_DEVICE_SM_LIMIT",
             answer.cores_percentage.unwrap_or(100).to_string(),
         );
-        set("LIBCUDA_LOG_LEVEL".into(), "0".into());
-        set("CUDA_DEVICE_ORDER".into(), "PCI_BUS_ID".into());
-        let pod_dir = self.pod_dir_root.join(&answer.pod.uid);
-        std::fs::create_dir_all(&pod_dir).map_err(|e| ResponderError::WorkDir {
-            path: pod_dir.display().to_string(),
-            reason: e.to_string(),
-        })?;
+        env.set("LIBCUDA_LOG_LEVEL", "0");
+        env.set("CUDA_DEVICE_ORDER", "PCI_BUS_ID");
+        let pod_dir = PodDirs::new(&self.pod_dir_root).make_pod(&answer.pod.uid)?;
         let container = answer.container.map_or("main", |c| c.name.as_str());
-        set(
-            "CUDA_DEVICE_MEMORY_SHARED_CACHE".into(),
+        env.set(
+            "CUDA_DEVICE_MEMORY_SHARED_CACHE",
             format!("{CONTAINER_LIBRARY_DIR}/pod/{container}.cache"),
         );
         response.mounts.push(Mount {
@@ -198,11 +190,9 @@ impl NvidiaResponder {
             host_path: Self::library_path(&self.library_dir, major),
             read_only: true,
         });
-        response.mounts.push(Mount {
-            container_path: "/etc/ld.so.preload".into(),
-            host_path: path_text(&self.preload_dir.join("ld.so.preload")),
-            read_only: true,
-        });
+        response
+            .mounts
+            .push(chores::preload_mount(&self.preload_dir));
         response.mounts.push(Mount {
             container_path: format!("{CONTAINER_LIBRARY_DIR}/pod"),
             host_path: path_text(&pod_dir),
@@ -213,24 +203,16 @@ impl NvidiaResponder {
 
     /// Writes the `ld.so.preload` file the sliced containers mount (naming the library where
     /// it appears in the container).
-    pub fn stage_preload_file(&self) -> std::io::Result<()> {
-        std::fs::create_dir_all(&self.preload_dir)?;
-        let text = format!("{CONTAINER_LIBRARY_DIR}/{PRELOAD_LIBRARY}\n");
-        accel_host::atomic::write_atomic(&self.preload_dir.join("ld.so.preload"), text.as_bytes())
-            .map_err(std::io::Error::other)
+    pub fn stage_preload_file(&self) -> Result<(), PrepareError> {
+        chores::stage_preload_file(
+            &self.preload_dir,
+            &format!("{CONTAINER_LIBRARY_DIR}/{PRELOAD_LIBRARY}"),
+        )
     }
 
     /// Reclaims a gone Pod's working directory.
     pub fn reclaim(&self, pod_uid: &str) {
-        if pod_uid.is_empty() || pod_uid.contains('/') || pod_uid.contains("..") {
-            return;
-        }
-        let dir = self.pod_dir_root.join(pod_uid);
-        match std::fs::remove_dir_all(&dir) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => tracing::warn!("cannot reclaim {}: {e}", dir.display()),
-        }
+        PodDirs::new(&self.pod_dir_root).reclaim(pod_uid);
     }
 }
 
@@ -259,10 +241,7 @@ impl Responder for NvidiaResponder {
     }
 
     fn prepare_slicing(&self) -> Result<(), PrepareError> {
-        self.stage_preload_file().map_err(|source| PrepareError {
-            path: self.preload_dir.display().to_string(),
-            source,
-        })
+        self.stage_preload_file()
     }
 
     fn reclaim(&self, pod_uid: &str) {

@@ -11,9 +11,7 @@ use accel_host::{FsHost, RecordedCommands};
 use accel_nvidia::backend::NvidiaDetector;
 
 fn host(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../testdata/hosts")
-        .join(name)
+    accel_testkit::recorded_host(name)
 }
 
 /// The number of GPUs one pass lists, and its notes.

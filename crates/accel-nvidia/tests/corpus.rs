@@ -3,7 +3,6 @@
 //! folder that is missing, or a file with no expectation here, fails the test: a new capture must
 //! be looked at before it counts as read.
 
-use std::collections::BTreeSet;
 use std::fs;
 use std::path::PathBuf;
 
@@ -11,28 +10,14 @@ use accel_core::inventory::MigMode;
 use accel_nvidia::smi::{csv, list, mig, topo, value, xml};
 
 fn fixtures(folder: &str) -> PathBuf {
-    let dir = PathBuf::from(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../../shared/fixtures/nvidia"
-    ))
-    .join(folder);
-    assert!(
-        dir.is_dir(),
-        "fixture folder {} is missing: the corpus tests need ../shared beside the checkout",
-        dir.display()
-    );
-    dir
+    accel_testkit::shared_fixture_folder("nvidia", folder)
 }
 
 /// Every file name in a fixture folder, sorted.
 fn files(folder: &str) -> Vec<String> {
-    let mut names: Vec<String> = fs::read_dir(fixtures(folder))
-        .unwrap()
-        .map(|e| e.unwrap().file_name().into_string().unwrap())
-        .collect();
-    names.sort();
-    assert!(!names.is_empty(), "fixture folder {folder} is empty");
-    names
+    accel_testkit::file_names(&fixtures(folder))
+        .into_iter()
+        .collect()
 }
 
 fn read(folder: &str, name: &str) -> Vec<u8> {
@@ -41,14 +26,7 @@ fn read(folder: &str, name: &str) -> Vec<u8> {
 
 /// Fails when the folder and the table of expectations disagree on which files exist.
 fn assert_same_files(folder: &str, expected: impl IntoIterator<Item = &'static str>) {
-    let on_disk: BTreeSet<String> = files(folder).into_iter().collect();
-    let expected: BTreeSet<String> = expected.into_iter().map(str::to_string).collect();
-    let unexpected: Vec<_> = on_disk.difference(&expected).collect();
-    let missing: Vec<_> = expected.difference(&on_disk).collect();
-    assert!(
-        unexpected.is_empty() && missing.is_empty(),
-        "{folder}: files without expectations {unexpected:?}, expectations without files {missing:?}"
-    );
+    accel_testkit::assert_folder_covered(&fixtures(folder), expected);
 }
 
 struct XmlFile {

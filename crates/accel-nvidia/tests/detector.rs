@@ -10,14 +10,10 @@ use accel_host::{FsHost, RecordedCommands};
 use accel_nvidia::detector::{self, Deadlines, DetectOptions};
 
 /// A real `information` file (an NVIDIA L4), from the shared corpus.
-const L4_INFORMATION: &str = concat!(
-    env!("CARGO_MANIFEST_DIR"),
-    "/../../../shared/fixtures/nvidia/procfs/snapd-pr14893__l4__information.txt"
-);
-
 fn l4_information() -> String {
-    std::fs::read_to_string(L4_INFORMATION)
-        .unwrap_or_else(|e| panic!("fixture {L4_INFORMATION}: {e}"))
+    let path = accel_testkit::shared_fixture_folder("nvidia", "procfs")
+        .join("snapd-pr14893__l4__information.txt");
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("fixture {}: {e}", path.display()))
 }
 
 fn write(dir: &Path, rel: &str, text: &str) {
@@ -171,8 +167,7 @@ fn an_unreadable_information_file_is_a_note_not_a_crash() {
 
 #[test]
 fn wsl_gpu_only_nvidia_smi_knows_is_paravirtual() {
-    let hosts = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata/hosts");
-    let dir = hosts.join("wsl2-rtx2080super");
+    let dir = accel_testkit::recorded_host("wsl2-rtx2080super");
     let host = FsHost::new(dir.join("root"));
     let commands = RecordedCommands::load(&dir).unwrap();
     assert!(detector::is_paravirtual(&host));
@@ -186,8 +181,7 @@ fn wsl_gpu_only_nvidia_smi_knows_is_paravirtual() {
 
 #[test]
 fn hash_is_stable_across_runs_and_ignores_usage() {
-    let hosts = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata/hosts");
-    let dir = hosts.join("hgx-h100-8gpu");
+    let dir = accel_testkit::recorded_host("hgx-h100-8gpu");
     let host = FsHost::new(dir.join("root"));
     let commands = RecordedCommands::load(&dir).unwrap();
     let inventory = |section| accel_core::Inventory {
@@ -209,9 +203,7 @@ fn hash_is_stable_across_runs_and_ignores_usage() {
 
 /// The recorded hosts of `testdata/hosts/`.
 fn recorded_host(name: &str) -> std::path::PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../testdata/hosts")
-        .join(name)
+    accel_testkit::recorded_host(name)
 }
 
 /// Replays a recorded host and keeps every argv it was asked to run.

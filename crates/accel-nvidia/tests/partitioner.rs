@@ -2,7 +2,6 @@
 //! follows the commands run (issue 13, items 1, 2 and 9; the bad-input cases).
 
 use std::collections::BTreeMap;
-use std::path::Path;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
@@ -11,29 +10,14 @@ use accel_host::{CommandError, CommandOutput, Commands, RecordedCommands};
 use accel_nvidia::mig_replay;
 use accel_nvidia::partitioner::SmiPartitioner;
 
-fn copy(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for entry in std::fs::read_dir(from).unwrap() {
-        let entry = entry.unwrap();
-        let kind = entry.file_type().unwrap();
-        let target = to.join(entry.file_name());
-        if kind.is_dir() {
-            copy(&entry.path(), &target);
-        } else if kind.is_symlink() {
-            std::os::unix::fs::symlink(std::fs::read_link(entry.path()).unwrap(), target).unwrap();
-        } else {
-            std::fs::copy(entry.path(), target).unwrap();
-        }
-    }
-}
-
 /// A fresh copy of the 8×H100 MIG host, replayed with its MIG state.
 fn host() -> (tempfile::TempDir, Box<dyn Commands>) {
     let dir = tempfile::tempdir().unwrap();
-    copy(
-        &Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata/hosts/hgx-h100-8gpu-mig"),
+    accel_testkit::copy_tree(
+        &accel_testkit::recorded_host("hgx-h100-8gpu-mig"),
         dir.path(),
-    );
+    )
+    .unwrap();
     let commands = mig_replay::wrap(
         dir.path(),
         Box::new(RecordedCommands::load(dir.path()).unwrap()),

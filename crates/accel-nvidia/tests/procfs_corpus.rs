@@ -2,15 +2,9 @@
 //! each holds; and "never panics" over arbitrary and mutated bytes.
 
 use std::collections::BTreeMap;
-use std::path::Path;
 
 use accel_nvidia::procfs::{parse_driver_version, parse_information};
 use proptest::prelude::*;
-
-const DIR: &str = concat!(
-    env!("CARGO_MANIFEST_DIR"),
-    "/../../../shared/fixtures/nvidia/procfs"
-);
 
 /// What each capture holds: a driver version (version files) or a GPU's model and UUID
 /// (information files), or nothing the readers take (the MIG capability file).
@@ -58,11 +52,7 @@ fn expectations() -> BTreeMap<&'static str, Expect> {
 }
 
 fn corpus() -> Vec<(String, Vec<u8>)> {
-    let dir = Path::new(DIR);
-    assert!(
-        dir.is_dir(),
-        "{DIR} is missing: the corpus tests need ../shared beside the checkout"
-    );
+    let dir = accel_testkit::shared_fixture_folder("nvidia", "procfs");
     let mut files: Vec<(String, Vec<u8>)> = std::fs::read_dir(dir)
         .unwrap()
         .map(|e| {
@@ -81,6 +71,11 @@ fn corpus() -> Vec<(String, Vec<u8>)> {
 fn every_procfs_capture_reads_to_its_facts() {
     let expect = expectations();
     let files = corpus();
+    accel_testkit::assert_same_files(
+        "nvidia/procfs",
+        files.iter().map(|(name, _)| name),
+        expect.keys(),
+    );
     for (name, bytes) in &files {
         let text = String::from_utf8_lossy(bytes);
         match expect.get(name.as_str()) {
@@ -103,14 +98,9 @@ fn every_procfs_capture_reads_to_its_facts() {
                 assert_eq!(parse_driver_version(&text), None, "{name}");
                 assert_eq!(parse_information(&text).uuid, None, "{name}");
             }
-            None => panic!("{name}: a new procfs capture with no expectation; add one"),
+            None => unreachable!("every capture has an expectation"),
         }
     }
-    assert_eq!(
-        files.len(),
-        expect.len(),
-        "a capture listed in the expectations is gone"
-    );
 }
 
 proptest! {
@@ -123,19 +113,12 @@ proptest! {
 
     #[test]
     fn readers_never_panic_on_mutated_captures(
-        pick in 0usize..6,
-        at in any::<usize>(),
-        byte in any::<u8>(),
-        cut in any::<usize>(),
+        pick in any::<prop::sample::Index>(),
+        mutation in accel_testkit::mutate::mutation(),
     ) {
         let files = corpus();
-        let (_, original) = &files[pick % files.len()];
-        let mut bytes = original.clone();
-        if !bytes.is_empty() {
-            let i = at % bytes.len();
-            bytes[i] = byte;
-            bytes.truncate(cut % (bytes.len() + 1));
-        }
+        let (_, original) = pick.get(&files);
+        let bytes = mutation.apply(original);
         let text = String::from_utf8_lossy(&bytes);
         let _ = parse_information(&text);
         let _ = parse_driver_version(&text);

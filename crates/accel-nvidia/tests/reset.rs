@@ -7,7 +7,7 @@
 //! No real `--gpu-reset` output was captured, so the recorded texts below are illustrative: the
 //! operation reads only the exit status and echoes the text in a failure.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -21,23 +21,9 @@ use accel_nvidia::xid::{XidClasses, parse_message};
 
 const BOOT: &str = "0b0e7a53-1c55-4a3c-8d9f-6f1f0f7b2d10";
 
-fn hosts() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata/hosts")
-}
-
 /// A copy of a recorded host (symlinks kept) that a test may add recordings to.
 fn copy_host(name: &str) -> tempfile::TempDir {
-    let src = hosts().join(name);
-    assert!(src.is_dir(), "recorded host {} is missing", src.display());
-    let dir = tempfile::tempdir().unwrap();
-    let status = std::process::Command::new("cp")
-        .arg("-a")
-        .arg(format!("{}/.", src.display()))
-        .arg(dir.path())
-        .status()
-        .unwrap();
-    assert!(status.success());
-    dir
+    accel_testkit::copy_recorded(name)
 }
 
 /// Records `nvidia-smi --gpu-reset -i <uuid>` on the host.

@@ -14,16 +14,7 @@ use accel_nvidia::xid::{self, XidEvent, XidScanner};
 use proptest::prelude::*;
 
 fn kmsg_dir() -> PathBuf {
-    let dir = PathBuf::from(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../../shared/fixtures/nvidia/kmsg"
-    ));
-    assert!(
-        dir.is_dir(),
-        "fixture folder {} is missing: the corpus tests need ../shared beside the checkout",
-        dir.display()
-    );
-    dir
+    accel_testkit::shared_fixture_folder("nvidia", "kmsg")
 }
 
 /// `count × "xid bus pid process"` runs, `-` for absent.

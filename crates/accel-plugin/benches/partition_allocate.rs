@@ -29,8 +29,9 @@ use accel_nvidia::responder::{EngineFacts, NvidiaResponder};
 use accel_plugin::pods::{MemoryPods, Pod};
 use accel_plugin::service::{Offer, Orphans};
 use accel_plugin::settings::{InjectionStrategy, Settings};
-use accel_plugin::testing::{self, Call, Kubelet, copy_tree};
+use accel_plugin::testing::{self, Call, Kubelet};
 use accel_plugin::{Config, DevicePlugins, Partitions};
+use accel_testkit::copy_tree;
 
 const PARTITIONED: &str = "nvidia.com/gpu.partitioned";
 const VISIBILITY: &str = "device.gpustack.ai/nvidia.visibility";
@@ -80,11 +81,7 @@ fn percentiles(name: &str, mut samples: Vec<Duration>) {
 /// A fresh copy of the MIG host and its programs (replayed, timed).
 fn host(dir: &Path) -> (std::path::PathBuf, Arc<Timed>) {
     let host = dir.join("host");
-    copy_tree(
-        &Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata/hosts/hgx-h100-8gpu-mig"),
-        &host,
-    )
-    .unwrap();
+    copy_tree(&accel_testkit::recorded_host("hgx-h100-8gpu-mig"), &host).unwrap();
     let commands = Arc::new(Timed {
         inner: mig_replay::wrap(&host, Box::new(RecordedCommands::load(&host).unwrap())),
         spent_ns: AtomicU64::new(0),

@@ -86,25 +86,6 @@ pub fn pod(uid: &str, created: i64, containers: &[(&str, &[(&str, &str)])]) -> P
     }
 }
 
-/// Copies the folder `from` (a recorded host) to `to`, links kept as links, so a test can
-/// change its copy.
-pub fn copy_tree(from: &Path, to: &Path) -> std::io::Result<()> {
-    std::fs::create_dir_all(to)?;
-    for entry in std::fs::read_dir(from)? {
-        let entry = entry?;
-        let kind = entry.file_type()?;
-        let target = to.join(entry.file_name());
-        if kind.is_dir() {
-            copy_tree(&entry.path(), &target)?;
-        } else if kind.is_symlink() {
-            std::os::unix::fs::symlink(std::fs::read_link(entry.path())?, target)?;
-        } else {
-            std::fs::copy(entry.path(), target)?;
-        }
-    }
-    Ok(())
-}
-
 /// One registered plugin as the emulator sees it.
 #[derive(Clone)]
 struct Plugin {

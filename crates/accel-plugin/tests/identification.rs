@@ -511,7 +511,8 @@ async fn churn_of_pods_the_watch_delivers_late_rejects_none() {
     ];
     for (resource, limits) in families {
         let rig = Rig::new(seats(8), Settings::default()).await;
-        let uid = |i: usize| format!("{resource}-{i}");
+        // A UID is one path component (the responder names the Pod's directory after it).
+        let uid = |i: usize| format!("{}-{i}", resource.replace('/', "-"));
         let live = 8;
         for i in 0..30 {
             if i >= live {

@@ -7,7 +7,6 @@
 //! a restart with the journal lost, and a random history of all of it (items 4, 6 and 7).
 
 use std::collections::BTreeMap;
-use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -21,8 +20,9 @@ use accel_plugin::ownership;
 use accel_plugin::pods::{MemoryPods, Pod, PodSource};
 use accel_plugin::service::{Offer, Orphans};
 use accel_plugin::settings::{InjectionStrategy, Settings};
-use accel_plugin::testing::{Kubelet, copy_tree, pod};
+use accel_plugin::testing::{Kubelet, pod};
 use accel_plugin::{Config, DevicePlugins, Partitions};
+use accel_testkit::copy_tree;
 use tonic::Code;
 
 const PARTITIONED: &str = "nvidia.com/gpu.partitioned";
@@ -43,11 +43,7 @@ impl Rig {
     async fn with_orphans(orphans: Orphans) -> Rig {
         let dir = tempfile::tempdir().unwrap();
         let host = dir.path().join("host");
-        copy_tree(
-            &Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata/hosts/hgx-h100-8gpu-mig"),
-            &host,
-        )
-        .unwrap();
+        copy_tree(&accel_testkit::recorded_host("hgx-h100-8gpu-mig"), &host).unwrap();
         let commands: Arc<dyn accel_host::Commands> = Arc::from(mig_replay::wrap(
             &host,
             Box::new(RecordedCommands::load(&host).unwrap()),

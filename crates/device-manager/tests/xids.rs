@@ -17,17 +17,7 @@ fn kmsg_files() -> Vec<PathBuf> {
 }
 
 fn kmsg_files_of(manufacturer: &str) -> Vec<PathBuf> {
-    let dir = PathBuf::from(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../../shared/fixtures"
-    ))
-    .join(manufacturer)
-    .join("kmsg");
-    assert!(
-        dir.is_dir(),
-        "fixture folder {} is missing: the tests need ../shared beside the checkout",
-        dir.display()
-    );
+    let dir = accel_testkit::shared_fixture_folder(manufacturer, "kmsg");
     let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
         .unwrap()
         .map(|e| e.unwrap().path())

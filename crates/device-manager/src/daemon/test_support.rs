@@ -40,19 +40,7 @@ pub(super) fn copy_host(name: &str, boot: &str) -> tempfile::TempDir {
 
 /// A copy of the recorded host `testdata/hosts/<name>`, as recorded.
 pub(crate) fn copy_recorded(name: &str) -> tempfile::TempDir {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../testdata/hosts")
-        .join(name);
-    assert!(src.is_dir(), "recorded host {} is missing", src.display());
-    let dir = tempfile::tempdir().unwrap();
-    let status = std::process::Command::new("cp")
-        .arg("-a")
-        .arg(format!("{}/.", src.display()))
-        .arg(dir.path())
-        .status()
-        .unwrap();
-    assert!(status.success());
-    dir
+    accel_testkit::copy_recorded(name)
 }
 
 /// Writes the recorded host's boot id.

@@ -2,12 +2,12 @@
 //! recorded host, and copies of recorded hosts (as recordings, or as live-looking roots).
 #![allow(dead_code)] // each test file uses its own subset
 
-use std::os::unix::fs::{PermissionsExt, symlink};
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
 /// The recorded hosts the project ships.
 pub fn hosts() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata/hosts")
+    accel_testkit::recorded_hosts()
 }
 
 /// Writes an `nvidia-smi` script into `bin` that prints, for each argv recorded under
@@ -52,21 +52,10 @@ pub fn path_with(bin: &Path) -> String {
     )
 }
 
-/// Copies a tree, links as links (recorded sysfs links are relative, so they still resolve).
+/// Copies a tree, links as links ([`accel_testkit::copy_tree`]).
 pub fn copy_tree(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for entry in std::fs::read_dir(from).unwrap() {
-        let entry = entry.unwrap();
-        let target = to.join(entry.file_name());
-        let kind = entry.file_type().unwrap();
-        if kind.is_symlink() {
-            symlink(std::fs::read_link(entry.path()).unwrap(), &target).unwrap();
-        } else if kind.is_dir() {
-            copy_tree(&entry.path(), &target);
-        } else {
-            std::fs::copy(entry.path(), &target).unwrap();
-        }
-    }
+    accel_testkit::copy_tree(from, to)
+        .unwrap_or_else(|e| panic!("copy {} to {}: {e}", from.display(), to.display()));
 }
 
 /// A live-looking root made from a recorded host's files: what the node showed under `/` sits
