@@ -11,7 +11,9 @@
 #   4. a Pod of 1 amd.com/gpu.shared: /dev/kfd, one card, one render node;
 #   5. a Pod of one amd.com/gpu.sliced (25 % memory, 25 % cores): ROCR_VISIBLE_DEVICES names one
 #      GPU- id, VROCM_DEVICE_MEMORY_LIMIT_0 and HSA_CU_MASK are set, the library and its two tools are mounted;
-#   6. churn: N Pods of 1 amd.com/gpu one after another, none rejected.
+#   6. churn: N Pods of 1 amd.com/gpu one after another, none rejected;
+#   7. the live usage gauges at --metrics-listen: AMD's sampler (amd-smi metric --json, the
+#      recorded host's one real capture) fills device_manager_gpu_* for gpu 0's board.
 #
 #   scripts/build-release.sh && N=30 scripts/rig-amd.sh
 #
@@ -45,7 +47,8 @@ done
 rig_up "/tmp/rig-amd"
 D=$WORK/data
 MALLOC_ARENA_MAX=${MALLOC_ARENA_MAX-1} "$BIN" serve --manufacturer amd --node-name rig-node \
-  --host-root "$HOST" --kubelet-dir $K/kubelet --data-dir "$D" >/tmp/rig-amd-serve.log 2>&1 &
+  --host-root "$HOST" --kubelet-dir $K/kubelet --data-dir "$D" \
+  --metrics-listen 127.0.0.1:9482 --monitor-period 1s >/tmp/rig-amd-serve.log 2>&1 &
 SERVE=$!
 stop() {
   kill $SERVE 2>/dev/null; wait $SERVE 2>/dev/null
@@ -114,6 +117,15 @@ EOT
 done
 echo "amd.com/gpu: $N Pods, $rejected rejected"
 [ "$rejected" = 0 ] || failed=1
+
+echo "=== live usage gauges (http://127.0.0.1:9482/metrics)"
+gauges=$(curl -s http://127.0.0.1:9482/metrics | grep -E '^device_manager_gpu_(utilization_percent|memory_(used|total)_mib)\{')
+echo "$gauges" | sed 's/^/    /'
+if echo "$gauges" | grep -qE '^device_manager_gpu_memory_total_mib\{uuid="GPU-[0-9a-f]{16}"\} 46064(\.0)?$'; then
+  echo "  ok: AMD's board has its memory gauge"
+else
+  echo "  WRONG: no AMD memory gauge"; failed=1
+fi
 
 if [ "$failed" = 0 ]; then echo "rig-amd: OK"; else echo "rig-amd: FAILED (serve's log: /tmp/rig-amd-serve.log)"; fi
 exit $failed

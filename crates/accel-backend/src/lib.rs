@@ -25,8 +25,9 @@
 //! webhook never see a manufacturer's name through these traits: they take the facts
 //! (a resource base, the families offered, an [`respond::Injection`]). [`Backend`] is one
 //! manufacturer's row of implementations; the binary keeps the registry of rows. This crate
-//! holds no manufacturer's knowledge and reads nothing of the host itself; the one file it
-//! keeps is the daemon's fault record ([`faults`]).
+//! holds no manufacturer's knowledge and reads nothing of the host itself; what it writes is
+//! the daemon's fault record ([`faults`]) and the per-Pod files a responder's chores make
+//! ([`chores`]).
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 pub mod chores;

@@ -101,10 +101,10 @@ mod tests {
         assert_eq!(parse_strategy("X", " Auto "), Ok(InjectionStrategy::Auto));
         assert_eq!(parse_strategy("X", ""), Ok(InjectionStrategy::Envvar));
         assert_eq!(
-            parse_strategy("GPUSTACK_ACME_DEVICE_INJECTION_STRATEGY", "cdi")
+            parse_strategy("GPUSTACK_NVIDIA_DEVICE_INJECTION_STRATEGY", "cdi")
                 .unwrap_err()
                 .to_string(),
-            "GPUSTACK_ACME_DEVICE_INJECTION_STRATEGY=\"cdi\": expected envvar, cdi-annotations or auto"
+            "GPUSTACK_NVIDIA_DEVICE_INJECTION_STRATEGY=\"cdi\": expected envvar, cdi-annotations or auto"
         );
         let bad = BTreeMap::from([(SLICED_ALLOCATE_GATE_ENV.to_string(), "maybe".to_string())]);
         assert_eq!(

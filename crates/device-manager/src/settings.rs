@@ -338,10 +338,11 @@ mod tests {
 
     #[test]
     fn the_injection_strategy_is_read_for_the_manufacturers_whose_backend_reads_it() {
+        // No effect on AMD (its responder hands /dev itself): not even its value is read.
+        let amd = injection_env(Manufacturer::Amd);
         let s = Settings::from_vars(&vars(&[
             ("GPUSTACK_NVIDIA_DEVICE_INJECTION_STRATEGY", "auto"),
-            // No effect on AMD (its responder hands /dev itself): not even its value is read.
-            ("GPUSTACK_AMD_DEVICE_INJECTION_STRATEGY", "anything"),
+            (&amd, "anything"),
         ]))
         .unwrap();
         assert_eq!(
