@@ -98,7 +98,7 @@ impl Doctor for AmdDoctor {
         Report::of(crate::doctor::run(
             host,
             commands,
-            options.deadlines.per_query,
+            options.deadlines,
             &format!("/{}", options.library_dir.trim_start_matches('/')),
             &options.arch,
         ))
@@ -123,7 +123,7 @@ impl Detector for AmdDetector {
             return Ok(answer);
         }
         let options = DetectOptions {
-            per_query: request.deadlines.per_query,
+            deadlines: request.deadlines,
             vendor_ids: request.vendor_ids.iter().map(|id| id.vendor).collect(),
         };
         Ok(detector::detect(request.host, request.commands, options))

@@ -19,6 +19,8 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use accel_backend::Deadlines;
+use accel_backend::detect::Budget;
 use accel_core::Manufacturer;
 use accel_core::busid::BusId;
 use accel_core::inventory::{
@@ -69,8 +71,8 @@ pub fn family(gfx: &str) -> Option<&'static str> {
 /// What the detector is given.
 #[derive(Debug, Clone)]
 pub struct DetectOptions {
-    /// Each vendor-tool query's deadline.
-    pub per_query: Duration,
+    /// Each vendor-tool query's deadline and the whole pass's (one `Budget` across the pass).
+    pub deadlines: Deadlines,
     /// The PCI vendor ids that are AMD's (`GPUSTACK_AMD_PCI_VENDOR_ID`): a KFD node of another
     /// vendor (a Hygon DCU runs a fork of this driver stack) is not AMD's.
     pub vendor_ids: Vec<u16>,
@@ -79,7 +81,7 @@ pub struct DetectOptions {
 impl Default for DetectOptions {
     fn default() -> Self {
         DetectOptions {
-            per_query: Duration::from_secs(30),
+            deadlines: Deadlines::default(),
             vendor_ids: vec![0x1002],
         }
     }
@@ -102,14 +104,29 @@ fn run(commands: &dyn Commands, argv: &[&str], deadline: Duration) -> Result<Str
         .map_err(|e| e.to_string())
 }
 
+/// The next call's deadline within the pass's budget, or the note that the pass ran out.
+fn next_deadline(budget: &Budget, tool: &mut Tool) -> Option<Duration> {
+    match budget.next() {
+        Ok(deadline) => Some(deadline),
+        Err(e) => {
+            tool.notes.push(format!("amd-smi: {e}"));
+            None
+        }
+    }
+}
+
 fn ask_tool(commands: &dyn Commands, options: &DetectOptions) -> Tool {
     let mut tool = Tool::default();
+    let budget = Budget::start(options.deadlines);
     if commands.is_installed("amd-smi") {
-        match run_bounded(commands, AMD_SMI_STATIC, options.per_query) {
+        let Some(deadline) = next_deadline(&budget, &mut tool) else {
+            return tool;
+        };
+        match run_bounded(commands, AMD_SMI_STATIC, deadline) {
             Err(RunFailure::NotInstalled { .. }) => {
                 tool.notes
                     .push("amd-smi is not installed on the host".into());
-                return ask_rocm_smi(commands, options, tool);
+                return ask_rocm_smi(commands, &budget, tool);
             }
             answered => {
                 let text = answered
@@ -130,7 +147,10 @@ fn ask_tool(commands: &dyn Commands, options: &DetectOptions) -> Tool {
                 }
             }
         }
-        match run(commands, AMD_SMI_VERSION, options.per_query) {
+        let Some(deadline) = next_deadline(&budget, &mut tool) else {
+            return tool;
+        };
+        match run(commands, AMD_SMI_VERSION, deadline) {
             Ok(t) => match amdsmi::parse_version_json(&t) {
                 Ok(v) => tool.versions = v,
                 Err(e) => match amdsmi::parse_version_text(&t) {
@@ -142,13 +162,16 @@ fn ask_tool(commands: &dyn Commands, options: &DetectOptions) -> Tool {
         }
         return tool;
     }
-    ask_rocm_smi(commands, options, tool)
+    ask_rocm_smi(commands, &budget, tool)
 }
 
 /// The fallback: `rocm-smi --showallinfo --json`.
-fn ask_rocm_smi(commands: &dyn Commands, options: &DetectOptions, mut tool: Tool) -> Tool {
+fn ask_rocm_smi(commands: &dyn Commands, budget: &Budget, mut tool: Tool) -> Tool {
     if commands.is_installed("rocm-smi") {
-        match run(commands, rocmsmi::ARGV, options.per_query)
+        let Some(deadline) = next_deadline(budget, &mut tool) else {
+            return tool;
+        };
+        match run(commands, rocmsmi::ARGV, deadline)
             .and_then(|t| rocmsmi::parse(&t).map_err(|e| format!("rocm-smi: {e}")))
         {
             Ok(doc) => {

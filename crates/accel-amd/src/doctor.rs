@@ -10,8 +10,7 @@
 //! (an accelerator without one cannot be granted), `partitions` (a partitioned board is not
 //! served), `slicing-library` (`<library-dir>/amd/libvrocm.so` staged; none on arm64).
 
-use std::time::Duration;
-
+use accel_backend::Deadlines;
 use accel_backend::doctor::{Check, Status};
 use accel_core::inventory::ManufacturerInventory;
 use accel_host::{Commands, Host, run_bounded};
@@ -35,7 +34,7 @@ fn check(name: &'static str, status: Status, reason: String, action: Option<&str
 pub fn run(
     host: &dyn Host,
     commands: &dyn Commands,
-    per_query: Duration,
+    deadlines: Deadlines,
     library_dir: &str,
     arch: &str,
 ) -> Vec<Check> {
@@ -96,7 +95,7 @@ pub fn run(
         }
     });
     checks.push(if commands.is_installed("amd-smi") {
-        match run_bounded(commands, AMD_SMI_VERSION, per_query) {
+        match run_bounded(commands, AMD_SMI_VERSION, deadlines.per_query) {
             Ok(_) => check("amd-smi", Status::Ok, "amd-smi answers".into(), None),
             Err(e) => check(
                 "amd-smi",
@@ -124,7 +123,7 @@ pub fn run(
         host,
         commands,
         DetectOptions {
-            per_query,
+            deadlines,
             ..DetectOptions::default()
         },
     )

@@ -116,7 +116,7 @@ fn rocm_smi_answers_where_amd_smi_is_missing_from_the_host() {
 fn kfd_nodes_of_another_vendor_are_not_amds() {
     // A Hygon DCU runs a fork of this stack: its KFD nodes carry its own vendor id.
     let options = DetectOptions {
-        per_query: Duration::from_secs(30),
+        deadlines: accel_backend::Deadlines::default(),
         vendor_ids: vec![0x1d94],
     };
     let section = detect_in(&host("amd-8x-mi210-xgmi"), options);
@@ -209,4 +209,43 @@ fn an_inbox_drivers_kernel_banner_is_no_driver_version_in_any_source() {
     });
     let section = detect_in(&dir.path().join("h"), DetectOptions::default());
     assert_eq!(section.driver_version.as_deref(), Some("6.16.13"));
+}
+
+/// One budget across the pass (`accel_backend::detect::Budget`): an amd-smi that hangs spends
+/// the pass's time, and the queries after it are not started past the snapshot deadline; the
+/// kernel's facts still answer, with the note.
+#[test]
+fn a_hanging_amd_smi_spends_the_pass_and_the_rest_is_not_asked() {
+    let dir = tempfile::tempdir().unwrap();
+    let copied = dir.path().join("h");
+    copy(&host("amd-8x-mi300x"), &copied);
+    std::fs::write(copied.join("commands/static/delay-ms"), "60000").unwrap();
+    let options = DetectOptions {
+        deadlines: accel_backend::Deadlines {
+            per_query: Duration::from_millis(300),
+            snapshot: Duration::from_millis(300),
+        },
+        ..DetectOptions::default()
+    };
+    let section = detect_in(&copied, options);
+    assert_eq!(
+        section.accelerators.len(),
+        8,
+        "the kernel's view still answers"
+    );
+    assert!(
+        section.notes.iter().any(|n| n.contains("no answer within")),
+        "{:?}",
+        section.notes
+    );
+    assert!(
+        section.notes.iter().any(|n| n.contains("ran out of its")),
+        "{:?}",
+        section.notes
+    );
+    // The version query was never started: the ROCm version is not amd-smi's.
+    assert_eq!(
+        section.runtime_version, None,
+        "no amd-smi version, no ROCm version file"
+    );
 }
