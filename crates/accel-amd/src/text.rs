@@ -30,24 +30,17 @@ fn is_pci_id(text: &str) -> bool {
     }
 }
 
-/// A hex figure with or without `0x` (`0x687f`, `744C`).
+/// A hex figure with or without `0x` (`0x687f`, `744C`): [`clean`], then the shared rule
+/// (`accel_backend::text::hex`, at most 16 digits).
 pub fn hex_u64(text: &str) -> Option<u64> {
-    let t = clean(text)?;
-    let digits = t
-        .strip_prefix("0x")
-        .or_else(|| t.strip_prefix("0X"))
-        .unwrap_or(&t);
-    if digits.is_empty() || digits.len() > 16 {
-        return None;
-    }
-    u64::from_str_radix(digits, 16).ok()
+    accel_backend::text::hex(&clean(text)?)
 }
 
 /// A unique id (ASIC serial) in any of its spellings — sysfs hex without `0x`, rocm-smi `0x`-
 /// prefixed with leading zeros dropped, amd-smi upper-case `0x…` — as a u64; 0 and the
-/// all-ones "unsupported" sentinel are `None`.
+/// all-ones "unsupported" sentinel are `None` (`accel_backend::text::unique_id`).
 pub fn unique_id(text: &str) -> Option<u64> {
-    hex_u64(text).filter(|u| *u != 0 && *u != u64::MAX)
+    accel_backend::text::unique_id(&clean(text)?)
 }
 
 /// The accelerator's UUID in the form ROCr takes in `ROCR_VISIBLE_DEVICES` (and HSA reports as
