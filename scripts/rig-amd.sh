@@ -11,6 +11,7 @@
 #   4. a Pod of 1 amd.com/gpu.shared: /dev/kfd, one card, one render node;
 #   5. a Pod of one amd.com/gpu.sliced (25 % memory, 25 % cores): ROCR_VISIBLE_DEVICES names one
 #      GPU- id, VROCM_DEVICE_MEMORY_LIMIT_0 and HSA_CU_MASK are set, the library and its two tools are mounted;
+#   5b. the same slice in a container running as uid 1000 reads /etc/ld.so.preload;
 #   6. churn: N Pods of 1 amd.com/gpu one after another, none rejected;
 #   7. the live usage gauges at --metrics-listen: AMD's sampler (amd-smi metric --json, the
 #      recorded host's one real capture) fills device_manager_gpu_* for gpu 0's board.
@@ -93,7 +94,27 @@ expect amd-sliced "ROCR_VISIBLE_DEVICES names one GPU- id" '^ROCR_VISIBLE_DEVICE
 expect amd-sliced "VROCM_DEVICE_MEMORY_LIMIT_0" '^VROCM_DEVICE_MEMORY_LIMIT_0=[0-9]+$'
 expect amd-sliced "HSA_CU_MASK" '^HSA_CU_MASK=0:[0-9]+-[0-9]+$'
 expect amd-sliced "the library and its two tools mounted" '^mounted /usr/local/vrocm/(libvrocm\.so|rocm-monitor|rocm-cumask-check)$' 3
-$KC delete pod amd-exclusive amd-shared amd-sliced --wait=true --timeout=60s >/dev/null 2>&1
+# A sliced container running as a non-root user must still read the preload file: the loader
+# skips one it cannot read, and the slice would run without its library.
+cat <<EOT | $KC apply -f - >/dev/null
+apiVersion: v1
+kind: Pod
+metadata: {name: amd-sliced-nonroot, namespace: default}
+spec:
+  hostNetwork: true
+  restartPolicy: Never
+  terminationGracePeriodSeconds: 0
+  securityContext: {runAsUser: 1000, runAsGroup: 1000}
+  containers:
+  - {name: c, image: localhost/rig/busybox:1.0, imagePullPolicy: Never, command: ["sh", "-c", "id -u; cat /etc/ld.so.preload; sleep 3600"], resources: {limits: {amd.com/gpu.sliced: "1", amd.com/gpu.sliced.memory-percentage: "25", amd.com/gpu.sliced.cores-percentage: "25", amd.com/gpu.sliced.units: "400000"}}}
+EOT
+if running amd-sliced-nonroot; then
+  sleep 1
+  echo "amd-sliced-nonroot: Running; its container printed:"
+  $KC logs amd-sliced-nonroot 2>/dev/null | sed 's/^/    /'
+fi
+expect amd-sliced-nonroot "uid 1000 reads /etc/ld.so.preload naming the library" '^/usr/local/vrocm/libvrocm\.so$'
+$KC delete pod amd-exclusive amd-shared amd-sliced amd-sliced-nonroot --wait=true --timeout=60s >/dev/null 2>&1
 
 echo "=== churn: $N Pods of 1 amd.com/gpu"
 rejected=0

@@ -190,8 +190,12 @@ pub fn preload_mount(dir: &Path) -> Mount {
     }
 }
 
+/// The preload file's mode: read by the container's dynamic loader as whatever user the
+/// container runs as (the real `/etc/ld.so.preload` is 0644).
+pub const PRELOAD_FILE_MODE: u32 = 0o644;
+
 /// Writes `dir`'s preload file naming `library` (where the library appears in the container),
-/// one line, atomically, creating `dir` first.
+/// one line, atomically, with [`PRELOAD_FILE_MODE`], creating `dir` first.
 pub fn stage_preload_file(dir: &Path, library: &str) -> Result<(), PrepareError> {
     let failed = |source: std::io::Error| PrepareError {
         path: dir.display().to_string(),
@@ -199,7 +203,7 @@ pub fn stage_preload_file(dir: &Path, library: &str) -> Result<(), PrepareError>
     };
     std::fs::create_dir_all(dir).map_err(failed)?;
     let text = format!("{library}\n");
-    accel_host::atomic::write_atomic(&preload_file(dir), text.as_bytes())
+    accel_host::atomic::write_atomic_mode(&preload_file(dir), text.as_bytes(), PRELOAD_FILE_MODE)
         .map_err(|e| failed(std::io::Error::other(e)))
 }
 
@@ -363,6 +367,14 @@ mod tests {
             std::fs::read_to_string(dir.join("ld.so.preload")).unwrap(),
             "/usr/local/x/libx.so\n"
         );
+        // Any user in the container must read it: the loader of a non-root process skips a
+        // preload file it cannot read, and the slice would run without its library.
+        use std::os::unix::fs::PermissionsExt as _;
+        let mode = std::fs::metadata(preload_file(&dir))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o644);
         // Staging again replaces the file.
         stage_preload_file(&dir, "/usr/local/y/liby.so").unwrap();
         assert_eq!(

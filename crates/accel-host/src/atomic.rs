@@ -36,6 +36,14 @@ static TEMP_COUNTER: AtomicU64 = AtomicU64::new(0);
 
 /// Replaces the file at `path` with `bytes`, atomically, with mode 0600.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), AtomicWriteError> {
+    write_atomic_mode(path, bytes, STATE_FILE_MODE)
+}
+
+/// [`write_atomic`] with another mode, for a file that is not the daemon's alone: one a
+/// container reads as whatever user it runs as (the preload file mounted at
+/// `/etc/ld.so.preload`, 0644 like the real one; at 0600 the dynamic loader of a non-root
+/// process cannot read it and silently loads no slicing library).
+pub fn write_atomic_mode(path: &Path, bytes: &[u8], mode: u32) -> Result<(), AtomicWriteError> {
     let Some(file_name) = path.file_name() else {
         return Err(AtomicWriteError::NotAFile {
             path: path.to_path_buf(),
@@ -64,12 +72,12 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), AtomicWriteError> {
         let mut file = OpenOptions::new()
             .write(true)
             .create_new(true)
-            .mode(STATE_FILE_MODE)
+            .mode(mode)
             .open(&temp)
             .map_err(fail("create temporary file"))?;
         // The umask may have narrowed the mode at creation, never widened it; set it exactly.
-        file.set_permissions(Permissions::from_mode(STATE_FILE_MODE))
-            .map_err(fail("set mode 0600"))?;
+        file.set_permissions(Permissions::from_mode(mode))
+            .map_err(fail("set mode"))?;
         file.write_all(bytes).map_err(fail("write"))?;
         file.sync_all().map_err(fail("sync"))?;
         std::fs::rename(&temp, path).map_err(fail("rename into place"))
