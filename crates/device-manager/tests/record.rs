@@ -2,11 +2,11 @@
 //! from a recorded host is recorded, and `detect` on the recording says exactly what `detect`
 //! on the original says.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 mod support;
-use support::{hosts, path_with, stand_in, stand_in_nvidia_smi};
+use support::{hosts, path_with, stand_in};
 
 fn run(args: &[&str], path: &str) -> (i32, String, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_device-manager"))
@@ -23,15 +23,14 @@ fn run(args: &[&str], path: &str) -> (i32, String, String) {
     )
 }
 
-#[test]
-fn a_recorded_node_detects_like_the_original() {
-    let original = hosts().join("hgx-h100-8gpu");
+/// Records the recorded host `original`'s root as a live node whose `program` is a stand-in
+/// answering from the recording; the folder (kept alive by the guard) and the recording in it.
+fn record_with_stand_in(original: &Path, program: &str) -> (tempfile::TempDir, PathBuf) {
     let bin = tempfile::tempdir().unwrap();
-    stand_in_nvidia_smi(&original, bin.path());
+    stand_in(original, bin.path(), program);
     let path = path_with(bin.path());
     let out = tempfile::tempdir().unwrap();
     let recording = out.path().join("node");
-
     let root = original.join("root");
     let (status, _, stderr) = run(
         &[
@@ -43,6 +42,14 @@ fn a_recorded_node_detects_like_the_original() {
         &path,
     );
     assert_eq!(status, 0, "record failed: {stderr}");
+    (out, recording)
+}
+
+#[test]
+fn a_recorded_node_detects_like_the_original() {
+    let original = hosts().join("hgx-h100-8gpu");
+    let (_out, recording) = record_with_stand_in(&original, "nvidia-smi");
+    let root = original.join("root");
     assert!(recording.join("commands").is_dir());
     let mark: serde_json::Value = serde_json::from_str(
         &std::fs::read_to_string(recording.join("recorded-host.json")).unwrap(),
@@ -78,22 +85,7 @@ fn a_recorded_node_detects_like_the_original() {
 #[test]
 fn an_amd_node_is_recorded_through_its_backends_plan() {
     let original = hosts().join("amd-8x-mi300x");
-    let bin = tempfile::tempdir().unwrap();
-    stand_in(&original, bin.path(), "amd-smi");
-    let path = path_with(bin.path());
-    let out = tempfile::tempdir().unwrap();
-    let recording = out.path().join("node");
-    let root = original.join("root");
-    let (status, _, stderr) = run(
-        &[
-            "record",
-            recording.to_str().unwrap(),
-            "--host-root",
-            root.to_str().unwrap(),
-        ],
-        &path,
-    );
-    assert_eq!(status, 0, "record failed: {stderr}");
+    let (_out, recording) = record_with_stand_in(&original, "amd-smi");
     assert!(
         recording
             .join("root/sys/class/kfd/kfd/topology/nodes")
