@@ -62,7 +62,7 @@ pub enum SampleError {
 }
 
 /// One manufacturer's live usage sampler.
-pub trait UsageSampler: Send + Sync {
+pub trait UsageSampler: Send + Sync + std::fmt::Debug {
     /// Takes one sample of every accelerator, each tool call bounded by `deadline`.
     fn sample(
         &self,

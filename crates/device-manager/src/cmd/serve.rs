@@ -307,6 +307,8 @@ impl Prepared {
                     accel_backend::reset::Reset::By(resetter) => resetter.deadline(),
                     accel_backend::reset::Reset::Refused(_) => Duration::ZERO,
                 },
+                reset: backend.reset.clone(),
+                sampler: backend.sampler.clone(),
                 faults: settings.fault_classifier(args.manufacturer),
                 metrics,
             },

@@ -44,7 +44,7 @@ use accel_backend::Deadlines;
 use accel_backend::faults::{self, FaultWatch, WatchOutcome};
 use accel_backend::health::FaultClassifier;
 use accel_backend::reset::{self, GrantView, Reset, ResetError, ResetReport};
-use accel_backend::usage::{SampleError, UsageSample};
+use accel_backend::usage::{SampleError, UsageSample, UsageSampler};
 use accel_core::Manufacturer;
 use accel_core::devices::AcceleratorFault;
 use accel_core::inventory::{Inventory, ManufacturerInventory};
@@ -98,8 +98,13 @@ pub struct DaemonOptions {
     pub inventory_interval: Duration,
     /// How often the PCI device set is compared with the last one.
     pub pci_poll_interval: Duration,
+    /// The manufacturer's reset (its backend's), taken once at start.
+    pub reset: Reset,
     /// How long one accelerator's reset may take (the backend's own deadline in `serve`).
     pub reset_deadline: Duration,
+    /// The manufacturer's live usage sampler (its backend's), taken once at start; `None`:
+    /// there is none.
+    pub sampler: Option<Arc<dyn UsageSampler>>,
     /// The manufacturer's kernel-log fault classifier under the settings in force
     /// (`Settings::fault_classifier`); `None`: this build reads none of its faults.
     pub faults: Option<Arc<dyn FaultClassifier>>,
@@ -274,15 +279,12 @@ impl Daemon {
     /// (blocking: each query is bounded by the snapshot's per-query deadline). Shares the
     /// collector with detection, so the vendor's tool never runs twice at once.
     pub fn sample_usage(&self) -> Result<UsageSample, SampleError> {
-        let sampler = crate::backends::backend(self.options.manufacturer)
-            .ok()
-            .and_then(|b| b.sampler)
-            .ok_or_else(|| {
-                SampleError::NoTool(format!(
-                    "{}: no live usage sampler in this build",
-                    self.options.manufacturer
-                ))
-            })?;
+        let sampler = self.options.sampler.as_ref().ok_or_else(|| {
+            SampleError::NoTool(format!(
+                "{}: no live usage sampler in this build",
+                self.options.manufacturer
+            ))
+        })?;
         let collector = lock(&self.collector);
         sampler.sample(
             collector.commands.as_ref(),
@@ -848,12 +850,9 @@ impl AdminHandler for Daemon {
     }
 
     fn reset(&self, gpus: &[String]) -> Result<ResetReport, ResetError> {
-        let resetter = match crate::backends::backend(self.options.manufacturer)
-            .map(|b| b.reset)
-            .map_err(|e| ResetError::Unsupported(e.to_string()))?
-        {
-            Reset::By(resetter) => resetter,
-            Reset::Refused(why) => return Err(ResetError::Unsupported(why)),
+        let resetter = match &self.options.reset {
+            Reset::By(resetter) => resetter.clone(),
+            Reset::Refused(why) => return Err(ResetError::Unsupported(why.clone())),
         };
         let plugins = self.plugins.get().ok_or_else(|| {
             ResetError::Unavailable("the device plugins have not started".to_string())

@@ -64,6 +64,12 @@ pub(super) fn options(manufacturer: Manufacturer, data_dir: &Path) -> DaemonOpti
         inventory_interval: INVENTORY_INTERVAL,
         pci_poll_interval: PCI_POLL_INTERVAL,
         reset_deadline: Duration::from_secs(5),
+        reset: crate::backends::backend(manufacturer)
+            .map(|b| b.reset)
+            .unwrap_or_else(|e| accel_backend::reset::Reset::Refused(e.to_string())),
+        sampler: crate::backends::backend(manufacturer)
+            .ok()
+            .and_then(|b| b.sampler),
         faults: crate::settings::Settings::default().fault_classifier(manufacturer),
         metrics: DaemonMetrics::default(),
     }
