@@ -15,6 +15,12 @@ pub trait SlicingLibrary: Send + Sync {
     fn runtime_major(&self, section: &ManufacturerInventory) -> Option<u32>;
     /// The host path of the library for a runtime major under the library directory.
     fn library_path(&self, library_dir: &Path, major: u32) -> String;
+    /// Whether slices need a preload library staged on the host; `false` (Hygon: the host's own
+    /// user space reads a per-container file) offers slices wherever the runtime major is known,
+    /// with no library looked for.
+    fn needs_library(&self) -> bool {
+        true
+    }
 }
 
 /// Whether slices are offered on this node, and why not.
@@ -35,11 +41,62 @@ pub fn offer(
     exists: impl Fn(&str) -> bool,
 ) -> SliceOffer {
     let runtime_major = library.runtime_major(section);
+    if !library.needs_library() {
+        return SliceOffer {
+            runtime_major,
+            library: None,
+            offered: runtime_major.is_some(),
+        };
+    }
     let path = runtime_major.map(|major| library.library_path(library_dir, major));
     let offered = path.as_deref().is_some_and(exists);
     SliceOffer {
         runtime_major,
         library: path,
         offered,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use accel_core::Manufacturer;
+
+    struct Ledger(bool);
+
+    impl SlicingLibrary for Ledger {
+        fn runtime(&self) -> &'static str {
+            "X"
+        }
+        fn runtime_major(&self, _section: &ManufacturerInventory) -> Option<u32> {
+            Some(1)
+        }
+        fn library_path(&self, library_dir: &Path, major: u32) -> String {
+            library_dir
+                .join(format!("x-{major}/lib.so"))
+                .display()
+                .to_string()
+        }
+        fn needs_library(&self) -> bool {
+            self.0
+        }
+    }
+
+    #[test]
+    fn a_library_free_backend_is_offered_without_looking_for_a_file() {
+        let section = ManufacturerInventory::empty(Manufacturer::Hygon);
+        let dir = Path::new("/lib");
+        let free = offer(&Ledger(false), &section, dir, |_| false);
+        assert_eq!(
+            free,
+            SliceOffer {
+                runtime_major: Some(1),
+                library: None,
+                offered: true
+            }
+        );
+        let needs = offer(&Ledger(true), &section, dir, |_| false);
+        assert!(!needs.offered);
+        assert_eq!(needs.library.as_deref(), Some("/lib/x-1/lib.so"));
     }
 }

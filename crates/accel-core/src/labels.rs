@@ -26,7 +26,8 @@ pub const NAME_MAX: usize = 63;
 const LONGEST_SUFFIX: usize = ".product".len();
 
 /// The model id of a product name: lower-cased, spaces to dashes, only `[a-z0-9-_.]` kept, the
-/// manufacturer's own prefix dropped ("NVIDIA H100 80GB HBM3" → `h100-80gb-hbm3`).
+/// manufacturer's own prefix dropped ("NVIDIA H100 80GB HBM3" → `h100-80gb-hbm3`), and a suffix
+/// its group ids leave out ([`Manufacturer::product_suffixes`]: Hygon's `K100_AI` → `k100`).
 pub fn model_id(manufacturer: Manufacturer, product: &str) -> String {
     let lowered: String = product
         .trim()
@@ -39,6 +40,12 @@ pub fn model_id(manufacturer: Manufacturer, product: &str) -> String {
     for prefix in manufacturer.product_prefixes() {
         let prefix = prefix.replace(' ', "-");
         if let Some(rest) = id.strip_prefix(&format!("{prefix}-")) {
+            id = rest.to_string();
+            break;
+        }
+    }
+    for suffix in manufacturer.product_suffixes() {
+        if let Some(rest) = id.strip_suffix(suffix).filter(|r| !r.is_empty()) {
             id = rest.to_string();
             break;
         }
@@ -250,6 +257,11 @@ mod tests {
             "nvidia-h100-80gb-hbm3"
         );
         assert_eq!(model_key(n, "Tesla T4"), "nvidia-tesla-t4");
+        let h = Manufacturer::Hygon;
+        assert_eq!(model_key(h, "K100_AI"), "hygon-k100");
+        assert_eq!(model_key(h, "BW150"), "hygon-bw150");
+        assert_eq!(model_key(h, "_AI"), "hygon-ai");
+        assert_eq!(model_key(n, "Foo_AI"), "nvidia-foo_ai");
         assert_eq!(
             model_key(n, "NVIDIA A100-SXM4-40GB"),
             "nvidia-a100-sxm4-40gb"

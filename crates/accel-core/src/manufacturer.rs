@@ -113,6 +113,17 @@ impl Manufacturer {
     }
 }
 
+impl Manufacturer {
+    /// Words a product name may end with that the manufacturer's group ids leave out (Hygon's
+    /// `K100_AI` is the `hygon-k100` group of the described system's presets, spec/hygon.md §1.4).
+    pub fn product_suffixes(self) -> &'static [&'static str] {
+        match self {
+            Manufacturer::Hygon => &["_ai"],
+            _ => &[],
+        }
+    }
+}
+
 impl fmt::Display for Manufacturer {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.name())
@@ -196,6 +207,8 @@ impl Manufacturer {
             resource_base: self.default_resource_base().to_string(),
             runtime_class: match self {
                 Manufacturer::Nvidia => Some("nvidia".to_string()),
+                // spec/hygon.md §9: attached only where such a RuntimeClass exists.
+                Manufacturer::Hygon => Some("hygon".to_string()),
                 _ => None,
             },
             partition_kind: crate::resources::partition_kind(self).map(str::to_string),
@@ -452,6 +465,10 @@ mod table_tests {
         assert_eq!(nvidia.partition_kind.as_deref(), Some("mig"));
         assert_eq!(nvidia.slice_count, Some(128));
         assert_eq!(table.get(Manufacturer::Hygon).slice_count, Some(4));
+        assert_eq!(
+            table.get(Manufacturer::Hygon).runtime_class.as_deref(),
+            Some("hygon")
+        );
         assert_eq!(table.get(Manufacturer::Amd).partition_kind, None);
         assert_eq!(
             table.vendor_ids_hex(),

@@ -125,9 +125,13 @@ fn a_manufacturer_without_a_detector_is_a_one_line_error() {
         (
             Some("ascend"),
             None,
-            "manufacturer ascend: no detector yet (this build detects nvidia, amd)",
+            "manufacturer ascend: no detector yet (this build detects nvidia, amd, hygon)",
         ),
-        (None, Some("hygon"), "manufacturer hygon: no detector yet"),
+        (
+            None,
+            Some("iluvatar"),
+            "manufacturer iluvatar: no detector yet",
+        ),
         (Some("nokia"), None, "unknown manufacturer \"nokia\""),
     ] {
         let mut command = Command::new(env!("CARGO_BIN_EXE_device-manager"));

@@ -1,0 +1,154 @@
+//! Hygon behind the manufacturer seam (accel-backend): the detector ([`crate::detector`], gated
+//! on the configured PCI vendor ids), the slice ledger as its slicing "library" (none to stage:
+//! the host's DTK reads each container's `vdev.conf`), the responder ([`crate::responder`]) and
+//! doctor ([`crate::doctor`]). No partitioner in this build: the node-wide MIG mode is read
+//! (a MIG node's cards feed the partition family only, so whole cards and slices are off), but
+//! partition profiles and instances are the multi-instance library's, which is not loaded.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use accel_backend::detect::{DetectRequest, Detector, StateError};
+use accel_backend::doctor::{Doctor, Options, Report};
+use accel_backend::record::RecordPlan;
+use accel_backend::reset::Reset;
+use accel_backend::respond::{Responder, ResponderSetup};
+use accel_backend::slicing::SlicingLibrary;
+use accel_backend::{Backend, StateDirRule};
+use accel_core::{Detection, Manufacturer, ManufacturerInventory};
+use accel_host::{Commands, Host};
+
+use crate::detector::{self, DetectOptions};
+use crate::responder::HygonResponder;
+use crate::{hysmi, module, registry, rocminfo};
+
+/// Hygon's row of the backends registry.
+pub fn backend() -> Backend {
+    Backend {
+        manufacturer: Manufacturer::Hygon,
+        detector: Arc::new(HygonDetector),
+        slicing: Some(Arc::new(VdevLedger)),
+        partitioner: None,
+        responder: hygon_responder,
+        engine: None,
+        // The responder injects its own nodes and mounts: the strategy setting has no effect.
+        injection: None,
+        // Health is the ECC rule of detection (spec §7: no kernel-log watching).
+        faults: None,
+        reset: Reset::Refused(RESET_REFUSAL.to_string()),
+        doctor: Some(Arc::new(HygonDoctor)),
+        preflight: None,
+        sampler: None,
+        record: record_plan(),
+        state_dir: StateDirRule::Named,
+        replay: None,
+    }
+}
+
+/// Why the admin socket's reset refuses Hygon DCUs.
+pub const RESET_REFUSAL: &str = "Hygon DCUs are not reset by the device manager (the described \
+     system has no reset for them): drain the node and reset with hy-smi by hand, or reboot";
+
+/// What `record` captures of a Hygon node: the module (version, DRM listings), the KFD topology,
+/// the multi-instance registry, the DTK's version files, the control and DRM nodes, and every
+/// query the detector and doctor run.
+pub fn record_plan() -> RecordPlan {
+    let mut files: Vec<&'static str> = detector::RUNTIME_VERSION_FILES
+        .iter()
+        .map(|f| f.trim_start_matches('/'))
+        .collect();
+    files.extend(["sys/module/hycu/version", "sys/module/hydcu/version"]);
+    RecordPlan {
+        files,
+        trees: vec![
+            "sys/class/kfd",
+            "sys/module/hycu/drivers",
+            "sys/module/hydcu/drivers",
+            registry::DIR.trim_start_matches('/'),
+        ],
+        device_nodes: vec!["dev/kfd", "dev/mkfd"],
+        numbered_devices: vec!["dri/card", "dri/renderD"],
+        commands: vec![
+            hysmi::HY_SMI_JSON,
+            hysmi::ROCM_SMI_JSON,
+            hysmi::HY_SMI_TABLE,
+            rocminfo::ARGV,
+        ],
+    }
+}
+
+fn hygon_responder(setup: ResponderSetup) -> Arc<dyn Responder> {
+    Arc::new(HygonResponder::from_setup(setup))
+}
+
+/// The Hygon detector behind [`Detector`].
+#[derive(Debug, Clone, Copy, Default)]
+pub struct HygonDetector;
+
+impl Detector for HygonDetector {
+    fn manufacturer(&self) -> Manufacturer {
+        Manufacturer::Hygon
+    }
+
+    fn detect(&self, request: &DetectRequest<'_>) -> Result<Detection, StateError> {
+        if let Some(answer) = request.gated(Manufacturer::Hygon) {
+            return Ok(answer);
+        }
+        let options = DetectOptions {
+            deadlines: request.deadlines,
+            vendor_ids: request.vendor_ids.iter().map(|id| id.vendor).collect(),
+            pci_classes: request.pci_classes.clone(),
+        };
+        Ok(detector::detect(request.host, request.commands, options))
+    }
+}
+
+/// Hygon's doctor behind the seam.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct HygonDoctor;
+
+impl Doctor for HygonDoctor {
+    fn driver_shown(&self, host: &dyn Host) -> bool {
+        module::loaded(host).is_some()
+    }
+
+    fn run(&self, host: &dyn Host, commands: &dyn Commands, options: &Options) -> Report {
+        Report::of(crate::doctor::run(host, commands, options.deadlines))
+    }
+}
+
+/// Hygon's slices as the seam sees them: the `vdev.conf` ledger, which needs no library on the
+/// host. Slices are offered wherever the node's multi-instance mode is known (spec §1.5: an
+/// unreadable mode publishes neither slicing family; a MIG node's cards feed partitions only).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct VdevLedger;
+
+impl SlicingLibrary for VdevLedger {
+    fn runtime(&self) -> &'static str {
+        "DTK"
+    }
+
+    /// The DTK major when the detection names one, 0 when it does not (the file format does not
+    /// depend on it); `None` when any card's multi-instance mode is unknown.
+    fn runtime_major(&self, section: &ManufacturerInventory) -> Option<u32> {
+        if section.accelerators.iter().any(|a| a.mig_mode.is_none()) {
+            return None;
+        }
+        Some(
+            section
+                .runtime_version
+                .as_deref()
+                .and_then(|v| v.split('.').next())
+                .and_then(|m| m.parse::<u32>().ok())
+                .unwrap_or(0),
+        )
+    }
+
+    fn library_path(&self, _library_dir: &Path, _major: u32) -> String {
+        String::new()
+    }
+
+    fn needs_library(&self) -> bool {
+        false
+    }
+}

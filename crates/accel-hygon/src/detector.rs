@@ -1,0 +1,485 @@
+//! The Hygon detector: the kernel's views first — the PCI functions of Hygon's vendor id, the
+//! `hycu`/`hydcu` module (its version and its per-card DRM listing), the KFD topology's nodes of
+//! that vendor, the multi-instance registry (the node's mode) — then the vendor tools (`hy-smi`
+//! or the `rocm-smi` fork for unique id, name and VRAM; `rocminfo` for the HSA name), each bounded
+//! by the pass's [`Budget`] and each allowed to be missing. [`join`] is pure: the sources in,
+//! the section out.
+//!
+//! **Whose card.** A Hygon DCU runs a fork of AMD's stack, so both show KFD nodes and DRM cards:
+//! a card is Hygon's by its PCI vendor id (the configured `GPUSTACK_HYGON_PCI_VENDOR_ID`), on the
+//! bus and in its KFD node's `vendor_id`, never by a tool's banner or name (HAZARDS.md item 1).
+//!
+//! **Joins.** By PCI address (function 0) between the bus, KFD and the DRM listing; the tool's
+//! JSON has no bus id, so its cards join by unique id (KFD's `unique_id`), and only where KFD
+//! gives none by the tool's index among the DCUs in bus order, with a note.
+//!
+//! Answers: no Hygon function on the bus and no Hygon KFD node → `Ok(empty)`; functions the
+//! driver does not enumerate (no KFD node, no tool answer) → `Err` (the daemon keeps its last
+//! detection); DCUs found → `Ok(list)`, whatever the tools did (their failures are notes). A DCU
+//! with no unique id from any source is left out (spec §1.3 step 1), named in a note.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use accel_backend::Deadlines;
+use accel_backend::detect::Budget;
+use accel_core::Manufacturer;
+use accel_core::busid::BusId;
+use accel_core::inventory::{
+    Accelerator, ComputeGeometry, DetectError, Detection, DrmNodes, ManufacturerInventory, MigMode,
+    Source,
+};
+use accel_host::kfd::{self, KfdBoard};
+use accel_host::pci::{PciClassPrefixes, PciFunction};
+use accel_host::{Commands, Host, RunFailure, run_bounded};
+
+use crate::hysmi::{self, SmiCard, SmiDocument};
+use crate::module;
+use crate::registry::{self, NodeMode};
+use crate::rocminfo::{self, HsaAgent};
+
+/// Where the DTK's version is read (`<home>/.info/version…`, spec §1.4; DTK installs at
+/// `/opt/dtk`, a stock ROCm layout at `/opt/rocm`).
+pub const RUNTIME_VERSION_FILES: &[&str] = &[
+    "/opt/dtk/.info/version",
+    "/opt/dtk/.info/version-rocm",
+    "/opt/dtk/.info/version-dev",
+    "/opt/dtk/.info/version-libs",
+    "/opt/rocm/.info/version",
+    "/opt/rocm/.info/version-rocm",
+    "/opt/rocm/.info/version-dev",
+    "/opt/rocm/.info/version-libs",
+];
+
+/// What the detector is given.
+#[derive(Debug, Clone)]
+pub struct DetectOptions {
+    pub deadlines: Deadlines,
+    /// Hygon's PCI vendor ids (`GPUSTACK_HYGON_PCI_VENDOR_ID`).
+    pub vendor_ids: Vec<u16>,
+    /// The PCI classes the bus scan keeps.
+    pub pci_classes: PciClassPrefixes,
+}
+
+impl Default for DetectOptions {
+    fn default() -> Self {
+        DetectOptions {
+            deadlines: Deadlines::default(),
+            vendor_ids: vec![0x1d94],
+            pci_classes: PciClassPrefixes::default(),
+        }
+    }
+}
+
+/// A condition worth telling, worded once (detector, doctor and tests use this wording).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Note {
+    /// Neither `hy-smi` nor `rocm-smi` is installed.
+    NoTool,
+    /// A tool's failure, in accel-host's one wording.
+    ToolFailed(String),
+    /// The tool's document was cut short.
+    Truncated { program: String, cards: usize },
+    /// A tool card joined by its index, not by identity.
+    JoinedByIndex { card: u32, bus: String },
+    /// A DCU no source names by unique id.
+    NoUniqueId { bus: String },
+    /// Two DCUs report one unique id.
+    SharedUniqueId { uuid: String },
+    /// The registry could not be read.
+    ModeUnknown(String),
+    /// The node is in MIG mode: whole-card families are off.
+    MigEnabled { cards: usize },
+    /// The DCUs are on the bus but no Hygon driver binds them.
+    NotBound { functions: usize },
+}
+
+impl fmt::Display for Note {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Note::NoTool => {
+                f.write_str("neither hy-smi nor rocm-smi is installed: facts from the kernel only")
+            }
+            Note::ToolFailed(e) => f.write_str(e),
+            Note::Truncated { program, cards } => write!(
+                f,
+                "{program}: the JSON document is cut short; {cards} card(s) read before the cut"
+            ),
+            Note::JoinedByIndex { card, bus } => write!(
+                f,
+                "hy-smi card{card}: no unique id to join by; taken as the DCU at {bus} by its position"
+            ),
+            Note::NoUniqueId { bus } => write!(
+                f,
+                "DCU {bus}: no source reports its unique id, so it is left out"
+            ),
+            Note::SharedUniqueId { uuid } => write!(
+                f,
+                "two DCUs report one unique id {uuid}: neither is named by it"
+            ),
+            Note::ModeUnknown(reason) => write!(
+                f,
+                "could not read the node's multi-instance mode ({reason}), so neither slicing family is published"
+            ),
+            Note::MigEnabled { cards } => write!(
+                f,
+                "the node is in multi-instance (MIG) mode ({cards} card(s) in the registry): DCUs are served as partitions only"
+            ),
+            Note::NotBound { functions } => write!(
+                f,
+                "{functions} Hygon PCI function(s) on the bus, but neither hycu nor hydcu binds them"
+            ),
+        }
+    }
+}
+
+/// Everything the host and the tools said.
+#[derive(Debug, Clone, Default)]
+pub struct Sources {
+    /// Hygon's PCI functions (function 0 of each board), in bus order.
+    pub functions: Vec<PciFunction>,
+    /// The loaded module, if any.
+    pub driver: Option<&'static str>,
+    pub driver_version: Option<String>,
+    pub runtime_version: Option<String>,
+    /// DRM minors by board.
+    pub minors: BTreeMap<BusId, (Option<u32>, Option<u32>)>,
+    /// Hygon's KFD boards.
+    pub boards: Vec<KfdBoard>,
+    /// Whether the KFD topology could be read at all (`Err` text otherwise).
+    pub kfd_error: Option<String>,
+    pub smi: Option<(String, SmiDocument)>,
+    pub agents: Vec<HsaAgent>,
+    pub mode: Option<NodeMode>,
+    pub notes: Vec<Note>,
+}
+
+fn board(bus: BusId) -> BusId {
+    BusId { function: 0, ..bus }
+}
+
+/// Reads every source of `host` (and the tools through `commands`).
+pub fn read_sources(host: &dyn Host, commands: &dyn Commands, options: &DetectOptions) -> Sources {
+    let mut sources = Sources {
+        driver: module::loaded(host),
+        driver_version: module::read_version(host),
+        runtime_version: runtime_version(host),
+        mode: Some(registry::read_mode(host)),
+        ..Sources::default()
+    };
+    if let Ok(scan) = accel_host::pci::scan_pci(host, &options.pci_classes) {
+        sources.functions = scan
+            .functions
+            .into_iter()
+            .filter(|f| options.vendor_ids.contains(&f.vendor_id) && f.bus_id.function == 0)
+            .collect();
+    }
+    match kfd::read_topology(host, kfd::TOPOLOGY_DIR) {
+        Ok(nodes) => {
+            sources.boards = nodes
+                .as_deref()
+                .map(kfd::boards)
+                .unwrap_or_default()
+                .into_iter()
+                .filter(|b| {
+                    b.primary()
+                        .and_then(kfd::KfdNode::vendor_id)
+                        .is_some_and(|v| options.vendor_ids.contains(&v))
+                })
+                .collect();
+        }
+        Err(e) => sources.kfd_error = Some(e.to_string()),
+    }
+    if sources.functions.is_empty() && sources.boards.is_empty() {
+        return sources;
+    }
+    let buses: Vec<BusId> = sources
+        .functions
+        .iter()
+        .map(|f| f.bus_id)
+        .chain(sources.boards.iter().map(|b| b.bus_id))
+        .collect();
+    for bus in buses {
+        if let Some(minors) = module::read_minors(host, &bus.sysfs()) {
+            sources.minors.insert(board(bus), minors);
+        }
+    }
+    ask_tools(commands, options, &mut sources);
+    sources
+}
+
+fn runtime_version(host: &dyn Host) -> Option<String> {
+    RUNTIME_VERSION_FILES.iter().find_map(|p| {
+        let text = host.read_to_string(p).ok()?;
+        let version = accel_backend::text::dotted_version(text.trim())?;
+        let mut parts = version.split(['.', '-']);
+        Some(format!("{}.{}", parts.next()?, parts.next()?))
+    })
+}
+
+fn ask_tools(commands: &dyn Commands, options: &DetectOptions, sources: &mut Sources) {
+    let budget = Budget::start(options.deadlines);
+    let installed: Vec<&[&str]> = hysmi::JSON_QUERIES
+        .into_iter()
+        .filter(|argv| commands.is_installed(argv[0]))
+        .collect();
+    if installed.is_empty() {
+        sources.notes.push(Note::NoTool);
+    }
+    for argv in installed {
+        let deadline = match budget.next() {
+            Ok(d) => d,
+            Err(e) => {
+                sources
+                    .notes
+                    .push(Note::ToolFailed(format!("{}: {e}", argv[0])));
+                return;
+            }
+        };
+        match run_bounded(commands, argv, deadline) {
+            Ok(out) => match hysmi::parse_json(argv[0], &out.stdout_text()) {
+                Ok(doc) => {
+                    if doc.truncated {
+                        sources.notes.push(Note::Truncated {
+                            program: argv[0].into(),
+                            cards: doc.cards.len(),
+                        });
+                    }
+                    sources.smi = Some((argv[0].to_string(), doc));
+                    break;
+                }
+                Err(e) => sources.notes.push(Note::ToolFailed(e.to_string())),
+            },
+            Err(RunFailure::NotInstalled { .. }) => {}
+            Err(e) => sources.notes.push(Note::ToolFailed(e.to_string())),
+        }
+    }
+    if commands.is_installed(rocminfo::ARGV[0])
+        && let Ok(deadline) = budget.next()
+    {
+        match run_bounded(commands, rocminfo::ARGV, deadline) {
+            Ok(out) => match rocminfo::parse(&out.stdout_text()) {
+                Ok(agents) => sources.agents = agents,
+                Err(e) => sources.notes.push(Note::ToolFailed(e.to_string())),
+            },
+            Err(e) => sources.notes.push(Note::ToolFailed(e.to_string())),
+        }
+    }
+}
+
+/// One pass over `host`.
+pub fn detect(host: &dyn Host, commands: &dyn Commands, options: DetectOptions) -> Detection {
+    join(read_sources(host, commands, &options))
+}
+
+/// The tool card of a board: by unique id, else by position (with a note).
+fn smi_card<'a>(
+    doc: Option<&'a SmiDocument>,
+    position: usize,
+    unique: Option<u64>,
+    bus: BusId,
+    notes: &mut Vec<Note>,
+) -> Option<&'a SmiCard> {
+    let doc = doc?;
+    if let Some(id) = unique {
+        return doc.cards.iter().find(|c| c.unique_id == Some(id));
+    }
+    let card = doc.cards.get(position)?;
+    notes.push(Note::JoinedByIndex {
+        card: card.card,
+        bus: bus.sysfs(),
+    });
+    Some(card)
+}
+
+/// The location id rocminfo's `BDFID` holds.
+fn bdf_id(bus: BusId) -> u32 {
+    (u32::from(bus.bus) << 8) | (u32::from(bus.device) << 3) | u32::from(bus.function)
+}
+
+/// The section from the sources.
+pub fn join(sources: Sources) -> Detection {
+    let m = Manufacturer::Hygon;
+    let mut section = ManufacturerInventory::empty(m);
+    let mut notes = sources.notes.clone();
+    let mut buses: Vec<BusId> = sources
+        .functions
+        .iter()
+        .map(|f| board(f.bus_id))
+        .chain(sources.boards.iter().map(|b| b.bus_id))
+        .collect();
+    buses.sort();
+    buses.dedup();
+    if buses.is_empty() {
+        return Ok(section);
+    }
+    let smi = sources.smi.as_ref().map(|(_, doc)| doc);
+    let tool_cards = smi.map_or(0, |d| d.cards.len());
+    if sources.boards.is_empty() && tool_cards == 0 {
+        let bound = sources
+            .functions
+            .iter()
+            .filter(|f| is_hygon_driver(f))
+            .count();
+        if sources.driver.is_none() && bound == 0 {
+            section.notes.push(
+                Note::NotBound {
+                    functions: sources.functions.len(),
+                }
+                .to_string(),
+            );
+            return Ok(section);
+        }
+        let mut reason = format!(
+            "{} DCU(s) on the bus, but the KFD topology shows no Hygon node",
+            buses.len()
+        );
+        if let Some(e) = &sources.kfd_error {
+            reason.push_str(&format!(" ({e})"));
+        }
+        for note in &notes {
+            reason.push_str("; ");
+            reason.push_str(&note.to_string());
+        }
+        return Err(DetectError::NotMeasured {
+            manufacturer: m,
+            reason,
+        });
+    }
+    let mig = match &sources.mode {
+        Some(NodeMode::On { cards }) => {
+            notes.push(Note::MigEnabled { cards: cards.len() });
+            Some(MigMode::Enabled)
+        }
+        Some(NodeMode::Off) => Some(MigMode::Disabled),
+        Some(NodeMode::Unknown(reason)) => {
+            notes.push(Note::ModeUnknown(reason.clone()));
+            None
+        }
+        None => None,
+    };
+    section.driver_version = sources.driver_version.clone();
+    section.runtime_version = sources.runtime_version.clone();
+    let mut seen: BTreeMap<String, usize> = BTreeMap::new();
+    for (position, bus) in buses.iter().enumerate() {
+        let kfd = sources.boards.iter().find(|b| b.bus_id == *bus);
+        let unique = kfd
+            .and_then(|b| b.primary())
+            .and_then(kfd::KfdNode::unique_id);
+        let card = smi_card(smi, position, unique, *bus, &mut notes);
+        let Some(id) = card.and_then(|c| c.unique_id).or(unique) else {
+            notes.push(Note::NoUniqueId { bus: bus.sysfs() });
+            continue;
+        };
+        let index = u32::try_from(section.accelerators.len()).unwrap_or(u32::MAX);
+        let mut a = accelerator(index, *bus, id, kfd, card, &sources, mig);
+        let uuid = a.uuid.clone().unwrap_or_default();
+        if let Some(&other) = seen.get(&uuid) {
+            notes.push(Note::SharedUniqueId { uuid });
+            a.uuid = None;
+            if let Some(first) = section.accelerators.get_mut(other) {
+                first.uuid = None;
+            }
+        } else {
+            seen.insert(uuid, section.accelerators.len());
+        }
+        section.accelerators.push(a);
+    }
+    section.accelerators.retain(|a| a.uuid.is_some());
+    for (i, a) in section.accelerators.iter_mut().enumerate() {
+        a.index = u32::try_from(i).unwrap_or(u32::MAX);
+    }
+    section.notes = notes.iter().map(ToString::to_string).collect();
+    Ok(section)
+}
+
+fn is_hygon_driver(f: &PciFunction) -> bool {
+    f.driver
+        .as_deref()
+        .is_some_and(|d| module::DRIVERS.contains(&d))
+}
+
+/// The `GPU-<hex>` UUID of a unique id (spec §1.3: lower-case, no leading zeros).
+pub fn uuid_of(unique: u64) -> String {
+    format!("GPU-{unique:x}")
+}
+
+fn accelerator(
+    index: u32,
+    bus: BusId,
+    unique: u64,
+    kfd: Option<&KfdBoard>,
+    card: Option<&SmiCard>,
+    sources: &Sources,
+    mig: Option<MigMode>,
+) -> Accelerator {
+    let mut a = Accelerator::new(index, Source::Driver);
+    let primary = kfd.and_then(KfdBoard::primary);
+    let function = sources.functions.iter().find(|f| board(f.bus_id) == bus);
+    let agent = sources
+        .agents
+        .iter()
+        .find(|g| g.is_accelerator() && g.bdf_id == Some(bdf_id(bus)));
+    a.bus_id = Some(bus);
+    a.uuid = Some(uuid_of(unique));
+    // HSA's name only outside MIG mode (it sees one partition then, spec §1.3 step 7).
+    let hsa_name = agent
+        .filter(|_| mig != Some(MigMode::Enabled))
+        .and_then(|g| g.marketing_name.as_deref())
+        .and_then(hysmi::product_name);
+    a.product = hsa_name.or_else(|| card.and_then(|c| c.name.clone()));
+    a.memory_mib = card.and_then(|c| c.vram_mib).or_else(|| {
+        primary
+            .and_then(kfd::KfdNode::framebuffer_bytes)
+            .map(|b| b >> 20)
+    });
+    a.numa_node = function.and_then(|f| f.numa_node);
+    a.compute_capability = primary.and_then(kfd::KfdNode::gfx_target).or_else(|| {
+        agent
+            .and_then(|g| g.name.clone())
+            .filter(|n| n.starts_with("gfx"))
+    });
+    a.cores = kfd
+        .and_then(KfdBoard::compute_units)
+        .or_else(|| agent.and_then(|g| g.compute_units));
+    a.serial = card.and_then(|c| c.serial.clone());
+    let (drm_card, render) = sources.minors.get(&bus).copied().unwrap_or((None, None));
+    let render = render.or_else(|| primary.and_then(kfd::KfdNode::render_minor));
+    a.minor_number = drm_card;
+    a.drm = Some(DrmNodes {
+        card: drm_card,
+        render,
+    });
+    a.compute_geometry = Some(ComputeGeometry {
+        compute_units: a.cores,
+        shader_engines: primary.and_then(kfd::KfdNode::shader_engines),
+        xccs: None,
+    });
+    a.mig_mode = mig;
+    a.classify_grantable();
+    a
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn uuids_are_lower_case_hex_without_leading_zeros() {
+        assert_eq!(uuid_of(0x5c88_007d_7603_74f3), "GPU-5c88007d760374f3");
+        assert_eq!(uuid_of(0x00ab), "GPU-ab");
+    }
+
+    #[test]
+    fn rocminfo_bdf_ids_are_location_ids() {
+        let bus: BusId = "0000:0f:00.0".parse().unwrap();
+        assert_eq!(bdf_id(bus), 3840);
+    }
+
+    #[test]
+    fn nothing_on_the_bus_is_an_empty_section() {
+        let section = join(Sources::default()).unwrap();
+        assert!(section.accelerators.is_empty());
+        assert!(section.notes.is_empty());
+    }
+}

@@ -1,0 +1,155 @@
+//! The detector over the recorded Hygon hosts (`testdata/hosts/hygon-*`): the kernel's views
+//! joined to hy-smi by unique id, the rocm-smi fork where hy-smi is missing, a node in MIG mode
+//! served as partitions only, a driver that does not answer, a hanging tool, and AMD's cards
+//! (which run KFD too) never Hygon's — nor Hygon's AMD's.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use accel_backend::Deadlines;
+use accel_core::inventory::{DetectError, Grantable, MigMode};
+use accel_host::{FsHost, RecordedCommands};
+use accel_hygon::detector::{self, DetectOptions};
+
+fn host(name: &str) -> PathBuf {
+    accel_testkit::recorded_host(name)
+}
+
+fn detect_in(dir: &Path, options: DetectOptions) -> accel_core::Detection {
+    let files = FsHost::new(dir.join("root"));
+    let commands = RecordedCommands::load(dir).unwrap();
+    detector::detect(&files, &commands, options)
+}
+
+#[test]
+fn four_k100_ai_are_named_by_unique_id_with_their_drm_pairs() {
+    let section = detect_in(&host("hygon-4x-k100ai"), DetectOptions::default()).unwrap();
+    assert_eq!(section.accelerators.len(), 4);
+    let a = &section.accelerators[0];
+    assert_eq!(a.uuid.as_deref(), Some("GPU-7137d9b2a08a4841"));
+    assert_eq!(a.product.as_deref(), Some("K100_AI"));
+    assert_eq!(a.memory_mib, Some(65_520));
+    assert_eq!(a.cores, Some(120));
+    assert_eq!(a.compute_capability.as_deref(), Some("gfx928"));
+    assert_eq!(a.bus_id.map(|b| b.sysfs()).as_deref(), Some("0000:09:00.0"));
+    let drm = a.drm.unwrap();
+    assert_eq!((drm.card, drm.render), (Some(1), Some(128)));
+    assert_eq!(a.mig_mode, Some(MigMode::Disabled));
+    assert!(
+        section
+            .accelerators
+            .iter()
+            .all(|a| a.grantable == Grantable::Whole)
+    );
+    assert!(section.notes.is_empty(), "{:?}", section.notes);
+}
+
+#[test]
+fn the_rocm_smi_fork_answers_where_hy_smi_is_missing() {
+    let section = detect_in(
+        &host("hygon-rocm-smi-fork-k100ai"),
+        DetectOptions::default(),
+    )
+    .unwrap();
+    assert_eq!(section.accelerators.len(), 2);
+    assert_eq!(
+        section.accelerators[1].uuid.as_deref(),
+        Some("GPU-7137d9debed21061")
+    );
+    assert_eq!(section.accelerators[1].product.as_deref(), Some("K100_AI"));
+    assert_eq!(
+        section.driver_version.as_deref(),
+        Some("rock-6.3.13-V1.12.0")
+    );
+    assert!(section.notes.is_empty(), "{:?}", section.notes);
+}
+
+#[test]
+fn a_mig_node_serves_partitions_only_and_says_so() {
+    let section = detect_in(&host("hygon-8x-bw150-mig"), DetectOptions::default()).unwrap();
+    assert_eq!(section.accelerators.len(), 8);
+    assert!(section.accelerators.iter().all(|a| {
+        a.mig_mode == Some(MigMode::Enabled) && a.grantable == Grantable::PartitionsOnly
+    }));
+    assert_eq!(section.accelerators[0].cores, Some(80));
+    assert_eq!(
+        section.accelerators[0].compute_capability.as_deref(),
+        Some("gfx936")
+    );
+    assert_eq!(
+        section.notes,
+        vec![detector::Note::MigEnabled { cards: 8 }.to_string()]
+    );
+}
+
+#[test]
+fn a_driver_that_does_not_answer_is_not_measured() {
+    let Err(DetectError::NotMeasured { reason, .. }) =
+        detect_in(&host("hygon-driver-silent"), DetectOptions::default())
+    else {
+        panic!("a silent driver is not an empty node");
+    };
+    assert!(
+        reason.starts_with("4 DCU(s) on the bus, but the KFD topology shows no Hygon node"),
+        "{reason}"
+    );
+    assert!(reason.contains("hy-smi --showid"), "{reason}");
+}
+
+#[test]
+fn a_hanging_tool_is_a_note_and_the_kernel_still_lists_the_cards() {
+    let tmp = tempfile::tempdir().unwrap();
+    accel_testkit::copy_tree(&host("hygon-4x-k100ai"), tmp.path()).unwrap();
+    std::fs::write(tmp.path().join("commands/hy-smi-json/delay-ms"), "5000\n").unwrap();
+    let options = DetectOptions {
+        deadlines: Deadlines {
+            per_query: Duration::from_millis(200),
+            snapshot: Duration::from_secs(2),
+        },
+        ..DetectOptions::default()
+    };
+    let section = detect_in(tmp.path(), options).unwrap();
+    assert_eq!(section.accelerators.len(), 4);
+    // Named by KFD's unique id; no name without the tool.
+    assert_eq!(
+        section.accelerators[0].uuid.as_deref(),
+        Some("GPU-7137d9b2a08a4841")
+    );
+    assert_eq!(section.accelerators[0].product, None);
+    assert!(
+        section.notes[0].contains("no answer within"),
+        "{:?}",
+        section.notes
+    );
+}
+
+#[test]
+fn amd_cards_are_not_hygons_and_hygon_cards_not_amds() {
+    for name in [
+        "amd-8x-mi300x",
+        "amd-rocm-smi-only-rx7800xt",
+        "amd-8x-mi210-xgmi",
+    ] {
+        let section = detect_in(&host(name), DetectOptions::default()).unwrap();
+        assert!(
+            section.accelerators.is_empty(),
+            "{name}: {:?}",
+            section.accelerators
+        );
+    }
+    let dir = host("hygon-4x-k100ai");
+    let amd = accel_amd::detector::detect(
+        &FsHost::new(dir.join("root")),
+        &RecordedCommands::load(&dir).unwrap(),
+        accel_amd::detector::DetectOptions::default(),
+    )
+    .unwrap();
+    assert!(amd.accelerators.is_empty(), "{:?}", amd.accelerators);
+}
+
+#[test]
+fn no_hygon_device_is_an_empty_section() {
+    let section = detect_in(&host("no-driver"), DetectOptions::default()).unwrap();
+    assert!(section.accelerators.is_empty());
+    assert!(section.notes.is_empty());
+}

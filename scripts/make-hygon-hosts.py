@@ -1,0 +1,159 @@
+#!/usr/bin/env python3
+"""Assembles the Hygon recorded hosts under testdata/hosts/ from ../shared/fixtures/hygon.
+
+Run from the repository root: python3 scripts/make-hygon-hosts.py. What each host takes from a
+capture and what is assembled is written in its NOTES.md (kept by hand, not generated). The
+file helpers are make-amd-hosts.py's, loaded from it rather than copied.
+"""
+import importlib.util
+import json
+import os
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+_spec = importlib.util.spec_from_file_location("amd_hosts", os.path.join(HERE, "make-amd-hosts.py"))
+amd = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(amd)
+
+REPO = amd.REPO
+FIX = os.path.join(os.path.dirname(REPO), "shared", "fixtures", "hygon")
+write, fresh, command, kfd_node, location = amd.write, amd.fresh, amd.command, amd.kfd_node, amd.location
+
+VENDOR = 0x1d94
+JSON_ARGS = ["--showid", "--showmeminfo", "vram", "--showpower", "--showserial", "--showuse",
+             "--showtemp", "--showproductname", "--showuniqueid", "--json"]
+CPU_NODE = [("cpu_cores_count", "32"), ("simd_count", "0"), ("mem_banks_count", "1"),
+            ("vendor_id", "0"), ("device_id", "0"), ("location_id", "0"), ("domain", "0")]
+
+
+def fixture(*parts):
+    return open(os.path.join(FIX, *parts)).read()
+
+
+def hygon_card(root, driver, bdf, device, card, render, cls=0x038000, numa=None):
+    """One DCU: the PCI function bound to `driver`, the module's drm listing of it, its nodes."""
+    amd.pci_function(root, bdf, VENDOR, device, cls, driver, numa, card, render)
+    drm = os.path.join(root, "sys", "module", driver, "drivers", f"pci:{driver}", bdf, "drm")
+    os.makedirs(os.path.join(drm, f"card{card}"), exist_ok=True)
+    write(os.path.join(drm, f"card{card}", "dev"), f"226:{card}\n")
+    if render is not None:
+        os.makedirs(os.path.join(drm, f"renderD{render}"), exist_ok=True)
+        write(os.path.join(drm, f"renderD{render}", "dev"), f"226:{render}\n")
+
+
+def gpu_node(root, n, bdf, device, cus, gfx_version, unique, render):
+    kfd_node(root, n, [
+        ("cpu_cores_count", "0"), ("simd_count", str(cus * 4)), ("simd_per_cu", "4"),
+        ("array_count", "8"), ("simd_arrays_per_engine", "1"),
+        ("gfx_target_version", str(gfx_version)), ("vendor_id", str(VENDOR)),
+        ("device_id", str(device)), ("location_id", str(location(bdf))), ("domain", "0"),
+        ("drm_render_minor", str(render)), ("unique_id", str(unique))])
+
+
+def control_nodes(root, mkfd=True):
+    write(os.path.join(root, "dev", "kfd"), "")
+    if mkfd:
+        write(os.path.join(root, "dev", "mkfd"), "")
+    write(os.path.join(root, "sys", "class", "kfd", "kfd", "dev"), "235:0\n")
+
+
+def smi_card(series, serial, unique, vendor="Chengdu Haiguang IC Design Co., Ltd.", device="0x6210"):
+    return {"Device ID": device, "Card Series": series, "Card Vendor": vendor,
+            "Serial Number": serial, "Unique ID": unique,
+            "Average Graphics Package Power (W)": "75.0",
+            "Temperature (Sensor edge) (C)": "37.0", "Temperature (Sensor junction) (C)": "35.0",
+            "Temperature (Sensor mem) (C)": "38.0", "Temperature (Sensor core) (C)": "35.0",
+            "HCU use (%)": "0.0", "vram Total Memory (MiB)": "65520",
+            "vram Total Used Memory (MiB)": "2"}
+
+
+def complete(excerpt, cut_key, tail):
+    """The excerpt up to the start of `cut_key`'s object, with `tail` (JSON text of the cards
+    from there on) appended and the document closed."""
+    at = excerpt.index(f'"{cut_key}"')
+    return excerpt[:at] + tail + "}\n"
+
+
+K100_BDFS = ["0000:09:00.0", "0000:0c:00.0", "0000:8a:00.0", "0000:8d:00.0"]
+
+
+def k100_4x():
+    host = fresh("hygon-4x-k100ai")
+    root = os.path.join(host, "root")
+    excerpt = fixture("hy-smi", "gpustack-2032__k100ai-hy-smi-json-truncated-excerpt.txt").rstrip("\n")
+    # card2: the excerpt's fields up to its cut, the rest filled in; card3 made up.
+    card2 = smi_card("K100_AI", "TRCW340014110601", "7137d9debedc58c1")
+    card2["Average Graphics Package Power (W)"] = "74.0"
+    card3 = smi_card("K100_AI", "TRCW340014110602", "7137d9debedc58c2")
+    tail = '"card2": ' + json.dumps(card2) + ', "card3": ' + json.dumps(card3)
+    doc = complete(excerpt, "card2", tail)
+    command(host, "hy-smi-json", ["hy-smi"] + JSON_ARGS, doc)
+    command(host, "hy-smi", ["hy-smi"], fixture("hy-smi", "paddlenlp__4x-k100ai-dtk24.04.1-hy-smi-mode-column.txt"))
+    uniques = [json.loads(doc)[f"card{i}"]["Unique ID"] for i in range(4)]
+    kfd_node(root, 0, CPU_NODE)
+    for i, bdf in enumerate(K100_BDFS):
+        card, render = i + 1, 128 + i
+        hygon_card(root, "hycu", bdf, 0x6210, card, render, numa=0 if i < 2 else 1)
+        gpu_node(root, i + 1, bdf, 0x6210, 120, 90208, int(uniques[i], 16), render)
+    control_nodes(root)
+    write(os.path.join(root, "opt", "hyhal", "bin", "hy-smi"), "")
+    write(os.path.join(root, "opt", "dtk", "bin", "hipcc"), "")
+
+
+BW_BDFS = ["0000:0f:00.0", "0000:34:00.0", "0000:48:00.0", "0000:5a:00.0",
+           "0000:87:00.0", "0000:9a:00.0", "0000:b1:00.0", "0000:c5:00.0"]
+
+
+def bw_8x_mig():
+    host = fresh("hygon-8x-bw150-mig")
+    root = os.path.join(host, "root")
+    cards = {}
+    kfd_node(root, 0, CPU_NODE)
+    for i, bdf in enumerate(BW_BDFS):
+        unique = f"5a1c{i:02x}3e9b40{i:02x}a1"
+        cards[f"card{i}"] = smi_card("BW150", f"TRBW5100{i:02d}0001", unique,
+                                     vendor="Chengdu C-3000 IC Design Co., Ltd.", device="0x6320")
+        card, render = i + 1, 128 + i
+        hygon_card(root, "hycu", bdf, 0x6320, card, render, numa=0 if i < 4 else 1)
+        gpu_node(root, i + 1, bdf, 0x6320, 80, 90306, int(unique, 16), render)
+        write(os.path.join(root, "etc", "dmi_mig_config", f"dev{i}"), bdf + "\n")
+    command(host, "hy-smi-json", ["hy-smi"] + JSON_ARGS, json.dumps(cards) + "\n")
+    control_nodes(root)
+    write(os.path.join(root, "opt", "hyhal", "bin", "hy-smi"), "")
+
+
+def rocm_smi_fork():
+    host = fresh("hygon-rocm-smi-fork-k100ai")
+    root = os.path.join(host, "root")
+    excerpt = fixture("rocm-smi", "gpustack-3257__k100ai-rocm-smi-json-c3000-vendor-truncated-excerpt.txt").rstrip("\n")
+    card1 = smi_card("K100_AI", "TRCW340009020301", "7137d9debed21061",
+                     vendor="Chengdu C-3000 IC Design Co., Ltd.")
+    card1["Average Graphics Package Power (W)"] = "80.0"
+    doc = complete(excerpt, "card1", '"card1": ' + json.dumps(card1))
+    command(host, "rocm-smi-json", ["rocm-smi"] + JSON_ARGS, doc)
+    uniques = [json.loads(doc)[f"card{i}"]["Unique ID"] for i in range(2)]
+    kfd_node(root, 0, CPU_NODE)
+    for i, bdf in enumerate(K100_BDFS[:2]):
+        hygon_card(root, "hycu", bdf, 0x6210, i, 128 + i)
+        gpu_node(root, i + 1, bdf, 0x6210, 120, 90208, int(uniques[i], 16), 128 + i)
+    write(os.path.join(root, "sys", "module", "hycu", "version"), "rock-6.3.13-V1.12.0\n")
+    control_nodes(root, mkfd=False)
+
+
+def driver_silent():
+    host = fresh("hygon-driver-silent")
+    root = os.path.join(host, "root")
+    for i, bdf in enumerate(K100_BDFS):
+        hygon_card(root, "hydcu", bdf, 0x6210, i + 1, 128 + i)
+    write(os.path.join(root, "sys", "module", "hydcu", "version"), "6.2.31-V1.5.2\n")
+    kfd_node(root, 0, CPU_NODE)
+    base = os.path.join(host, "commands", "hy-smi-json")
+    command(host, "hy-smi-json", ["hy-smi"] + JSON_ARGS, "", status=1)
+    write(os.path.join(base, "stderr"), "ERROR:root:Driver not initialized (hydcu not found in modules)\n")
+    control_nodes(root)
+
+
+if __name__ == "__main__":
+    k100_4x()
+    bw_8x_mig()
+    rocm_smi_fork()
+    driver_silent()
