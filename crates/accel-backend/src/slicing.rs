@@ -15,6 +15,17 @@ pub trait SlicingLibrary: Send + Sync {
     fn runtime_major(&self, section: &ManufacturerInventory) -> Option<u32>;
     /// The host path of the library for a runtime major under the library directory.
     fn library_path(&self, library_dir: &Path, major: u32) -> String;
+    /// [`SlicingLibrary::library_path`] for a node's detection, where the build depends on
+    /// more than the runtime major (Ascend: one vcann-rt per family and CANN major).
+    fn library_path_for(
+        &self,
+        library_dir: &Path,
+        major: u32,
+        section: &ManufacturerInventory,
+    ) -> String {
+        let _ = section;
+        self.library_path(library_dir, major)
+    }
 }
 
 /// Whether slices are offered on this node, and why not.
@@ -35,7 +46,7 @@ pub fn offer(
     exists: impl Fn(&str) -> bool,
 ) -> SliceOffer {
     let runtime_major = library.runtime_major(section);
-    let path = runtime_major.map(|major| library.library_path(library_dir, major));
+    let path = runtime_major.map(|major| library.library_path_for(library_dir, major, section));
     let offered = path.as_deref().is_some_and(exists);
     SliceOffer {
         runtime_major,

@@ -196,6 +196,8 @@ impl Manufacturer {
             resource_base: self.default_resource_base().to_string(),
             runtime_class: match self {
                 Manufacturer::Nvidia => Some("nvidia".to_string()),
+                // The Ascend Docker Runtime's handler (spec/ascend.md §0; the chart creates it).
+                Manufacturer::Ascend => Some("ascend".to_string()),
                 _ => None,
             },
             partition_kind: crate::resources::partition_kind(self).map(str::to_string),
@@ -453,6 +455,12 @@ mod table_tests {
         assert_eq!(nvidia.slice_count, Some(128));
         assert_eq!(table.get(Manufacturer::Hygon).slice_count, Some(4));
         assert_eq!(table.get(Manufacturer::Amd).partition_kind, None);
+        let ascend = table.get(Manufacturer::Ascend);
+        assert_eq!(ascend.runtime_class.as_deref(), Some("ascend"));
+        assert_eq!(
+            (ascend.partition_kind.as_deref(), ascend.slice_count),
+            (None, Some(63))
+        );
         assert_eq!(
             table.vendor_ids_hex(),
             [
