@@ -500,10 +500,17 @@ fn a_row_naming_a_runtime_class_handler_gets_its_workloads_runtimeclass() {
     let Some(helm) = helm() else { return };
     let docs = render(&helm, &[]);
     let classes = of_kind(&docs, "RuntimeClass");
-    assert_eq!(classes.len(), 1, "only Ascend's row names a handler: {classes:?}");
+    assert_eq!(
+        classes.len(),
+        1,
+        "only Ascend's row names a handler: {classes:?}"
+    );
     let ascend = find(&docs, "RuntimeClass", "ascend");
     assert_eq!(ascend["apiVersion"], "node.k8s.io/v1");
-    assert_eq!(ascend["handler"], "ascend", "the Ascend Docker Runtime's handler");
+    assert_eq!(
+        ascend["handler"], "ascend",
+        "the Ascend Docker Runtime's handler"
+    );
     let off = render(&helm, &["global.manufacturers.ascend.enabled=false"]);
     assert!(of_kind(&off, "RuntimeClass").is_empty());
 }
