@@ -197,12 +197,19 @@ pub const PRELOAD_FILE_MODE: u32 = 0o644;
 /// Writes `dir`'s preload file naming `library` (where the library appears in the container),
 /// one line, atomically, with [`PRELOAD_FILE_MODE`], creating `dir` first.
 pub fn stage_preload_file(dir: &Path, library: &str) -> Result<(), PrepareError> {
+    stage_preload_lines(dir, &[library])
+}
+
+/// Writes `dir`'s preload file naming `libraries`, one a line in the order given (Ascend's
+/// names the driver's `libdcmi.so` twice before the slicing runtime), as
+/// [`stage_preload_file`] does.
+pub fn stage_preload_lines(dir: &Path, libraries: &[&str]) -> Result<(), PrepareError> {
     let failed = |source: std::io::Error| PrepareError {
         path: dir.display().to_string(),
         source,
     };
     std::fs::create_dir_all(dir).map_err(failed)?;
-    let text = format!("{library}\n");
+    let text: String = libraries.iter().map(|l| format!("{l}\n")).collect();
     accel_host::atomic::write_atomic_mode(&preload_file(dir), text.as_bytes(), PRELOAD_FILE_MODE)
         .map_err(|e| failed(std::io::Error::other(e)))
 }

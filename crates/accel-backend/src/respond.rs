@@ -10,7 +10,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use accel_core::inventory::Accelerator;
-use accel_host::Host;
+use accel_host::{Commands, Host};
 
 use accel_core::ledger::{Family, Seat};
 
@@ -152,6 +152,9 @@ pub struct ResponderSetup {
     /// The host the grant's device nodes must exist on, for a responder that injects nodes
     /// itself; `None`: not checked.
     pub host: Option<Arc<dyn Host>>,
+    /// The node's programs, for a responder that sets a driver flag before it answers (Ascend's
+    /// container-share flag through `npu-smi`); `None`: it may run none.
+    pub commands: Option<Arc<dyn Commands>>,
 }
 
 impl fmt::Debug for ResponderSetup {
@@ -165,6 +168,7 @@ impl fmt::Debug for ResponderSetup {
             .field("engine", &self.engine)
             .field("accelerators", &self.accelerators.len())
             .field("host", &self.host.as_ref().map(|h| h.root().to_path_buf()))
+            .field("commands", &self.commands.is_some())
             .finish()
     }
 }

@@ -21,6 +21,17 @@ pub trait SlicingLibrary: Send + Sync {
     fn needs_library(&self) -> bool {
         true
     }
+    /// [`SlicingLibrary::library_path`] for a node's detection, where the build depends on
+    /// more than the runtime major (Ascend: one vcann-rt per family and CANN major).
+    fn library_path_for(
+        &self,
+        library_dir: &Path,
+        major: u32,
+        section: &ManufacturerInventory,
+    ) -> String {
+        let _ = section;
+        self.library_path(library_dir, major)
+    }
 }
 
 /// Whether slices are offered on this node, and why not.
@@ -48,7 +59,7 @@ pub fn offer(
             offered: runtime_major.is_some(),
         };
     }
-    let path = runtime_major.map(|major| library.library_path(library_dir, major));
+    let path = runtime_major.map(|major| library.library_path_for(library_dir, major, section));
     let offered = path.as_deref().is_some_and(exists);
     SliceOffer {
         runtime_major,

@@ -167,6 +167,11 @@ pub struct Accelerator {
     /// modes), when it reports one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub partitioning: Option<Partitioning>,
+    /// The driver's own numbers for the accelerator, in the vendor's slot order, where they
+    /// differ from the enumeration index and a grant must name them (Ascend, spec/ascend.md
+    /// §1.3: physical id, card id, chip index in the card); empty where the driver has none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub physical_indexes: Vec<u32>,
 }
 
 /// An accelerator's DRM minors (`card<N>`, `renderD<M>`): unrelated numbers, each as read.
@@ -240,6 +245,7 @@ impl Accelerator {
             drm: None,
             compute_geometry: None,
             partitioning: None,
+            physical_indexes: Vec::new(),
         }
     }
 

@@ -209,6 +209,8 @@ impl Manufacturer {
                 Manufacturer::Nvidia => Some("nvidia".to_string()),
                 // spec/hygon.md §9: attached only where such a RuntimeClass exists.
                 Manufacturer::Hygon => Some("hygon".to_string()),
+                // The Ascend Docker Runtime's handler (spec/ascend.md §0; the chart creates it).
+                Manufacturer::Ascend => Some("ascend".to_string()),
                 _ => None,
             },
             partition_kind: crate::resources::partition_kind(self).map(str::to_string),
@@ -470,6 +472,12 @@ mod table_tests {
             Some("hygon")
         );
         assert_eq!(table.get(Manufacturer::Amd).partition_kind, None);
+        let ascend = table.get(Manufacturer::Ascend);
+        assert_eq!(ascend.runtime_class.as_deref(), Some("ascend"));
+        assert_eq!(
+            (ascend.partition_kind.as_deref(), ascend.slice_count),
+            (None, Some(63))
+        );
         assert_eq!(
             table.vendor_ids_hex(),
             [

@@ -31,8 +31,12 @@ use serde_json::{Value, json};
 
 /// The manufacturers this project can detect. A new detector adds its manufacturer here and
 /// `detectable: true` to its row of the chart's `global.manufacturers` together.
-const DETECTABLE: [Manufacturer; 3] =
-    [Manufacturer::Nvidia, Manufacturer::Amd, Manufacturer::Hygon];
+const DETECTABLE: [Manufacturer; 4] = [
+    Manufacturer::Nvidia,
+    Manufacturer::Amd,
+    Manufacturer::Ascend,
+    Manufacturer::Hygon,
+];
 
 /// The CUDA majors the image builds HAMi-core for.
 const CUDA_MAJORS: [u32; 2] = [12, 13];
@@ -490,6 +494,26 @@ fn daemonsets_are_rendered_only_for_the_manufacturers_this_project_detects() {
     let none = render(&helm, &["deviceManager.enabled=false"]);
     assert!(of_kind(&none, "DaemonSet").is_empty());
     assert!(!none.iter().any(|d| d["metadata"]["name"] == NODE_ACCOUNT));
+}
+
+#[test]
+fn a_row_naming_a_runtime_class_handler_gets_its_workloads_runtimeclass() {
+    let Some(helm) = helm() else { return };
+    let docs = render(&helm, &[]);
+    let classes = of_kind(&docs, "RuntimeClass");
+    assert_eq!(
+        classes.len(),
+        1,
+        "only Ascend's row names a handler: {classes:?}"
+    );
+    let ascend = find(&docs, "RuntimeClass", "ascend");
+    assert_eq!(ascend["apiVersion"], "node.k8s.io/v1");
+    assert_eq!(
+        ascend["handler"], "ascend",
+        "the Ascend Docker Runtime's handler"
+    );
+    let off = render(&helm, &["global.manufacturers.ascend.enabled=false"]);
+    assert!(of_kind(&off, "RuntimeClass").is_empty());
 }
 
 /// The chart's values.yaml, parsed.
@@ -968,7 +992,7 @@ fn a_new_manufacturers_row_renders_its_daemonset_with_no_template_edit() {
     )
     .expect_err("an undetectable row enabled");
     assert!(
-        refused.contains("cannot detect acme accelerators yet (detectable: amd, nvidia)"),
+        refused.contains("cannot detect acme accelerators yet (detectable: amd, ascend, nvidia)"),
         "{refused}"
     );
     // A row's host path is checked as the chart's own are.

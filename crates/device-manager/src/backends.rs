@@ -17,6 +17,7 @@ pub fn all() -> Vec<Backend> {
         accel_nvidia::backend::backend(),
         accel_amd::backend::backend(),
         accel_hygon::backend::backend(),
+        accel_ascend::backend::backend(),
     ]
 }
 

@@ -79,10 +79,12 @@ fn all_hosts() -> Vec<String> {
 /// Hosts where a check fails: doctor exits 1 there, 0 elsewhere. The K80 (its 430 driver
 /// answers "Not Found"), the L4 and the WSL 2 host (no CUDA version was captured) report no CUDA
 /// version, which fails the driver check (seed 002: without it NVML does not initialise).
-/// AMD's host without a driver fails its `amdgpu-driver` and `kfd` checks; Hygon's silent driver
-/// its `hygon-driver` and `hy-smi` checks.
+/// AMD's host without a driver fails its `amdgpu-driver` and `kfd` checks; Ascend's whose driver
+/// will not initialise its `npu-smi` check; Hygon's silent driver its `hygon-driver` and `hy-smi`
+/// checks.
 const FAILING: &[&str] = &[
     "amd-no-driver",
+    "ascend-driver-not-initialised",
     "azure-4x-k80",
     "hygon-driver-silent",
     "no-driver",

@@ -123,9 +123,9 @@ fn a_manufacturer_without_a_detector_is_a_one_line_error() {
     let dir = tempfile::tempdir().unwrap();
     for (flag, env, expected) in [
         (
-            Some("ascend"),
+            Some("cambricon"),
             None,
-            "manufacturer ascend: no detector yet (this build detects nvidia, amd, hygon)",
+            "manufacturer cambricon: no detector yet (this build detects nvidia, amd, ascend, hygon)",
         ),
         (
             None,

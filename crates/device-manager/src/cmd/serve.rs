@@ -589,6 +589,7 @@ fn plugin_config(
             engine,
             accelerators: section.accelerators.clone(),
             host: Some(host),
+            commands: Some(partition_commands.clone()),
         }),
         poll_interval: Duration::from_secs(1),
         metrics,

@@ -634,6 +634,7 @@ impl Pass<'_> {
             host: Some(std::sync::Arc::new(accel_host::FsHost::new(
                 self.node.kind.files(),
             ))),
+            commands: None,
         });
         let mut inventory = Inventory::default();
         inventory.manufacturers.push(section.clone());
@@ -1303,6 +1304,7 @@ mod tests {
             engine: std::sync::Arc::new(EngineFacts::default()),
             accelerators: Vec::new(),
             host: None,
+            commands: None,
         }
     }
 

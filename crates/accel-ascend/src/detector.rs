@@ -1,0 +1,499 @@
+//! The Ascend detector: the kernel's view first (PCI functions of the configured vendor ids,
+//! `/dev/davinci<N>`, the control nodes, the driver's and CANN's version files), then
+//! `npu-smi` (`info`, `info -m`, and per chip `-t board` for the die id, `-t phyid-remap` for
+//! the physical id where the table does not print it, and per NPU `-t common` for the AI
+//! cores), every call bounded by the pass's [`Budget`] — then one pure join ([`join`]).
+//!
+//! **What an accelerator is.** One compute chip (a die on A3): what `/dev/davinci<N>` and the
+//! runtime number. It carries `[physical id, card id, chip index]` (spec/ascend.md §1.3) as its
+//! `physicalIndexes`; its identity is the die id, never the PCI address, and a chip whose die
+//! id cannot be read is dropped with a note (seed 000).
+//!
+//! **Generation.** The 950 family's driver serves the V2 API: `npu-smi` prints its own table
+//! layout (an `NPU ID` column, no chip column) and the chip name folds to `Ascend950`. On V2
+//! the driver version, the container-share flag and the detailed memory are not declared; the
+//! pass says which generation answered ([`Note::Generation`]).
+//!
+//! Answers: nothing of Ascend's on the bus, no `/dev/davinci*` and no `npu-smi` → `Ok(empty)`;
+//! the kernel shows NPUs but `npu-smi` is missing, fails or its driver will not initialise
+//! (`dcmi … ret is -8020`) → `Err` (a failed pass keeps the last detection, never "zero NPUs");
+//! chips found → `Ok(list)`.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+
+use accel_backend::Deadlines;
+use accel_backend::detect::Budget;
+use accel_core::Manufacturer;
+use accel_core::busid::BusId;
+use accel_core::inventory::{Accelerator, DetectError, Detection, ManufacturerInventory, Source};
+use accel_host::pci::{PciClassPrefixes, PciFunction};
+use accel_host::{Commands, Host, RunFailure, run_bounded};
+
+use crate::kernel;
+use crate::npusmi::{self, Board, ChipMap, InfoChip, InfoError, InfoTable, Layout};
+use crate::soc::{self, Family};
+
+/// Which DCMI generation the host's driver serves (seed 000, "Ascend: two DCMI API
+/// generations").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Generation {
+    /// Card/chip addressing; every driver up to 910B/310P/A3.
+    V1,
+    /// Flat device ids; the A5/950 generation.
+    V2,
+}
+
+/// Every note the detector words, worded once (doctor and tests use the same `Display`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Note {
+    Generation(Generation),
+    /// `npu-smi` failed or is missing while the kernel shows NPUs.
+    Tool(String),
+    /// A chip dropped because its die id could not be read.
+    NoIdentity {
+        npu: u32,
+        chip: u32,
+        why: String,
+    },
+    /// A chip whose physical id no source gave.
+    NoPhysicalId {
+        npu: u32,
+        chip: u32,
+    },
+    /// The physical ids were taken from the logic ids (the davinci nodes match them one for one).
+    PhysicalFromLogic,
+    /// `-t common` did not say the AI cores.
+    NoCores {
+        npu: u32,
+        why: String,
+    },
+    /// The chip map was not read.
+    Mapping(String),
+    /// The pass ran out of its time.
+    OutOfTime(String),
+}
+
+impl fmt::Display for Note {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Note::Generation(Generation::V1) => f.write_str(
+                "npu-smi: driver generation V1 (card/chip addressing; driver version, container-share flag and detailed memory declared)",
+            ),
+            Note::Generation(Generation::V2) => f.write_str(
+                "npu-smi: driver generation V2 (the 950 layout: no driver version, PCIe distance, RoCE facts, detailed memory or container-share flag)",
+            ),
+            Note::Tool(why) => write!(f, "npu-smi: {why}"),
+            Note::NoIdentity { npu, chip, why } => write!(
+                f,
+                "NPU {npu} chip {chip}: dropped, its die id could not be read ({why}); an NPU is never identified by its PCI address"
+            ),
+            Note::NoPhysicalId { npu, chip } => write!(
+                f,
+                "NPU {npu} chip {chip}: dropped, no physical id (neither the table nor `npu-smi info -t phyid-remap` gave one), so no grant could name it"
+            ),
+            Note::PhysicalFromLogic => f.write_str(
+                "npu-smi: physical ids taken from the logic ids (no Phy-ID column, no phyid-remap answer; the /dev/davinci<N> nodes match the logic ids one for one)",
+            ),
+            Note::NoCores { npu, why } => {
+                write!(f, "NPU {npu}: AI cores unknown ({why})")
+            }
+            Note::Mapping(why) => write!(f, "npu-smi info -m: {why}"),
+            Note::OutOfTime(why) => write!(f, "npu-smi: {why}"),
+        }
+    }
+}
+
+/// What the detector is given.
+#[derive(Debug, Clone)]
+pub struct DetectOptions {
+    pub deadlines: Deadlines,
+    /// The PCI vendor ids that are Ascend's (`GPUSTACK_ASCEND_PCI_VENDOR_ID`).
+    pub vendor_ids: Vec<u16>,
+    /// The PCI classes scanned (`GPUSTACK_PCI_CLASS_PREFIXES`).
+    pub pci_classes: PciClassPrefixes,
+}
+
+impl Default for DetectOptions {
+    fn default() -> Self {
+        DetectOptions {
+            deadlines: Deadlines::default(),
+            vendor_ids: vec![0x19e5],
+            pci_classes: PciClassPrefixes::default(),
+        }
+    }
+}
+
+/// What one chip's per-chip queries said.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChipAnswers {
+    /// `-t board`, or why it gave nothing.
+    pub board: Result<Board, String>,
+    /// `-t phyid-remap`'s physical id, when it answered one.
+    pub phy_id: Option<u32>,
+}
+
+/// Everything one pass read, before the join.
+#[derive(Debug, Clone, Default)]
+pub struct Sources {
+    pub pci: Vec<PciFunction>,
+    pub davinci: BTreeSet<u32>,
+    pub driver_version: Option<String>,
+    pub cann_version: Option<String>,
+    /// `npu-smi info`; `None` when not installed.
+    pub info: Option<Result<InfoTable, String>>,
+    /// The init failure, when that is what `npu-smi info` printed.
+    pub init_failed: Option<String>,
+    pub mapping: Option<Vec<ChipMap>>,
+    /// Per (NPU, chip).
+    pub chips: BTreeMap<(u32, u32), ChipAnswers>,
+    /// AI cores per (NPU, chip), from `-t common`.
+    pub cores: BTreeMap<(u32, u32), u32>,
+    pub notes: Vec<Note>,
+}
+
+impl Default for ChipAnswers {
+    fn default() -> Self {
+        ChipAnswers {
+            board: Err("not asked".into()),
+            phy_id: None,
+        }
+    }
+}
+
+/// The init-failure line a failed `npu-smi info` printed, on either stream.
+fn init_failure_in(failure: &RunFailure) -> Option<String> {
+    let output = failure.output()?;
+    let text = format!(
+        "{}\n{}",
+        output.stdout_text(),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    match npusmi::parse_info(&text) {
+        Err(InfoError::DriverNotInitialised { line }) => Some(line),
+        _ => None,
+    }
+}
+
+fn ask_raw(
+    commands: &dyn Commands,
+    budget: &Budget,
+    argv: &[String],
+    notes: &mut Vec<Note>,
+) -> Option<Result<String, RunFailure>> {
+    let deadline = match budget.next() {
+        Ok(d) => d,
+        Err(e) => {
+            if !notes.iter().any(|n| matches!(n, Note::OutOfTime(_))) {
+                notes.push(Note::OutOfTime(e.to_string()));
+            }
+            return None;
+        }
+    };
+    let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
+    Some(run_bounded(commands, &argv, deadline).map(|o| o.stdout_text()))
+}
+
+fn ask(
+    commands: &dyn Commands,
+    budget: &Budget,
+    argv: &[String],
+    notes: &mut Vec<Note>,
+) -> Option<Result<String, String>> {
+    ask_raw(commands, budget, argv, notes).map(|r| r.map_err(|e| e.to_string()))
+}
+
+fn owned(argv: &[&str]) -> Vec<String> {
+    argv.iter().map(|s| s.to_string()).collect()
+}
+
+/// The (NPU, chip) keys of a table's chips.
+fn chip_keys(table: &InfoTable) -> Vec<(u32, u32)> {
+    table
+        .chips
+        .iter()
+        .filter_map(|c| Some((c.npu?, c.chip.unwrap_or(0))))
+        .collect()
+}
+
+/// Reads every source (the kernel's, then `npu-smi`'s).
+pub fn read_sources(host: &dyn Host, commands: &dyn Commands, options: &DetectOptions) -> Sources {
+    let mut s = Sources {
+        pci: accel_host::pci::scan_pci(host, &options.pci_classes)
+            .map(|scan| {
+                scan.functions
+                    .into_iter()
+                    .filter(|f| options.vendor_ids.contains(&f.vendor_id))
+                    .collect()
+            })
+            .unwrap_or_default(),
+        davinci: kernel::read_davinci(host),
+        driver_version: kernel::read_driver_version(host),
+        cann_version: kernel::read_cann_version(host),
+        ..Sources::default()
+    };
+    if !commands.is_installed("npu-smi") {
+        return s;
+    }
+    let budget = Budget::start(options.deadlines);
+    let Some(info) = ask_raw(commands, &budget, &owned(npusmi::INFO_ARGV), &mut s.notes) else {
+        return s;
+    };
+    let table = match info {
+        Ok(text) => match npusmi::parse_info(&text) {
+            Ok(t) => t,
+            Err(InfoError::DriverNotInitialised { line }) => {
+                s.init_failed = Some(line);
+                return s;
+            }
+            Err(e) => {
+                s.info = Some(Err(e.to_string()));
+                return s;
+            }
+        },
+        Err(e) => {
+            // A failing tool prints the init failure too, with a status other than 0.
+            match init_failure_in(&e) {
+                Some(line) => s.init_failed = Some(line),
+                None => s.info = Some(Err(e.to_string())),
+            }
+            return s;
+        }
+    };
+    let keys = chip_keys(&table);
+    let v2 = table.layout == Layout::NpuId;
+    s.info = Some(Ok(table.clone()));
+    // The 950's tool may have no chip map: its absence is no news there.
+    match ask(
+        commands,
+        &budget,
+        &owned(npusmi::MAPPING_ARGV),
+        &mut s.notes,
+    ) {
+        Some(Ok(text)) => match npusmi::parse_mapping(&text) {
+            Ok(map) => s.mapping = Some(map),
+            Err(e) => s.notes.push(Note::Mapping(e.to_string())),
+        },
+        Some(Err(e)) if !v2 => s.notes.push(Note::Mapping(e)),
+        _ => {}
+    }
+    let needs_phy = table.layout == Layout::Chip || table.layout == Layout::NpuId;
+    for (npu, chip) in &keys {
+        let mut answers = ChipAnswers::default();
+        if let Some(board) = ask(
+            commands,
+            &budget,
+            &npusmi::board_argv(*npu, *chip),
+            &mut s.notes,
+        ) {
+            answers.board = board.map(|t| npusmi::parse_board(&t));
+        }
+        if needs_phy
+            && let Some(Ok(text)) = ask(
+                commands,
+                &budget,
+                &npusmi::phyid_argv(*npu, *chip),
+                &mut s.notes,
+            )
+        {
+            answers.phy_id = npusmi::parse_phy_id(&text);
+        }
+        s.chips.insert((*npu, *chip), answers);
+    }
+    let npus: BTreeSet<u32> = keys.iter().map(|(n, _)| *n).collect();
+    for npu in npus {
+        match ask(commands, &budget, &npusmi::common_argv(npu), &mut s.notes) {
+            Some(Ok(text)) => {
+                for (n, chip) in keys.iter().filter(|(n, _)| *n == npu) {
+                    if let Some(cores) = npusmi::parse_aicores(&text, *chip) {
+                        s.cores.insert((*n, *chip), cores);
+                    }
+                }
+            }
+            Some(Err(why)) => s.notes.push(Note::NoCores { npu, why }),
+            None => {}
+        }
+    }
+    s
+}
+
+/// One detection pass over `host`.
+pub fn detect(host: &dyn Host, commands: &dyn Commands, options: DetectOptions) -> Detection {
+    let sources = read_sources(host, commands, &options);
+    join(sources)
+}
+
+/// The generation the table's layout and chip names say.
+pub fn generation(table: &InfoTable) -> Generation {
+    let named_950 = table
+        .chips
+        .iter()
+        .filter_map(|c| c.name.as_deref())
+        .any(|n| soc::family(n) == Some(Family::F950));
+    if table.layout == Layout::NpuId || named_950 {
+        Generation::V2
+    } else {
+        Generation::V1
+    }
+}
+
+fn not_measured(reason: String) -> Detection {
+    Err(DetectError::NotMeasured {
+        manufacturer: Manufacturer::Ascend,
+        reason,
+    })
+}
+
+/// Whether the kernel shows Ascend NPUs at all.
+fn kernel_shows(s: &Sources) -> bool {
+    !s.pci.is_empty() || !s.davinci.is_empty()
+}
+
+/// The chip's name: the table's, else the board's, else the chip map's (redactions are none).
+fn chip_name(chip: &InfoChip, board: Option<&Board>, map: Option<&ChipMap>) -> Option<String> {
+    chip.name
+        .clone()
+        .or_else(|| board.and_then(|b| b.chip_name.clone()))
+        .or_else(|| map.and_then(|m| m.name.clone()))
+        .map(|n| {
+            // The chip map spells `Ascend 910A`; the table `910A`: one product name.
+            n.strip_prefix("Ascend ").map(str::to_string).unwrap_or(n)
+        })
+}
+
+/// The pure join: sources in, the inventory section out.
+pub fn join(mut s: Sources) -> Detection {
+    let m = Manufacturer::Ascend;
+    if let Some(line) = s.init_failed.take() {
+        return not_measured(format!(
+            "npu-smi info: the driver did not initialise: {line}"
+        ));
+    }
+    let table = match s.info.take() {
+        None if kernel_shows(&s) => {
+            return not_measured(format!(
+                "npu-smi is not installed, and the kernel shows {} Ascend PCI function(s) and {} /dev/davinci node(s)",
+                s.pci.len(),
+                s.davinci.len()
+            ));
+        }
+        None => return Ok(ManufacturerInventory::empty(m)),
+        Some(Err(e)) if kernel_shows(&s) => return not_measured(e),
+        Some(Err(e)) => {
+            let mut section = ManufacturerInventory::empty(m);
+            section.notes.push(Note::Tool(e).to_string());
+            return Ok(section);
+        }
+        Some(Ok(t)) => t,
+    };
+    let generation = generation(&table);
+    let mut notes = vec![Note::Generation(generation)];
+    notes.append(&mut s.notes);
+    let maps: BTreeMap<(u32, u32), &ChipMap> = s
+        .mapping
+        .iter()
+        .flatten()
+        .map(|c| ((c.npu, c.chip), c))
+        .collect();
+    let logic_of = |npu: u32, chip: u32| -> Option<u32> {
+        maps.get(&(npu, chip)).map(|c| c.logic_id).or(
+            // V2: every device is a card of one device, card id = logic id (spec §1.2).
+            (generation == Generation::V2).then_some(npu),
+        )
+    };
+    // Physical ids from the logic ids only where the davinci nodes are exactly the logic ids.
+    let logic_ids: BTreeSet<u32> = chip_keys(&table)
+        .iter()
+        .filter_map(|(n, c)| logic_of(*n, *c))
+        .collect();
+    let logic_is_physical = !s.davinci.is_empty() && logic_ids == s.davinci;
+    let mut used_logic = false;
+    let mut accelerators = Vec::new();
+    for chip in &table.chips {
+        let Some(npu) = chip.npu else { continue };
+        let index_in_card = chip.chip.unwrap_or(0);
+        let answers = s
+            .chips
+            .get(&(npu, index_in_card))
+            .cloned()
+            .unwrap_or_default();
+        let board = answers.board.as_ref().ok();
+        let identity = match &answers.board {
+            Ok(b) => b
+                .identity
+                .clone()
+                .ok_or_else(|| "no die id in `-t board`".to_string()),
+            Err(e) => Err(e.clone()),
+        };
+        let uuid = match identity {
+            Ok(id) => id,
+            Err(why) => {
+                notes.push(Note::NoIdentity {
+                    npu,
+                    chip: index_in_card,
+                    why,
+                });
+                continue;
+            }
+        };
+        let logic = logic_of(npu, index_in_card);
+        let physical = chip.phy_id.or(answers.phy_id).or(chip.device).or_else(|| {
+            logic
+                .filter(|_| logic_is_physical)
+                .inspect(|_| used_logic = true)
+        });
+        let Some(physical) = physical else {
+            notes.push(Note::NoPhysicalId {
+                npu,
+                chip: index_in_card,
+            });
+            continue;
+        };
+        let card = match generation {
+            Generation::V1 => npu,
+            Generation::V2 => logic.unwrap_or(npu),
+        };
+        let name = chip_name(chip, board, maps.get(&(npu, index_in_card)).copied());
+        let mut a = Accelerator::new(accelerators.len() as u32, Source::Driver);
+        a.uuid = Some(uuid);
+        a.architecture = name
+            .as_deref()
+            .and_then(soc::family)
+            .map(|f| f.name().to_string());
+        a.product = name;
+        a.bus_id = chip.bus_id.as_deref().and_then(|b| b.parse::<BusId>().ok());
+        a.numa_node = a
+            .bus_id
+            .and_then(|b| s.pci.iter().find(|f| f.bus_id == b))
+            .and_then(|f| f.numa_node);
+        // HBM is the VRAM; 310-class cards have DDR only (`0 / 0` HBM is no HBM).
+        a.memory_mib = chip
+            .hbm_total_mib
+            .filter(|m| *m > 0)
+            .or(chip.memory_total_mib.filter(|m| *m > 0));
+        a.cores = s.cores.get(&(npu, index_in_card)).copied();
+        a.physical_indexes = vec![
+            physical,
+            card,
+            if generation == Generation::V2 {
+                0
+            } else {
+                index_in_card
+            },
+        ];
+        accelerators.push(a);
+    }
+    if used_logic {
+        notes.push(Note::PhysicalFromLogic);
+    }
+    let mut section = ManufacturerInventory::empty(m);
+    section.driver_version = match generation {
+        Generation::V1 => s.driver_version,
+        Generation::V2 => None,
+    };
+    section.runtime_version = s.cann_version;
+    section.management_version = table.version;
+    section.accelerators = accelerators;
+    section.notes = notes.iter().map(ToString::to_string).collect();
+    Ok(section)
+}

@@ -1,0 +1,128 @@
+//! What the kernel and the driver's install tree show of Ascend, without asking `npu-smi`: the
+//! `/dev/davinci<N>` nodes (numbered by the chip's physical id, HAZARDS item 14), the three
+//! control nodes every container needs (`davinci_manager`, `devmm_svm`, `hisi_hdc`), the
+//! driver's `version.info` and the CANN toolkit's (spec/ascend.md §1.6). Readers take a
+//! [`Host`] and wrap a pure parser; nothing here runs a program.
+
+use std::collections::BTreeSet;
+
+use accel_host::Host;
+
+/// Where the device nodes live.
+pub const DEV_DIR: &str = "/dev";
+/// The prefix of the per-chip nodes (`/dev/davinci0`).
+pub const DAVINCI_PREFIX: &str = "davinci";
+/// The control nodes the Ascend Docker Runtime mounts beside the chips' (the 950 generation
+/// has no `devmm_svm`).
+pub const CONTROL_NODES: [&str; 3] = ["/dev/davinci_manager", "/dev/devmm_svm", "/dev/hisi_hdc"];
+/// The driver's install tree (`CANN_HOME`'s default, `/usr/local/Ascend`, plus `driver`).
+pub const DRIVER_DIR: &str = "/usr/local/Ascend/driver";
+/// The driver's version file.
+pub const DRIVER_VERSION_FILE: &str = "/usr/local/Ascend/driver/version.info";
+/// The CANN toolkit's version files, in the order spec/ascend.md §1.6 reads them.
+pub const CANN_VERSION_FILES: [&str; 4] = [
+    "/usr/local/Ascend/cann/version.info",
+    "/usr/local/Ascend/cann/share/info/runtime/version.info",
+    "/usr/local/Ascend/ascend-toolkit/latest/runtime/version.info",
+    "/usr/local/Ascend/ascend-toolkit/latest/runtime/share/info/runtime/version.info",
+];
+
+/// The numbers of the `/dev/davinci<N>` nodes a listing of `/dev` holds.
+pub fn parse_davinci_names<'a>(names: impl IntoIterator<Item = &'a str>) -> BTreeSet<u32> {
+    names
+        .into_iter()
+        .filter_map(|n| n.strip_prefix(DAVINCI_PREFIX))
+        .filter(|rest| !rest.is_empty() && rest.bytes().all(|b| b.is_ascii_digit()))
+        .filter_map(|rest| rest.parse().ok())
+        .collect()
+}
+
+/// The chips' device nodes on the host (empty when `/dev` cannot be listed).
+pub fn read_davinci(host: &dyn Host) -> BTreeSet<u32> {
+    host.list(DEV_DIR)
+        .map(|names| parse_davinci_names(names.iter().map(String::as_str)))
+        .unwrap_or_default()
+}
+
+/// The control nodes the host lacks.
+pub fn missing_control_nodes(host: &dyn Host) -> Vec<&'static str> {
+    CONTROL_NODES
+        .iter()
+        .copied()
+        .filter(|n| !host.exists(n))
+        .collect()
+}
+
+/// The value after `Version=` in a `version.info` (`Version=23.0.rc3`), trimmed.
+pub fn parse_version_info(text: &str) -> Option<String> {
+    text.lines().find_map(|l| {
+        let (key, value) = l.trim().split_once('=')?;
+        (key.trim().eq_ignore_ascii_case("version"))
+            .then(|| value.trim())
+            .and_then(accel_backend::text::dotted_version)
+            .map(str::to_string)
+    })
+}
+
+/// The driver's version from its install tree.
+pub fn read_driver_version(host: &dyn Host) -> Option<String> {
+    host.read_to_string(DRIVER_VERSION_FILE)
+        .ok()
+        .and_then(|t| parse_version_info(&t))
+}
+
+/// The CANN runtime's version as `major.minor` (`8.5.0` → `8.5`), from the first toolkit file
+/// that names one.
+pub fn read_cann_version(host: &dyn Host) -> Option<String> {
+    CANN_VERSION_FILES.iter().find_map(|p| {
+        host.read_to_string(p)
+            .ok()
+            .and_then(|t| parse_version_info(&t))
+            .and_then(|v| major_minor(&v))
+    })
+}
+
+/// `major.minor` of a dotted version (`8.5.0` → `8.5`, `9.1.RC1` → `9.1`, `8` → `8`).
+pub fn major_minor(version: &str) -> Option<String> {
+    let mut parts = version.split('.');
+    let major = parts
+        .next()
+        .filter(|p| p.bytes().all(|b| b.is_ascii_digit()) && !p.is_empty())?;
+    match parts
+        .next()
+        .filter(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
+    {
+        Some(minor) => Some(format!("{major}.{minor}")),
+        None => Some(major.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn davinci_nodes_are_the_numbered_ones() {
+        let names = [
+            "davinci0",
+            "davinci12",
+            "davinci_manager",
+            "davinci",
+            "null",
+            "davinci3x",
+        ];
+        assert_eq!(parse_davinci_names(names), BTreeSet::from([0, 12]));
+    }
+
+    #[test]
+    fn version_files() {
+        assert_eq!(
+            parse_version_info("Version=23.0.rc3\nascendhal_version=7.35.19\n").as_deref(),
+            Some("23.0.rc3")
+        );
+        assert_eq!(parse_version_info("nothing here"), None);
+        assert_eq!(major_minor("8.5.0").as_deref(), Some("8.5"));
+        assert_eq!(major_minor("9.1.RC1").as_deref(), Some("9.1"));
+        assert_eq!(major_minor("rc"), None);
+    }
+}

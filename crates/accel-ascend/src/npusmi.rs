@@ -1,0 +1,497 @@
+//! `npu-smi`, Huawei's CLI that ships with the Ascend driver: the queries the detector, the
+//! container-share flag and preflight run (each argv here), and a pure reader per output shape.
+//!
+//! - `npu-smi info`: the box table, read by header words through `accel_backend::text` (four
+//!   layouts across releases and generations, HAZARDS items 1–10) into [`InfoChip`]s, one per
+//!   compute chip or die, with the table's layout ([`Layout`]) and banner version; a driver that
+//!   will not initialise prints two error lines instead ([`InfoError::DriverNotInitialised`]).
+//! - `npu-smi info -m`: the NPU / chip / logic-id map ([`ChipMap`]), `Mcu` rows skipped.
+//! - `npu-smi info -t <type> -i <npu> [-c <chip>]`: `key : value` blocks ([`Blocks`]), read for
+//!   the facts that live only there: the die id (`-t board`), the physical id
+//!   (`-t phyid-remap`), AI cores (`-t common`) and the container-share flag (`-t device-share`).
+//!
+//! Parsers take text and never log; nothing here runs a program.
+
+use accel_backend::text::{self, MemoryUnit, Record};
+
+/// `npu-smi info`: the table of every NPU.
+pub const INFO_ARGV: &[&str] = &["npu-smi", "info"];
+/// `npu-smi info -m`: the chip map.
+pub const MAPPING_ARGV: &[&str] = &["npu-smi", "info", "-m"];
+/// `npu-smi info -l`: the NPU list the preflight host cross-check counts (`NPU ID` lines).
+pub const LIST_ARGV: &[&str] = &["npu-smi", "info", "-l"];
+
+/// `npu-smi info -t <kind> -i <npu> -c <chip>`.
+pub fn chip_query_argv(kind: &str, npu: u32, chip: u32) -> Vec<String> {
+    [
+        "npu-smi".to_string(),
+        "info".into(),
+        "-t".into(),
+        kind.into(),
+        "-i".into(),
+        npu.to_string(),
+        "-c".into(),
+        chip.to_string(),
+    ]
+    .to_vec()
+}
+
+/// `npu-smi info -t board -i <npu> -c <chip>`: the chip's die ids and names.
+pub fn board_argv(npu: u32, chip: u32) -> Vec<String> {
+    chip_query_argv("board", npu, chip)
+}
+
+/// `npu-smi info -t phyid-remap -i <npu> -c <chip>`: the chip's physical id.
+pub fn phyid_argv(npu: u32, chip: u32) -> Vec<String> {
+    chip_query_argv("phyid-remap", npu, chip)
+}
+
+/// `npu-smi info -t common -i <npu>`: per-chip facts, AI cores among them.
+pub fn common_argv(npu: u32) -> Vec<String> {
+    ["npu-smi", "info", "-t", "common", "-i"]
+        .iter()
+        .map(|s| s.to_string())
+        .chain([npu.to_string()])
+        .collect()
+}
+
+/// `npu-smi info -t device-share -i <card> -c <chip>`: the container-share flag.
+pub fn share_query_argv(card: u32, chip: u32) -> Vec<String> {
+    chip_query_argv("device-share", card, chip)
+}
+
+/// `npu-smi set -t device-share -i <card> -c <chip> -d 1`: turns the container-share flag on
+/// (the command spec/ascend.md §4.2's refusal offers; the device manager never sends `-d 0`).
+pub fn share_enable_argv(card: u32, chip: u32) -> Vec<String> {
+    [
+        "npu-smi".to_string(),
+        "set".into(),
+        "-t".into(),
+        "device-share".into(),
+        "-i".into(),
+        card.to_string(),
+        "-c".into(),
+        chip.to_string(),
+        "-d".into(),
+        "1".into(),
+    ]
+    .to_vec()
+}
+
+/// Which of the `npu-smi info` table layouts a capture shows (HAZARDS item 1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Layout {
+    /// 910A/910B: `NPU Name` over `Chip`, one chip per record.
+    Chip,
+    /// 310/310P: `Chip Device`, the Device column being the chip's physical id.
+    ChipDevice,
+    /// Atlas A3: `Chip Phy-ID`, one record per die, two dies under one NPU ID.
+    ChipPhyId,
+    /// Ascend 950 (the V2 generation): an `NPU ID` column of its own, no chip column.
+    NpuId,
+}
+
+/// One compute chip (or die) as a row pair of `npu-smi info` shows it. Every field is as
+/// printed, `None` when the table lacks the column or prints a placeholder.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct InfoChip {
+    /// The NPU ID (the DCMI card id).
+    pub npu: Option<u32>,
+    /// The chip index in the card (`Chip`); `None` in the 950 layout, which has none.
+    pub chip: Option<u32>,
+    /// The `Device` column of the 310-class layout (the chip's physical id).
+    pub device: Option<u32>,
+    /// The `Phy-ID` column of the A3 layout.
+    pub phy_id: Option<u32>,
+    pub name: Option<String>,
+    pub health: Option<String>,
+    /// As printed (upper-case hex; `0000:xx:00.0` when masked, which is `None` here).
+    pub bus_id: Option<String>,
+    pub power_w: Option<f64>,
+    pub temperature_c: Option<f64>,
+    /// `HBM-Usage(MB)` total.
+    pub hbm_total_mib: Option<u64>,
+    /// `Memory-Usage(MB)` total (DDR; the only memory of 310-class cards).
+    pub memory_total_mib: Option<u64>,
+}
+
+/// What `npu-smi info` printed.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct InfoTable {
+    /// The banner's `Version:` (the tool's own release; HAZARDS item 3).
+    pub version: Option<String>,
+    pub layout: Layout,
+    pub chips: Vec<InfoChip>,
+}
+
+/// Why `npu-smi info` gave no table.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum InfoError {
+    /// The tool could not initialise the driver library (`dcmi model initialized failed, …
+    /// ret is -8020`): the driver is there but answered nothing (a failed pass, not zero NPUs).
+    #[error("npu-smi info: the driver did not initialise: {line}")]
+    DriverNotInitialised { line: String },
+    /// Text that is not the table at all (quoted: its first line).
+    #[error("npu-smi info: no NPU table in its output (it begins {first_line:?})")]
+    NotATable { first_line: String },
+}
+
+fn first_line(text: &str) -> String {
+    text.lines()
+        .map(str::trim)
+        .find(|l| !l.is_empty())
+        .unwrap_or("")
+        .chars()
+        .take(120)
+        .collect()
+}
+
+/// A line where the tool reports its driver library failing (`dcmi … failed … ret is -8020`).
+fn init_failure(text: &str) -> Option<String> {
+    text.lines().map(str::trim).find_map(|l| {
+        let lower = l.to_ascii_lowercase();
+        (lower.contains("dcmi") && lower.contains("fail")).then(|| l.chars().take(200).collect())
+    })
+}
+
+fn number(record: &Record, label: &str) -> Option<u32> {
+    record
+        .get(label)
+        .and_then(text::whole)
+        .and_then(|n| u32::try_from(n).ok())
+}
+
+fn memory_total(record: &Record, label: &str) -> Option<u64> {
+    record
+        .get(label)
+        .map(|raw| text::memory_pair(raw, MemoryUnit::MiB).1)
+        .unwrap_or(None)
+}
+
+fn layout_of(table: &text::BoxTable) -> Layout {
+    if table.has_label("Phy-ID") {
+        Layout::ChipPhyId
+    } else if table.has_label("Device") {
+        Layout::ChipDevice
+    } else if table.has_label("NPU ID") && !table.has_label("Chip") {
+        Layout::NpuId
+    } else {
+        Layout::Chip
+    }
+}
+
+fn chip_of(record: &Record) -> InfoChip {
+    let bus_id = record
+        .get("Bus-Id")
+        .filter(|b| b.parse::<accel_core::busid::BusId>().is_ok())
+        .map(str::to_string);
+    InfoChip {
+        npu: number(record, "NPU").or_else(|| number(record, "NPU ID")),
+        chip: number(record, "Chip"),
+        device: number(record, "Device"),
+        phy_id: number(record, "Phy-ID"),
+        name: record.get("Name").map(str::to_string),
+        health: record.get("Health").map(str::to_string),
+        bus_id,
+        power_w: record.get("Power(W)").and_then(text::watts),
+        temperature_c: record.get("Temp(C)").and_then(text::celsius),
+        hbm_total_mib: memory_total(record, "HBM-Usage(MB)"),
+        memory_total_mib: memory_total(record, "Memory-Usage(MB)"),
+    }
+}
+
+/// Reads `npu-smi info`. Empty output is an empty table; the init-failure lines are
+/// [`InfoError::DriverNotInitialised`]; other text without the table is
+/// [`InfoError::NotATable`]. A record without an NPU ID (an elided capture's stray row) is
+/// skipped; the process table that may follow is another table and is not read.
+pub fn parse_info(text: &str) -> Result<InfoTable, InfoError> {
+    let cleaned = text::clean(text);
+    let Some(table) = text::box_table(&cleaned, &["Name", "Health"]) else {
+        if let Some(line) = init_failure(&cleaned) {
+            return Err(InfoError::DriverNotInitialised { line });
+        }
+        if cleaned.trim().is_empty() {
+            return Ok(InfoTable {
+                version: None,
+                layout: Layout::Chip,
+                chips: Vec::new(),
+            });
+        }
+        return Err(InfoError::NotATable {
+            first_line: first_line(&cleaned),
+        });
+    };
+    let layout = layout_of(&table);
+    let chips = table
+        .records
+        .iter()
+        .map(chip_of)
+        .filter(|c| c.npu.is_some())
+        .collect();
+    Ok(InfoTable {
+        version: text::version_after(&cleaned, "Version").map(str::to_string),
+        layout,
+        chips,
+    })
+}
+
+/// One compute chip of `npu-smi info -m`.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ChipMap {
+    pub npu: u32,
+    pub chip: u32,
+    /// The chip's logic id (the DCMI logic id the runtime numbers devices by).
+    pub logic_id: u32,
+    /// `Chip Name` as printed (`Ascend 910A`, `MiniD`, a redacted `Ascend xxx` is `None`).
+    pub name: Option<String>,
+}
+
+/// Why `npu-smi info -m` was not read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("npu-smi info -m: no chip map in its output (it begins {first_line:?})")]
+pub struct MappingError {
+    pub first_line: String,
+}
+
+/// Whether a name is only a redaction after the vendor's word (`Ascend xxx`).
+fn redacted_name(name: &str) -> bool {
+    name.split_whitespace().all(|w| {
+        text::is_redacted(w) || w.eq_ignore_ascii_case("ascend") || w.eq_ignore_ascii_case("huawei")
+    })
+}
+
+/// Reads `npu-smi info -m`: its compute chips, in printed order. Rows whose logic id is a
+/// placeholder (the board's `Mcu`, HAZARDS item 11) are not compute chips and are skipped.
+pub fn parse_mapping(text: &str) -> Result<Vec<ChipMap>, MappingError> {
+    let Some(table) = text::column_table(text, &["NPU ID", "Chip ID"]) else {
+        if text.trim().is_empty() {
+            return Ok(Vec::new());
+        }
+        return Err(MappingError {
+            first_line: first_line(text),
+        });
+    };
+    Ok(table
+        .rows
+        .iter()
+        .filter_map(|row| {
+            let n = |label: &str| {
+                row.get(label)
+                    .and_then(text::whole)
+                    .and_then(|v| u32::try_from(v).ok())
+            };
+            let name = row
+                .get("Chip Name")
+                .filter(|n| !redacted_name(n))
+                .map(str::to_string);
+            if name
+                .as_deref()
+                .is_some_and(|n| n.eq_ignore_ascii_case("mcu"))
+            {
+                return None;
+            }
+            Some(ChipMap {
+                npu: n("NPU ID")?,
+                chip: n("Chip ID")?,
+                logic_id: n("Chip Logic ID")?,
+                name,
+            })
+        })
+        .collect())
+}
+
+/// The `key : value` output of `npu-smi info -t …`, in blank-line-separated blocks (the NPU's
+/// own lines, then one block per chip, then the board MCU's; HAZARDS item 12).
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Blocks {
+    pub blocks: Vec<Vec<(String, String)>>,
+}
+
+impl Blocks {
+    /// The first value of `key` (compared without case) in any block, [`text::present`].
+    pub fn value(&self, key: &str) -> Option<&str> {
+        self.blocks.iter().find_map(|b| lookup(b, key))
+    }
+
+    /// The block of chip `chip` (the block holding `Chip ID : <chip>`); the MCU block, which
+    /// names itself `Chip Name : mcu`, is never one.
+    pub fn chip(&self, chip: u32) -> Option<&[(String, String)]> {
+        self.blocks
+            .iter()
+            .find(|b| {
+                lookup(b, "Chip ID")
+                    .and_then(text::whole)
+                    .is_some_and(|id| id == u64::from(chip))
+                    && !lookup(b, "Chip Name").is_some_and(|n| n.eq_ignore_ascii_case("mcu"))
+            })
+            .map(Vec::as_slice)
+    }
+}
+
+/// The value of `key` in one block.
+pub fn lookup<'a>(block: &'a [(String, String)], key: &str) -> Option<&'a str> {
+    block
+        .iter()
+        .find(|(k, _)| k.eq_ignore_ascii_case(key))
+        .and_then(|(_, v)| text::present(v))
+}
+
+/// Reads `key : value` lines (indented or not; the key may hold blanks and a unit in
+/// parentheses); a blank line closes a block; lines without a colon are skipped.
+pub fn parse_blocks(text: &str) -> Blocks {
+    let cleaned = text::clean(text);
+    let mut out = Blocks::default();
+    let mut current: Vec<(String, String)> = Vec::new();
+    for line in cleaned.lines() {
+        let line = line.trim();
+        if line.is_empty() {
+            if !current.is_empty() {
+                out.blocks.push(std::mem::take(&mut current));
+            }
+            continue;
+        }
+        let Some((key, value)) = line.split_once(':') else {
+            continue;
+        };
+        let key = key.trim();
+        if key.is_empty() {
+            continue;
+        }
+        current.push((key.to_string(), value.trim().to_string()));
+    }
+    if !current.is_empty() {
+        out.blocks.push(current);
+    }
+    out
+}
+
+/// A die id as the driver library renders it (spec/ascend.md §1.4): each 32-bit word in
+/// upper-case hex without padding, joined by single blanks. `npu-smi` prints the words padded
+/// (`0140C979`); the rendering drops the padding so the identity is the one DCMI readers give
+/// (`E281A66C 140C979 …`, gpustack-runtime's capture). A word that is not hex, or an id of
+/// zeros only, is no identity.
+pub fn die_identity(raw: &str) -> Option<String> {
+    let words: Vec<u32> = raw
+        .split_whitespace()
+        .map(|w| {
+            let w = w
+                .strip_prefix("0x")
+                .or_else(|| w.strip_prefix("0X"))
+                .unwrap_or(w);
+            (!w.is_empty() && w.len() <= 8)
+                .then(|| u32::from_str_radix(w, 16).ok())
+                .flatten()
+        })
+        .collect::<Option<Vec<u32>>>()?;
+    if words.is_empty() || words.iter().all(|w| *w == 0) {
+        return None;
+    }
+    Some(
+        words
+            .iter()
+            .map(|w| format!("{w:X}"))
+            .collect::<Vec<_>>()
+            .join(" "),
+    )
+}
+
+/// What `-t board` says of one chip.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Board {
+    /// The die id ([`die_identity`] of `VDie ID`, else of `NDie ID`/`Die ID`).
+    pub identity: Option<String>,
+    pub chip_name: Option<String>,
+}
+
+/// Reads `npu-smi info -t board -i <npu> -c <chip>`.
+pub fn parse_board(text: &str) -> Board {
+    let blocks = parse_blocks(text);
+    let identity = ["VDie ID", "Die ID", "NDie ID"]
+        .iter()
+        .find_map(|k| blocks.value(k).and_then(die_identity));
+    Board {
+        identity,
+        chip_name: blocks
+            .value("Chip Name")
+            .filter(|n| !redacted_name(n))
+            .map(str::to_string),
+    }
+}
+
+/// Reads `npu-smi info -t phyid-remap -i <npu> -c <chip>`: the chip's physical id.
+pub fn parse_phy_id(text: &str) -> Option<u32> {
+    let blocks = parse_blocks(text);
+    ["Chip Phy-ID", "Phy-ID", "Phy ID", "Physical ID"]
+        .iter()
+        .find_map(|k| blocks.value(k))
+        .and_then(text::whole)
+        .and_then(|v| u32::try_from(v).ok())
+}
+
+/// Reads `npu-smi info -t common -i <npu>`: the AI-core count of `chip`.
+pub fn parse_aicores(text: &str, chip: u32) -> Option<u32> {
+    let blocks = parse_blocks(text);
+    blocks
+        .chip(chip)
+        .and_then(|b| lookup(b, "Aicore Count"))
+        .and_then(text::whole)
+        .and_then(|v| u32::try_from(v).ok())
+}
+
+/// Reads `npu-smi info -t device-share …`: whether the flag is on; `None` when the output holds
+/// no reading of it.
+pub fn parse_share(text: &str) -> Option<bool> {
+    let blocks = parse_blocks(text);
+    let value = blocks.blocks.iter().flatten().find_map(|(k, v)| {
+        k.to_ascii_lowercase()
+            .contains("device-share")
+            .then_some(v.as_str())
+    })?;
+    match value.trim().to_ascii_lowercase().as_str() {
+        "true" | "enable" | "enabled" | "1" | "on" => Some(true),
+        "false" | "disable" | "disabled" | "0" | "off" => Some(false),
+        _ => None,
+    }
+}
+
+/// `npu-smi info -l`'s count: the lines holding `NPU ID` (spec/ascend.md §8).
+pub fn count_listed(text: &str) -> usize {
+    text.lines().filter(|l| l.contains("NPU ID")).count()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn die_ids_render_as_the_driver_library_does() {
+        assert_eq!(
+            die_identity("E281A66C 0140C979 2CFBED72 A4500485 104301E3").as_deref(),
+            Some("E281A66C 140C979 2CFBED72 A4500485 104301E3")
+        );
+        assert_eq!(die_identity("00000000 00000000"), None);
+        assert_eq!(die_identity("NA"), None);
+        assert_eq!(die_identity("E281A66C ZZ"), None);
+        assert_eq!(die_identity(""), None);
+    }
+
+    #[test]
+    fn the_share_flag_reads_in_its_spellings() {
+        assert_eq!(parse_share("Device-share Status : True\n"), Some(true));
+        assert_eq!(parse_share("device-share : Disable\n"), Some(false));
+        assert_eq!(parse_share("Error: parameter error\n"), None);
+    }
+
+    #[test]
+    fn argv_of_the_flag_write_is_the_spec_command() {
+        assert_eq!(
+            share_enable_argv(3, 1).join(" "),
+            "npu-smi set -t device-share -i 3 -c 1 -d 1"
+        );
+    }
+}

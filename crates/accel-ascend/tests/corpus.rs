@@ -1,0 +1,390 @@
+//! The captured Ascend corpus: every file in `../shared/fixtures/ascend/` read by the parser it
+//! is for, one insta snapshot per file, plus hand-written asserts for the numbered HAZARDS
+//! items. The folder missing fails; a file on disk without an expectation here fails; an
+//! expectation without its file fails.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+use accel_ascend::npusmi::{self, InfoTable, Layout};
+use accel_ascend::{kernel, soc};
+use accel_backend::text;
+
+fn fixtures() -> PathBuf {
+    accel_testkit::shared_fixtures("ascend")
+}
+
+/// Every file under the folder, as `<folder>/<file>` (or the file's name at the top).
+fn on_disk(root: &Path) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    for entry in std::fs::read_dir(root).unwrap() {
+        let entry = entry.unwrap();
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if entry.file_type().unwrap().is_file() {
+            out.insert(name);
+            continue;
+        }
+        for file in std::fs::read_dir(entry.path()).unwrap() {
+            let file = file.unwrap().file_name().to_string_lossy().into_owned();
+            out.insert(format!("{name}/{file}"));
+        }
+    }
+    out
+}
+
+fn read(rel: &str) -> String {
+    String::from_utf8_lossy(&std::fs::read(fixtures().join(rel)).unwrap()).into_owned()
+}
+
+/// How a file is read.
+#[derive(Clone, Copy)]
+enum Reader {
+    /// The folder's own documentation.
+    Document,
+    /// `npu-smi info`.
+    Info,
+    /// `npu-smi info -m`.
+    Mapping,
+    /// `npu-smi info -t common|usages`.
+    Blocks,
+    /// `npu-smi info -t topo` (a matrix; read by `accel_backend::text::column_table`).
+    Topology,
+    /// `ls /dev/davinci*` and friends.
+    DevListing,
+    /// `hccn_tool` free text (`key: value`); the detector does not read it.
+    HccnTool,
+    /// gpustack-runtime's processed view: an expected-result reference.
+    RuntimeDetect,
+    RuntimeTopology,
+}
+
+const EXPECTED: &[(&str, Reader)] = &[
+    ("HAZARDS.md", Reader::Document),
+    ("SOURCES.md", Reader::Document),
+    (
+        "dev/arthurchiao__8x-910b1-ls-dev-davinci-hisi_hdc-devmm_svm.txt",
+        Reader::DevListing,
+    ),
+    (
+        "gpustack-runtime-detect/gpustackruntime__8x-910b2-detect-json.json",
+        Reader::RuntimeDetect,
+    ),
+    (
+        "gpustack-runtime-detect/gpustackruntime__8x-910b2-topology-json.json",
+        Reader::RuntimeTopology,
+    ),
+    (
+        "hccn-tool/gpustack-test__910b-hccn-tool-gateway-iface.txt",
+        Reader::HccnTool,
+    ),
+    (
+        "hccn-tool/gpustack-test__910b-hccn-tool-link-status-down.txt",
+        Reader::HccnTool,
+    ),
+    (
+        "npu-smi/arthurchiao__8x-910b1-info-t-topo-hccs.txt",
+        Reader::Topology,
+    ),
+    (
+        "npu-smi/arthurchiao__8x-910b1-npu-smi23.0.rc2-info-elided.txt",
+        Reader::Info,
+    ),
+    (
+        "npu-smi/arthurchiao__910b1-info-t-usages-npu0-indented.txt",
+        Reader::Blocks,
+    ),
+    (
+        "npu-smi/canncontainer-46__npu-smi-in-container-dcmi-init-failed-8020.txt",
+        Reader::Info,
+    ),
+    (
+        "npu-smi/gpustack-6148__ascend950pr-npu-smi25.7.rc1.6-new-layout-excerpt.txt",
+        Reader::Info,
+    ),
+    (
+        "npu-smi/gpustack-test__310p-info-m-2chips-gapped-npu-ids.txt",
+        Reader::Mapping,
+    ),
+    (
+        "npu-smi/gpustack-test__310p-info-t-common-npu1-2chips.txt",
+        Reader::Blocks,
+    ),
+    (
+        "npu-smi/gpustack-test__8x-910b-info-m-mcu-rows-redacted.txt",
+        Reader::Mapping,
+    ),
+    (
+        "npu-smi/gpustack-test__910b-info-t-common-npu0.txt",
+        Reader::Blocks,
+    ),
+    (
+        "npu-smi/gpustack__atlas800-3000-4x310-info-m-mcu-row.txt",
+        Reader::Mapping,
+    ),
+    (
+        "npu-smi/gpustack__atlas800-3000-4x310-npu-smi21.0.4-info-hugepages.txt",
+        Reader::Info,
+    ),
+    (
+        "npu-smi/gpustack__atlas800-9010-8x910a-info-m.txt",
+        Reader::Mapping,
+    ),
+    (
+        "npu-smi/gpustack__atlas800-9010-8x910a-npu-smi24.1.RC2-info-procs-warning.txt",
+        Reader::Info,
+    ),
+    (
+        "npu-smi/hamiweb__2x-310p3-npu-smi25.5.1-info-power-NA.txt",
+        Reader::Info,
+    ),
+    (
+        "npu-smi/hamiweb__310p3-vnpu-container-npu-smi-log-preamble-excerpt.txt",
+        Reader::Info,
+    ),
+    (
+        "npu-smi/hamiwebui-47__910b4-1-npu-smi25.2.0-busid-masked.txt",
+        Reader::Info,
+    ),
+    (
+        "npu-smi/paddledocs__2x-910b2c-npu-smi23.0.rc3-info-noprocs.txt",
+        Reader::Info,
+    ),
+    (
+        "npu-smi/vllmascend-12980__a3-ascend910-npu-smi26.0.rc2-phy-id-2dies-excerpt.txt",
+        Reader::Info,
+    ),
+    (
+        "npu-smi/vllmascend-2534__a3-ascend910-phy-id-narrow-layout-excerpt.txt",
+        Reader::Info,
+    ),
+];
+
+fn snapshot_name(rel: &str) -> String {
+    rel.replace('/', "__")
+}
+
+fn read_unit(rel: &str, reader: Reader) -> serde_json::Value {
+    let text = read(rel);
+    match reader {
+        Reader::Document => serde_json::json!({ "lines": text.lines().count() }),
+        Reader::Info => match npusmi::parse_info(&text) {
+            Ok(t) => serde_json::to_value(t).unwrap(),
+            Err(e) => serde_json::json!({ "error": e.to_string() }),
+        },
+        Reader::Mapping => serde_json::to_value(npusmi::parse_mapping(&text).unwrap()).unwrap(),
+        Reader::Blocks | Reader::HccnTool => {
+            serde_json::to_value(npusmi::parse_blocks(&text)).unwrap()
+        }
+        Reader::Topology => {
+            let t = text::column_table(&text, &["CPU Affinity"]).unwrap();
+            let rows: Vec<_> = t
+                .rows
+                .iter()
+                .map(|r| (r.name.clone(), r.get("CPU Affinity").map(str::to_string)))
+                .collect();
+            serde_json::json!({ "labels": t.labels, "rows": rows })
+        }
+        Reader::DevListing => {
+            let names: Vec<&str> = text
+                .split_whitespace()
+                .filter_map(|w| w.strip_prefix("/dev/"))
+                .collect();
+            serde_json::json!({
+                "davinci": kernel::parse_davinci_names(names.iter().copied()),
+                "nodes": names,
+            })
+        }
+        Reader::RuntimeDetect => {
+            let doc: serde_json::Value = serde_json::from_str(&text).unwrap();
+            let rows: Vec<_> = doc
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|d| {
+                    let name = d["name"].as_str().unwrap();
+                    serde_json::json!({
+                        "uuid": npusmi::die_identity(d["uuid"].as_str().unwrap()),
+                        "family": soc::family(name).map(soc::Family::name),
+                        "soc": soc::soc_name(name),
+                        "physicalId": d["appendix"]["physical_id"],
+                    })
+                })
+                .collect();
+            serde_json::Value::Array(rows)
+        }
+        Reader::RuntimeTopology => {
+            let doc: serde_json::Value = serde_json::from_str(&text).unwrap();
+            let n = doc[0]["devices_distances"].as_array().map(Vec::len);
+            serde_json::json!({ "devices": n })
+        }
+    }
+}
+
+#[test]
+fn every_capture_is_read_by_its_parser() {
+    accel_testkit::assert_same_files(
+        "ascend",
+        on_disk(&fixtures()),
+        EXPECTED.iter().map(|(f, _)| f.to_string()),
+    );
+    for (rel, reader) in EXPECTED {
+        let value = read_unit(rel, *reader);
+        insta::assert_json_snapshot!(snapshot_name(rel), value);
+    }
+}
+
+fn info(rel: &str) -> InfoTable {
+    npusmi::parse_info(&read(&format!("npu-smi/{rel}"))).unwrap()
+}
+
+#[test]
+fn hazard_1_four_layouts() {
+    let layouts = [
+        (
+            "gpustack__atlas800-3000-4x310-npu-smi21.0.4-info-hugepages.txt",
+            Layout::ChipDevice,
+        ),
+        (
+            "hamiweb__2x-310p3-npu-smi25.5.1-info-power-NA.txt",
+            Layout::ChipDevice,
+        ),
+        (
+            "paddledocs__2x-910b2c-npu-smi23.0.rc3-info-noprocs.txt",
+            Layout::Chip,
+        ),
+        (
+            "vllmascend-2534__a3-ascend910-phy-id-narrow-layout-excerpt.txt",
+            Layout::ChipPhyId,
+        ),
+        (
+            "gpustack-6148__ascend950pr-npu-smi25.7.rc1.6-new-layout-excerpt.txt",
+            Layout::NpuId,
+        ),
+    ];
+    for (file, layout) in layouts {
+        assert_eq!(info(file).layout, layout, "{file}");
+    }
+    // The 310's Device column is not the chip index.
+    let t = info("gpustack__atlas800-3000-4x310-npu-smi21.0.4-info-hugepages.txt");
+    let devices: Vec<_> = t.chips.iter().map(|c| (c.chip, c.device)).collect();
+    assert_eq!(
+        devices,
+        [
+            (Some(0), Some(3)),
+            (Some(1), Some(4)),
+            (Some(2), Some(5)),
+            (Some(3), Some(6))
+        ]
+    );
+}
+
+#[test]
+fn hazard_2_and_4_a3_dies_and_gapped_ids() {
+    let t = info("vllmascend-2534__a3-ascend910-phy-id-narrow-layout-excerpt.txt");
+    let dies: Vec<_> = t.chips.iter().map(|c| (c.npu, c.chip, c.phy_id)).collect();
+    assert_eq!(
+        dies,
+        [
+            (Some(0), Some(0), Some(0)),
+            (Some(0), Some(1), Some(1)),
+            (Some(1), Some(0), Some(2))
+        ]
+    );
+    let t = info("hamiweb__2x-310p3-npu-smi25.5.1-info-power-NA.txt");
+    let ids: Vec<_> = t.chips.iter().map(|c| (c.npu, c.device)).collect();
+    assert_eq!(ids, [(Some(4), Some(0)), (Some(5), Some(1))]);
+}
+
+#[test]
+fn hazard_3_versions_and_6_placeholders() {
+    let t = info("gpustack__atlas800-3000-4x310-npu-smi21.0.4-info-hugepages.txt");
+    assert_eq!(t.version.as_deref(), Some("21.0.4.B030"));
+    let t = info("hamiweb__2x-310p3-npu-smi25.5.1-info-power-NA.txt");
+    assert_eq!(t.chips[0].power_w, None);
+    let t = info("hamiwebui-47__910b4-1-npu-smi25.2.0-busid-masked.txt");
+    assert_eq!(t.chips[0].bus_id, None, "a masked bus id is no bus id");
+    assert_eq!(t.chips[0].name.as_deref(), Some("910B4-1"));
+    let t = info("gpustack__atlas800-9010-8x910a-npu-smi24.1.RC2-info-procs-warning.txt");
+    assert_eq!(t.chips.len(), 8, "the process table is not read");
+    assert_eq!(t.chips[0].name, None, "a redacted name is none");
+    assert_eq!(
+        (t.chips[0].hbm_total_mib, t.chips[0].memory_total_mib),
+        (Some(32768), Some(15137))
+    );
+    assert_eq!(t.chips[3].health.as_deref(), Some("Warning"));
+}
+
+#[test]
+fn hazard_10_init_failure_and_log_lines() {
+    let e = npusmi::parse_info(&read(
+        "npu-smi/canncontainer-46__npu-smi-in-container-dcmi-init-failed-8020.txt",
+    ))
+    .unwrap_err();
+    assert_eq!(
+        e,
+        npusmi::InfoError::DriverNotInitialised {
+            line: "dcmi model initialized failed, because the device is used. ret is -8020".into()
+        }
+    );
+    let e = npusmi::parse_info(&read(
+        "npu-smi/hamiweb__310p3-vnpu-container-npu-smi-log-preamble-excerpt.txt",
+    ))
+    .unwrap_err();
+    assert!(matches!(e, npusmi::InfoError::NotATable { .. }), "{e}");
+}
+
+#[test]
+fn hazard_11_mcu_rows_are_no_chips_and_12_blocks() {
+    let map = npusmi::parse_mapping(&read(
+        "npu-smi/gpustack__atlas800-3000-4x310-info-m-mcu-row.txt",
+    ))
+    .unwrap();
+    assert_eq!(map.len(), 4);
+    assert_eq!(map[0].name.as_deref(), Some("MiniD"));
+    let map = npusmi::parse_mapping(&read(
+        "npu-smi/gpustack-test__310p-info-m-2chips-gapped-npu-ids.txt",
+    ))
+    .unwrap();
+    let logic: Vec<_> = map.iter().map(|c| (c.npu, c.chip, c.logic_id)).collect();
+    assert_eq!(logic[..3], [(1, 0, 0), (1, 1, 1), (2, 0, 2)]);
+    assert_eq!(map.len(), 8);
+    assert!(
+        map.iter().all(|c| c.name.is_none()),
+        "`Ascend xxx` is redacted"
+    );
+    let common = read("npu-smi/gpustack-test__910b-info-t-common-npu0.txt");
+    assert_eq!(npusmi::parse_aicores(&common, 0), Some(32));
+    let two = read("npu-smi/gpustack-test__310p-info-t-common-npu1-2chips.txt");
+    let blocks = npusmi::parse_blocks(&two);
+    assert_eq!(
+        blocks
+            .chip(1)
+            .and_then(|b| npusmi::lookup(b, "Temperature(C)")),
+        Some("59")
+    );
+    let usages = read("npu-smi/arthurchiao__910b1-info-t-usages-npu0-indented.txt");
+    assert_eq!(
+        npusmi::parse_blocks(&usages).value("HBM Capacity(MB)"),
+        Some("65536")
+    );
+}
+
+#[test]
+fn hazard_16_die_ids_keep_the_libraries_rendering() {
+    let doc: serde_json::Value = serde_json::from_str(&read(
+        "gpustack-runtime-detect/gpustackruntime__8x-910b2-detect-json.json",
+    ))
+    .unwrap();
+    for d in doc.as_array().unwrap() {
+        let uuid = d["uuid"].as_str().unwrap();
+        let padded: Vec<String> = uuid.split(' ').map(|w| format!("{w:0>8}")).collect();
+        assert_eq!(
+            npusmi::die_identity(&padded.join(" ")).as_deref(),
+            Some(uuid)
+        );
+        assert_eq!(
+            soc::family(d["name"].as_str().unwrap()),
+            Some(soc::Family::F910B)
+        );
+    }
+}

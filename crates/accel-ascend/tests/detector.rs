@@ -1,0 +1,218 @@
+//! The detector over the recorded Ascend hosts (`testdata/hosts/ascend-*`): each layout's
+//! chips with their physical id, card id and chip index, identity from the die id, V1 and V2
+//! decided from what the host answers, and the passes that fail (a missing, hanging or
+//! uninitialised `npu-smi`) failing rather than answering zero NPUs.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use accel_ascend::detector::{self, DetectOptions, Generation, Note};
+use accel_backend::Deadlines;
+use accel_core::inventory::{DetectError, Detection};
+use accel_host::{FsHost, RecordedCommands};
+
+fn host(name: &str) -> PathBuf {
+    accel_testkit::recorded_host(name)
+}
+
+fn detect_in(dir: &Path, options: DetectOptions) -> Detection {
+    let files = FsHost::new(dir.join("root"));
+    let commands = RecordedCommands::load(dir).unwrap();
+    detector::detect(&files, &commands, options)
+}
+
+fn detect(name: &str) -> accel_core::ManufacturerInventory {
+    detect_in(&host(name), DetectOptions::default()).unwrap()
+}
+
+fn slots(section: &accel_core::ManufacturerInventory) -> Vec<Vec<u32>> {
+    section
+        .accelerators
+        .iter()
+        .map(|a| a.physical_indexes.clone())
+        .collect()
+}
+
+#[test]
+fn eight_910b2_carry_the_die_ids_the_driver_library_renders() {
+    let section = detect("ascend-8x-910b2");
+    assert_eq!(section.accelerators.len(), 8);
+    let a = &section.accelerators[1];
+    assert_eq!(
+        a.uuid.as_deref(),
+        Some("E281A66C 140C979 2CFBED72 A4500485 104301E3")
+    );
+    assert_eq!(a.product.as_deref(), Some("910B2"));
+    assert_eq!(a.architecture.as_deref(), Some("910B"));
+    assert_eq!(a.memory_mib, Some(65_536));
+    assert_eq!(a.cores, Some(24));
+    assert_eq!(a.numa_node, Some(0));
+    assert_eq!(a.bus_id.unwrap().to_string(), "00000000:01:00.0");
+    assert_eq!(slots(&section)[7], [7, 7, 0]);
+    assert_eq!(section.driver_version.as_deref(), Some("25.5.1"));
+    assert_eq!(section.runtime_version.as_deref(), Some("8.5"));
+    assert_eq!(section.management_version.as_deref(), Some("25.5.1"));
+    assert_eq!(
+        section.notes,
+        [Note::Generation(Generation::V1).to_string()]
+    );
+}
+
+#[test]
+fn an_old_npu_smi_without_phyid_remap_takes_the_logic_ids_the_nodes_match() {
+    let section = detect("ascend-8x-910a-npu-smi24");
+    assert_eq!(section.accelerators.len(), 8);
+    let a = &section.accelerators[3];
+    assert_eq!(a.product.as_deref(), Some("910A"), "the chip map's name");
+    assert_eq!(a.architecture.as_deref(), Some("910"));
+    assert_eq!(a.memory_mib, Some(32_768), "HBM, not the DDR column");
+    assert_eq!(a.physical_indexes, [3, 3, 0]);
+    assert!(
+        section.notes.contains(&Note::PhysicalFromLogic.to_string()),
+        "{:?}",
+        section.notes
+    );
+}
+
+#[test]
+fn gapped_npu_ids_with_two_chips_keep_the_drivers_numbers() {
+    let section = detect("ascend-310p-2chips-gapped");
+    assert_eq!(
+        slots(&section),
+        [
+            [2, 1, 0],
+            [3, 1, 1],
+            [4, 2, 0],
+            [5, 2, 1],
+            [8, 4, 0],
+            [9, 4, 1],
+            [10, 5, 0],
+            [11, 5, 1]
+        ]
+    );
+    let indexes: Vec<u32> = section.accelerators.iter().map(|a| a.index).collect();
+    assert_eq!(indexes, (0..8).collect::<Vec<_>>(), "our index is compact");
+    let a = &section.accelerators[0];
+    assert_eq!(a.architecture.as_deref(), Some("310P"));
+    assert_eq!(a.memory_mib, Some(21_525), "DDR on a 310-class card");
+    assert_eq!(a.cores, None, "the 310P's -t common prints no AI cores");
+    assert_eq!(section.runtime_version.as_deref(), Some("9.1"));
+}
+
+#[test]
+fn a3_lists_each_die_with_its_phy_id() {
+    let section = detect("ascend-a3-2dies");
+    assert_eq!(
+        slots(&section),
+        [[0, 0, 0], [1, 0, 1], [2, 1, 0], [3, 1, 1]]
+    );
+    assert_eq!(
+        section.accelerators[1].architecture.as_deref(),
+        Some("910C")
+    );
+    assert_eq!(
+        section.accelerators[1].product.as_deref(),
+        Some("Ascend910")
+    );
+    assert_eq!(section.management_version.as_deref(), Some("26.0.rc2"));
+}
+
+#[test]
+fn the_950_is_v2_without_a_driver_version() {
+    let section = detect("ascend-950pr-v2");
+    assert_eq!(section.accelerators.len(), 2);
+    assert_eq!(slots(&section), [[0, 0, 0], [1, 1, 0]]);
+    let a = &section.accelerators[0];
+    assert_eq!(a.product.as_deref(), Some("Ascend950PR"));
+    assert_eq!(a.architecture.as_deref(), Some("950"));
+    assert_eq!(a.memory_mib, Some(131_072));
+    assert_eq!(section.driver_version, None);
+    assert_eq!(section.runtime_version.as_deref(), Some("9.0"));
+    assert_eq!(
+        section.notes,
+        [Note::Generation(Generation::V2).to_string()]
+    );
+}
+
+#[test]
+fn a_driver_that_will_not_initialise_is_a_failed_pass() {
+    let e = detect_in(
+        &host("ascend-driver-not-initialised"),
+        DetectOptions::default(),
+    )
+    .unwrap_err();
+    let DetectError::NotMeasured { reason, .. } = e else {
+        panic!("{e:?}")
+    };
+    assert_eq!(
+        reason,
+        "npu-smi info: the driver did not initialise: dcmi model initialized failed, because the device is used. ret is -8020"
+    );
+}
+
+fn copy_host(name: &str) -> tempfile::TempDir {
+    accel_testkit::copy_recorded(name)
+}
+
+#[test]
+fn a_missing_npu_smi_on_a_host_with_npus_is_a_failed_pass() {
+    let dir = copy_host("ascend-8x-910b2");
+    std::fs::remove_dir_all(dir.path().join("commands")).unwrap();
+    std::fs::create_dir(dir.path().join("commands")).unwrap();
+    let e = detect_in(dir.path(), DetectOptions::default()).unwrap_err();
+    assert!(
+        e.to_string()
+            .ends_with("npu-smi is not installed, and the kernel shows 8 Ascend PCI function(s) and 8 /dev/davinci node(s)"),
+        "{e}"
+    );
+}
+
+#[test]
+fn a_hanging_npu_smi_is_a_failed_pass_within_the_deadline() {
+    let dir = copy_host("ascend-8x-910b2");
+    std::fs::write(dir.path().join("commands/info/delay-ms"), "60000\n").unwrap();
+    let options = DetectOptions {
+        deadlines: Deadlines {
+            per_query: Duration::from_millis(200),
+            snapshot: Duration::from_secs(2),
+        },
+        ..DetectOptions::default()
+    };
+    let started = std::time::Instant::now();
+    let e = detect_in(dir.path(), options).unwrap_err();
+    assert!(started.elapsed() < Duration::from_secs(5));
+    assert!(e.to_string().contains("no answer within"), "{e}");
+}
+
+#[test]
+fn a_chip_without_a_readable_die_id_is_dropped_not_named_by_its_bus() {
+    let dir = copy_host("ascend-8x-910b2");
+    std::fs::remove_dir_all(dir.path().join("commands/board-3-0")).unwrap();
+    let section = detect_in(dir.path(), DetectOptions::default()).unwrap();
+    assert_eq!(section.accelerators.len(), 7);
+    assert!(
+        section
+            .accelerators
+            .iter()
+            .all(|a| a.physical_indexes[0] != 3)
+    );
+    assert!(
+        section
+            .notes
+            .iter()
+            .any(|n| n.starts_with("NPU 3 chip 0: dropped, its die id could not be read")),
+        "{:?}",
+        section.notes
+    );
+}
+
+#[test]
+fn a_host_without_ascend_answers_nothing() {
+    let section = detect("no-driver");
+    assert!(section.accelerators.is_empty());
+    let section = detect("amd-8x-mi300x");
+    assert!(
+        section.accelerators.is_empty(),
+        "another vendor's cards are not Ascend's"
+    );
+}

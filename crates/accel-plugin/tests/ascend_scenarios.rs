@@ -1,0 +1,326 @@
+//! Ascend over real unix sockets: the plugin with accel-ascend's responder against the kubelet
+//! emulator, on the recorded 310P host whose physical ids are not 0..N-1 (NPU IDs 1, 2, 4, 5
+//! with two chips each, physical ids 2–5 and 8–11). Exclusive names the driver's ids in
+//! `ASCEND_VISIBLE_DEVICES` and touches no flag; shared turns the container-share flag on with
+//! one recorded `npu-smi set` and reads it back; a refused write fails the allocation with
+//! spec §4.2's message; a slice's `npu_info.config` is exact; a two-NPU slice is refused.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use accel_ascend::detector::{self, DetectOptions};
+use accel_ascend::responder::AscendResponder;
+use accel_ascend::share::{self, ShareState};
+use accel_backend::respond::{EngineFacts, InjectionStrategy, ResponderSetup};
+use accel_core::Manufacturer;
+use accel_core::inventory::Accelerator;
+use accel_core::ledger::Seat;
+use accel_host::{Commands, FsHost, RecordedCommands};
+use accel_plugin::pods::{MemoryPods, Pod};
+use accel_plugin::service::Offer;
+use accel_plugin::settings::Settings;
+use accel_plugin::testing::{self, Admission, Kubelet};
+use accel_plugin::{Config, DevicePlugins};
+use tonic::Code;
+
+const NPU: &str = "huawei.com/npu";
+const SHARED: &str = "huawei.com/npu.shared";
+const SLICED: &str = "huawei.com/npu.sliced";
+const VISIBILITY: &str = "device.gpustack.ai/ascend.visibility";
+const HOST: &str = "ascend-310p-2chips-gapped";
+
+struct Rig {
+    dir: tempfile::TempDir,
+    host: tempfile::TempDir,
+    kubelet: Kubelet,
+    plugins: DevicePlugins,
+}
+
+/// The recorded host's chips, as the detector reads them.
+fn accelerators(host: &Path) -> Vec<Accelerator> {
+    let files = FsHost::new(host.join("root"));
+    let commands = RecordedCommands::load(host).unwrap();
+    detector::detect(&files, &commands, DetectOptions::default())
+        .unwrap()
+        .accelerators
+}
+
+impl Rig {
+    /// The plugins on a copy of the 310P host; `refuse`: chips whose flag write fails.
+    async fn new(refuse: &[&str]) -> Rig {
+        let host = accel_testkit::copy_recorded(HOST);
+        let state = ShareState {
+            refuse: refuse.iter().map(|s| s.to_string()).collect(),
+            ..ShareState::default()
+        };
+        std::fs::write(
+            host.path().join(share::STATE_FILE),
+            serde_json::to_string(&state).unwrap(),
+        )
+        .unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let kubelet = Kubelet::start(&dir.path().join("kubelet"), MemoryPods::new()).await;
+        let accelerators = accelerators(host.path());
+        assert_eq!(accelerators.len(), 8);
+        let seats: Vec<Seat> = accelerators
+            .iter()
+            .map(|a| Seat::from_accelerator(a, 63))
+            .collect();
+        let commands: Arc<dyn Commands> = Arc::from(share::wrap(
+            host.path(),
+            Box::new(RecordedCommands::load(host.path()).unwrap()),
+        ));
+        let responder = Arc::new(AscendResponder::from_setup(ResponderSetup {
+            strategy: InjectionStrategy::Envvar,
+            runtime_major: Some(9),
+            pod_dir_root: dir.path().join("data/pods"),
+            preload_dir: dir.path().join("data/preload"),
+            library_dir: "/var/lib/gpustack/operator/lib".into(),
+            engine: Arc::new(EngineFacts::default()),
+            accelerators,
+            host: None,
+            commands: Some(commands),
+        }));
+        let config = Config {
+            kubelet_dir: dir.path().join("kubelet"),
+            data_dir: dir.path().join("data"),
+            settings: Settings::default(),
+            offer: Offer::of(Manufacturer::Ascend),
+            seats,
+            responder,
+            poll_interval: Duration::from_millis(20),
+            metrics: Default::default(),
+            partitions: None,
+        };
+        let plugins = DevicePlugins::start(config, Arc::new(kubelet.pods().clone()))
+            .await
+            .unwrap();
+        let resources = plugins.resources();
+        let names: Vec<&str> = resources.iter().map(String::as_str).collect();
+        kubelet.wait_for(&names).await;
+        Rig {
+            dir,
+            host,
+            kubelet,
+            plugins,
+        }
+    }
+
+    fn flags(&self) -> ShareState {
+        let text = std::fs::read_to_string(self.host.path().join(share::STATE_FILE)).unwrap();
+        serde_json::from_str(&text).unwrap()
+    }
+}
+
+fn pod(uid: &str, containers: &[(&str, &[(&str, &str)])]) -> Pod {
+    testing::pod(uid, 1, containers)
+}
+
+fn envs(admission: &Admission, container: &str, resource: &str) -> BTreeMap<String, String> {
+    admission[container][resource]
+        .envs
+        .iter()
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect()
+}
+
+fn mounts(admission: &Admission, container: &str, resource: &str) -> Vec<(String, String, bool)> {
+    admission[container][resource]
+        .mounts
+        .iter()
+        .map(|m| (m.container_path.clone(), m.host_path.clone(), m.read_only))
+        .collect()
+}
+
+fn visible(value: &str) -> BTreeMap<String, String> {
+    BTreeMap::from([("ASCEND_VISIBLE_DEVICES".to_string(), value.to_string())])
+}
+
+#[tokio::test]
+async fn exclusive_names_the_drivers_physical_ids_and_leaves_the_flag_alone() {
+    let rig = Rig::new(&[]).await;
+    rig.kubelet.create(pod("a", &[("main", &[(NPU, "3")])]));
+    let admission = rig.kubelet.admit("a").await.unwrap();
+    // Indexes 0, 1, 2 are NPU 1 chips 0 and 1 and NPU 2 chip 0: physical ids 2, 3, 4.
+    assert_eq!(envs(&admission, "main", NPU), visible("2,3,4"));
+    assert!(
+        admission["main"][NPU].devices.is_empty(),
+        "the runtime injects the nodes"
+    );
+    assert!(mounts(&admission, "main", NPU).is_empty());
+    assert_eq!(rig.flags().writes, 0, "exclusive never touches the flag");
+    assert!(rig.flags().on.is_empty());
+}
+
+#[tokio::test]
+async fn shared_turns_the_flag_on_once_and_reads_it_back() {
+    let rig = Rig::new(&[]).await;
+    rig.kubelet.create(pod("a", &[("main", &[(SHARED, "1")])]));
+    let a = rig.kubelet.admit("a").await.unwrap();
+    let first = envs(&a, "main", SHARED)["ASCEND_VISIBLE_DEVICES"].clone();
+    assert_eq!(
+        rig.flags().writes,
+        1,
+        "one `npu-smi set -t device-share … -d 1`"
+    );
+    assert_eq!(rig.flags().on.len(), 1);
+    rig.kubelet.create(pod("b", &[("main", &[(SHARED, "1")])]));
+    let b = rig.kubelet.admit("b").await.unwrap();
+    let second = envs(&b, "main", SHARED)["ASCEND_VISIBLE_DEVICES"].clone();
+    let writes = if first == second { 1 } else { 2 };
+    assert_eq!(
+        rig.flags().writes,
+        writes,
+        "a chip whose flag reads on is not written again ({first} then {second})"
+    );
+}
+
+#[tokio::test]
+async fn a_refused_flag_write_fails_the_allocation_with_the_remedy() {
+    let all: Vec<String> = [
+        (1, 0),
+        (1, 1),
+        (2, 0),
+        (2, 1),
+        (4, 0),
+        (4, 1),
+        (5, 0),
+        (5, 1),
+    ]
+    .iter()
+    .map(|(c, d)| format!("{c}:{d}"))
+    .collect();
+    let refuse: Vec<&str> = all.iter().map(String::as_str).collect();
+    let rig = Rig::new(&refuse).await;
+    rig.kubelet.create(pod("a", &[("main", &[(SHARED, "1")])]));
+    let err = rig.kubelet.admit("a").await.unwrap_err();
+    assert_eq!(err.code(), Code::FailedPrecondition);
+    let message = err.message();
+    let card = |c: &str| message.contains(c);
+    assert!(
+        card(
+            "enable container-share mode of card 1 device 0: npu-smi set -t device-share -i 1 -c 0 -d 1: exited with status 255: Error: the device-share of the chip cannot be set (error code 8); enable it on the host with `npu-smi set -t device-share -i 1 -c 0 -d 1`"
+        ),
+        "{message}"
+    );
+    assert!(
+        rig.plugins.ledger().grants().is_empty(),
+        "the grant is given back"
+    );
+}
+
+const SLICE: &[(&str, &str)] = &[
+    (SLICED, "1"),
+    ("huawei.com/npu.sliced.memory-percentage", "25"),
+    ("huawei.com/npu.sliced.cores-percentage", "30"),
+];
+
+#[tokio::test]
+async fn a_slice_writes_npu_info_config_byte_for_byte() {
+    let rig = Rig::new(&[]).await;
+    rig.kubelet.create(pod("a", &[("main", SLICE)]));
+    rig.kubelet.create(pod("b", &[("main", SLICE)]));
+    let a = rig.kubelet.admit("a").await.unwrap();
+    let b = rig.kubelet.admit("b").await.unwrap();
+    let uuid = accelerators(rig.host.path())[0].uuid.clone().unwrap();
+    let shm = uuid.replace(' ', "-");
+    let pods = rig.dir.path().join("data/pods");
+    let config = |pod: &str| {
+        std::fs::read_to_string(
+            pods.join(pod)
+                .join("c-main/etc/enpu/vcann-rt/npu_info.config"),
+        )
+        .unwrap()
+    };
+    // 25% of 21525 MiB, floored; both slices on physical chip 2, virtual ids 0 and 1.
+    assert_eq!(
+        config("a"),
+        format!(
+            "physical-npu-id=2\nvirtual-npu-id=0\naicore-quota=30\nmemory-quota=5381\nshm-id={shm}\nscheduling-policy=2\n"
+        )
+    );
+    assert_eq!(
+        config("b"),
+        format!(
+            "physical-npu-id=2\nvirtual-npu-id=1\naicore-quota=30\nmemory-quota=5381\nshm-id={shm}\nscheduling-policy=2\n"
+        )
+    );
+    let mut expected = visible("2");
+    expected.insert("ENPU_LOG_LEVEL".into(), "1".into());
+    expected.insert("ENPU_DSMI_HOOK".into(), "1".into());
+    assert_eq!(envs(&a, "main", SLICED), expected);
+    let build = "/var/lib/gpustack/operator/lib/ascend/cann-9-310p";
+    assert_eq!(
+        mounts(&a, "main", SLICED),
+        vec![
+            (
+                "/etc/ld.so.preload".to_string(),
+                rig.dir
+                    .path()
+                    .join("data/preload/ascend/ld.so.preload")
+                    .display()
+                    .to_string(),
+                true
+            ),
+            (
+                "/opt/enpu/vcann-rt/lib/libvruntime.so".into(),
+                format!("{build}/lib/libvruntime.so"),
+                true
+            ),
+            (
+                "/opt/enpu/vcann-rt/tools/enpu-monitor".into(),
+                format!("{build}/tools/enpu-monitor"),
+                true
+            ),
+            (
+                "/etc/enpu/vcann-rt/npu_info.config".into(),
+                pods.join("a/c-main/etc/enpu/vcann-rt/npu_info.config")
+                    .display()
+                    .to_string(),
+                true
+            ),
+            ("/dev/shm".into(), "/dev/shm".into(), false),
+        ]
+    );
+    let preload =
+        std::fs::read_to_string(rig.dir.path().join("data/preload/ascend/ld.so.preload")).unwrap();
+    assert_eq!(
+        preload,
+        "/usr/local/dcmi/libdcmi.so\n/usr/local/Ascend/driver/lib64/driver/libdcmi.so\n/opt/enpu/vcann-rt/lib/libvruntime.so\n"
+    );
+    assert_eq!(envs(&b, "main", SLICED)["ASCEND_VISIBLE_DEVICES"], "2");
+    assert!(
+        rig.flags().on.contains(&"1:0".to_string()),
+        "slices need the flag too"
+    );
+}
+
+#[tokio::test]
+async fn a_slice_keeps_the_containers_own_enpu_variables() {
+    let rig = Rig::new(&[]).await;
+    let mut p = pod("a", &[("main", SLICE)]);
+    p.containers[0]
+        .env
+        .insert("ENPU_LOG_LEVEL".into(), "3".into());
+    rig.kubelet.create(p);
+    let a = rig.kubelet.admit("a").await.unwrap();
+    let env = envs(&a, "main", SLICED);
+    assert!(!env.contains_key("ENPU_LOG_LEVEL"), "{env:?}");
+    assert_eq!(env["ENPU_DSMI_HOOK"], "1");
+}
+
+#[tokio::test]
+async fn the_sidecar_gets_the_owners_ids_and_the_flag() {
+    let rig = Rig::new(&[]).await;
+    rig.kubelet.create(pod(
+        "a",
+        &[("main", &[(NPU, "1")]), ("sshd", &[(VISIBILITY, "1")])],
+    ));
+    let admission = rig.kubelet.admit("a").await.unwrap();
+    assert_eq!(envs(&admission, "main", NPU), visible("2"));
+    assert_eq!(envs(&admission, "sshd", VISIBILITY), visible("2"));
+    assert!(mounts(&admission, "sshd", VISIBILITY).is_empty());
+    assert_eq!(rig.flags().on, ["1:0"], "the sidecar is a second tenant");
+}
