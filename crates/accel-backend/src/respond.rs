@@ -152,6 +152,9 @@ pub struct ResponderSetup {
     /// The host the grant's device nodes must exist on, for a responder that injects nodes
     /// itself; `None`: not checked.
     pub host: Option<Arc<dyn Host>>,
+    /// The manufacturer's RuntimeClass in force (`…_ACCELERATABLE_RUNTIME_NAME`), for a
+    /// responder whose grants work only under it (Iluvatar's slices); `None`: none configured.
+    pub runtime_class: Option<String>,
 }
 
 impl fmt::Debug for ResponderSetup {
@@ -165,6 +168,7 @@ impl fmt::Debug for ResponderSetup {
             .field("engine", &self.engine)
             .field("accelerators", &self.accelerators.len())
             .field("host", &self.host.as_ref().map(|h| h.root().to_path_buf()))
+            .field("runtime_class", &self.runtime_class)
             .finish()
     }
 }

@@ -194,8 +194,14 @@ impl Manufacturer {
                 })
                 .collect(),
             resource_base: self.default_resource_base().to_string(),
+            // The RuntimeClasses the chart creates (seed 000 and the specs): NVIDIA's, Iluvatar's
+            // (ix-container-runtime, which turns IX_VISIBLE_DEVICES into nodes and corex) and
+            // Moore Threads' (the MT container runtime, the only way its user-space driver
+            // reaches a container, the daemon's own included).
             runtime_class: match self {
                 Manufacturer::Nvidia => Some("nvidia".to_string()),
+                Manufacturer::Iluvatar => Some("iluvatar".to_string()),
+                Manufacturer::Mthreads => Some("mthreads".to_string()),
                 _ => None,
             },
             partition_kind: crate::resources::partition_kind(self).map(str::to_string),
@@ -453,6 +459,13 @@ mod table_tests {
         assert_eq!(nvidia.slice_count, Some(128));
         assert_eq!(table.get(Manufacturer::Hygon).slice_count, Some(4));
         assert_eq!(table.get(Manufacturer::Amd).partition_kind, None);
+        let iluvatar = table.get(Manufacturer::Iluvatar);
+        assert_eq!(iluvatar.runtime_class.as_deref(), Some("iluvatar"));
+        assert_eq!(iluvatar.slice_count, Some(100));
+        let mthreads = table.get(Manufacturer::Mthreads);
+        assert_eq!(mthreads.runtime_class.as_deref(), Some("mthreads"));
+        assert_eq!(mthreads.slice_count, Some(16));
+        assert_eq!(table.get(Manufacturer::Amd).runtime_class, None);
         assert_eq!(
             table.vendor_ids_hex(),
             [

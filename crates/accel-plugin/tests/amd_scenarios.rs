@@ -125,6 +125,7 @@ async fn start_plugins(
         engine: std::sync::Arc::new(EngineFacts::default()),
         accelerators,
         host: Some(Arc::new(accel_host::FsHost::new(dir.join("host")))),
+        runtime_class: None,
     }));
     let config = Config {
         kubelet_dir: dir.join("kubelet"),

@@ -16,6 +16,8 @@ pub fn all() -> Vec<Backend> {
     vec![
         accel_nvidia::backend::backend(),
         accel_amd::backend::backend(),
+        accel_iluvatar::backend::backend(),
+        accel_mthreads::backend::backend(),
     ]
 }
 

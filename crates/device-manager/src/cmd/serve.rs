@@ -589,6 +589,7 @@ fn plugin_config(
             engine,
             accelerators: section.accelerators.clone(),
             host: Some(host),
+            runtime_class: row.runtime_class.clone(),
         }),
         poll_interval: Duration::from_secs(1),
         metrics,

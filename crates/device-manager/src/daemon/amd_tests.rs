@@ -66,6 +66,7 @@ fn amd_plugin_config(kubelet_dir: &Path, data: &Path, section: &ManufacturerInve
         engine: Arc::new(EngineFacts::default()),
         accelerators: section.accelerators.clone(),
         host: None,
+        runtime_class: None,
     }));
     plugin_config(kubelet_dir, data, section, responder)
 }

@@ -634,6 +634,12 @@ impl Pass<'_> {
             host: Some(std::sync::Arc::new(accel_host::FsHost::new(
                 self.node.kind.files(),
             ))),
+            runtime_class: self
+                .settings
+                .manufacturers
+                .get(section.name)
+                .runtime_class
+                .clone(),
         });
         let mut inventory = Inventory::default();
         inventory.manufacturers.push(section.clone());
@@ -1303,6 +1309,7 @@ mod tests {
             engine: std::sync::Arc::new(EngineFacts::default()),
             accelerators: Vec::new(),
             host: None,
+            runtime_class: None,
         }
     }
 
