@@ -59,6 +59,11 @@ COPY deploy/image/stage-libraries deploy/image/nvidia-smi deploy/image/amd-smi d
 # PRELOAD_LIBRARY, library_dir).
 COPY --from=hami-cuda-12 /out/libvgpu.so /opt/gpustack/lib/cuda-12/libvgpu.so
 COPY --from=hami-cuda-13 /out/libvgpu.so /opt/gpustack/lib/cuda-13/libvgpu.so
+# Iluvatar reuses the CUDA 12 HAMi-core build (corex is CUDA-compatible at a 10.2 level, and the
+# CUDA 13 path drops the _v2/_v3 anchors it needs), in one flat directory beside the
+# ld.so.preload that names it (crates/accel-iluvatar/src/responder.rs).
+COPY --from=hami-cuda-12 /out/libvgpu.so /opt/gpustack/lib/iluvatar/libvgpu.so
+COPY deploy/image/lib/iluvatar/ld.so.preload /opt/gpustack/lib/iluvatar/ld.so.preload
 # Non-root by default: the worker runs as this user. The node daemon's DaemonSet runs it as root
 # (privileged), because its work needs it: /dev/kmsg, the GPUs' device nodes, chroot into the
 # host root, the kubelet's sockets and its own root-only admin socket.

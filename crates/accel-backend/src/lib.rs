@@ -19,7 +19,9 @@
 //! - [`usage::UsageSampler`] — live usage in the one [`usage::UsageSample`] shape (`monitor`,
 //!   the `device_manager_gpu_*` gauges), optional;
 //! - [`reset::Reset`] — the admin socket's reset: a [`reset::Resetter`], or why not;
-//! - [`record::RecordPlan`] — what `device-manager record` captures for it.
+//! - [`record::RecordPlan`] — what `device-manager record` captures for it;
+//! - [`vendor_runtime`] — what the manufacturers whose container runtime does the injecting
+//!   share (one visible-devices variable, the RuntimeClass doctor check).
 //!
 //! The ledger, the token pools, container identification, the journal, publishing and the
 //! webhook never see a manufacturer's name through these traits: they take the facts
@@ -44,6 +46,7 @@ pub mod respond;
 pub mod slicing;
 pub mod text;
 pub mod usage;
+pub mod vendor_runtime;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

@@ -155,6 +155,9 @@ pub struct ResponderSetup {
     /// The node's programs, for a responder that sets a driver flag before it answers (Ascend's
     /// container-share flag through `npu-smi`); `None`: it may run none.
     pub commands: Option<Arc<dyn Commands>>,
+    /// The manufacturer's RuntimeClass in force (`…_ACCELERATABLE_RUNTIME_NAME`), for a
+    /// responder whose grants work only under it (Iluvatar's slices); `None`: none configured.
+    pub runtime_class: Option<String>,
 }
 
 impl fmt::Debug for ResponderSetup {
@@ -169,6 +172,7 @@ impl fmt::Debug for ResponderSetup {
             .field("accelerators", &self.accelerators.len())
             .field("host", &self.host.as_ref().map(|h| h.root().to_path_buf()))
             .field("commands", &self.commands.is_some())
+            .field("runtime_class", &self.runtime_class)
             .finish()
     }
 }

@@ -16,7 +16,8 @@
 //!   `Driver Version: 4.1.0` / `Driver Version:3.1.0` / `Driver v5.10.10`.
 //! - Tables, read by header and never by offset: [`box_table`] for nvidia-smi-style box tables
 //!   (npu-smi, ppu-smi, ixsmi, mthreads-gmi, cnmon, mx-smi) and [`column_table`] for blank-
-//!   separated columns under a header line (hy-smi, `npu-smi info -m`, `-t topo`).
+//!   separated columns under a header line (hy-smi, `npu-smi info -m`, `-t topo`), and
+//!   [`csv_table`] for the `--query-gpu … --format=csv` form ixsmi shares with nvidia-smi.
 //!
 //! Every function here is pure and total: any bytes in, a value or `None` out, never a panic
 //! (property-tested on random text and on every capture in `../shared/fixtures`, and fuzzed).
@@ -711,6 +712,55 @@ pub fn column_table(text: &str, anchor: &[&str]) -> Option<ColumnTable> {
         table.rows.push(Record {
             fields,
             name,
+            lines: 1,
+        });
+    }
+    Some(table)
+}
+
+/// Reads an nvidia-smi-style CSV query (`--query-gpu=… --format=csv`, which ixsmi shares): the
+/// first line holding every label of `anchor` is the header, fields are split on `,` and
+/// trimmed, and a header's unit in brackets is dropped from its label (`memory.total [MiB]` →
+/// `memory.total`, the unit staying on the values unless `nounits` was asked). Nothing is quoted
+/// in this CSV, so a row with more fields than the header (a name holding a comma) cannot be
+/// paired without guessing which field grew: it is kept with no fields. Rows run to a blank
+/// line or the end. `None` when no line holds the anchor.
+pub fn csv_table(text: &str, anchor: &[&str]) -> Option<ColumnTable> {
+    let text = clean(text);
+    let split =
+        |line: &str| -> Vec<String> { line.split(',').map(|f| f.trim().to_string()).collect() };
+    let label = |field: &str| -> String {
+        match field.split_once(" [") {
+            Some((name, unit)) if unit.ends_with(']') => name.trim().to_string(),
+            _ => field.trim().to_string(),
+        }
+    };
+    let lines: Vec<&str> = text.lines().collect();
+    let at = lines.iter().position(|line| {
+        mentions_all(line, anchor)
+            && has_all(
+                &split(line).iter().map(|f| label(f)).collect::<Vec<_>>(),
+                anchor,
+            )
+    })?;
+    let labels: Vec<String> = split(lines[at]).iter().map(|f| label(f)).collect();
+    let mut table = ColumnTable {
+        labels,
+        rows: Vec::new(),
+    };
+    for line in &lines[at + 1..] {
+        if line.trim().is_empty() {
+            break;
+        }
+        let values = split(line);
+        let values = if values.len() > table.labels.len() {
+            Vec::new()
+        } else {
+            values
+        };
+        table.rows.push(Record {
+            fields: table.labels.iter().cloned().zip(values).collect(),
+            name: None,
             lines: 1,
         });
     }

@@ -205,12 +205,18 @@ impl Manufacturer {
                 })
                 .collect(),
             resource_base: self.default_resource_base().to_string(),
+            // The RuntimeClasses the chart creates (seed 000 and the specs): NVIDIA's, Iluvatar's
+            // (ix-container-runtime, which turns IX_VISIBLE_DEVICES into nodes and corex) and
+            // Moore Threads' (the MT container runtime, the only way its user-space driver
+            // reaches a container, the daemon's own included).
             runtime_class: match self {
                 Manufacturer::Nvidia => Some("nvidia".to_string()),
                 // spec/hygon.md §9: attached only where such a RuntimeClass exists.
                 Manufacturer::Hygon => Some("hygon".to_string()),
                 // The Ascend Docker Runtime's handler (spec/ascend.md §0; the chart creates it).
                 Manufacturer::Ascend => Some("ascend".to_string()),
+                Manufacturer::Iluvatar => Some("iluvatar".to_string()),
+                Manufacturer::Mthreads => Some("mthreads".to_string()),
                 _ => None,
             },
             partition_kind: crate::resources::partition_kind(self).map(str::to_string),
@@ -478,6 +484,13 @@ mod table_tests {
             (ascend.partition_kind.as_deref(), ascend.slice_count),
             (None, Some(63))
         );
+        let iluvatar = table.get(Manufacturer::Iluvatar);
+        assert_eq!(iluvatar.runtime_class.as_deref(), Some("iluvatar"));
+        assert_eq!(iluvatar.slice_count, Some(100));
+        let mthreads = table.get(Manufacturer::Mthreads);
+        assert_eq!(mthreads.runtime_class.as_deref(), Some("mthreads"));
+        assert_eq!(mthreads.slice_count, Some(16));
+        assert_eq!(table.get(Manufacturer::Amd).runtime_class, None);
         assert_eq!(
             table.vendor_ids_hex(),
             [

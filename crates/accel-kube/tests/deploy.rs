@@ -31,11 +31,13 @@ use serde_json::{Value, json};
 
 /// The manufacturers this project can detect. A new detector adds its manufacturer here and
 /// `detectable: true` to its row of the chart's `global.manufacturers` together.
-const DETECTABLE: [Manufacturer; 4] = [
+const DETECTABLE: [Manufacturer; 6] = [
     Manufacturer::Nvidia,
     Manufacturer::Amd,
     Manufacturer::Ascend,
     Manufacturer::Hygon,
+    Manufacturer::Iluvatar,
+    Manufacturer::Mthreads,
 ];
 
 /// The CUDA majors the image builds HAMi-core for.
@@ -2105,4 +2107,55 @@ fn helm_is_resolved_the_way_ci_run_resolves_it() {
         Some(PathBuf::from("/opt/helm"))
     );
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn the_chart_creates_the_runtime_classes_whose_runtimes_do_the_injecting() {
+    let Some(helm) = helm() else { return };
+    let classes = |docs: &[Value]| -> BTreeMap<String, String> {
+        docs.iter()
+            .filter(|d| d["kind"] == "RuntimeClass")
+            .map(|d| {
+                (
+                    d["metadata"]["name"].as_str().unwrap().to_string(),
+                    d["handler"].as_str().unwrap().to_string(),
+                )
+            })
+            .collect()
+    };
+    // By default: Iluvatar's and Moore Threads', each named as the table names it, and the
+    // default table's runtime class for both is that name.
+    let docs = render(&helm, &[]);
+    let made = classes(&docs);
+    assert_eq!(
+        made,
+        BTreeMap::from([
+            ("iluvatar".to_string(), "iluvatar".to_string()),
+            ("mthreads".to_string(), "mthreads".to_string()),
+        ])
+    );
+    for m in [Manufacturer::Iluvatar, Manufacturer::Mthreads] {
+        assert_eq!(
+            m.default_constants().runtime_class.as_deref(),
+            Some(m.name()),
+            "{m}"
+        );
+    }
+    // Moore Threads' own daemon runs under its class.
+    let spec = pod_spec(&docs, "DaemonSet", &daemonset_name(Manufacturer::Mthreads));
+    assert_eq!(spec["runtimeClassName"], "mthreads");
+    // A handler of another name (the rig's containerd knows only runc); opting out; a disabled row.
+    let runc = render(
+        &helm,
+        &[
+            "global.manufacturers.iluvatar.runtimeHandler=runc",
+            "global.manufacturers.mthreads.enabled=false",
+        ],
+    );
+    assert_eq!(
+        classes(&runc),
+        BTreeMap::from([("iluvatar".to_string(), "runc".to_string())])
+    );
+    let none = render(&helm, &["deviceManager.createRuntimeClasses=false"]);
+    assert!(classes(&none).is_empty());
 }

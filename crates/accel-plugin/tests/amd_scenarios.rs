@@ -126,6 +126,7 @@ async fn start_plugins(
         accelerators,
         host: Some(Arc::new(accel_host::FsHost::new(dir.join("host")))),
         commands: None,
+        runtime_class: None,
     }));
     let config = Config {
         kubelet_dir: dir.join("kubelet"),

@@ -16,8 +16,10 @@ pub fn all() -> Vec<Backend> {
     vec![
         accel_nvidia::backend::backend(),
         accel_amd::backend::backend(),
-        accel_hygon::backend::backend(),
         accel_ascend::backend::backend(),
+        accel_hygon::backend::backend(),
+        accel_iluvatar::backend::backend(),
+        accel_mthreads::backend::backend(),
     ]
 }
 

@@ -125,12 +125,12 @@ fn a_manufacturer_without_a_detector_is_a_one_line_error() {
         (
             Some("cambricon"),
             None,
-            "manufacturer cambricon: no detector yet (this build detects nvidia, amd, ascend, hygon)",
+            "manufacturer cambricon: no detector yet (this build detects nvidia, amd, ascend, hygon, iluvatar, mthreads)",
         ),
         (
             None,
-            Some("iluvatar"),
-            "manufacturer iluvatar: no detector yet",
+            Some("metax"),
+            "manufacturer metax: no detector yet",
         ),
         (Some("nokia"), None, "unknown manufacturer \"nokia\""),
     ] {

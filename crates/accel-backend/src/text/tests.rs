@@ -388,3 +388,30 @@ fn exercise(text: &str) {
         let _ = (dotted_version(line), split_blanks(line), is_redacted(line));
     }
 }
+
+#[test]
+fn a_csv_query_is_read_by_its_header_without_the_units() {
+    let text = "index, uuid, name, pci.bus_id, memory.total [MiB]\n\
+                0, GPU-a1, Iluvatar BI-V150, 00000000:13:00.0, 32768 MiB\n\
+                1, GPU-b2, A, B, 00000000:16:00.0, [N/A]\n\n\
+                trailing, text\n";
+    let t = csv_table(text, &["uuid", "pci.bus_id"]).unwrap();
+    assert_eq!(
+        t.labels,
+        ["index", "uuid", "name", "pci.bus_id", "memory.total"]
+    );
+    assert_eq!(t.rows.len(), 2, "a blank line ends the rows");
+    let r = &t.rows[0];
+    assert_eq!(r.get("UUID"), Some("GPU-a1"));
+    assert_eq!(r.get("memory.total"), Some("32768 MiB"));
+    // A row with a surplus field cannot be paired: nothing of it is read, never a shifted value.
+    assert!(t.rows[1].fields.is_empty());
+    assert!(csv_table(text, &["compute_cap"]).is_none());
+    assert!(csv_table("", &["uuid"]).is_none());
+    // A short row leaves its last labels out.
+    let t = csv_table("index, uuid\n3\n", &["index"]).unwrap();
+    assert_eq!(
+        (t.rows[0].get("index"), t.rows[0].get("uuid")),
+        (Some("3"), None)
+    );
+}

@@ -30,14 +30,22 @@ pub const AMD_SLICES_PER_ACCELERATOR: u32 = 128;
 /// processes per device; compute is over-committed across them).
 pub const ASCEND_SLICES_PER_ACCELERATOR: u32 = 63;
 
+/// Logical slices an Iluvatar accelerator hosts at most (spec iluvatar §2.4: 100, after
+/// Iluvatar's own 1 %-granular vGPU model, where NVIDIA's HAMi-core build counts 128).
+pub const ILUVATAR_SLICES_PER_ACCELERATOR: u32 = 100;
+
+/// Logical slices a Moore Threads accelerator hosts at most (spec mthreads §2.4: 16).
+pub const MTHREADS_SLICES_PER_ACCELERATOR: u32 = 16;
+
 /// Tokens the visibility pool advertises per accelerator (`SlicedResourceMaxSize`).
 pub const VISIBILITY_TOKENS_PER_ACCELERATOR: u32 = 512;
 
-/// The logical slice count of a manufacturer's accelerator, where it is known. Iluvatar reuses
-/// NVIDIA's HAMi-core build, so it hosts as many slices as NVIDIA.
+/// The logical slice count of a manufacturer's accelerator, where it is known.
 pub fn slices_per_accelerator(manufacturer: Manufacturer) -> Option<u32> {
     match manufacturer {
-        Manufacturer::Nvidia | Manufacturer::Iluvatar => Some(NVIDIA_SLICES_PER_ACCELERATOR),
+        Manufacturer::Nvidia => Some(NVIDIA_SLICES_PER_ACCELERATOR),
+        Manufacturer::Iluvatar => Some(ILUVATAR_SLICES_PER_ACCELERATOR),
+        Manufacturer::Mthreads => Some(MTHREADS_SLICES_PER_ACCELERATOR),
         Manufacturer::Hygon => Some(HYGON_SLICES_PER_ACCELERATOR),
         Manufacturer::Amd => Some(AMD_SLICES_PER_ACCELERATOR),
         Manufacturer::Ascend => Some(ASCEND_SLICES_PER_ACCELERATOR),

@@ -590,6 +590,7 @@ fn plugin_config(
             accelerators: section.accelerators.clone(),
             host: Some(host),
             commands: Some(partition_commands.clone()),
+            runtime_class: row.runtime_class.clone(),
         }),
         poll_interval: Duration::from_secs(1),
         metrics,

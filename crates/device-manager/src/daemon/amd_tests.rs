@@ -67,6 +67,7 @@ fn amd_plugin_config(kubelet_dir: &Path, data: &Path, section: &ManufacturerInve
         accelerators: section.accelerators.clone(),
         host: None,
         commands: None,
+        runtime_class: None,
     }));
     plugin_config(kubelet_dir, data, section, responder)
 }

@@ -635,6 +635,12 @@ impl Pass<'_> {
                 self.node.kind.files(),
             ))),
             commands: None,
+            runtime_class: self
+                .settings
+                .manufacturers
+                .get(section.name)
+                .runtime_class
+                .clone(),
         });
         let mut inventory = Inventory::default();
         inventory.manufacturers.push(section.clone());
@@ -1305,6 +1311,7 @@ mod tests {
             accelerators: Vec::new(),
             host: None,
             commands: None,
+            runtime_class: None,
         }
     }
 

@@ -1,0 +1,157 @@
+//! `doctor` for an Iluvatar node, one function per check, each `ok`, `warn` or `fail` with a
+//! one-line reason and what to do; it reads the host and changes nothing. Checks:
+//! `iluvatar-driver` (boards on the bus, `/dev/iluvatar<N>` and `/dev/itrctl`), `ixsmi` (the
+//! detection it gives, or why none), `unique-ids` (a GPU without a UUID cannot be granted),
+//! `runtime-class` (ix-container-runtime in a Pod's path: the engine's default, or the
+//! RuntimeClass handler; without it `IX_VISIBLE_DEVICES` grants nothing, silently) and
+//! `slicing-library` (HAMi-core's CUDA-12 `libvgpu.so` and its `ld.so.preload` staged in the
+//! flat `<library-dir>/iluvatar/`).
+
+use std::path::Path;
+
+use accel_backend::doctor::{Check, Options, Report};
+use accel_backend::vendor_runtime::{VendorRuntime, handler_check};
+use accel_core::inventory::Detection;
+use accel_host::{Commands, Host};
+
+use crate::detector::{self, CONTROL_NODE, DetectOptions, Kernel};
+use crate::responder::{IluvatarResponder, PRELOAD_LIBRARY, VISIBLE_DEVICES};
+
+/// How ix-container-runtime's binary is named, and the RuntimeClass (and handler) the chart
+/// creates.
+pub const RUNTIME_BINARY: &str = "ix-container-runtime";
+pub const RUNTIME_CLASS: &str = "iluvatar";
+
+/// Every check, in order.
+pub fn run(host: &dyn Host, commands: &dyn Commands, options: &Options) -> Report {
+    let detect_options = DetectOptions {
+        deadlines: options.deadlines,
+        ..DetectOptions::default()
+    };
+    let kernel = detector::read_kernel(host, &detect_options);
+    let detection = detector::detect(host, commands, &detect_options);
+    Report::of(vec![
+        driver(&kernel),
+        tool(commands, &detection),
+        unique_ids(&detection),
+        handler_check(
+            host,
+            &options.containerd_config_dir,
+            &VendorRuntime {
+                runtime_class: Some(RUNTIME_CLASS),
+                binary_prefix: RUNTIME_BINARY,
+                variable: VISIBLE_DEVICES,
+            },
+        ),
+        library(host, &options.library_dir),
+    ])
+}
+
+fn driver(kernel: &Kernel) -> Check {
+    const NAME: &str = "iluvatar-driver";
+    let (boards, nodes) = (kernel.functions.len(), kernel.card_nodes.len());
+    if nodes == 0 {
+        return Check::fail(
+            NAME,
+            format!(
+                "{boards} Iluvatar board(s) on the PCI bus and no /dev/iluvatar<N> node: the corex driver is not loaded"
+            ),
+            "install the Iluvatar CoreX driver matching the ix-container-toolkit and load it",
+        );
+    }
+    let control = if kernel.control_node { "and" } else { "but no" };
+    let reason = format!(
+        "{boards} board(s) on the bus, {nodes} /dev/iluvatar<N> node(s) {control} {CONTROL_NODE}"
+    );
+    if kernel.control_node {
+        Check::ok(NAME, reason)
+    } else {
+        Check::warn(
+            NAME,
+            reason,
+            "reload the corex driver: ix-container-runtime hands every container /dev/itrctl",
+        )
+    }
+}
+
+fn tool(commands: &dyn Commands, detection: &Detection) -> Check {
+    const NAME: &str = "ixsmi";
+    match detection {
+        Ok(_) if !commands.is_installed("ixsmi") => Check::warn(
+            NAME,
+            "ixsmi is not installed: GPUs are not named, none can be granted",
+            "install the corex SDK's ixsmi on the host",
+        ),
+        Ok(section) => Check::ok(
+            NAME,
+            format!(
+                "{} GPU(s), driver {}, CUDA-compatible {}",
+                section.accelerators.len(),
+                section.driver_version.as_deref().unwrap_or("unknown"),
+                section.runtime_version.as_deref().unwrap_or("N/A")
+            ),
+        ),
+        Err(e) => Check::fail(
+            NAME,
+            e.to_string(),
+            "check the corex driver with ixsmi on the host (dmesg for the driver's errors)",
+        ),
+    }
+}
+
+fn unique_ids(detection: &Detection) -> Check {
+    const NAME: &str = "unique-ids";
+    let Ok(section) = detection else {
+        return Check::warn(
+            NAME,
+            "no detection to read the UUIDs from",
+            "fix the ixsmi check first",
+        );
+    };
+    let unnamed: Vec<String> = section
+        .accelerators
+        .iter()
+        .filter(|a| a.uuid.is_none())
+        .map(|a| a.index.to_string())
+        .collect();
+    if unnamed.is_empty() {
+        Check::ok(
+            NAME,
+            format!("every GPU of {} has a UUID", section.accelerators.len()),
+        )
+    } else {
+        Check::warn(
+            NAME,
+            format!(
+                "accelerator(s) {} report no UUID, so they cannot be granted",
+                unnamed.join(", ")
+            ),
+            "check `ixsmi --query-gpu=index,uuid --format=csv` on the host",
+        )
+    }
+}
+
+fn library(host: &dyn Host, library_dir: &str) -> Check {
+    const NAME: &str = "slicing-library";
+    let home = IluvatarResponder::library_home(&Path::new("/").join(library_dir));
+    let missing: Vec<String> = [PRELOAD_LIBRARY, accel_backend::chores::PRELOAD_FILE]
+        .iter()
+        .map(|f| home.join(f).display().to_string())
+        .filter(|p| !host.exists(p))
+        .collect();
+    if missing.is_empty() {
+        Check::ok(
+            NAME,
+            format!("HAMi-core's CUDA-12 build is staged in {}", home.display()),
+        )
+    } else {
+        Check::warn(
+            NAME,
+            format!(
+                "{} missing: logical slices are not offered",
+                missing.join(" and ")
+            ),
+            "let the daemon's init container stage the image's libraries (deviceManager.stageLibraries)",
+        )
+    }
+}

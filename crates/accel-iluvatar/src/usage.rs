@@ -1,0 +1,77 @@
+//! Iluvatar's live usage: `ixsmi`'s default table prints memory used and total, utilisation,
+//! temperature and power per GPU; the CSV query names each row's GPU by UUID (joined by bus id,
+//! the name the inventory uses). A query that fails leaves the samples named by bus id, never
+//! the sample lost. Power `N/A / N/A` (every other BI-V150, HAZARDS.md item 3) stays `None`.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use accel_backend::usage::{AcceleratorUsage, SampleError, UsageSample, UsageSampler};
+use accel_backend::vendor_runtime::board;
+use accel_core::Manufacturer;
+use accel_host::{Commands, RunFailure, run_bounded};
+
+use crate::ixsmi::{self, QueryGpu, TableGpu};
+
+/// ixsmi's live usage.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct IxsmiSampler;
+
+fn run(commands: &dyn Commands, argv: &[&str], deadline: Duration) -> Result<String, SampleError> {
+    match run_bounded(commands, argv, deadline) {
+        Ok(out) => Ok(out.stdout_text()),
+        Err(RunFailure::NotInstalled { .. }) => Err(SampleError::NoTool(
+            "ixsmi: not found (no Iluvatar CoreX tools on this host)".into(),
+        )),
+        Err(e) => Err(SampleError::Failed(format!("ixsmi: {e}"))),
+    }
+}
+
+impl UsageSampler for IxsmiSampler {
+    fn sample(
+        &self,
+        commands: &dyn Commands,
+        deadline: Duration,
+    ) -> Result<UsageSample, SampleError> {
+        let table = run(commands, ixsmi::TABLE_ARGV, deadline)?;
+        let table = ixsmi::parse_table(&table).map_err(|e| SampleError::Failed(e.to_string()))?;
+        let names = run(commands, ixsmi::QUERY_ARGV, deadline)
+            .ok()
+            .and_then(|t| ixsmi::parse_query(&t).ok())
+            .unwrap_or_default();
+        Ok(join(&table.gpus, &names))
+    }
+}
+
+/// One moment's table rows, named by the query's UUIDs (pure).
+pub fn join(rows: &[TableGpu], names: &[QueryGpu]) -> UsageSample {
+    let accelerators = rows
+        .iter()
+        .map(|row| {
+            let bus = row.bus_id.map(board);
+            let uuid = names
+                .iter()
+                .find(|q| bus.is_some() && q.bus_id.map(board) == bus)
+                .and_then(|q| q.uuid.clone())
+                .or_else(|| bus.map(|b| b.to_string()))
+                .unwrap_or_else(|| format!("gpu {}", row.index.unwrap_or_default()));
+            AcceleratorUsage {
+                uuid,
+                index: row.index,
+                utilization_percent: row.utilization_percent,
+                memory_used_mib: row.memory_used_mib,
+                memory_total_mib: row.memory_total_mib,
+                temperature_c: row.temperature_c,
+                power_draw_w: row.power_draw_w,
+                power_limit_w: row.power_limit_w,
+                compute_processes: None,
+                extra: BTreeMap::new(),
+            }
+        })
+        .collect();
+    UsageSample {
+        manufacturer: Manufacturer::Iluvatar,
+        source: serde_json::Value::String(ixsmi::TABLE_ARGV.join(" ")),
+        accelerators,
+    }
+}

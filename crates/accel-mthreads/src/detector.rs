@@ -1,0 +1,300 @@
+//! The Moore Threads detector: the kernel's view (the PCI functions of vendor `1ed5`, the
+//! `/dev/mtgpu.<N>` nodes, the `mtgpu` module's version), then `mthreads-gmi` (its table for the
+//! versions, names, bus ids, device types and memory; its `-q` report for the UUIDs and core
+//! counts), joined by PCI address, the tool's index only where a row has no bus id (a note).
+//! A guest's virtual device is skipped (spec §2.1), named in a note. There is no runtime version
+//! (no MUSA version is read, spec §2.3).
+//!
+//! Answers: nothing on the bus, no node and no tool → `Ok(empty)`; the tool not installed →
+//! the kernel's boards, unnamed and not grantable; the tool installed and answering neither form
+//! → `Err` (the driver does not answer; the daemon keeps its last detection); GPUs listed →
+//! `Ok(list)`, every failed part a note.
+
+use std::fmt;
+
+use accel_backend::Deadlines;
+use accel_backend::detect::Budget;
+use accel_backend::vendor_runtime::{board, bus_functions, numbered_nodes};
+use accel_core::Manufacturer;
+use accel_core::busid::BusId;
+use accel_core::inventory::{
+    Accelerator, DetectError, Detection, Grantable, ManufacturerInventory, Source,
+};
+use accel_core::manufacturer::PciVendorId;
+use accel_host::pci::{PciClassPrefixes, PciFunction};
+use accel_host::{Commands, Host, run_bounded};
+
+use crate::gmi::{self, GmiTable, QueryGpu, TableGpu};
+
+/// The per-card device nodes (`/dev/mtgpu.<N>`), as a prefix under `/dev`.
+pub const CARD_NODE_PREFIX: &str = "mtgpu.";
+/// Where the `mtgpu` kernel module tells its version.
+pub const DRIVER_VERSION_FILE: &str = "/sys/module/mtgpu/version";
+/// The module's directory: the driver (and the sGPU support slices rely on) is loaded.
+pub const DRIVER_MODULE_DIR: &str = "/sys/module/mtgpu";
+
+/// What a pass could not learn, each worded once.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Note {
+    NoTool,
+    ToolFailed(String),
+    NoUuid {
+        index: u32,
+        bus: Option<BusId>,
+    },
+    JoinedByIndex {
+        index: u32,
+    },
+    Virtual {
+        bus: Option<BusId>,
+        device_type: String,
+    },
+    Unlisted {
+        bus: BusId,
+    },
+}
+
+fn bus_text(bus: &Option<BusId>) -> String {
+    bus.map_or_else(|| "no bus id".to_string(), |b| b.sysfs())
+}
+
+impl fmt::Display for Note {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Note::NoTool => write!(
+                f,
+                "mthreads-gmi is not installed on the host: boards from the PCI bus only, unnamed and not grantable"
+            ),
+            Note::ToolFailed(why) => write!(f, "mthreads-gmi: {why}"),
+            Note::NoUuid { index, bus } => write!(
+                f,
+                "accelerator {index} ({}) reports no UUID, so it cannot be granted",
+                bus_text(bus)
+            ),
+            Note::JoinedByIndex { index } => write!(
+                f,
+                "accelerator {index}: mthreads-gmi's rows carry no bus id, joined by the tool's index"
+            ),
+            Note::Virtual { bus, device_type } => write!(
+                f,
+                "{}: skipping virtual device (device type {device_type:?})",
+                bus_text(bus)
+            ),
+            Note::Unlisted { bus } => write!(
+                f,
+                "{}: a Moore Threads function on the PCI bus that mthreads-gmi does not list",
+                bus.sysfs()
+            ),
+        }
+    }
+}
+
+/// What the detector is given.
+#[derive(Debug, Clone)]
+pub struct DetectOptions {
+    pub deadlines: Deadlines,
+    pub pci_classes: PciClassPrefixes,
+    pub vendor_ids: Vec<PciVendorId>,
+}
+
+impl Default for DetectOptions {
+    fn default() -> Self {
+        DetectOptions {
+            deadlines: Deadlines::default(),
+            pci_classes: PciClassPrefixes::default(),
+            vendor_ids: Manufacturer::Mthreads.default_constants().pci_vendor_ids,
+        }
+    }
+}
+
+/// What the kernel shows.
+#[derive(Debug, Clone, Default)]
+pub struct Kernel {
+    pub functions: Vec<PciFunction>,
+    pub card_nodes: Vec<u32>,
+    pub driver_version: Option<String>,
+}
+
+/// Reads the kernel's view.
+pub fn read_kernel(host: &dyn Host, options: &DetectOptions) -> Kernel {
+    Kernel {
+        functions: bus_functions(host, &options.pci_classes, &options.vendor_ids),
+        card_nodes: numbered_nodes(host, CARD_NODE_PREFIX),
+        driver_version: host
+            .read_to_string(DRIVER_VERSION_FILE)
+            .ok()
+            .and_then(|t| accel_backend::text::dotted_version(&t).map(str::to_string)),
+    }
+}
+
+/// What mthreads-gmi said, form by form.
+#[derive(Debug, Clone, Default)]
+pub struct Tool {
+    pub installed: bool,
+    pub table: Option<GmiTable>,
+    pub query: Option<Vec<QueryGpu>>,
+    pub notes: Vec<Note>,
+}
+
+fn ask<T>(
+    commands: &dyn Commands,
+    budget: &Budget,
+    argv: &[&str],
+    parse: impl Fn(&str) -> Result<T, gmi::GmiError>,
+    notes: &mut Vec<Note>,
+) -> Option<T> {
+    let answered = budget
+        .next()
+        .map_err(|e| e.to_string())
+        .and_then(|deadline| run_bounded(commands, argv, deadline).map_err(|e| e.to_string()))
+        .and_then(|out| parse(&out.stdout_text()).map_err(|e| e.to_string()));
+    answered
+        .map_err(|why| notes.push(Note::ToolFailed(why)))
+        .ok()
+}
+
+/// Runs both forms within one pass budget.
+pub fn ask_tool(commands: &dyn Commands, deadlines: Deadlines) -> Tool {
+    let mut tool = Tool {
+        installed: commands.is_installed(gmi::TABLE_ARGV[0]),
+        ..Tool::default()
+    };
+    if tool.installed {
+        let budget = Budget::start(deadlines);
+        tool.table = ask(
+            commands,
+            &budget,
+            gmi::TABLE_ARGV,
+            gmi::parse_table,
+            &mut tool.notes,
+        );
+        tool.query = ask(
+            commands,
+            &budget,
+            gmi::QUERY_ARGV,
+            gmi::parse_query,
+            &mut tool.notes,
+        );
+    }
+    tool
+}
+
+/// One detection pass.
+pub fn detect(host: &dyn Host, commands: &dyn Commands, options: &DetectOptions) -> Detection {
+    let kernel = read_kernel(host, options);
+    let evidence = !kernel.functions.is_empty() || !kernel.card_nodes.is_empty();
+    if !evidence && !commands.is_installed(gmi::TABLE_ARGV[0]) {
+        return Ok(ManufacturerInventory::empty(Manufacturer::Mthreads));
+    }
+    join(&kernel, &ask_tool(commands, options.deadlines))
+}
+
+fn kernel_only(kernel: &Kernel, section: &mut ManufacturerInventory) {
+    for (index, f) in kernel.functions.iter().enumerate() {
+        let mut a = Accelerator::new(u32::try_from(index).unwrap_or(u32::MAX), Source::Driver);
+        a.bus_id = Some(f.bus_id);
+        a.numa_node = f.numa_node;
+        a.grantable = Grantable::Nothing;
+        section.accelerators.push(a);
+    }
+}
+
+/// The pure join: the kernel's view and the tool's answers in, the section out.
+pub fn join(kernel: &Kernel, tool: &Tool) -> Detection {
+    let m = Manufacturer::Mthreads;
+    let mut section = ManufacturerInventory::empty(m);
+    let mut notes = tool.notes.clone();
+    if tool.installed && tool.table.is_none() && tool.query.is_none() {
+        let why = notes
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join("; ");
+        if !kernel.functions.is_empty() || !kernel.card_nodes.is_empty() {
+            return Err(DetectError::NotMeasured {
+                manufacturer: m,
+                reason: why,
+            });
+        }
+        section.notes.push(why);
+        return Ok(section);
+    }
+    section.driver_version = tool
+        .table
+        .as_ref()
+        .and_then(|t| t.driver_version.clone())
+        .or_else(|| kernel.driver_version.clone());
+    section.management_version = tool.table.as_ref().and_then(|t| t.tool_version.clone());
+    if !tool.installed {
+        notes.push(Note::NoTool);
+        kernel_only(kernel, &mut section);
+        section.notes = notes.iter().map(ToString::to_string).collect();
+        return Ok(section);
+    }
+    let table: &[TableGpu] = tool
+        .table
+        .as_ref()
+        .map(|t| t.gpus.as_slice())
+        .unwrap_or_default();
+    let query: &[QueryGpu] = tool.query.as_deref().unwrap_or_default();
+    let rows: Vec<(Option<u32>, Option<BusId>)> = if table.is_empty() {
+        query.iter().map(|g| (g.index, g.bus_id)).collect()
+    } else {
+        table.iter().map(|g| (g.index, g.bus_id)).collect()
+    };
+    for (tool_index, bus) in rows {
+        let bus = bus.map(board);
+        let matches = |b: Option<BusId>, i: Option<u32>| match bus {
+            Some(_) => b.map(board) == bus,
+            None => tool_index.is_some() && i == tool_index,
+        };
+        let t = table.iter().find(|g| matches(g.bus_id, g.index));
+        let q = query.iter().find(|g| matches(g.bus_id, g.index));
+        if let Some(t) = t.filter(|t| t.is_virtual()) {
+            notes.push(Note::Virtual {
+                bus,
+                device_type: t.device_type.clone().unwrap_or_default(),
+            });
+            continue;
+        }
+        let index = u32::try_from(section.accelerators.len()).unwrap_or(u32::MAX);
+        if bus.is_none() {
+            notes.push(Note::JoinedByIndex { index });
+        }
+        let mut a = Accelerator::new(index, Source::Driver);
+        a.bus_id = bus.or_else(|| q.and_then(|g| g.bus_id).map(board));
+        a.uuid = q.and_then(|g| g.uuid.clone());
+        a.product = t
+            .and_then(|g| g.name.clone())
+            .or_else(|| q.and_then(|g| g.name.clone()));
+        a.memory_mib = t.and_then(|g| g.memory_total_mib);
+        a.cores = q.and_then(|g| g.cores);
+        a.numa_node = kernel
+            .functions
+            .iter()
+            .find(|f| Some(f.bus_id) == a.bus_id)
+            .and_then(|f| f.numa_node);
+        if a.uuid.is_none() {
+            a.grantable = Grantable::Nothing;
+            notes.push(Note::NoUuid {
+                index,
+                bus: a.bus_id,
+            });
+        }
+        section.accelerators.push(a);
+    }
+    for f in &kernel.functions {
+        let listed = section
+            .accelerators
+            .iter()
+            .any(|a| a.bus_id == Some(f.bus_id));
+        let skipped = table
+            .iter()
+            .any(|t| t.is_virtual() && t.bus_id.map(board) == Some(f.bus_id));
+        if !listed && !skipped {
+            notes.push(Note::Unlisted { bus: f.bus_id });
+        }
+    }
+    section.notes = notes.iter().map(ToString::to_string).collect();
+    Ok(section)
+}

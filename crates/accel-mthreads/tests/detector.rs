@@ -1,0 +1,162 @@
+//! The detector over the recorded Moore Threads hosts (`testdata/hosts/mthreads-*`): 8× S4000,
+//! one S5000, an S30 desktop, a missing and a hanging mthreads-gmi, a virtual device, a driver
+//! that does not answer, and another vendor's host.
+
+use std::path::Path;
+use std::time::Duration;
+
+use accel_backend::Deadlines;
+use accel_core::inventory::{DetectError, Grantable};
+use accel_host::{FsHost, RecordedCommands};
+use accel_mthreads::detector::{self, DetectOptions};
+
+fn detect_in(dir: &Path) -> accel_core::Detection {
+    let files = FsHost::new(dir.join("root"));
+    let commands = RecordedCommands::load(dir).unwrap();
+    detector::detect(&files, &commands, &DetectOptions::default())
+}
+
+fn host(name: &str) -> std::path::PathBuf {
+    accel_testkit::recorded_host(name)
+}
+
+#[test]
+fn eight_s4000_are_named_by_uuid_with_cores_and_no_runtime() {
+    let section = detect_in(&host("mthreads-8x-s4000")).unwrap();
+    assert_eq!(section.accelerators.len(), 8);
+    assert_eq!(section.driver_version.as_deref(), Some("2.7.0"));
+    assert_eq!(section.runtime_version, None);
+    assert_eq!(section.management_version.as_deref(), Some("1.14.0"));
+    assert!(section.notes.is_empty(), "{:?}", section.notes);
+    let a = &section.accelerators[4];
+    assert_eq!(
+        a.uuid.as_deref(),
+        Some("1ed50004-0000-4000-8000-00000008a000")
+    );
+    assert_eq!(a.product.as_deref(), Some("MTT S4000"));
+    assert_eq!(a.memory_mib, Some(49_152));
+    assert_eq!((a.cores, a.numa_node), (Some(8192), Some(1)));
+    assert_eq!(a.grantable, Grantable::Whole);
+}
+
+#[test]
+fn an_s5000_keeps_its_driver_suffix_and_an_s30_its_trimmed_row() {
+    let s5000 = detect_in(&host("mthreads-s5000")).unwrap();
+    assert_eq!(s5000.driver_version.as_deref(), Some("3.3.5-server"));
+    assert_eq!(s5000.accelerators[0].memory_mib, Some(81_920));
+    assert_eq!(s5000.accelerators[0].cores, None);
+    let s30 = detect_in(&host("mthreads-s30-desktop")).unwrap();
+    assert_eq!(s30.accelerators.len(), 1);
+    assert_eq!(s30.accelerators[0].product.as_deref(), Some("MTT S30"));
+    assert_eq!(s30.accelerators[0].memory_mib, Some(4096));
+}
+
+#[test]
+fn a_virtual_device_is_skipped_with_a_note() {
+    let dir = accel_testkit::copy_recorded("mthreads-8x-s4000");
+    let table = dir.path().join("commands/mthreads-gmi/stdout");
+    let text = std::fs::read_to_string(&table).unwrap();
+    // GPU 1's device-type cell, as a guest's instance would print it.
+    let mut lines: Vec<String> = text.lines().map(String::from).collect();
+    let at = lines
+        .iter()
+        .position(|l| l.starts_with("1    MTT S4000"))
+        .unwrap()
+        + 1;
+    lines[at] = lines[at].replace("Physical", "Virtual ");
+    std::fs::write(&table, lines.join("\n") + "\n").unwrap();
+    let section = detect_in(dir.path()).unwrap();
+    assert_eq!(section.accelerators.len(), 7);
+    assert!(
+        section
+            .accelerators
+            .iter()
+            .all(|a| a.bus_id.unwrap().sysfs() != "0000:10:00.0")
+    );
+    assert_eq!(
+        section.notes,
+        ["0000:10:00.0: skipping virtual device (device type \"Virtual\")"]
+    );
+    assert_eq!(section.accelerators[1].index, 1, "the index stays compact");
+}
+
+#[test]
+fn without_the_tool_the_boards_are_listed_unnamed_and_not_granted() {
+    let dir = accel_testkit::copy_recorded("mthreads-8x-s4000");
+    std::fs::remove_dir_all(dir.path().join("commands")).unwrap();
+    std::fs::create_dir(dir.path().join("commands")).unwrap();
+    let section = detect_in(dir.path()).unwrap();
+    assert_eq!(section.accelerators.len(), 8);
+    assert!(
+        section
+            .accelerators
+            .iter()
+            .all(|a| a.grantable == Grantable::Nothing)
+    );
+    assert_eq!(
+        section.driver_version.as_deref(),
+        Some("2.7.0"),
+        "the module's version"
+    );
+}
+
+#[test]
+fn a_failed_report_leaves_the_table_s_gpus_without_uuids() {
+    let dir = accel_testkit::copy_recorded("mthreads-s30-desktop");
+    std::fs::write(dir.path().join("commands/q/status"), "1\n").unwrap();
+    let section = detect_in(dir.path()).unwrap();
+    assert_eq!(section.accelerators[0].uuid, None);
+    assert_eq!(section.accelerators[0].grantable, Grantable::Nothing);
+    assert_eq!(section.notes.len(), 2, "{:?}", section.notes);
+}
+
+#[test]
+fn a_hanging_tool_is_cut_and_the_pass_is_not_measured() {
+    let dir = accel_testkit::copy_recorded("mthreads-8x-s4000");
+    for name in ["mthreads-gmi", "q"] {
+        std::fs::write(
+            dir.path().join("commands").join(name).join("delay-ms"),
+            "5000",
+        )
+        .unwrap();
+    }
+    let files = FsHost::new(dir.path().join("root"));
+    let commands = RecordedCommands::load(dir.path()).unwrap();
+    let options = DetectOptions {
+        deadlines: Deadlines {
+            per_query: Duration::from_millis(200),
+            snapshot: Duration::from_secs(2),
+        },
+        ..DetectOptions::default()
+    };
+    match detector::detect(&files, &commands, &options) {
+        Err(DetectError::NotMeasured { reason, .. }) => {
+            assert!(reason.contains("no answer within"), "{reason}")
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn a_driver_that_does_not_answer_is_not_measured() {
+    match detect_in(&host("mthreads-driver-not-answering")) {
+        Err(e @ DetectError::NotMeasured { .. }) => {
+            assert!(
+                e.to_string().contains("mtgpu_query_dev_info failed (-22)"),
+                "{e}"
+            )
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn another_vendors_host_has_no_moore_threads() {
+    for name in ["hgx-h100-8gpu", "amd-8x-mi300x", "iluvatar-16x-bi-v150"] {
+        let section = detect_in(&host(name)).unwrap();
+        assert!(
+            section.accelerators.is_empty() && section.notes.is_empty(),
+            "{name}"
+        );
+    }
+}
