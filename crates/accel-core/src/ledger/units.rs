@@ -26,6 +26,10 @@ pub const HYGON_SLICES_PER_ACCELERATOR: u32 = 4;
 /// pool, VRAM being what binds; compute-unit masks may overlap).
 pub const AMD_SLICES_PER_ACCELERATOR: u32 = 128;
 
+/// Logical slices a T-Head PPU hosts at most (spec/thead.md §1.2: `logicalSliced.count` 128,
+/// compute over-committed).
+pub const THEAD_SLICES_PER_ACCELERATOR: u32 = 128;
+
 /// Tokens the visibility pool advertises per accelerator (`SlicedResourceMaxSize`).
 pub const VISIBILITY_TOKENS_PER_ACCELERATOR: u32 = 512;
 
@@ -36,6 +40,7 @@ pub fn slices_per_accelerator(manufacturer: Manufacturer) -> Option<u32> {
         Manufacturer::Nvidia | Manufacturer::Iluvatar => Some(NVIDIA_SLICES_PER_ACCELERATOR),
         Manufacturer::Hygon => Some(HYGON_SLICES_PER_ACCELERATOR),
         Manufacturer::Amd => Some(AMD_SLICES_PER_ACCELERATOR),
+        Manufacturer::Thead => Some(THEAD_SLICES_PER_ACCELERATOR),
         _ => None,
     }
 }
@@ -63,5 +68,6 @@ mod tests {
         assert_eq!(slices_per_accelerator(Manufacturer::Nvidia), Some(128));
         assert_eq!(slices_per_accelerator(Manufacturer::Hygon), Some(4));
         assert_eq!(slices_per_accelerator(Manufacturer::Amd), Some(128));
+        assert_eq!(slices_per_accelerator(Manufacturer::Thead), Some(128));
     }
 }
