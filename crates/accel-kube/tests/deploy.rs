@@ -31,7 +31,8 @@ use serde_json::{Value, json};
 
 /// The manufacturers this project can detect. A new detector adds its manufacturer here and
 /// `detectable: true` to its row of the chart's `global.manufacturers` together.
-const DETECTABLE: [Manufacturer; 2] = [Manufacturer::Nvidia, Manufacturer::Amd];
+const DETECTABLE: [Manufacturer; 3] =
+    [Manufacturer::Nvidia, Manufacturer::Amd, Manufacturer::Thead];
 
 /// The CUDA majors the image builds HAMi-core for.
 const CUDA_MAJORS: [u32; 2] = [12, 13];
@@ -967,7 +968,7 @@ fn a_new_manufacturers_row_renders_its_daemonset_with_no_template_edit() {
     )
     .expect_err("an undetectable row enabled");
     assert!(
-        refused.contains("cannot detect acme accelerators yet (detectable: amd, nvidia)"),
+        refused.contains("cannot detect acme accelerators yet (detectable: amd, nvidia, thead)"),
         "{refused}"
     );
     // A row's host path is checked as the chart's own are.

@@ -16,6 +16,7 @@ pub fn all() -> Vec<Backend> {
     vec![
         accel_nvidia::backend::backend(),
         accel_amd::backend::backend(),
+        accel_thead::backend::backend(),
     ]
 }
 
