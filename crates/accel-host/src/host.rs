@@ -50,6 +50,42 @@ pub enum EntryKind {
     Other,
 }
 
+/// A character device's number, `major:minor` (see [`Host::char_device`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct DeviceNumber {
+    pub major: u32,
+    pub minor: u32,
+}
+
+impl DeviceNumber {
+    /// The number of a recording's device-node marker: a file holding `c MAJOR:MINOR` (what
+    /// `record` writes for a character device); anything else is `None`.
+    pub fn of_marker(text: &str) -> Option<DeviceNumber> {
+        let rest = text.trim().strip_prefix('c')?;
+        let (major, minor) = rest.trim_start().split_once(':')?;
+        Some(DeviceNumber {
+            major: major.trim().parse().ok()?,
+            minor: minor.trim().parse().ok()?,
+        })
+    }
+
+    /// The split of a Linux `dev_t` (glibc's `gnu_dev_major`/`gnu_dev_minor` layout).
+    pub fn of_raw(dev: u64) -> DeviceNumber {
+        let major = ((dev >> 8) & 0xfff) | ((dev >> 32) & !0xfff);
+        let minor = (dev & 0xff) | ((dev >> 12) & !0xff);
+        DeviceNumber {
+            major: u32::try_from(major).unwrap_or(u32::MAX),
+            minor: u32::try_from(minor).unwrap_or(u32::MAX),
+        }
+    }
+}
+
+impl std::fmt::Display for DeviceNumber {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}:{}", self.major, self.minor)
+    }
+}
+
 /// A path's modification time and length (see [`Host::modified`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Modified {
@@ -94,6 +130,14 @@ pub trait Host: Send + Sync {
         self.read(path).map(|bytes| EntryKind::File {
             len: bytes.len() as u64,
         })
+    }
+    /// The device number of the character device at `path` (links followed, as `stat` does):
+    /// `Ok(None)` when the path exists but is no character device. A recording's `/dev` markers
+    /// stand for their nodes: one holding `c MAJOR:MINOR` is that device
+    /// ([`DeviceNumber::of_marker`]), an empty one is none. The default reads markers only.
+    fn char_device(&self, path: &str) -> Result<Option<DeviceNumber>, HostError> {
+        let bytes = self.read(path)?;
+        Ok(DeviceNumber::of_marker(&String::from_utf8_lossy(&bytes)))
     }
 }
 
@@ -175,6 +219,22 @@ impl Host for FsHost {
         self.resolve(path).map(|p| p.exists()).unwrap_or(false)
     }
 
+    fn char_device(&self, path: &str) -> Result<Option<DeviceNumber>, HostError> {
+        use std::os::unix::fs::{FileTypeExt, MetadataExt};
+        let full = self.resolve(path)?;
+        let metadata = std::fs::metadata(&full).map_err(|e| Self::error(full.clone(), e))?;
+        let kind = metadata.file_type();
+        if kind.is_char_device() {
+            return Ok(Some(DeviceNumber::of_raw(metadata.rdev())));
+        }
+        // A marker is a few bytes; anything longer is no marker (and is not read whole).
+        if !kind.is_file() || metadata.len() > 64 {
+            return Ok(None);
+        }
+        let bytes = std::fs::read(&full).map_err(|e| Self::error(full, e))?;
+        Ok(DeviceNumber::of_marker(&String::from_utf8_lossy(&bytes)))
+    }
+
     fn entry_kind(&self, path: &str) -> Result<EntryKind, HostError> {
         let full = self.resolve(path)?;
         let metadata = std::fs::symlink_metadata(&full).map_err(|e| Self::error(full, e))?;
@@ -196,6 +256,45 @@ impl Host for FsHost {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn char_devices_and_markers_carry_their_numbers() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("dev")).unwrap();
+        std::fs::write(dir.path().join("dev/alixpu_ppu0"), "c 509:1\n").unwrap();
+        std::fs::write(dir.path().join("dev/kfd"), "").unwrap();
+        let host = FsHost::new(dir.path());
+        let number = host.char_device("/dev/alixpu_ppu0").unwrap();
+        assert_eq!(
+            number,
+            Some(DeviceNumber {
+                major: 509,
+                minor: 1
+            })
+        );
+        assert_eq!(number.unwrap().to_string(), "509:1");
+        assert_eq!(host.char_device("dev/kfd").unwrap(), None);
+        assert!(host.char_device("dev/none").unwrap_err().is_not_found());
+        // /dev/null on the machine itself is char 1:3.
+        let live = FsHost::new("/");
+        if let Ok(Some(null)) = live.char_device("/dev/null") {
+            assert_eq!(null, DeviceNumber { major: 1, minor: 3 });
+        }
+        assert_eq!(DeviceNumber::of_marker("c 1 3"), None);
+        assert_eq!(DeviceNumber::of_marker("b 8:0"), None);
+        assert_eq!(
+            DeviceNumber::of_raw(0x103),
+            DeviceNumber { major: 1, minor: 3 }
+        );
+        // A capability node's wide minor (229632) splits across the two minor fields.
+        assert_eq!(
+            DeviceNumber::of_raw(0x3811_fd00),
+            DeviceNumber {
+                major: 509,
+                minor: 229_632
+            }
+        );
+    }
 
     #[test]
     fn reads_under_the_root_only() {

@@ -24,7 +24,7 @@ pub use commands::{
     COMMANDS_DIR, CommandError, CommandOutput, Commands, RecordedCommands, ReplayLoadError,
     SystemCommands, TIMED_OUT_MARKER,
 };
-pub use host::{DEFAULT_ROOT, EntryKind, FsHost, Host, HostError, Modified};
+pub use host::{DEFAULT_ROOT, DeviceNumber, EntryKind, FsHost, Host, HostError, Modified};
 pub use kmsg::{
     ChannelKernelLog, KMSG_PATH, KernelLog, KernelLogEntry, KmsgError, KmsgReader, KmsgRecord,
     RecordSource,

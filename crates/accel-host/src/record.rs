@@ -392,7 +392,14 @@ impl Recorder {
         let path = normalise(path);
         match host.entry_kind(&path) {
             Ok(_) => {
-                self.touch_marker(&path)?;
+                // A character device's number goes into its marker (`c MAJOR:MINOR`), so a
+                // replay can prove a node addresses the device it should (T-Head's minors).
+                match host.char_device(&path) {
+                    Ok(Some(number)) => {
+                        write_file(&self.dest(&path)?, format!("c {number}\n").as_bytes())?
+                    }
+                    _ => self.touch_marker(&path)?,
+                }
                 Ok(true)
             }
             Err(HostError::NotFound { .. }) => Ok(false),

@@ -20,6 +20,7 @@ pub fn all() -> Vec<Backend> {
         accel_hygon::backend::backend(),
         accel_iluvatar::backend::backend(),
         accel_mthreads::backend::backend(),
+        accel_thead::backend::backend(),
     ]
 }
 

@@ -125,7 +125,7 @@ fn a_manufacturer_without_a_detector_is_a_one_line_error() {
         (
             Some("cambricon"),
             None,
-            "manufacturer cambricon: no detector yet (this build detects nvidia, amd, ascend, hygon, iluvatar, mthreads)",
+            "manufacturer cambricon: no detector yet (this build detects nvidia, amd, ascend, hygon, iluvatar, mthreads, thead)",
         ),
         (
             None,
@@ -627,4 +627,66 @@ async fn each_manufacturers_daemon_keeps_its_state_apart_and_nvidias_where_it_wa
     assert_eq!((nvidia_running, amd_running), (None, None));
     assert!(nvidia_dir.join("ledger.journal").is_file());
     assert!(!nvidia_dir.join("amd/ledger.journal").exists());
+}
+
+/// `serve --manufacturer thead` on the mixed 16-PPU host registers `alibabacloud.com/ppu` for
+/// the 14 whole cards (the two in MIG mode feed no family here), and `.sliced` only once the
+/// shims are staged in `<library-dir>/thead`.
+#[tokio::test]
+async fn thead_serves_its_whole_cards_and_slices_only_with_the_shims_staged() {
+    let dir = tempfile::tempdir().unwrap();
+    let host = dir.path().join("host");
+    std::fs::create_dir_all(&host).unwrap();
+    copy_host("thead-16x-zw810e-mig2", &host);
+    for staged in [false, true] {
+        if staged {
+            let lib = host.join("root/var/lib/gpustack/operator/lib/thead");
+            std::fs::create_dir_all(&lib).unwrap();
+            for f in [
+                "ld.so.preload",
+                "hggc_quota.so",
+                "hgml_dlsym_hook.so",
+                "ppu-monitor",
+            ] {
+                std::fs::write(lib.join(f), "").unwrap();
+            }
+        }
+        let run = tempfile::tempdir().unwrap();
+        let kubelet = Kubelet::start(&run.path().join("kubelet"), MemoryPods::new()).await;
+        let mut child = Command::new(env!("CARGO_BIN_EXE_device-manager"))
+            .args(["serve", "--manufacturer", "thead", "--node-name", "node-a"])
+            .arg("--host-root")
+            .arg(&host)
+            .arg("--kubelet-dir")
+            .arg(run.path().join("kubelet"))
+            .arg("--data-dir")
+            .arg(run.path().join("data"))
+            .env_remove("LIBRARY_DIR")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut wanted = vec![
+            "alibabacloud.com/ppu",
+            "alibabacloud.com/ppu.shared",
+            "device.gpustack.ai/thead.visibility",
+        ];
+        if staged {
+            wanted.push("alibabacloud.com/ppu.sliced");
+        }
+        kubelet.wait_for(&wanted).await;
+        let ppus = kubelet.devices("alibabacloud.com/ppu");
+        let shared = kubelet.devices("alibabacloud.com/ppu.shared").len();
+        let slices = kubelet.devices("alibabacloud.com/ppu.sliced").len();
+        let _ = child.kill();
+        let _ = child.wait();
+        assert_eq!(ppus.len(), 14, "staged={staged}");
+        assert!(
+            ppus.iter()
+                .all(|d| d.id.starts_with("GPU-019e2226-") || d.id.starts_with("GPU-01deb21c-"))
+        );
+        assert_eq!(shared, 140);
+        assert_eq!(slices, if staged { 14 * 128 } else { 0 }, "staged={staged}");
+    }
 }

@@ -37,6 +37,10 @@ pub const ILUVATAR_SLICES_PER_ACCELERATOR: u32 = 100;
 /// Logical slices a Moore Threads accelerator hosts at most (spec mthreads §2.4: 16).
 pub const MTHREADS_SLICES_PER_ACCELERATOR: u32 = 16;
 
+/// Logical slices a T-Head PPU hosts at most (spec/thead.md §1.2: `logicalSliced.count` 128,
+/// compute over-committed).
+pub const THEAD_SLICES_PER_ACCELERATOR: u32 = 128;
+
 /// Tokens the visibility pool advertises per accelerator (`SlicedResourceMaxSize`).
 pub const VISIBILITY_TOKENS_PER_ACCELERATOR: u32 = 512;
 
@@ -49,6 +53,7 @@ pub fn slices_per_accelerator(manufacturer: Manufacturer) -> Option<u32> {
         Manufacturer::Hygon => Some(HYGON_SLICES_PER_ACCELERATOR),
         Manufacturer::Amd => Some(AMD_SLICES_PER_ACCELERATOR),
         Manufacturer::Ascend => Some(ASCEND_SLICES_PER_ACCELERATOR),
+        Manufacturer::Thead => Some(THEAD_SLICES_PER_ACCELERATOR),
         _ => None,
     }
 }
@@ -77,5 +82,6 @@ mod tests {
         assert_eq!(slices_per_accelerator(Manufacturer::Hygon), Some(4));
         assert_eq!(slices_per_accelerator(Manufacturer::Amd), Some(128));
         assert_eq!(slices_per_accelerator(Manufacturer::Ascend), Some(63));
+        assert_eq!(slices_per_accelerator(Manufacturer::Thead), Some(128));
     }
 }

@@ -1,0 +1,174 @@
+//! T-Head behind the manufacturer seam (accel-backend): the detector ([`crate::detector`], gated
+//! on the configured PCI vendor ids), the slicing library's layout (the HGGC shim pair in a flat
+//! `thead/` directory, built from this project's own sources; none on arm64, where the PPU SDK
+//! does not exist), the responder ([`crate::responder`]) and doctor. No partitioner yet: a card
+//! in MIG mode is listed and feeds no family. No kernel-log faults: the one `alixpu` capture
+//! shows driver-load topology lines only, no fault (spec §7: ECC is the health rule).
+
+use std::path::Path;
+use std::sync::Arc;
+
+use accel_backend::detect::{DetectRequest, Detector, StateError};
+use accel_backend::doctor::{Doctor, Options, Report};
+use accel_backend::record::RecordPlan;
+use accel_backend::reset::Reset;
+use accel_backend::respond::{Responder, ResponderSetup};
+use accel_backend::slicing::SlicingLibrary;
+use accel_backend::{Backend, StateDirRule};
+use accel_core::{Detection, Manufacturer, ManufacturerInventory};
+use accel_host::{Commands, Host};
+
+use crate::detector::{self, DetectOptions};
+use crate::responder::{QUOTA_SHIM, TheadResponder};
+use crate::usage::PpuSmiSampler;
+use crate::{devnode, smi};
+
+/// T-Head's row of the backends registry.
+pub fn backend() -> Backend {
+    Backend {
+        manufacturer: Manufacturer::Thead,
+        detector: Arc::new(TheadDetector),
+        slicing: Some(Arc::new(Hggc)),
+        partitioner: None,
+        responder: thead_responder,
+        // Device nodes only: no runtime, no CDI, nothing of the engine's.
+        engine: None,
+        injection: None,
+        faults: None,
+        reset: Reset::Refused(RESET_REFUSAL.to_string()),
+        doctor: Some(Arc::new(TheadDoctor)),
+        preflight: None,
+        sampler: Some(Arc::new(PpuSmiSampler)),
+        record: record_plan(),
+        state_dir: StateDirRule::Named,
+        replay: None,
+    }
+}
+
+/// Why the admin socket's reset refuses PPUs.
+pub const RESET_REFUSAL: &str = "T-Head PPUs are not reset by the device manager: the PPU SDK \
+     names no reset the driver would accept while its control nodes are held; drain the node \
+     and reset with the vendor's tools, or reboot (a new boot clears the recorded faults)";
+
+/// What `record` captures of a PPU node: the driver's version file, the control nodes and
+/// every card's node (their numbers kept in the markers), and the three `ppu-smi` queries.
+pub fn record_plan() -> RecordPlan {
+    RecordPlan {
+        files: vec![detector::MODULE_VERSION.trim_start_matches('/')],
+        trees: vec![],
+        device_nodes: vec!["dev/alixpu", "dev/alixpu_ctl"],
+        numbered_devices: vec!["alixpu_ppu"],
+        commands: vec![smi::TABLE_ARGV, smi::LIST_ARGV, smi::QUERY_ARGV],
+    }
+}
+
+/// T-Head's doctor behind the seam ([`crate::doctor::run`]).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct TheadDoctor;
+
+impl Doctor for TheadDoctor {
+    fn driver_shown(&self, host: &dyn Host) -> bool {
+        host.exists(devnode::CONTROL) || host.exists("sys/module/alixpu")
+    }
+
+    fn run(&self, host: &dyn Host, commands: &dyn Commands, options: &Options) -> Report {
+        Report::of(crate::doctor::run(
+            host,
+            commands,
+            options.deadlines,
+            &format!("/{}", options.library_dir.trim_start_matches('/')),
+            &options.arch,
+        ))
+    }
+}
+
+fn thead_responder(setup: ResponderSetup) -> Arc<dyn Responder> {
+    Arc::new(TheadResponder::from_setup(setup))
+}
+
+/// The T-Head detector behind [`Detector`].
+#[derive(Debug, Clone, Copy, Default)]
+pub struct TheadDetector;
+
+impl Detector for TheadDetector {
+    fn manufacturer(&self) -> Manufacturer {
+        Manufacturer::Thead
+    }
+
+    fn detect(&self, request: &DetectRequest<'_>) -> Result<Detection, StateError> {
+        if let Some(answer) = request.gated(Manufacturer::Thead) {
+            return Ok(answer);
+        }
+        let options = DetectOptions {
+            deadlines: request.deadlines,
+            vendor_ids: request.vendor_ids.iter().map(|id| id.vendor).collect(),
+            pci_classes: request.pci_classes.clone(),
+        };
+        Ok(detector::detect(request.host, request.commands, options))
+    }
+}
+
+/// Whether the HGGC shims exist for a CPU architecture (the PPU SDK is `x86_64`-only, so the
+/// arm64 image carries none; a PPU only exists in an `x86_64` host).
+pub fn hggc_built_for(arch: &str) -> bool {
+    arch == "x86_64"
+}
+
+/// The T-Head slicing shims: `hggc_quota.so` (enforcement) and `hgml_dlsym_hook.so`
+/// (visibility), one build for every HGGC runtime (the SDK lives in the workload image).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Hggc;
+
+impl Hggc {
+    /// [`SlicingLibrary::runtime_major`] on a given architecture: the HGGC major when the
+    /// detection names it, 0 when it does not (the shims do not depend on it); `None` where no
+    /// shim is built.
+    pub fn runtime_major_on(arch: &str, section: &ManufacturerInventory) -> Option<u32> {
+        if !hggc_built_for(arch) {
+            return None;
+        }
+        Some(
+            section
+                .runtime_version
+                .as_deref()
+                .and_then(|v| v.split('.').next())
+                .and_then(|m| m.parse::<u32>().ok())
+                .unwrap_or(0),
+        )
+    }
+}
+
+impl SlicingLibrary for Hggc {
+    fn runtime(&self) -> &'static str {
+        "HGGC"
+    }
+
+    fn runtime_major(&self, section: &ManufacturerInventory) -> Option<u32> {
+        Hggc::runtime_major_on(std::env::consts::ARCH, section)
+    }
+
+    /// The flat `<library-dir>/thead/hggc_quota.so`, whatever the major (the responder refuses
+    /// a slice naming any other staged file that is missing).
+    fn library_path(&self, library_dir: &Path, _major: u32) -> String {
+        TheadResponder::shim_dir(library_dir)
+            .join(QUOTA_SHIM)
+            .display()
+            .to_string()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_shims_exist_on_x86_64_only_and_lie_flat() {
+        let section = ManufacturerInventory::empty(Manufacturer::Thead);
+        assert_eq!(Hggc::runtime_major_on("x86_64", &section), Some(0));
+        assert_eq!(Hggc::runtime_major_on("aarch64", &section), None);
+        assert_eq!(
+            Hggc.library_path(Path::new("/var/lib/gpustack/operator/lib"), 0),
+            "/var/lib/gpustack/operator/lib/thead/hggc_quota.so"
+        );
+    }
+}

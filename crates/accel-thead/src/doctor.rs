@@ -1,0 +1,179 @@
+//! `doctor` for a T-Head node: what the detector and the responder need, each check `ok`,
+//! `warn` or `fail` with a one-line reason and what to do. It reads the host through [`Host`]
+//! and [`Commands`] and changes nothing.
+//!
+//! Checks: `alixpu-driver` (the two control nodes are character devices), `ppu-smi` (the device
+//! table answers; the driver-not-loaded answer named), `device-nodes` (every detected card's
+//! `/dev/alixpu_ppu<ordinal>` carries the minor `ppu-smi -q` records: the responder's
+//! precondition), `mig-mode` (cards in MIG mode feed no family in this build),
+//! `slicing-library` (`<library-dir>/thead` holds `ld.so.preload`, the shim pair and
+//! `ppu-monitor`; none on arm64).
+
+use accel_backend::Deadlines;
+use accel_backend::doctor::Check;
+use accel_core::inventory::{Grantable, ManufacturerInventory};
+use accel_host::{Commands, Host};
+
+use crate::backend::hggc_built_for;
+use crate::detector::{self, DetectOptions};
+use crate::devnode;
+use crate::responder::{STAGED, TheadResponder};
+
+/// Runs every check. `library_dir` is the host path the shims are staged under (its `thead/`);
+/// `arch` the CPU architecture the daemon's image is built for.
+pub fn run(
+    host: &dyn Host,
+    commands: &dyn Commands,
+    deadlines: Deadlines,
+    library_dir: &str,
+    arch: &str,
+) -> Vec<Check> {
+    let mut checks = vec![driver(host)];
+    let options = DetectOptions {
+        deadlines,
+        ..DetectOptions::default()
+    };
+    let detected = detector::detect(host, commands, options);
+    let section = match &detected {
+        Ok(section) if !section.accelerators.is_empty() => {
+            checks.push(Check::ok(
+                "ppu-smi",
+                format!(
+                    "ppu-smi lists {} PPU(s); driver {}",
+                    section.accelerators.len(),
+                    section.driver_version.as_deref().unwrap_or("unknown")
+                ),
+            ));
+            Some(section)
+        }
+        Ok(section) => {
+            let why = section
+                .notes
+                .first()
+                .cloned()
+                .unwrap_or_else(|| "ppu-smi lists no PPU".into());
+            checks.push(Check::fail(
+                "ppu-smi",
+                why,
+                "install the PPU SDK and load the alixpu driver; verify with ppu-smi",
+            ));
+            None
+        }
+        Err(e) => {
+            checks.push(Check::fail(
+                "ppu-smi",
+                e.to_string(),
+                "ppu-smi must answer within its deadline: check the driver (dmesg | grep alixpu)",
+            ));
+            None
+        }
+    };
+    if let Some(section) = section {
+        checks.push(device_nodes(host, section));
+        checks.push(mig_mode(section));
+    }
+    checks.push(slicing_library(host, library_dir, arch));
+    checks
+}
+
+fn driver(host: &dyn Host) -> Check {
+    let failures: Vec<String> = [devnode::CONTROL, devnode::CONTROL_CTL]
+        .into_iter()
+        .filter_map(|n| devnode::require(host, n).err())
+        .map(|e| e.to_string())
+        .collect();
+    if failures.is_empty() {
+        Check::ok(
+            "alixpu-driver",
+            format!(
+                "{} and {} are character devices",
+                devnode::CONTROL,
+                devnode::CONTROL_CTL
+            ),
+        )
+    } else {
+        Check::fail(
+            "alixpu-driver",
+            failures.join("; "),
+            "load the alixpu driver (the PPU SDK's kernel driver); in a container, mount the host's /dev",
+        )
+    }
+}
+
+fn device_nodes(host: &dyn Host, section: &ManufacturerInventory) -> Check {
+    let refusals: Vec<String> = section
+        .accelerators
+        .iter()
+        .filter_map(|a| {
+            let name = a.uuid.clone().unwrap_or_else(|| a.index.to_string());
+            devnode::prove_card(host, &name, a.index, a.minor_number).err()
+        })
+        .map(|e| e.to_string())
+        .collect();
+    if refusals.is_empty() {
+        Check::ok(
+            "device-nodes",
+            format!(
+                "every PPU's {}<ordinal> carries the minor ppu-smi records",
+                devnode::CARD_PREFIX
+            ),
+        )
+    } else {
+        Check::fail(
+            "device-nodes",
+            refusals.join("; "),
+            "those PPUs are refused every allocation: compare ls -l /dev/alixpu_ppu* with ppu-smi -q's Minor Number, and restart the device manager after the driver settles",
+        )
+    }
+}
+
+fn mig_mode(section: &ManufacturerInventory) -> Check {
+    let partitioned: Vec<String> = section
+        .accelerators
+        .iter()
+        .filter(|a| a.grantable == Grantable::PartitionsOnly)
+        .map(|a| a.index.to_string())
+        .collect();
+    if partitioned.is_empty() {
+        Check::ok("mig-mode", "no PPU is in MIG mode")
+    } else {
+        Check::warn(
+            "mig-mode",
+            format!(
+                "PPU(s) {} are in MIG mode and feed no family here (this build makes no T-Head partitions)",
+                partitioned.join(", ")
+            ),
+            "turn MIG off on them (ppu-smi -i <N> -mig 0) and restart the device manager to serve them whole",
+        )
+    }
+}
+
+fn slicing_library(host: &dyn Host, library_dir: &str, arch: &str) -> Check {
+    if !hggc_built_for(arch) {
+        return Check::ok(
+            "slicing-library",
+            format!("no PPU shim on {arch} (the PPU SDK is x86_64-only)"),
+        );
+    }
+    let dir = TheadResponder::shim_dir(std::path::Path::new(library_dir));
+    let missing: Vec<String> = std::iter::once(accel_backend::chores::PRELOAD_FILE)
+        .chain(STAGED)
+        .map(|f| dir.join(f).display().to_string())
+        .filter(|p| !host.exists(p))
+        .collect();
+    if missing.is_empty() {
+        Check::ok(
+            "slicing-library",
+            format!(
+                "{} holds the shim pair, ppu-monitor and ld.so.preload",
+                dir.display()
+            ),
+        )
+    } else {
+        Check::warn(
+            "slicing-library",
+            format!("{} not staged: slices are not offered", missing.join(", ")),
+            "let the device manager's init container stage <library-dir>/thead",
+        )
+    }
+}

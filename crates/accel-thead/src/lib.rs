@@ -1,0 +1,15 @@
+//! T-Head (Alibaba) PPUs: the `ppu-smi` readers (device table, `-L`, `-q`, the MIG devices
+//! table), the detector that joins them with the PCI bus, the device-node proof by kernel minor,
+//! the responder (device nodes only; the HGGC shim pair, `ppu-monitor` and a per-container
+//! ledger directory for slices) and doctor, behind accel-backend's seam ([`backend`]). No HGML
+//! library is loaded at build or run time.
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
+
+pub mod backend;
+pub mod detector;
+pub mod devnode;
+pub mod doctor;
+pub mod kmsg;
+pub mod responder;
+pub mod smi;
+pub mod usage;

@@ -1,0 +1,285 @@
+//! The detector over the recorded T-Head hosts (`testdata/hosts/thead-*`): sixteen whole
+//! cards, a mixed node with two cards in MIG mode, a driver that is not loaded, another
+//! vendor's host, and copies of the 16-PPU host with one source hanging, missing or lacking a
+//! card's UUID (which shifts every later ordinal, and the minor proof catches it).
+
+use std::path::Path;
+use std::time::Duration;
+
+use accel_backend::Deadlines;
+use accel_core::inventory::{DetectError, Grantable, MigMode};
+use accel_host::{FsHost, RecordedCommands};
+use accel_thead::detector::{self, DetectOptions, Note};
+use accel_thead::devnode;
+
+fn detect_in(dir: &Path, options: DetectOptions) -> accel_core::Detection {
+    let files = FsHost::new(dir.join("root"));
+    let commands = RecordedCommands::load(dir).unwrap();
+    detector::detect(&files, &commands, options)
+}
+
+fn detect(name: &str) -> accel_core::ManufacturerInventory {
+    detect_in(
+        &accel_testkit::recorded_host(name),
+        DetectOptions::default(),
+    )
+    .unwrap()
+}
+
+#[test]
+fn sixteen_whole_cards_by_tool_index_with_their_minors() {
+    let section = detect("thead-16x-zw810e");
+    assert_eq!(section.accelerators.len(), 16);
+    let a = &section.accelerators[0];
+    assert_eq!(
+        a.uuid.as_deref(),
+        Some("GPU-019e2226-4211-0208-0000-000000ab261d")
+    );
+    assert_eq!(a.bus_id.unwrap().sysfs(), "0000:a8:00.0");
+    assert_eq!((a.minor_number, a.numa_node), (Some(1), Some(4)));
+    let last = &section.accelerators[15];
+    assert_eq!((last.index, last.minor_number), (15, Some(16)));
+    assert!(
+        section
+            .accelerators
+            .iter()
+            .all(|a| a.grantable == Grantable::Whole && a.mig_mode == Some(MigMode::Disabled))
+    );
+    assert_eq!(section.management_version.as_deref(), Some("1.17"));
+    assert!(section.notes.is_empty(), "{:?}", section.notes);
+    // Every fact came from the table itself (two-digit indexes too), not a fallback.
+    let dir = accel_testkit::recorded_host("thead-16x-zw810e");
+    let text = std::fs::read_to_string(dir.join("commands/table/stdout")).unwrap();
+    let table = accel_thead::smi::parse_table(&text).unwrap();
+    let indexes: Vec<Option<u32>> = table.cards.iter().map(|c| c.index).collect();
+    assert_eq!(indexes, (0..16).map(Some).collect::<Vec<_>>());
+    assert!(
+        table
+            .cards
+            .iter()
+            .all(|c| c.name.as_deref() == Some("PPU-ZW810E"))
+    );
+}
+
+#[test]
+fn a_mixed_node_serves_mig_cards_as_partitions_only() {
+    let section = detect("thead-16x-zw810e-mig2");
+    let modes: Vec<Grantable> = section.accelerators.iter().map(|a| a.grantable).collect();
+    assert_eq!(modes.iter().filter(|g| **g == Grantable::Whole).count(), 14);
+    assert_eq!(modes[14], Grantable::PartitionsOnly);
+    assert_eq!(modes[15], Grantable::PartitionsOnly);
+    let last = &section.accelerators[15];
+    assert_eq!(last.mig_mode, Some(MigMode::Enabled));
+    let migs: Vec<(Option<&str>, Option<&str>)> = last
+        .mig_devices
+        .iter()
+        .map(|m| (m.profile.as_deref(), m.uuid.as_deref()))
+        .collect();
+    assert_eq!(
+        migs,
+        [
+            (
+                Some("g1.c1.i1"),
+                Some("MIG-79c62632-04cc-574b-af7b-cb2e307121c85")
+            ),
+            (
+                Some("g1.c0.i0"),
+                Some("MIG-79c62632-04cc-574b-af7b-cb2e307121c84")
+            ),
+        ]
+    );
+    // A pending switch changes nothing before a restart.
+    assert_eq!(section.accelerators[13].grantable, Grantable::Whole);
+    let pending = Note::PendingMode {
+        ordinal: 13,
+        current: Some(MigMode::Disabled),
+        pending: MigMode::Enabled,
+    };
+    assert!(
+        section.notes.contains(&pending.to_string()),
+        "{:?}",
+        section.notes
+    );
+}
+
+#[test]
+fn a_driver_that_is_not_loaded_lists_nothing_and_says_why() {
+    let section = detect("thead-driver-not-loaded");
+    assert!(section.accelerators.is_empty());
+    let note = Note::UnlistedFunctions {
+        count: 2,
+        why: "ppu-smi: the alixpu driver is not loaded (init HGML error: driver is not loaded)"
+            .into(),
+    };
+    assert_eq!(section.notes, [note.to_string()]);
+}
+
+#[test]
+fn another_vendors_host_is_not_a_ppu_host() {
+    for name in ["amd-8x-mi300x", "hgx-h100-8gpu", "no-driver"] {
+        let section = detect(name);
+        assert!(section.accelerators.is_empty(), "{name}");
+        assert!(section.notes.is_empty(), "{name}: {:?}", section.notes);
+    }
+}
+
+fn copy_of(name: &str) -> tempfile::TempDir {
+    accel_testkit::copy_recorded(name)
+}
+
+#[test]
+fn a_hanging_table_is_an_unmeasured_pass() {
+    let dir = copy_of("thead-16x-zw810e");
+    std::fs::write(dir.path().join("commands/table/delay-ms"), "5000\n").unwrap();
+    let options = DetectOptions {
+        deadlines: Deadlines {
+            per_query: Duration::from_millis(200),
+            snapshot: Duration::from_millis(400),
+        },
+        ..DetectOptions::default()
+    };
+    let err = detect_in(dir.path(), options).unwrap_err();
+    let DetectError::NotMeasured { reason, .. } = err else {
+        panic!("{err:?}");
+    };
+    assert!(reason.starts_with("ppu-smi: no answer within"), "{reason}");
+}
+
+#[test]
+fn without_the_query_no_card_has_a_minor_and_each_says_so() {
+    let dir = copy_of("thead-16x-zw810e");
+    std::fs::remove_dir_all(dir.path().join("commands/query")).unwrap();
+    let section = detect_in(dir.path(), DetectOptions::default()).unwrap();
+    assert_eq!(section.accelerators.len(), 16);
+    assert!(
+        section
+            .accelerators
+            .iter()
+            .all(|a| a.minor_number.is_none())
+    );
+    let first = Note::NoMinor {
+        ordinal: 0,
+        uuid: "GPU-019e2226-4211-0208-0000-000000ab261d".into(),
+    };
+    assert!(
+        section.notes.contains(&first.to_string()),
+        "{:?}",
+        section.notes
+    );
+    // The responder's proof then refuses the card by name.
+    let host = FsHost::new(dir.path().join("root"));
+    let a = &section.accelerators[0];
+    assert_eq!(
+        devnode::prove_card(&host, a.uuid.as_deref().unwrap(), a.index, a.minor_number)
+            .unwrap_err()
+            .to_string(),
+        "card GPU-019e2226-4211-0208-0000-000000ab261d: no recorded minor number to prove its device node addresses it: fail closed"
+    );
+}
+
+/// Drops card 3's UUID from `-L` and `-q`.
+fn without_uuid_of_card_3(dir: &Path) {
+    let uuid = "GPU-019e2226-8261-0222-0000-0000a0490d60";
+    for file in ["commands/list/stdout", "commands/query/stdout"] {
+        let path = dir.join(file);
+        let text = std::fs::read_to_string(&path).unwrap();
+        std::fs::write(&path, text.replace(uuid, "N/A")).unwrap();
+    }
+}
+
+#[test]
+fn a_card_without_uuid_is_skipped_and_the_shifted_ordinals_fail_their_proof() {
+    let dir = copy_of("thead-16x-zw810e");
+    without_uuid_of_card_3(dir.path());
+    let section = detect_in(dir.path(), DetectOptions::default()).unwrap();
+    assert_eq!(section.accelerators.len(), 15);
+    let skipped = Note::NoUuid {
+        tool_index: 3,
+        bus: "0000:aa:00.0".into(),
+    };
+    assert!(
+        section.notes.contains(&skipped.to_string()),
+        "{:?}",
+        section.notes
+    );
+    let host = FsHost::new(dir.path().join("root"));
+    let proof = |i: usize| {
+        let a = &section.accelerators[i];
+        devnode::prove_card(&host, a.uuid.as_deref().unwrap(), a.index, a.minor_number)
+    };
+    // Ordinals 0–2 are unchanged; ordinal 3 is the tool's card 4 (minor 5), whose node
+    // /dev/alixpu_ppu3 carries the skipped card's minor 4.
+    assert_eq!(proof(2).unwrap(), "/dev/alixpu_ppu2");
+    assert_eq!(
+        proof(3).unwrap_err().to_string(),
+        "card GPU-019e2226-84b1-061e-0000-000020cc396a: device node \"/dev/alixpu_ppu3\" carries minor 4, want 5: fail closed"
+    );
+}
+
+#[test]
+fn without_the_list_the_query_names_the_cards() {
+    let dir = copy_of("thead-16x-zw810e");
+    std::fs::remove_dir_all(dir.path().join("commands/list")).unwrap();
+    let section = detect_in(dir.path(), DetectOptions::default()).unwrap();
+    assert_eq!(section.accelerators.len(), 16);
+    assert_eq!(
+        section.accelerators[1].uuid.as_deref(),
+        Some("GPU-019e2226-84c1-0200-0000-0000c020e701")
+    );
+    assert!(
+        section.notes.iter().any(|n| n.starts_with("ppu-smi -L: ")),
+        "{:?}",
+        section.notes
+    );
+}
+
+#[test]
+fn an_uncorrected_ecc_error_makes_the_card_unhealthy() {
+    let dir = copy_of("thead-16x-zw810e");
+    let path = dir.path().join("commands/table/stdout");
+    let text = std::fs::read_to_string(&path).unwrap();
+    // Card 0's `Volatile Uncorr. ECC` cell.
+    let first = "| 00000000:A8:00.0     |                    0 |";
+    assert!(text.contains(first));
+    let text = text.replacen(first, "| 00000000:A8:00.0     |                    2 |", 1);
+    std::fs::write(&path, text).unwrap();
+    let section = detect_in(dir.path(), DetectOptions::default()).unwrap();
+    let a = &section.accelerators[0];
+    assert!(!a.healthy);
+    assert_eq!(a.health_reasons, ["2 uncorrectable volatile ECC errors"]);
+    assert!(section.accelerators[1].healthy);
+}
+
+#[test]
+fn the_sampler_reads_the_table_named_by_the_lists_uuids() {
+    use accel_backend::usage::UsageSampler;
+    let dir = accel_testkit::recorded_host("thead-16x-zw810e");
+    let commands = RecordedCommands::load(&dir).unwrap();
+    let sample = accel_thead::usage::PpuSmiSampler
+        .sample(&commands, Duration::from_secs(5))
+        .unwrap();
+    assert_eq!(sample.accelerators.len(), 16);
+    let a = &sample.accelerators[0];
+    assert_eq!(a.uuid, "GPU-019e2226-4211-0208-0000-000000ab261d");
+    assert_eq!(
+        (a.memory_used_mib, a.memory_total_mib),
+        (Some(91_349), Some(98_304))
+    );
+    assert_eq!(
+        (a.temperature_c, a.power_draw_w, a.power_limit_w),
+        (Some(34.0), Some(93.0), Some(400.0))
+    );
+    assert_eq!(a.utilization_percent, Some(0.0));
+    let gone = copy_of("thead-16x-zw810e");
+    std::fs::remove_dir_all(gone.path().join("commands/table")).unwrap();
+    let err = accel_thead::usage::PpuSmiSampler
+        .sample(
+            &RecordedCommands::load(gone.path()).unwrap(),
+            Duration::from_secs(5),
+        )
+        .unwrap_err();
+    assert!(
+        matches!(err, accel_backend::usage::SampleError::NoTool(_)),
+        "{err}"
+    );
+}
