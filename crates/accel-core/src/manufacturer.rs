@@ -196,6 +196,10 @@ impl Manufacturer {
             resource_base: self.default_resource_base().to_string(),
             runtime_class: match self {
                 Manufacturer::Nvidia => Some("nvidia".to_string()),
+                // Attached only where a RuntimeClass of the name exists (spec/cambricon.md §1).
+                Manufacturer::Cambricon => Some("cambricon".to_string()),
+                // Likewise (spec/metax.md §1).
+                Manufacturer::Metax => Some("metax".to_string()),
                 _ => None,
             },
             partition_kind: crate::resources::partition_kind(self).map(str::to_string),
@@ -453,6 +457,13 @@ mod table_tests {
         assert_eq!(nvidia.slice_count, Some(128));
         assert_eq!(table.get(Manufacturer::Hygon).slice_count, Some(4));
         assert_eq!(table.get(Manufacturer::Amd).partition_kind, None);
+        let cambricon = table.get(Manufacturer::Cambricon);
+        assert_eq!(cambricon.runtime_class.as_deref(), Some("cambricon"));
+        assert_eq!(cambricon.partition_kind, None);
+        assert_eq!(
+            table.get(Manufacturer::Metax).runtime_class.as_deref(),
+            Some("metax")
+        );
         assert_eq!(
             table.vendor_ids_hex(),
             [

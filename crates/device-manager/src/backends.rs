@@ -16,6 +16,8 @@ pub fn all() -> Vec<Backend> {
     vec![
         accel_nvidia::backend::backend(),
         accel_amd::backend::backend(),
+        accel_cambricon::backend::backend(),
+        accel_metax::backend::backend(),
     ]
 }
 
