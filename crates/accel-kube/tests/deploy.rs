@@ -31,7 +31,12 @@ use serde_json::{Value, json};
 
 /// The manufacturers this project can detect. A new detector adds its manufacturer here and
 /// `detectable: true` to its row of the chart's `global.manufacturers` together.
-const DETECTABLE: [Manufacturer; 2] = [Manufacturer::Nvidia, Manufacturer::Amd];
+const DETECTABLE: [Manufacturer; 4] = [
+    Manufacturer::Nvidia,
+    Manufacturer::Amd,
+    Manufacturer::Cambricon,
+    Manufacturer::Metax,
+];
 
 /// The CUDA majors the image builds HAMi-core for.
 const CUDA_MAJORS: [u32; 2] = [12, 13];
