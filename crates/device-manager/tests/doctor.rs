@@ -79,10 +79,13 @@ fn all_hosts() -> Vec<String> {
 /// Hosts where a check fails: doctor exits 1 there, 0 elsewhere. The K80 (its 430 driver
 /// answers "Not Found"), the L4 and the WSL 2 host (no CUDA version was captured) report no CUDA
 /// version, which fails the driver check (seed 002: without it NVML does not initialise).
-/// AMD's host without a driver fails its `amdgpu-driver` and `kfd` checks.
+/// AMD's host without a driver fails its `amdgpu-driver` and `kfd` checks; Cambricon's and
+/// MetaX's theirs (`cambricon-driver`, `metax-driver`).
 const FAILING: &[&str] = &[
     "amd-no-driver",
     "azure-4x-k80",
+    "cambricon-no-driver",
+    "metax-no-driver",
     "no-driver",
     "passthrough-l4",
     "smi-hangs",
