@@ -217,6 +217,10 @@ impl Manufacturer {
                 Manufacturer::Ascend => Some("ascend".to_string()),
                 Manufacturer::Iluvatar => Some("iluvatar".to_string()),
                 Manufacturer::Mthreads => Some("mthreads".to_string()),
+                // Attached only where a RuntimeClass of the name exists (spec/cambricon.md §1).
+                Manufacturer::Cambricon => Some("cambricon".to_string()),
+                // Likewise (spec/metax.md §1).
+                Manufacturer::Metax => Some("metax".to_string()),
                 _ => None,
             },
             partition_kind: crate::resources::partition_kind(self).map(str::to_string),
@@ -491,6 +495,13 @@ mod table_tests {
         assert_eq!(mthreads.runtime_class.as_deref(), Some("mthreads"));
         assert_eq!(mthreads.slice_count, Some(16));
         assert_eq!(table.get(Manufacturer::Amd).runtime_class, None);
+        let cambricon = table.get(Manufacturer::Cambricon);
+        assert_eq!(cambricon.runtime_class.as_deref(), Some("cambricon"));
+        assert_eq!(cambricon.partition_kind, None);
+        assert_eq!(
+            table.get(Manufacturer::Metax).runtime_class.as_deref(),
+            Some("metax")
+        );
         assert_eq!(
             table.vendor_ids_hex(),
             [

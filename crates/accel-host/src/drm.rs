@@ -181,6 +181,28 @@ pub fn read_bound_minors(
         .map(|entries| minors(&entries))
 }
 
+/// The `drm/` listing of the PCI device `bdf` under a module whose PCI driver is named apart
+/// from it (MetaX: module `metax`, driver `pci:METAX` or `pci:metax`):
+/// `/sys/module/<module>/drivers/pci:<pci_driver>/<bdf>/drm`.
+pub fn module_drm_dir(module: &str, pci_driver: &str, bdf: &str) -> String {
+    format!("/sys/module/{module}/drivers/pci:{pci_driver}/{bdf}/drm")
+}
+
+/// The minors `bdf` lists under the first of `pci_drivers` whose [`module_drm_dir`] can be
+/// read, `(card, render)`; `None` when none can (not bound to that module).
+pub fn read_module_minors(
+    host: &dyn Host,
+    module: &str,
+    pci_drivers: &[&str],
+    bdf: &str,
+) -> Option<(Option<u32>, Option<u32>)> {
+    pci_drivers.iter().find_map(|driver| {
+        host.list(&module_drm_dir(module, driver, bdf))
+            .ok()
+            .map(|entries| minors(&entries))
+    })
+}
+
 /// The character devices an `ls -l` listing shows (`crw-rw---- 1 root render 226, 128 … renderD128`):
 /// `(name, major, minor)`. Other lines are skipped.
 pub fn listed_char_devices(text: &str) -> Vec<(String, u32, u32)> {

@@ -31,12 +31,14 @@ use serde_json::{Value, json};
 
 /// The manufacturers this project can detect. A new detector adds its manufacturer here and
 /// `detectable: true` to its row of the chart's `global.manufacturers` together.
-const DETECTABLE: [Manufacturer; 7] = [
+const DETECTABLE: [Manufacturer; 9] = [
     Manufacturer::Nvidia,
     Manufacturer::Amd,
     Manufacturer::Ascend,
+    Manufacturer::Cambricon,
     Manufacturer::Hygon,
     Manufacturer::Iluvatar,
+    Manufacturer::Metax,
     Manufacturer::Mthreads,
     Manufacturer::Thead,
 ];
@@ -995,7 +997,7 @@ fn a_new_manufacturers_row_renders_its_daemonset_with_no_template_edit() {
     )
     .expect_err("an undetectable row enabled");
     assert!(
-        refused.contains("cannot detect acme accelerators yet (detectable: amd, ascend, hygon, iluvatar, mthreads, nvidia, thead)"),
+        refused.contains("cannot detect acme accelerators yet (detectable: amd, ascend, cambricon, hygon, iluvatar, metax, mthreads, nvidia, thead)"),
         "{refused}"
     );
     // A row's host path is checked as the chart's own are.

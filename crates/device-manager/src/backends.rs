@@ -17,8 +17,10 @@ pub fn all() -> Vec<Backend> {
         accel_nvidia::backend::backend(),
         accel_amd::backend::backend(),
         accel_ascend::backend::backend(),
+        accel_cambricon::backend::backend(),
         accel_hygon::backend::backend(),
         accel_iluvatar::backend::backend(),
+        accel_metax::backend::backend(),
         accel_mthreads::backend::backend(),
         accel_thead::backend::backend(),
     ]

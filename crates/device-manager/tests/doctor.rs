@@ -81,13 +81,16 @@ fn all_hosts() -> Vec<String> {
 /// version, which fails the driver check (seed 002: without it NVML does not initialise).
 /// AMD's host without a driver fails its `amdgpu-driver` and `kfd` checks; Ascend's whose driver
 /// will not initialise its `npu-smi` check; Hygon's silent driver its `hygon-driver` and `hy-smi`
-/// checks; the two hosts whose Iluvatar or Moore Threads driver does not answer their tool check.
+/// checks; the two hosts whose Iluvatar or Moore Threads driver does not answer their tool check;
+/// Cambricon's and MetaX's hosts without a driver theirs (`cambricon-driver`, `metax-driver`).
 const FAILING: &[&str] = &[
     "amd-no-driver",
     "ascend-driver-not-initialised",
     "azure-4x-k80",
+    "cambricon-no-driver",
     "hygon-driver-silent",
     "iluvatar-driver-not-answering",
+    "metax-no-driver",
     "mthreads-driver-not-answering",
     "no-driver",
     "passthrough-l4",

@@ -1,0 +1,104 @@
+//! Cambricon behind the manufacturer seam (accel-backend): the detector ([`crate::detector`],
+//! gated on the configured PCI vendor ids), the responder ([`crate::responder`]) and doctor.
+//! No slicing library (sMLU slices are driver objects, and this build does not make them), no
+//! partitioner (Cambricon has no partition family), no fault reader (the described system
+//! reads none for Cambricon: health rests on detection).
+
+use std::sync::Arc;
+
+use accel_backend::detect::{DetectRequest, Detector, StateError};
+use accel_backend::doctor::{Doctor, Options, Report};
+use accel_backend::record::RecordPlan;
+use accel_backend::reset::Reset;
+use accel_backend::respond::{Responder, ResponderSetup};
+use accel_backend::{Backend, StateDirRule};
+use accel_core::{Detection, Manufacturer};
+use accel_host::{Commands, Host};
+
+use crate::detector::{self, DetectOptions};
+use crate::responder::CambriconResponder;
+
+/// Cambricon's row of the backends registry.
+pub fn backend() -> Backend {
+    Backend {
+        manufacturer: Manufacturer::Cambricon,
+        detector: Arc::new(CambriconDetector),
+        slicing: None,
+        partitioner: None,
+        responder: cambricon_responder,
+        // The responder hands /dev nodes itself: no runtime, no CDI, nothing of the engine's.
+        engine: None,
+        injection: None,
+        faults: None,
+        reset: Reset::Refused(RESET_REFUSAL.to_string()),
+        doctor: Some(Arc::new(CambriconDoctor)),
+        preflight: None,
+        sampler: None,
+        record: record_plan(),
+        state_dir: StateDirRule::Named,
+        replay: None,
+    }
+}
+
+/// Why the admin socket's reset refuses Cambricon accelerators.
+pub const RESET_REFUSAL: &str = "Cambricon accelerators are not reset by the device manager: \
+     drain the node and reset the card with `cnmon` by hand, or reboot";
+
+/// What `record` captures of a Cambricon node: the driver module's version, the Neuware
+/// version file, the card and control nodes, and the two cnmon queries the detector runs.
+pub fn record_plan() -> RecordPlan {
+    RecordPlan {
+        files: vec![
+            detector::DRIVER_VERSION_FILE.trim_start_matches('/'),
+            detector::RUNTIME_VERSION_FILE.trim_start_matches('/'),
+        ],
+        trees: vec!["sys/module/cambricon_drv/drivers"],
+        device_nodes: vec!["dev/cambricon_ctl", "dev/cambricon_gdr"],
+        numbered_devices: vec!["cambricon_dev", "cambricon_ipcm", "cmsg_ctrl", "commu"],
+        commands: vec![crate::cnmon::TABLE_ARGV, crate::cnmon::INFO_ARGV],
+    }
+}
+
+fn cambricon_responder(setup: ResponderSetup) -> Arc<dyn Responder> {
+    Arc::new(CambriconResponder::from_setup(setup))
+}
+
+/// Cambricon's doctor behind the seam ([`crate::doctor::run`]).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct CambriconDoctor;
+
+impl Doctor for CambriconDoctor {
+    fn driver_shown(&self, host: &dyn Host) -> bool {
+        host.exists(detector::DRIVER_VERSION_FILE) || host.exists(crate::nodes::CTL)
+    }
+
+    fn run(&self, host: &dyn Host, commands: &dyn Commands, options: &Options) -> Report {
+        let detect = DetectOptions {
+            deadlines: options.deadlines,
+            ..DetectOptions::default()
+        };
+        Report::of(crate::doctor::run(host, commands, &detect))
+    }
+}
+
+/// The Cambricon detector behind [`Detector`].
+#[derive(Debug, Clone, Copy, Default)]
+pub struct CambriconDetector;
+
+impl Detector for CambriconDetector {
+    fn manufacturer(&self) -> Manufacturer {
+        Manufacturer::Cambricon
+    }
+
+    fn detect(&self, request: &DetectRequest<'_>) -> Result<Detection, StateError> {
+        if let Some(answer) = request.gated(Manufacturer::Cambricon) {
+            return Ok(answer);
+        }
+        let options = DetectOptions {
+            deadlines: request.deadlines,
+            vendor_ids: request.vendor_ids.iter().map(|id| id.vendor).collect(),
+            pci_classes: request.pci_classes.clone(),
+        };
+        Ok(detector::detect(request.host, request.commands, &options))
+    }
+}

@@ -1,0 +1,64 @@
+//! Every Cambricon parser takes any bytes without panicking: the tool's output is untrusted
+//! input.
+
+use std::sync::OnceLock;
+
+use accel_cambricon::cnmon;
+use proptest::prelude::*;
+
+fn corpus() -> &'static [Vec<u8>] {
+    static CORPUS: OnceLock<Vec<Vec<u8>>> = OnceLock::new();
+    CORPUS.get_or_init(|| {
+        accel_testkit::read_captures(&accel_testkit::shared_fixtures("cambricon"), &["cnmon"])
+    })
+}
+
+fn read_all(s: &str) {
+    let _ = cnmon::parse_table(s);
+    let _ = cnmon::parse_info(s);
+    let _ = cnmon::major_minor(s);
+}
+
+fn fragments() -> impl Strategy<Value = String> {
+    let piece = prop_oneof![
+        Just("| CNMON v5.10.10   Driver v".to_string()),
+        Just("| Card  VF  Name       Firmware |   Bus-Id | Util  Ecc-Error |\n".to_string()),
+        Just("| Fan   Temp  Pwr:Usage/Cap |  Memory-Usage | Mode  Compute-Mode |\n".to_string()),
+        Just("|=====+=====+=====|\n".to_string()),
+        Just("+-----+-----+-----+\n".to_string()),
+        Just("| 0  /  MLU370-X4  v1.1.6 |  0000:4F:00.0 | 0%  N/A |\n".to_string()),
+        Just("0 MiB/ xxxxx MiB".to_string()),
+        Just("Card ".to_string()),
+        Just("UUID : ".to_string()),
+        Just("PCIe Bus Id : 0000:".to_string()),
+        Just("Product Name : ".to_string()),
+        Just(" | ".to_string()),
+        Just("\n".to_string()),
+        Just("\0".to_string()),
+        "[ -~]{0,12}",
+        any::<u64>().prop_map(|n| n.to_string()),
+    ];
+    prop::collection::vec(piece, 0..40).prop_map(|v| v.concat())
+}
+
+proptest! {
+    #[test]
+    fn text_parsers_never_panic(s in fragments()) {
+        read_all(&s);
+    }
+
+    #[test]
+    fn mutated_captures_never_panic(
+        file in any::<prop::sample::Index>(),
+        mutation in accel_testkit::mutate::mutation(),
+    ) {
+        let original: &Vec<u8> = file.get(corpus());
+        let bytes = mutation.apply(original);
+        read_all(&String::from_utf8_lossy(&bytes));
+    }
+
+    #[test]
+    fn arbitrary_bytes_never_panic(bytes in prop::collection::vec(any::<u8>(), 0..512)) {
+        read_all(&String::from_utf8_lossy(&bytes));
+    }
+}

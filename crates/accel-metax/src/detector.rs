@@ -1,0 +1,241 @@
+//! The MetaX detector: the kernel's views first (the PCI functions of MetaX's vendor ids, with
+//! virtual functions skipped; each one's DRM minors from the `metax` module's listing
+//! `/sys/module/metax/drivers/pci:{METAX,metax}/<bdf>/drm`; the module's version), then
+//! `mx-smi` (the table, then `mx-smi -L` for the UUIDs), joined once by PCI address
+//! ([`join`]).
+//!
+//! **What an accelerator is.** One MetaX physical function (or bare-metal function) bound to
+//! the `metax` driver. A virtual function (sysfs shows a `physfn` link) is skipped, as the
+//! described system skips `Virtualization_Mode_Vf` devices. Its index is a compact counter in
+//! bus order; its DRM `card<N>` and `renderD<M>` minors are read apart, never one computed from
+//! the other (spec §2.2).
+//!
+//! Answers: no MetaX function → `Ok(empty)`; functions but none bound to `metax` → `Ok(empty)`
+//! with a note; otherwise `Ok(list)`, whatever mx-smi did (its failure is a note).
+
+use std::time::Duration;
+
+use accel_backend::Deadlines;
+use accel_backend::detect::Budget;
+use accel_core::Manufacturer;
+use accel_core::inventory::{Accelerator, Detection, DrmNodes, ManufacturerInventory, Source};
+use accel_host::drm;
+use accel_host::pci::{PCI_DEVICES_DIR, PciClassPrefixes, PciFunction, scan_pci};
+use accel_host::{Commands, Host, RunFailure, run_bounded};
+
+use crate::mxsmi::{self, MxSmiListed, MxSmiTable};
+
+/// MetaX's kernel module.
+pub const MODULE: &str = "metax";
+/// The PCI driver names the module registers, in the order they are looked for.
+pub const PCI_DRIVERS: &[&str] = &["METAX", "metax"];
+/// Where the driver's version is read.
+pub const DRIVER_VERSION_FILE: &str = "/sys/module/metax/version";
+
+/// The note for a host without mx-smi.
+pub const NO_MX_SMI: &str =
+    "mx-smi is not installed on the host: no GPU has a UUID, a name or its memory";
+
+/// What the detector is given.
+#[derive(Debug, Clone)]
+pub struct DetectOptions {
+    pub deadlines: Deadlines,
+    /// MetaX's PCI vendor ids (`GPUSTACK_METAX_PCI_VENDOR_ID`).
+    pub vendor_ids: Vec<u16>,
+    pub pci_classes: PciClassPrefixes,
+}
+
+impl Default for DetectOptions {
+    fn default() -> Self {
+        DetectOptions {
+            deadlines: Deadlines::default(),
+            vendor_ids: Manufacturer::Metax.default_pci_vendor_ids().to_vec(),
+            pci_classes: PciClassPrefixes::default(),
+        }
+    }
+}
+
+/// Whether a PCI function's bound driver is MetaX's (`metax`, `METAX`).
+pub fn is_metax_driver(driver: &str) -> bool {
+    driver.eq_ignore_ascii_case(MODULE)
+}
+
+/// One MetaX function as the kernel shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MetaxFunction {
+    pub pci: PciFunction,
+    /// A virtual function (`physfn` link present).
+    pub virtual_function: bool,
+    /// `(card, render)` from the module's listing; `None` when it cannot be read.
+    pub minors: Option<(Option<u32>, Option<u32>)>,
+}
+
+/// Everything the detector read, each source as its own type.
+#[derive(Debug, Clone, Default)]
+pub struct Sources {
+    pub functions: Vec<MetaxFunction>,
+    pub driver_version_file: Option<String>,
+    pub table: Option<MxSmiTable>,
+    pub listed: Vec<MxSmiListed>,
+    pub notes: Vec<String>,
+}
+
+fn run(commands: &dyn Commands, argv: &[&str], deadline: Duration) -> Result<String, RunFailure> {
+    run_bounded(commands, argv, deadline).map(|out| out.stdout_text())
+}
+
+fn ask_mx_smi(commands: &dyn Commands, deadlines: Deadlines, sources: &mut Sources) {
+    let budget = Budget::start(deadlines);
+    let deadline = match budget.next() {
+        Ok(d) => d,
+        Err(e) => return sources.notes.push(format!("mx-smi: {e}")),
+    };
+    match run(commands, mxsmi::TABLE_ARGV, deadline) {
+        Ok(text) => match mxsmi::parse_table(&text) {
+            Ok(table) => sources.table = Some(table),
+            Err(e) => sources.notes.push(e.to_string()),
+        },
+        Err(RunFailure::NotInstalled { .. }) => return sources.notes.push(NO_MX_SMI.into()),
+        Err(e) => return sources.notes.push(e.to_string()),
+    }
+    let deadline = match budget.next() {
+        Ok(d) => d,
+        Err(e) => return sources.notes.push(format!("mx-smi -L: {e}")),
+    };
+    match run(commands, mxsmi::LIST_ARGV, deadline) {
+        Ok(text) => sources.listed = mxsmi::parse_list(&text),
+        Err(e) => sources.notes.push(e.to_string()),
+    }
+}
+
+/// Reads every source of `host`.
+pub fn read_sources(host: &dyn Host, commands: &dyn Commands, options: &DetectOptions) -> Sources {
+    let mut sources = Sources::default();
+    match scan_pci(host, &options.pci_classes) {
+        Ok(scan) => {
+            sources.functions = scan
+                .functions
+                .into_iter()
+                .filter(|f| options.vendor_ids.contains(&f.vendor_id))
+                .map(|pci| {
+                    let bdf = pci.bus_id.sysfs();
+                    MetaxFunction {
+                        virtual_function: host.exists(&format!("{PCI_DEVICES_DIR}/{bdf}/physfn")),
+                        minors: drm::read_module_minors(host, MODULE, PCI_DRIVERS, &bdf),
+                        pci,
+                    }
+                })
+                .collect();
+        }
+        Err(e) => sources.notes.push(format!("PCI scan: {e}")),
+    }
+    sources.driver_version_file = host
+        .read_to_string(DRIVER_VERSION_FILE)
+        .ok()
+        .map(|t| t.trim().to_string())
+        .filter(|t| !t.is_empty());
+    if sources
+        .functions
+        .iter()
+        .any(|f| f.pci.driver.as_deref().is_some_and(is_metax_driver))
+    {
+        ask_mx_smi(commands, options.deadlines, &mut sources);
+    }
+    sources
+}
+
+/// One detection pass over `host`.
+pub fn detect(host: &dyn Host, commands: &dyn Commands, options: &DetectOptions) -> Detection {
+    Ok(join(read_sources(host, commands, options)))
+}
+
+/// The pure join: sources in, the section out.
+pub fn join(sources: Sources) -> ManufacturerInventory {
+    let mut section = ManufacturerInventory::empty(Manufacturer::Metax);
+    section.notes = sources.notes.clone();
+    let mut kept: Vec<&MetaxFunction> = Vec::new();
+    for f in &sources.functions {
+        if !f.pci.driver.as_deref().is_some_and(is_metax_driver) {
+            continue;
+        }
+        if f.virtual_function {
+            section.notes.push(format!(
+                "{}: skipping virtual function device",
+                f.pci.bus_id.sysfs()
+            ));
+            continue;
+        }
+        kept.push(f);
+    }
+    if kept.is_empty() {
+        let unbound = sources
+            .functions
+            .iter()
+            .filter(|f| !f.pci.driver.as_deref().is_some_and(is_metax_driver))
+            .count();
+        if unbound > 0 {
+            section.notes.push(format!(
+                "metax: {unbound} MetaX function(s) on the bus but none bound to the metax driver: install the MetaX driver"
+            ));
+        }
+        return section;
+    }
+    let table = sources.table.as_ref();
+    section.driver_version = sources
+        .driver_version_file
+        .clone()
+        .or_else(|| table.and_then(|t| t.driver_version.clone()));
+    section.runtime_version = table
+        .and_then(|t| t.maca_version.as_deref())
+        .and_then(mxsmi::major_minor);
+    section.management_version = table.and_then(|t| t.tool_version.clone());
+    for (position, f) in kept.iter().enumerate() {
+        let index = u32::try_from(position).unwrap_or(u32::MAX);
+        let bus = f.pci.bus_id;
+        let row = table.and_then(|t| t.gpus.iter().find(|g| g.bus_id == Some(bus)));
+        let listed = sources
+            .listed
+            .iter()
+            .find(|l| l.bus_id == Some(bus))
+            .or_else(|| {
+                let gpu = row.and_then(|r| r.gpu)?;
+                sources
+                    .listed
+                    .iter()
+                    .find(|l| l.bus_id.is_none() && l.gpu == Some(gpu))
+            });
+        let mut a = Accelerator::new(index, Source::Driver);
+        a.bus_id = Some(bus);
+        a.numa_node = f.pci.numa_node;
+        a.product = row.and_then(|r| r.name.clone());
+        a.memory_mib = row.and_then(|r| r.memory_total_mib);
+        a.uuid = listed.map(|l| l.uuid.clone());
+        a.architecture = a
+            .product
+            .as_deref()
+            .and_then(mxsmi::family)
+            .map(str::to_string);
+        let (card, render) = f.minors.unwrap_or((None, None));
+        a.drm = Some(DrmNodes { card, render });
+        a.minor_number = card;
+        let bdf = bus.sysfs();
+        if f.minors.is_none() {
+            section.notes.push(format!(
+                "accelerator {index} ({bdf}): {} cannot be read, so its DRM nodes are unknown",
+                drm::module_drm_dir(MODULE, PCI_DRIVERS[0], &bdf)
+            ));
+        }
+        if row.is_none() && table.is_some() {
+            section.notes.push(format!(
+                "accelerator {index} ({bdf}): mx-smi lists no GPU at this PCI address"
+            ));
+        }
+        if a.uuid.is_none() {
+            section.notes.push(format!(
+                "accelerator {index} ({bdf}): mx-smi -L reports no UUID, so it cannot be granted"
+            ));
+        }
+        section.accelerators.push(a);
+    }
+    section
+}

@@ -1,0 +1,143 @@
+//! `doctor` for a MetaX node: what the detector and the responder need, each check `ok`,
+//! `warn` or `fail` with a one-line reason and what to do. It reads the host through [`Host`]
+//! and [`Commands`] and changes nothing.
+//!
+//! Checks: `metax-driver` (MetaX functions bound to the `metax` driver), `mx-smi` (the table
+//! read within its deadline), `control-nodes` (`/dev/mxcd`, `/dev/mxnd`, `/dev/mxgd`),
+//! `drm-nodes` (each detected card's `card<N>`/`renderD<M>` named and present: the responder
+//! leaves a missing one out, so the container would lack it), `unique-ids`.
+
+use accel_backend::doctor::Check;
+use accel_host::{Commands, Host};
+
+use crate::detector::{self, DetectOptions};
+use crate::responder::CONTROL_NODES;
+
+/// Runs every check.
+pub fn run(host: &dyn Host, commands: &dyn Commands, options: &DetectOptions) -> Vec<Check> {
+    let sources = detector::read_sources(host, commands, options);
+    let mut out = Vec::new();
+    let bound = sources
+        .functions
+        .iter()
+        .filter(|f| {
+            f.pci
+                .driver
+                .as_deref()
+                .is_some_and(detector::is_metax_driver)
+        })
+        .count();
+    if sources.functions.is_empty() {
+        return vec![Check::fail(
+            "metax-driver",
+            "no MetaX GPU on the PCI bus",
+            "run doctor on a node with MetaX GPUs",
+        )];
+    }
+    out.push(if bound > 0 {
+        Check::ok(
+            "metax-driver",
+            format!(
+                "the metax driver holds {bound} of {} MetaX function(s){}",
+                sources.functions.len(),
+                sources
+                    .driver_version_file
+                    .as_deref()
+                    .map(|v| format!(", version {v}"))
+                    .unwrap_or_default()
+            ),
+        )
+    } else {
+        Check::fail(
+            "metax-driver",
+            format!(
+                "{} MetaX function(s) on the bus, none bound to the metax driver",
+                sources.functions.len()
+            ),
+            "install the MetaX driver (and the MXMACA SDK) on the node",
+        )
+    });
+    out.push(match &sources.table {
+        Some(table) => Check::ok(
+            "mx-smi",
+            format!("mx-smi lists {} GPU(s)", table.gpus.len()),
+        ),
+        None => Check::warn(
+            "mx-smi",
+            sources
+                .notes
+                .iter()
+                .find(|n| n.contains("mx-smi"))
+                .cloned()
+                .unwrap_or_else(|| "mx-smi did not answer".into()),
+            "install mx-smi on the host: without it no GPU has a UUID, a name or its memory",
+        ),
+    });
+    let missing: Vec<&str> = CONTROL_NODES
+        .into_iter()
+        .filter(|n| !host.exists(n))
+        .collect();
+    out.push(if missing.is_empty() {
+        Check::ok(
+            "control-nodes",
+            "/dev/mxcd, /dev/mxnd and /dev/mxgd are present",
+        )
+    } else {
+        Check::warn(
+            "control-nodes",
+            format!("the host lacks {}", missing.join(", ")),
+            "load the metax driver; containers are granted without the missing nodes",
+        )
+    });
+    let section = detector::join(sources);
+    let mut lacking = Vec::new();
+    for a in &section.accelerators {
+        let drm = a.drm.unwrap_or_default();
+        match (drm.card, drm.render) {
+            (Some(c), Some(r)) => {
+                for path in [format!("/dev/dri/card{c}"), format!("/dev/dri/renderD{r}")] {
+                    if !host.exists(&path) {
+                        lacking.push(path);
+                    }
+                }
+            }
+            _ => lacking.push(format!("accelerator {}'s DRM minors", a.index)),
+        }
+    }
+    out.push(if lacking.is_empty() {
+        Check::ok(
+            "drm-nodes",
+            format!(
+                "every one of {} GPU(s) has its card and render node",
+                section.accelerators.len()
+            ),
+        )
+    } else {
+        Check::warn(
+            "drm-nodes",
+            format!("missing: {}", lacking.join(", ")),
+            "reload the metax driver; a container is granted without the missing nodes",
+        )
+    });
+    let unnamed = section
+        .accelerators
+        .iter()
+        .filter(|a| a.uuid.is_none())
+        .count();
+    out.push(if unnamed == 0 {
+        Check::ok(
+            "unique-ids",
+            format!(
+                "every one of {} GPU(s) has a UUID",
+                section.accelerators.len()
+            ),
+        )
+    } else {
+        Check::warn(
+            "unique-ids",
+            format!("{unnamed} GPU(s) report no UUID through mx-smi -L"),
+            "check `mx-smi -L` on the host; a GPU without a UUID is not granted",
+        )
+    });
+    out
+}

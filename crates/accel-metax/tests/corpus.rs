@@ -1,0 +1,88 @@
+//! The captured MetaX corpus: every file in `../shared/fixtures/metax/` read by the parser it
+//! is for, with what it must yield. The folder missing fails; a file on disk without an
+//! expectation here fails; an expectation without its file fails.
+
+use std::path::PathBuf;
+
+use accel_metax::mxsmi::{self, MxSmiTable};
+
+fn fixtures() -> PathBuf {
+    accel_testkit::shared_fixtures("metax")
+}
+
+fn table(name: &str) -> MxSmiTable {
+    let path = fixtures().join("mx-smi").join(name);
+    let text = String::from_utf8_lossy(&std::fs::read(&path).unwrap()).into_owned();
+    mxsmi::parse_table(&text).unwrap_or_else(|e| panic!("{name}: {e}"))
+}
+
+type Expectation = fn(&MxSmiTable);
+
+fn expectations() -> Vec<(&'static str, Expectation)> {
+    vec![
+        (
+            "gpustack-4832__8x-c500-mx-smi2.1.12-kmd2.12.13-excerpt.txt",
+            |t| {
+                // HAZARDS.md item 1: the preamble is skipped, the title box read for versions.
+                assert_eq!(t.tool_version.as_deref(), Some("2.1.12"));
+                assert_eq!(t.driver_version.as_deref(), Some("2.12.13"));
+                assert_eq!(t.maca_version.as_deref(), Some("2.29.0.19"));
+                assert_eq!(t.gpus.len(), 2, "the excerpt ends after GPU 1");
+                let g = &t.gpus[1];
+                assert_eq!(g.gpu, Some(1));
+                assert_eq!(g.name.as_deref(), Some("MetaX C500"));
+                assert_eq!(g.bus_id.map(|b| b.sysfs()).as_deref(), Some("0000:0f:00.0"));
+                // Item 4: no blanks around the slash.
+                assert_eq!(
+                    (g.memory_used_mib, g.memory_total_mib),
+                    (Some(826), Some(65536))
+                );
+                assert_eq!(mxsmi::family(g.name.as_deref().unwrap()), Some("MXC"));
+            },
+        ),
+        (
+            "paddlenlp__8x-mxc550-mx-smi2.1.6-kmd2.5.014-power-no-cap.txt",
+            |t| {
+                // Item 1: a three-digit patch level kept as printed; item 2: the older header.
+                assert_eq!(t.driver_version.as_deref(), Some("2.5.014"));
+                assert_eq!(t.maca_version.as_deref(), Some("2.23.0.1018"));
+                assert_eq!(t.gpus.len(), 8, "the process table is not read (item 5)");
+                let g = &t.gpus[7];
+                assert_eq!(g.name.as_deref(), Some("MXC550"));
+                assert_eq!(g.bus_id.map(|b| b.sysfs()).as_deref(), Some("0000:da:00.0"));
+                assert_eq!(g.memory_total_mib, Some(65536));
+                // Item 3: the other spelling of the name gets its family too.
+                assert_eq!(mxsmi::family("MXC550"), Some("MXC"));
+            },
+        ),
+    ]
+}
+
+#[test]
+fn every_capture_is_read_as_expected() {
+    let expectations = expectations();
+    accel_testkit::assert_folder_covered(
+        &fixtures().join("mx-smi"),
+        expectations.iter().map(|(n, _)| n),
+    );
+    accel_testkit::assert_same_files(
+        "metax",
+        accel_testkit::file_names(&fixtures()),
+        ["HAZARDS.md", "SOURCES.md", "mx-smi"],
+    );
+    for (name, check) in expectations {
+        check(&table(name));
+    }
+}
+
+#[test]
+fn another_vendors_mx_smi_is_refused() {
+    // HAZARDS.md item 6: Moffett AI's tool of the same name prints no MetaX banner or MACA.
+    let text = "+------+------+\n| GPU  Name | Bus-id |\n|======+======|\n| 0  S30 | 0000:01:00.0 |\n+------+------+\n";
+    let e = mxsmi::parse_table(text).unwrap_err();
+    assert!(matches!(e, mxsmi::MxSmiError::NotMetax { .. }), "{e}");
+    assert!(matches!(
+        mxsmi::parse_table("no table\n"),
+        Err(mxsmi::MxSmiError::NoTable { .. })
+    ));
+}

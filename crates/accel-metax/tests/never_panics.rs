@@ -1,0 +1,70 @@
+//! Every MetaX parser takes any bytes without panicking: the tool's output is untrusted input.
+
+use std::sync::OnceLock;
+
+use accel_metax::mxsmi;
+use proptest::prelude::*;
+
+fn corpus() -> &'static [Vec<u8>] {
+    static CORPUS: OnceLock<Vec<Vec<u8>>> = OnceLock::new();
+    CORPUS.get_or_init(|| {
+        accel_testkit::read_captures(&accel_testkit::shared_fixtures("metax"), &["mx-smi"])
+    })
+}
+
+fn read_all(s: &str) {
+    let _ = mxsmi::parse_table(s);
+    let _ = mxsmi::parse_list(s);
+    let _ = mxsmi::major_minor(s);
+    let _ = mxsmi::family(s);
+}
+
+fn fragments() -> impl Strategy<Value = String> {
+    let piece = prop_oneof![
+        Just("| MX-SMI 2.1.12   Kernel Mode Driver Version: ".to_string()),
+        Just("| MACA Version: 2.29.0.19   BIOS Version: 1.20.3.0 |\n".to_string()),
+        Just(
+            "| GPU         NAME                   | Bus-id              | GPU-Util             |\n"
+                .to_string()
+        ),
+        Just(
+            "| Temp        Pwr:Usage/Cap          | Memory-Usage        |                      |\n"
+                .to_string()
+        ),
+        Just("|====+====+====|\n".to_string()),
+        Just("+----+----+----+\n".to_string()),
+        Just("| 0   MetaX C500  | 0000:0e:00.0 | 0% |\n".to_string()),
+        Just("826/65536 MiB".to_string()),
+        Just("GPU#".to_string()),
+        Just("(UUID: ".to_string()),
+        Just("0000:".to_string()),
+        Just(" | ".to_string()),
+        Just("\n".to_string()),
+        Just("\0".to_string()),
+        "[ -~]{0,12}",
+        any::<u64>().prop_map(|n| n.to_string()),
+    ];
+    prop::collection::vec(piece, 0..40).prop_map(|v| v.concat())
+}
+
+proptest! {
+    #[test]
+    fn text_parsers_never_panic(s in fragments()) {
+        read_all(&s);
+    }
+
+    #[test]
+    fn mutated_captures_never_panic(
+        file in any::<prop::sample::Index>(),
+        mutation in accel_testkit::mutate::mutation(),
+    ) {
+        let original: &Vec<u8> = file.get(corpus());
+        let bytes = mutation.apply(original);
+        read_all(&String::from_utf8_lossy(&bytes));
+    }
+
+    #[test]
+    fn arbitrary_bytes_never_panic(bytes in prop::collection::vec(any::<u8>(), 0..512)) {
+        read_all(&String::from_utf8_lossy(&bytes));
+    }
+}
