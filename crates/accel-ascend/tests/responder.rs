@@ -60,6 +60,7 @@ fn responder(
         accelerators,
         host: None,
         commands: Some(commands),
+        runtime_class: None,
     })
 }
 

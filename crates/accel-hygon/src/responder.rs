@@ -377,6 +377,8 @@ mod tests {
             engine: Arc::new(EngineFacts::default()),
             accelerators: vec![accelerator()],
             host: Some(Arc::new(accel_host::FsHost::new(root.join("host")))),
+            commands: None,
+            runtime_class: None,
         })
     }
 

@@ -502,15 +502,9 @@ fn daemonsets_are_rendered_only_for_the_manufacturers_this_project_detects() {
 }
 
 #[test]
-fn a_row_naming_a_runtime_class_handler_gets_its_workloads_runtimeclass() {
+fn ascends_row_creates_the_ascend_runtimeclass() {
     let Some(helm) = helm() else { return };
     let docs = render(&helm, &[]);
-    let classes = of_kind(&docs, "RuntimeClass");
-    assert_eq!(
-        classes.len(),
-        1,
-        "only Ascend's row names a handler: {classes:?}"
-    );
     let ascend = find(&docs, "RuntimeClass", "ascend");
     assert_eq!(ascend["apiVersion"], "node.k8s.io/v1");
     assert_eq!(
@@ -518,7 +512,11 @@ fn a_row_naming_a_runtime_class_handler_gets_its_workloads_runtimeclass() {
         "the Ascend Docker Runtime's handler"
     );
     let off = render(&helm, &["global.manufacturers.ascend.enabled=false"]);
-    assert!(of_kind(&off, "RuntimeClass").is_empty());
+    assert!(
+        !of_kind(&off, "RuntimeClass")
+            .iter()
+            .any(|d| d["metadata"]["name"] == "ascend")
+    );
 }
 
 /// The chart's values.yaml, parsed.
@@ -912,13 +910,17 @@ fn a_new_manufacturers_row_renders_its_daemonset_with_no_template_edit() {
         .map(|d| d["metadata"]["name"].as_str().expect("name"))
         .collect();
     let acme = "gpustack-operator-device-manager-acme";
+    let mut expected: BTreeSet<String> = DETECTABLE
+        .iter()
+        .map(|m| format!("gpustack-operator-device-manager-{}", m.name()))
+        .collect();
+    expected.insert(acme.to_string());
     assert_eq!(
         rendered,
-        BTreeSet::from([
-            acme,
-            "gpustack-operator-device-manager-amd",
-            "gpustack-operator-device-manager-nvidia",
-        ])
+        expected
+            .iter()
+            .map(String::as_str)
+            .collect::<BTreeSet<&str>>()
     );
     let spec = pod_spec(&docs, "DaemonSet", acme);
     let acme_daemon = container(spec, "containers", "device-manager");
@@ -2126,13 +2128,14 @@ fn the_chart_creates_the_runtime_classes_whose_runtimes_do_the_injecting() {
             })
             .collect()
     };
-    // By default: Iluvatar's and Moore Threads', each named as the table names it, and the
-    // default table's runtime class for both is that name.
+    // By default: Ascend's, Iluvatar's and Moore Threads', each named as the table names it,
+    // and the default table's runtime class for each is that name.
     let docs = render(&helm, &[]);
     let made = classes(&docs);
     assert_eq!(
         made,
         BTreeMap::from([
+            ("ascend".to_string(), "ascend".to_string()),
             ("iluvatar".to_string(), "iluvatar".to_string()),
             ("mthreads".to_string(), "mthreads".to_string()),
         ])
@@ -2157,7 +2160,10 @@ fn the_chart_creates_the_runtime_classes_whose_runtimes_do_the_injecting() {
     );
     assert_eq!(
         classes(&runc),
-        BTreeMap::from([("iluvatar".to_string(), "runc".to_string())])
+        BTreeMap::from([
+            ("ascend".to_string(), "ascend".to_string()),
+            ("iluvatar".to_string(), "runc".to_string()),
+        ])
     );
     let none = render(&helm, &["deviceManager.createRuntimeClasses=false"]);
     assert!(classes(&none).is_empty());

@@ -82,6 +82,7 @@ impl Rig {
             accelerators,
             host: None,
             commands: Some(commands),
+            runtime_class: None,
         }));
         let config = Config {
             kubelet_dir: dir.path().join("kubelet"),

@@ -125,6 +125,8 @@ async fn start_plugins(dir: &std::path::Path, kubelet: &Kubelet) -> DevicePlugin
         engine: Arc::new(EngineFacts::default()),
         accelerators,
         host: Some(Arc::new(accel_host::FsHost::new(dir.join("host")))),
+        commands: None,
+        runtime_class: None,
     }));
     let config = Config {
         kubelet_dir: dir.join("kubelet"),

@@ -167,6 +167,8 @@ async fn iluvatar_exclusive_and_shared_are_exactly_ix_visible_devices() {
         .create(pod("a", None, &[("main", &[("iluvatar.com/gpu", "2")])]));
     let a = rig.kubelet.admit("a").await.unwrap();
     assert_only_the_variable(&a, "main", "iluvatar.com/gpu", IX, IX_BOTH);
+    // The exclusive Pod holds both cards; the shared grant is asked of a fresh node.
+    let rig = Rig::new(Manufacturer::Iluvatar, 32_768).await;
     rig.kubelet.create(pod(
         "b",
         None,

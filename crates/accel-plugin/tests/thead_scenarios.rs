@@ -119,6 +119,8 @@ async fn start_plugins(dir: &std::path::Path, kubelet: &Kubelet) -> DevicePlugin
         engine: Arc::new(EngineFacts::default()),
         accelerators,
         host: Some(Arc::new(accel_host::FsHost::new(dir.join("host")))),
+        commands: None,
+        runtime_class: None,
     }));
     let config = Config {
         kubelet_dir: dir.join("kubelet"),
@@ -293,7 +295,9 @@ async fn the_containers_own_log_level_is_kept() {
     let a = rig.kubelet.admit("a").await.unwrap();
     let env = envs(&a, "main", SLICED);
     assert_eq!(env["HGGC_DEVICE_SM_LIMIT"], "30");
-    assert_eq!(env["HGGC_DEVICE_MEMORY_LIMIT_0"], "1024");
+    // The budget travels as units (floor of 1024 MiB over the card's VRAM) and comes back as
+    // MiB floored again: 1023, as every vendor's slice limit is derived today.
+    assert_eq!(env["HGGC_DEVICE_MEMORY_LIMIT_0"], "1023");
     assert!(!env.contains_key("LIBHGGC_LOG_LEVEL"), "{env:?}");
 }
 

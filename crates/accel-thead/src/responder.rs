@@ -328,6 +328,8 @@ mod tests {
             engine: Arc::new(EngineFacts::default()),
             accelerators,
             host: Some(Arc::new(accel_host::FsHost::new(&root))),
+            commands: None,
+            runtime_class: None,
         });
         let container = Container {
             name: "main".into(),

@@ -82,7 +82,8 @@ fn all_hosts() -> Vec<String> {
 /// AMD's host without a driver fails its `amdgpu-driver` and `kfd` checks; Ascend's whose driver
 /// will not initialise its `npu-smi` check; Hygon's silent driver its `hygon-driver` and `hy-smi`
 /// checks; the two hosts whose Iluvatar or Moore Threads driver does not answer their tool check;
-/// Cambricon's and MetaX's hosts without a driver theirs (`cambricon-driver`, `metax-driver`).
+/// Cambricon's and MetaX's hosts without a driver theirs (`cambricon-driver`, `metax-driver`);
+/// T-Head's without its driver loaded `alixpu-driver` and `ppu-smi`.
 const FAILING: &[&str] = &[
     "amd-no-driver",
     "ascend-driver-not-initialised",
@@ -95,6 +96,7 @@ const FAILING: &[&str] = &[
     "no-driver",
     "passthrough-l4",
     "smi-hangs",
+    "thead-driver-not-loaded",
     "wsl2-rtx2080super",
 ];
 

@@ -41,6 +41,10 @@ fn device_manager(args: &[&str]) -> Run {
 /// not measure, so a daemon keeps its last detection.
 const NOT_MEASURED: &[(&str, &str)] = &[
     (
+        "hygon-driver-silent",
+        "hygon: driver present but no accelerator could be enumerated: 4 DCU(s) on the bus, but the KFD topology shows no Hygon node",
+    ),
+    (
         "ascend-driver-not-initialised",
         "ascend: driver present but no accelerator could be enumerated: npu-smi info: the driver did not initialise",
     ),
