@@ -37,7 +37,7 @@ use containers::{
     HostShell, PROBE_DEADLINE, Resolution, Runtime, first_line, shell_text, status_text,
 };
 use kubelet::KubeletFacts;
-use report::{Detection, Document, Group, Network, Row, Topology};
+use report::{Detection, Document, Group, Network, NetworkRow, Row, Topology};
 
 /// The probe's container name in the synthetic Pod (its cache file is named for it).
 pub const PROBE_CONTAINER: &str = "probe";
@@ -281,6 +281,62 @@ pub fn lock(path: &Path) -> Result<Lock, String> {
 }
 
 /// Runs the whole pass and returns the document.
+/// Preflight's `network` section: a fresh read of the interfaces (no options, `--dry-run` or
+/// not), one row per interface and VF bearing RDMA or a verdict, in inventory order. Never part
+/// of the exit code.
+pub fn network(host: &dyn accel_host::Host) -> Network {
+    use accel_core::interfaces::endpoints;
+    let timestamp = now();
+    let list = match accel_net::read_interfaces(host) {
+        Ok(list) => list,
+        Err(e) => {
+            return Network {
+                timestamp,
+                checks: Vec::new(),
+                note: Some(format!(
+                    "the network interfaces could not be enumerated, so nothing is claimed about this node's RDMA links: {e}"
+                )),
+            };
+        }
+    };
+    let mut checks = Vec::new();
+    for endpoint in endpoints(&list) {
+        if !endpoint.rdma() && endpoint.link().is_none() {
+            continue;
+        }
+        let interface = match endpoint.vf {
+            Some(vf) => accel_core::interfaces::vf_key(&endpoint.interface.name, vf),
+            None => endpoint.interface.name.clone(),
+        };
+        let (state, reason) = match endpoint.link() {
+            Some(link) => (link.state.as_str(), link.reason.clone()),
+            None => (
+                "unverified",
+                "the inventory carries no link state for this interface".to_string(),
+            ),
+        };
+        checks.push(NetworkRow {
+            interface,
+            rdma_device: endpoint.rdma_device().to_string(),
+            state,
+            depth: "declared",
+            reason,
+        });
+    }
+    let note = checks.is_empty().then(|| {
+        let vfs: usize = list.iter().map(|i| i.virtual_functions.len()).sum();
+        format!(
+            "none of the {} interfaces on this node, nor any of their {vfs} virtual functions, has an RDMA device bound, so there is no link to check; this is an answer about the hardware, not a check that was skipped",
+            list.len()
+        )
+    });
+    Network {
+        timestamp,
+        checks,
+        note,
+    }
+}
+
 pub fn run(
     node: &Node,
     settings: &Settings,
@@ -315,11 +371,7 @@ pub fn run(
     };
     let kubelet = kubelet::read(node.host.as_ref());
     let topology = topology(&kubelet);
-    let network = Network {
-        timestamp: now(),
-        checks: Vec::new(),
-        note: Some("this build reads no RDMA interface".into()),
-    };
+    let network = network(node.host.as_ref());
     // One run per node; --dry-run is exempt (it writes nothing).
     let _lock = if options.dry_run {
         None
