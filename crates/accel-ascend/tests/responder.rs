@@ -51,6 +51,7 @@ fn responder(
     commands: Arc<dyn Commands>,
 ) -> AscendResponder {
     AscendResponder::from_setup(ResponderSetup {
+        scratch: None,
         strategy: InjectionStrategy::Envvar,
         runtime_major: major,
         pod_dir_root: pods.join("pods"),

@@ -92,32 +92,95 @@ pub struct ProbeReading {
     pub memory_mib: Vec<u64>,
 }
 
-/// One manufacturer's preflight knowledge.
+/// How far a manufacturer's pass can go (spec: Full = NVIDIA, Ascend, AMD, T-Head; a container
+/// probe without a driver read = Hygon; a driver read and the injection = Cambricon, MetaX; the
+/// injection alone = Iluvatar, Moore Threads).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Tier {
+    /// A driver-read row, a container probe, and the host cross-check where a CLI is known.
+    Full,
+    /// A container probe; no driver-read row.
+    ProbeWithoutDriverRead,
+    /// A driver-read row; no container probe (capability rows stop at `simulated`).
+    DriverReadAndInjection,
+    /// Neither: the allocator reads no driver to answer, so the injection is all there is to
+    /// check (capability rows stop at `simulated`).
+    InjectionOnly,
+}
+
+impl Tier {
+    /// Whether the pass starts probe containers for this tier.
+    pub fn probes(self) -> bool {
+        matches!(self, Tier::Full | Tier::ProbeWithoutDriverRead)
+    }
+
+    /// The spelling the document and messages use.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Tier::Full => "full",
+            Tier::ProbeWithoutDriverRead => "container probe, no driver read",
+            Tier::DriverReadAndInjection => "driver read and injection",
+            Tier::InjectionOnly => "injection only",
+        }
+    }
+}
+
+/// One manufacturer's preflight knowledge. The probe's methods have answers for a tier that
+/// starts no probe container (no listing, no image, no flags, an empty script).
 pub trait Preflight: Send + Sync {
     fn manufacturer(&self) -> Manufacturer;
+    /// How far this manufacturer's pass goes.
+    fn tier(&self) -> Tier;
+    /// The note the group carries (why a row is absent); `None`: none.
+    fn note(&self) -> Option<String> {
+        None
+    }
+    /// Whether a sliced Pod must run under the manufacturer's RuntimeClass (the synthetic Pods
+    /// then carry it).
+    fn slices_need_runtime_class(&self) -> bool {
+        false
+    }
     /// The host's own vendor CLI listing the accelerators (run as `chroot <host-root> …`);
     /// `None` where no host reader is established.
-    fn host_listing(&self) -> Option<Vec<String>>;
+    fn host_listing(&self) -> Option<Vec<String>> {
+        None
+    }
     /// How many accelerators a successful listing names.
-    fn count_listed(&self, stdout: &str) -> usize;
+    fn count_listed(&self, _stdout: &str) -> usize {
+        0
+    }
     /// The driver-read row of one accelerator, when the manufacturer has one.
-    fn driver_read(&self, accelerator: &Accelerator) -> Option<DriverRead>;
+    fn driver_read(&self, _accelerator: &Accelerator) -> Option<DriverRead> {
+        None
+    }
     /// Whether the accelerator serves only hardware partitions (its management rows are
     /// answered at `declared`, and it has no sliced rows).
     fn partition_backed(&self, accelerator: &Accelerator) -> bool;
     /// The default probe image for the node's runtime major; `None`: `--probe-image` is
     /// required.
-    fn probe_image(&self, runtime_major: Option<u32>) -> Option<String>;
+    fn probe_image(&self, _runtime_major: Option<u32>) -> Option<String> {
+        None
+    }
     /// The flags that let `cli` hand the granted devices to a container; `None`: this CLI has
     /// no way to (the steps are printed instead of run).
-    fn device_flags(&self, cli: ContainerCli) -> Option<Vec<String>>;
+    fn device_flags(&self, _cli: ContainerCli) -> Option<Vec<String>> {
+        None
+    }
     /// The shell script a probe runs (prints the maps between markers, then the memory).
-    fn probe_script(&self) -> String;
+    fn probe_script(&self) -> String {
+        String::new()
+    }
     /// Reads a probe's standard output.
-    fn read_probe(&self, stdout: &str) -> ProbeReading;
+    fn read_probe(&self, _stdout: &str) -> ProbeReading {
+        ProbeReading::default()
+    }
     /// The memory quota (MiB) an injection sets for the accelerator at `position`.
     fn quota_mib(&self, injection: &Injection, position: usize) -> Option<u64>;
-    /// Where the injection puts the preload library inside the container.
+    /// What in the injection enforces the slice inside the container, as a phrase completing
+    /// "the responder …" (NVIDIA: "mounts the preload library at <path>"); `None`: nothing.
+    fn slice_runtime(&self, injection: &Injection) -> Option<String>;
+    /// Where the injection puts the preload library inside the container (what a probe looks
+    /// for in its maps); `None`: no library.
     fn library_in_container(&self, injection: &Injection) -> Option<String>;
     /// The accelerators an injection makes visible (by the names it uses).
     fn visible(&self, injection: &Injection) -> BTreeSet<String>;

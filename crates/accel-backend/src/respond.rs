@@ -158,6 +158,10 @@ pub struct ResponderSetup {
     /// The manufacturer's RuntimeClass in force (`…_ACCELERATABLE_RUNTIME_NAME`), for a
     /// responder whose grants work only under it (Iluvatar's slices); `None`: none configured.
     pub runtime_class: Option<String>,
+    /// Preflight's redirect: where a responder makes the host directories it would otherwise
+    /// make at a fixed host path (Iluvatar's `/tmp/vgpulock`); what it injects still names the
+    /// real path. `None`: the daemon, making them where they belong.
+    pub scratch: Option<PathBuf>,
 }
 
 impl fmt::Debug for ResponderSetup {
@@ -173,6 +177,7 @@ impl fmt::Debug for ResponderSetup {
             .field("host", &self.host.as_ref().map(|h| h.root().to_path_buf()))
             .field("commands", &self.commands.is_some())
             .field("runtime_class", &self.runtime_class)
+            .field("scratch", &self.scratch)
             .finish()
     }
 }

@@ -4,6 +4,7 @@
 //! here so those backends stay a parser, a detector and a few constants each:
 //!
 //! - [`visible_devices`] — the variable's answer for a grant, in the seats' order;
+//! - [`visible_names`] — the names an injection's variable makes visible, read back;
 //! - [`slice_mib`] — a slice's VRAM budget on one accelerator from the ledger's units;
 //! - [`numbered_nodes`] — the minors of `/dev/<prefix><N>` nodes (`iluvatar0`, `mtgpu.0`);
 //! - [`bus_functions`] — the manufacturer's PCI functions (function 0 of each board);
@@ -32,6 +33,22 @@ pub fn visible_devices(variable: &str, seats: &[&Seat]) -> Result<Injection, Res
     let mut injection = Injection::default();
     injection.envs.insert(variable.to_string(), ids.join(","));
     Ok(injection)
+}
+
+/// The names an injection's `variable` makes visible (preflight's sidecar row reads a grant
+/// back this way); empty when the variable is absent.
+pub fn visible_names(variable: &str, injection: &Injection) -> std::collections::BTreeSet<String> {
+    injection
+        .envs
+        .get(variable)
+        .map(|v| {
+            v.split(',')
+                .map(str::trim)
+                .filter(|id| !id.is_empty())
+                .map(str::to_string)
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 /// The seats' UUIDs, in order; the first without one is the refusal.

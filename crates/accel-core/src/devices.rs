@@ -30,6 +30,15 @@ pub struct DevicesSpec {
     /// by key.
     #[serde(default)]
     pub groups: Vec<AcceleratorGroup>,
+    /// Every network interface of the node, sorted by name (spec/rdma.md §3): node-level, the
+    /// same whichever manufacturer's daemon writes it. Absent: never enumerated successfully
+    /// (an empty list is a node with none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(
+        feature = "schema",
+        schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))
+    )]
+    pub interfaces: Option<Vec<crate::interfaces::DeviceInterface>>,
 }
 
 /// One accelerator group: the accelerators of one model on the node and the facts they share.
@@ -165,6 +174,7 @@ impl DevicesSpec {
         naming: GroupNaming,
     ) -> DevicesSpec {
         DevicesSpec {
+            interfaces: None,
             groups: inventory
                 .manufacturers
                 .iter()

@@ -9,6 +9,7 @@ pub mod capacity;
 pub mod cpukey;
 pub mod devices;
 pub mod health;
+pub mod interfaces;
 pub mod inventory;
 pub mod labels;
 pub mod ledger;

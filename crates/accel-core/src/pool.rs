@@ -169,12 +169,14 @@ mod tests {
             accelerators,
         };
         let a = DevicesSpec {
+            interfaces: None,
             groups: vec![
                 group("nvidia-h100-80gb-hbm3", vec![acc(81559, Some(9984))]),
                 group("nvidia-tesla-t4", vec![acc(15360, Some(1))]),
             ],
         };
         let b = DevicesSpec {
+            interfaces: None,
             groups: vec![group(
                 "nvidia-h100-80gb-hbm3",
                 vec![acc(81550, Some(9980)), acc(81559, None)],

@@ -14,6 +14,7 @@ pub mod host;
 pub mod kfd;
 pub mod kmsg;
 pub mod pci;
+pub mod realpath;
 pub mod record;
 pub mod recording;
 mod sysfs;

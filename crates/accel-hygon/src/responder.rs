@@ -369,6 +369,7 @@ mod tests {
 
     fn responder(root: &std::path::Path) -> HygonResponder {
         HygonResponder::from_setup(ResponderSetup {
+            scratch: None,
             strategy: Default::default(),
             runtime_major: Some(0),
             pod_dir_root: root.join("pods"),

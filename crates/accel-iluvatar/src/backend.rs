@@ -34,7 +34,7 @@ pub fn backend() -> Backend {
         faults: None,
         reset: Reset::Refused(RESET_REFUSAL.to_string()),
         doctor: Some(Arc::new(IluvatarDoctor)),
-        preflight: None,
+        preflight: Some(Arc::new(crate::preflight::IluvatarPreflight)),
         sampler: Some(Arc::new(IxsmiSampler)),
         record: record_plan(),
         state_dir: StateDirRule::Named,

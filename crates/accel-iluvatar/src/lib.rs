@@ -9,5 +9,6 @@ pub mod backend;
 pub mod detector;
 pub mod doctor;
 pub mod ixsmi;
+pub mod preflight;
 pub mod responder;
 pub mod usage;

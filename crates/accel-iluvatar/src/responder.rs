@@ -46,8 +46,11 @@ pub struct IluvatarResponder {
     /// The host library directory (`<library-dir>`), whose `iluvatar/` holds the files sliced
     /// containers mount.
     pub library_dir: PathBuf,
-    /// The host lock directory ([`LOCK_DIR`] on a node; tests point it elsewhere).
+    /// The host lock directory the mount names ([`LOCK_DIR`] on a node; tests point it
+    /// elsewhere).
     pub lock_dir: PathBuf,
+    /// Where the lock directory is made: `lock_dir`, or preflight's scratch copy of it.
+    pub lock_made_at: PathBuf,
     /// The RuntimeClass a sliced Pod must run under; `None`: none configured (the vendor
     /// runtime is then the engine's default), nothing required.
     pub runtime_class: Option<String>,
@@ -59,6 +62,10 @@ impl IluvatarResponder {
             pod_dirs: PodDirs::new(setup.pod_dir_root),
             library_dir: setup.library_dir,
             lock_dir: PathBuf::from(LOCK_DIR),
+            lock_made_at: match &setup.scratch {
+                Some(scratch) => scratch.join(LOCK_DIR.trim_start_matches('/')),
+                None => PathBuf::from(LOCK_DIR),
+            },
             runtime_class: setup.runtime_class,
         }
     }
@@ -103,7 +110,7 @@ impl IluvatarResponder {
             .container(&answer.pod.uid, container)?
             .join("tmp")
             .join("vgpu");
-        for dir in [&self.lock_dir, &cache_dir] {
+        for dir in [&self.lock_made_at, &cache_dir] {
             chores::make_dir(dir, Some(WRITABLE_BY_ANY_USER))?;
         }
         if let Some(container_dir) = cache_dir.parent().and_then(Path::parent) {

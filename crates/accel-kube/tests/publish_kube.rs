@@ -212,6 +212,7 @@ fn desired() -> Desired {
             ),
         ]),
         devices_spec: DevicesSpec {
+            interfaces: None,
             groups: vec![AcceleratorGroup {
                 manufacturer: Manufacturer::Nvidia,
                 key: "nvidia-tesla-t4".into(),

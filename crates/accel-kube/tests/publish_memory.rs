@@ -51,6 +51,7 @@ fn api() -> Arc<MemoryApi> {
 
 fn desired() -> Desired {
     let spec = DevicesSpec {
+        interfaces: None,
         groups: vec![AcceleratorGroup {
             manufacturer: Manufacturer::Nvidia,
             key: "nvidia-h100-80gb-hbm3".into(),
@@ -405,4 +406,92 @@ async fn the_backlog_counts_what_waits_and_what_retries_through_an_outage() {
     api.set_reachable(true);
     caught_up(&mut handle, "after the outage").await;
     assert!(pending(&backlog()).is_empty(), "{:?}", backlog());
+}
+
+fn with_interfaces(desired: &mut Desired, failed_at: Option<&str>) {
+    use accel_core::interfaces::{DeviceInterface, DeviceInterfaceLink, LinkState};
+    desired.devices_spec.interfaces = Some(vec![DeviceInterface {
+        name: "ibp25s0".into(),
+        bus: "pci".into(),
+        rdma: true,
+        rdma_device: "mlx5_0".into(),
+        link: Some(match failed_at {
+            None => DeviceInterfaceLink::ok(),
+            Some(at) => DeviceInterfaceLink {
+                state: LinkState::Failed,
+                reason: "the RDMA link is not usable: port 1: state=\"1: DOWN\" phys_state=\"3: Disabled\"".into(),
+                first_seen_time: Some(at.into()),
+            },
+        }),
+        ..DeviceInterface::default()
+    }]);
+}
+
+/// `spec.interfaces` on a cluster whose Devices CRD predates it: the API server drops the field
+/// silently (as an old CRD once dropped `status.faults`). The publisher's next read shows it, and
+/// says so once, with the way out.
+#[tokio::test(start_paused = true)]
+async fn an_old_crd_that_prunes_the_interfaces_is_caught() {
+    let api = api();
+    api.set_prunes_interfaces(true);
+    let (tx, mut handle) = start(&api, config());
+    let mut want = desired();
+    with_interfaces(&mut want, None);
+    tx.send_replace(Some(want.clone()));
+    caught_up(&mut handle, "first write").await;
+    assert_eq!(api.devices_object(NODE).unwrap().spec.0.interfaces, None);
+    assert_eq!(handle.stale_crd(), None, "not known before a read back");
+    // The next change reads the object back: the interfaces are not there.
+    with_interfaces(&mut want, Some("2026-12-02T01:00:00Z"));
+    tx.send_replace(Some(want));
+    caught_up(&mut handle, "second write").await;
+    let why = handle.stale_crd().expect("the stale CRD is named");
+    assert!(why.contains("drops spec.interfaces"), "{why}");
+    assert!(why.contains("deploy/helm/device-manager/crds/"), "{why}");
+}
+
+/// A current CRD keeps them; a daemon that never enumerated leaves them as they are; a failure
+/// first seen by another daemon of the node keeps that daemon's time.
+#[tokio::test(start_paused = true)]
+async fn interfaces_are_kept_merged_and_their_first_seen_time_adopted() {
+    let api = api();
+    let (tx, mut handle) = start(&api, config());
+    let mut want = desired();
+    with_interfaces(&mut want, Some("2026-12-02T01:00:00Z"));
+    tx.send_replace(Some(want.clone()));
+    caught_up(&mut handle, "first write").await;
+    assert!(
+        api.devices_object(NODE)
+            .unwrap()
+            .spec
+            .0
+            .interfaces
+            .is_some()
+    );
+    assert_eq!(handle.stale_crd(), None);
+    // A second daemon saw the same failure later.
+    let (tx2, mut handle2) = start(&api, config());
+    let mut later = desired();
+    with_interfaces(&mut later, Some("2026-12-02T02:00:00Z"));
+    tx2.send_replace(Some(later));
+    caught_up(&mut handle2, "second daemon").await;
+    let stored = api.devices_object(NODE).unwrap().spec.0.interfaces.unwrap();
+    assert_eq!(
+        stored[0].link.as_ref().unwrap().first_seen_time.as_deref(),
+        Some("2026-12-02T01:00:00Z")
+    );
+    // A daemon with nothing to say leaves them.
+    let mut none = desired();
+    none.devices_spec.interfaces = None;
+    none.devices_spec.groups.clear();
+    tx.send_replace(Some(none));
+    caught_up(&mut handle, "no interfaces").await;
+    assert!(
+        api.devices_object(NODE)
+            .unwrap()
+            .spec
+            .0
+            .interfaces
+            .is_some()
+    );
 }

@@ -36,7 +36,7 @@ pub fn backend() -> Backend {
         faults: None,
         reset: Reset::Refused(RESET_REFUSAL.to_string()),
         doctor: Some(Arc::new(MthreadsDoctor)),
-        preflight: None,
+        preflight: Some(Arc::new(crate::preflight::MthreadsPreflight)),
         sampler: Some(Arc::new(GmiSampler)),
         record: record_plan(),
         state_dir: StateDirRule::Named,

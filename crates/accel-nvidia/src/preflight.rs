@@ -9,7 +9,7 @@
 
 use std::collections::BTreeSet;
 
-use accel_backend::preflight::{ContainerCli, DriverRead, Preflight, ProbeReading, State};
+use accel_backend::preflight::{ContainerCli, DriverRead, Preflight, ProbeReading, State, Tier};
 use accel_backend::respond::Injection;
 use accel_core::Manufacturer;
 use accel_core::inventory::{Accelerator, Grantable, MigMode};
@@ -30,6 +30,10 @@ pub struct NvidiaPreflight;
 impl Preflight for NvidiaPreflight {
     fn manufacturer(&self) -> Manufacturer {
         Manufacturer::Nvidia
+    }
+
+    fn tier(&self) -> Tier {
+        Tier::Full
     }
 
     fn host_listing(&self) -> Option<Vec<String>> {
@@ -126,6 +130,11 @@ impl Preflight for NvidiaPreflight {
             .get(&format!("CUDA_DEVICE_MEMORY_LIMIT_{position}"))
             .and_then(|v| v.strip_suffix('m'))
             .and_then(|v| v.parse().ok())
+    }
+
+    fn slice_runtime(&self, injection: &Injection) -> Option<String> {
+        self.library_in_container(injection)
+            .map(|path| format!("mounts the preload library at {path}"))
     }
 
     fn library_in_container(&self, injection: &Injection) -> Option<String> {

@@ -15,6 +15,7 @@ pub mod metrics;
 pub mod ownership;
 pub mod pods;
 pub mod pools;
+pub mod rdma;
 pub mod service;
 pub mod settings;
 pub mod socket;

@@ -117,6 +117,7 @@ async fn start_plugins(
         .map(|a| Seat::from_accelerator(a, 128))
         .collect();
     let responder = Arc::new(AmdResponder::from_setup(ResponderSetup {
+        scratch: None,
         strategy: InjectionStrategy::Envvar,
         runtime_major: Some(7),
         pod_dir_root: dir.join("data/pods"),

@@ -73,6 +73,7 @@ impl Rig {
             Box::new(RecordedCommands::load(host.path()).unwrap()),
         ));
         let responder = Arc::new(AscendResponder::from_setup(ResponderSetup {
+            scratch: None,
             strategy: InjectionStrategy::Envvar,
             runtime_major: Some(9),
             pod_dir_root: dir.path().join("data/pods"),

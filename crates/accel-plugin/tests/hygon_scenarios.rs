@@ -117,6 +117,7 @@ async fn start_plugins(dir: &std::path::Path, kubelet: &Kubelet) -> DevicePlugin
         .map(|a| Seat::from_accelerator(a, slices))
         .collect();
     let responder = Arc::new(HygonResponder::from_setup(ResponderSetup {
+        scratch: None,
         strategy: InjectionStrategy::Envvar,
         runtime_major: Some(0),
         pod_dir_root: dir.join("data/pods"),

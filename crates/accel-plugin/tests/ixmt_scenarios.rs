@@ -63,6 +63,7 @@ impl Rig {
                 pod_dirs: PodDirs::new(dir.path().join("data/pods")),
                 library_dir: "/var/lib/gpustack/operator/lib".into(),
                 lock_dir: dir.path().join("vgpulock"),
+                lock_made_at: dir.path().join("vgpulock"),
                 runtime_class: Some("iluvatar".into()),
             }),
             _ => Arc::new(MthreadsResponder),

@@ -320,6 +320,7 @@ mod tests {
             .map(|a| Seat::from_accelerator(a, 128))
             .collect();
         let responder = TheadResponder::from_setup(ResponderSetup {
+            scratch: None,
             strategy: accel_backend::InjectionStrategy::Envvar,
             runtime_major: Some(0),
             pod_dir_root: dir.path().join("pods"),

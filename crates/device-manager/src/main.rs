@@ -23,6 +23,7 @@ mod datadir;
 #[cfg(feature = "demo")]
 mod demo;
 mod metrics;
+mod network;
 mod node;
 mod preflight;
 mod publish;

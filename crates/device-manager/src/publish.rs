@@ -19,6 +19,7 @@ use accel_core::devices::{
     AcceleratorFault, Condition, DetectionReport, DevicesSpec, DevicesStatus, FaultClass,
     allocations, settle_conditions,
 };
+use accel_core::interfaces::{DeviceInterface, PciPlace, rdma_labels};
 use accel_core::inventory::{Inventory, ManufacturerInventory};
 use accel_core::labels::labels_with;
 use accel_core::ledger::units::slices_per_accelerator;
@@ -31,6 +32,7 @@ use k8s_openapi::chrono::{DateTime, SecondsFormat, Utc};
 use tokio::sync::watch;
 
 use crate::daemon::{Published, seats_with};
+use crate::network::Network;
 
 /// One moment's inputs of [`desired`].
 #[derive(Debug, Clone, Copy)]
@@ -52,6 +54,10 @@ pub struct Snapshot<'a> {
     pub slices: bool,
     /// The faults raised this boot, per accelerator.
     pub faults: &'a [AcceleratorFault],
+    /// The node's network interfaces as last published (`None`: never enumerated).
+    pub interfaces: Option<&'a [DeviceInterface]>,
+    /// Where the accelerators sit on the bus, for `rdma.distance`.
+    pub accelerator_places: &'a [PciPlace],
 }
 
 /// RFC 3339, to the second, in UTC: the form Kubernetes writes its own times in.
@@ -74,7 +80,9 @@ pub fn desired(
             None
         }
     };
-    let spec = DevicesSpec::from_inventory_with(snapshot.inventory, slices, grammar.group_naming());
+    let mut spec =
+        DevicesSpec::from_inventory_with(snapshot.inventory, slices, grammar.group_naming());
+    spec.interfaces = snapshot.interfaces.map(<[DeviceInterface]>::to_vec);
     let mut report = DetectionReport {
         last_detected_at: Some(rfc3339(snapshot.detected_at)),
         failures: BTreeMap::new(),
@@ -123,8 +131,12 @@ pub fn desired(
         ),
         None => (Vec::new(), BTreeMap::new()),
     };
+    let mut node_feature_labels = labels_with(snapshot.inventory, grammar.group_naming());
+    if let Some(interfaces) = snapshot.interfaces {
+        node_feature_labels.extend(rdma_labels(interfaces, snapshot.accelerator_places));
+    }
     Desired {
-        node_feature_labels: labels_with(snapshot.inventory, grammar.group_naming()),
+        node_feature_labels,
         devices_spec: spec,
         devices_status: DevicesStatus {
             accelerators,
@@ -204,6 +216,8 @@ pub struct Feed {
     /// The running plugins, once they serve.
     pub plugins: watch::Receiver<Option<PluginHandle>>,
     pub out: watch::Sender<Option<Desired>>,
+    /// The node's network watch (`None`: no interfaces published by this feed).
+    pub network: Option<Arc<Network>>,
 }
 
 impl Feed {
@@ -214,6 +228,11 @@ impl Feed {
         };
         let ledger = self.plugins.borrow().as_ref().map(PluginHandle::ledger);
         let pods = self.pods.pods().unwrap_or_default();
+        let interfaces = self.network.as_ref().and_then(|n| n.current());
+        let places = match (&self.network, &interfaces) {
+            (Some(network), Some(_)) => network.accelerator_places(&detected.inventory),
+            _ => Vec::new(),
+        };
         let snapshot = Snapshot {
             manufacturer: detected.manufacturer,
             inventory: &detected.inventory,
@@ -226,6 +245,8 @@ impl Feed {
                 .manufacturer(detected.manufacturer)
                 .is_some_and(|section| (self.slices)(section)),
             faults: &detected.faults,
+            interfaces: interfaces.as_deref().map(Vec::as_slice),
+            accelerator_places: &places,
         };
         let previous = self.out.borrow().clone();
         let next = desired(
@@ -247,6 +268,11 @@ impl Feed {
     /// Runs until the detection channel closes.
     pub async fn run(mut self) {
         let mut pod_changes = self.pods.changes();
+        let mut network_changes = match &self.network {
+            Some(network) => network.published(),
+            None => watch::channel(None).1,
+        };
+        let has_network = self.network.is_some();
         let mut ledger_changes: Option<watch::Receiver<u64>> = None;
         loop {
             if ledger_changes.is_none() {
@@ -266,6 +292,7 @@ impl Feed {
                     ledger_changes = None;
                 }
                 changed = pod_changes.changed() => if changed.is_err() { return },
+                changed = network_changes.changed(), if has_network => if changed.is_err() { return },
                 alive = ledger_changed => if !alive { ledger_changes = None },
             }
             // One update for a burst (a grant, then its Pod's status changes), computed after
@@ -316,6 +343,8 @@ mod tests {
             pods: &[],
             slices: true,
             faults: &[],
+            interfaces: None,
+            accelerator_places: &[],
         };
         let wanted = desired(&snapshot, None, &settings.grammar(), SystemTime::UNIX_EPOCH);
         let keys: Vec<&String> = wanted.capacity.keys().collect();

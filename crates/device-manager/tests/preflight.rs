@@ -81,16 +81,30 @@ fn preflight(host: &Path, extra: &[&str]) -> Run {
     }
 }
 
-/// Timestamps are the one thing that changes between runs.
+/// Timestamps and the temporary host's directory are what change between runs.
 fn redact(text: &str) -> String {
     text.lines()
         .map(|l| match l.find("timestamp: ") {
             Some(at) => format!("{}timestamp: '[time]'", &l[..at]),
-            None => l.to_string(),
+            None => redact_temp_dirs(l),
         })
         .collect::<Vec<_>>()
         .join("\n")
         + "\n"
+}
+
+/// `/tmp/.tmpAbC123/root/sys` → `[temp]/root/sys`.
+fn redact_temp_dirs(line: &str) -> String {
+    let mut out = String::new();
+    let mut rest = line;
+    while let Some(at) = rest.find("/tmp/.tmp") {
+        out.push_str(&rest[..at]);
+        out.push_str("[temp]");
+        let after = &rest[at + "/tmp/.tmp".len()..];
+        rest = &after[after.find('/').unwrap_or(after.len())..];
+    }
+    out.push_str(rest);
+    out
 }
 
 fn yaml(run: &Run) -> serde_yaml::Value {
@@ -447,4 +461,105 @@ fn ctr_never_starts_a_probe_and_prints_the_steps_instead() {
         "chroot /host nerdctl --address /run/containerd/containerd.sock --namespace gpustack-preflight run --rm"
     )));
     insta::assert_snapshot!("preflight-ctr-only", run.stdout);
+}
+
+/// Iluvatar and Moore Threads are "injection only" (their specs' §5): no host cross-check, no
+/// driver-read row, no probe container; every GPU's four rows are the responder's own answers,
+/// `simulated`, and the group's note says why there is no driver row. Iluvatar's slices wait for
+/// HAMi-core to be staged; Moore Threads' need nothing on the host.
+#[test]
+fn the_injection_only_manufacturers_answer_from_their_responder_alone() {
+    for (manufacturer, base, gpus, note) in [
+        (
+            "iluvatar",
+            "iluvatar-16x-bi-v150",
+            16,
+            "the iluvatar allocator reads no driver at allocation time",
+        ),
+        (
+            "mthreads",
+            "mthreads-8x-s4000",
+            8,
+            "the mthreads allocator reads no driver at allocation time",
+        ),
+    ] {
+        let host = tempfile::tempdir().unwrap();
+        support::copy_tree(&support::hosts().join(base), host.path());
+        let library = host
+            .path()
+            .join("root/var/lib/gpustack/operator/lib/iluvatar");
+        if manufacturer == "iluvatar" {
+            // Not staged yet: the sliced rows say so, declared.
+            let run = preflight(host.path(), &["--manufacturer", manufacturer]);
+            let doc = yaml(&run);
+            let checks = doc["accelerators"][0]["checks"].as_sequence().unwrap();
+            let loaded = checks
+                .iter()
+                .find(|r| r["capability"] == "sliced-runtime-loaded")
+                .unwrap();
+            assert_eq!(loaded["state"], "unavailable", "{loaded:?}");
+            assert_eq!(loaded["depth"], "declared", "{loaded:?}");
+            assert!(
+                loaded["reason"]
+                    .as_str()
+                    .unwrap()
+                    .contains("lib/iluvatar/libvgpu.so is not on the host"),
+                "{loaded:?}"
+            );
+            std::fs::create_dir_all(&library).unwrap();
+            std::fs::write(library.join("libvgpu.so"), b"\x7fELF").unwrap();
+        }
+        let run = preflight(host.path(), &["--manufacturer", manufacturer]);
+        assert_eq!(run.status, 0, "{}\n{}", run.stdout, run.stderr);
+        let doc = yaml(&run);
+        let group = &doc["accelerators"][0];
+        assert_eq!(group["manufacturer"].as_str(), Some(manufacturer));
+        assert_eq!(group["detection"]["state"].as_str(), Some("ok"));
+        assert_eq!(group["detection"]["accelerators"].as_u64(), Some(gpus));
+        assert_eq!(
+            group["detection"]["command"].as_str(),
+            None,
+            "no host listing"
+        );
+        assert!(
+            group["note"].as_str().unwrap_or_default().starts_with(note),
+            "{:?}",
+            group["note"]
+        );
+        assert!(group["steps"].as_sequence().is_none_or(|s| s.is_empty()));
+        let checks = group["checks"].as_sequence().unwrap();
+        assert_eq!(
+            checks.len() as u64,
+            gpus * 4,
+            "four rows a GPU, no driver row"
+        );
+        for check in checks {
+            assert_eq!(check["state"], "ok", "{check:?}");
+            assert_eq!(check["depth"], "simulated", "{check:?}");
+            assert!(check.get("command").is_none(), "{check:?}");
+        }
+        let quota = checks
+            .iter()
+            .find(|r| r["capability"] == "sliced-quota-in-force")
+            .unwrap();
+        // Half of the first GPU: 32768 MiB on the BI-V150, 49152 on the S4000.
+        let half = if manufacturer == "iluvatar" {
+            16384
+        } else {
+            24576
+        };
+        assert!(
+            quota["reason"]
+                .as_str()
+                .unwrap()
+                .starts_with(&format!("the responder sets the quota to {half} MiB")),
+            "{quota:?}"
+        );
+        // Nothing rendered stays behind; only the lock file.
+        let preflight_dir = host.path().join("root/var/lib/gpustack/operator/preflight");
+        assert_eq!(
+            files_under(&preflight_dir),
+            vec![preflight_dir.join("lock")]
+        );
+    }
 }

@@ -30,6 +30,8 @@ struct State {
     /// Events by name, with the Node (name, UID) each is about.
     events: BTreeMap<String, (String, String, NodeEvent)>,
     calls: Vec<String>,
+    /// An old `Devices` CRD: the API server drops `spec.interfaces`, which its schema lacks.
+    prunes_interfaces: bool,
 }
 
 /// The in-memory API server.
@@ -61,6 +63,12 @@ impl MemoryApi {
     /// Makes every call fail (`false`) or answer again (`true`).
     pub fn set_reachable(&self, reachable: bool) {
         self.lock().reachable = reachable;
+    }
+
+    /// Behaves as an API server whose `Devices` CRD predates `spec.interfaces`: the field is
+    /// silently dropped from what is written (the structural schema prunes unknown fields).
+    pub fn set_prunes_interfaces(&self, prunes: bool) {
+        self.lock().prunes_interfaces = prunes;
     }
 
     /// Adds or replaces a Node.
@@ -263,6 +271,9 @@ impl ClusterApi for MemoryApi {
         let mut object = object.clone();
         // The status subresource: a create does not write the status.
         object.status = None;
+        if state.prunes_interfaces {
+            object.spec.0.interfaces = None;
+        }
         state.devices.insert(name, object);
         Ok(())
     }
@@ -274,6 +285,7 @@ impl ClusterApi for MemoryApi {
     ) -> Result<(), ApiError> {
         let name = object.metadata.name.clone().unwrap_or_default();
         let mut state = self.enter(format!("patch_devices {name}"))?;
+        let prunes = state.prunes_interfaces;
         let stored = state
             .devices
             .get_mut(&name)
@@ -286,7 +298,14 @@ impl ClusterApi for MemoryApi {
             labels.remove(key);
         }
         stored.metadata.owner_references = object.metadata.owner_references.clone();
+        // A merge patch: a key left out (no interfaces to say) keeps what is stored.
+        let interfaces = match &object.spec.0.interfaces {
+            Some(_) if prunes => None,
+            Some(list) => Some(list.clone()),
+            None => stored.spec.0.interfaces.take(),
+        };
         stored.spec = object.spec.clone();
+        stored.spec.0.interfaces = interfaces;
         Ok(())
     }
 

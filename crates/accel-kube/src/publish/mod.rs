@@ -32,6 +32,7 @@ use std::time::Duration;
 
 use accel_core::capacity::capacity_key_manufacturer;
 use accel_core::devices::{DevicesSpec, DevicesStatus};
+use accel_core::interfaces::adopt_first_seen;
 use accel_core::ledger::annotation::{self, ALLOCATED_ANNOTATION};
 use accel_core::ledger::{Grant, GrantKey};
 use accel_core::manufacturer::Manufacturer;
@@ -152,20 +153,28 @@ enum Progress {
     /// Work is pending (or the publisher has not looked yet).
     Working,
     /// Everything of this desired state has landed (Pods gone excepted).
-    CaughtUp(Option<Desired>),
+    /// (Boxed: a desired state with the node's interfaces is large beside `Working`.)
+    CaughtUp(Option<Box<Desired>>),
 }
 
 /// Lets a caller (a test, a readiness probe) wait until the publisher has caught up.
 pub struct PublisherHandle {
     desired: watch::Receiver<Option<Desired>>,
     progress: watch::Receiver<Progress>,
+    stale_crd: watch::Receiver<Option<String>>,
 }
 
 impl PublisherHandle {
+    /// Why the cluster's `Devices` CRD is older than what the daemon writes, once a read back
+    /// showed it: the API server silently drops `spec.interfaces` when its schema lacks them.
+    pub fn stale_crd(&self) -> Option<String> {
+        self.stale_crd.borrow().clone()
+    }
+
     /// Whether everything of the latest desired state has landed.
     pub fn is_caught_up(&self) -> bool {
         let want = self.desired.borrow().clone();
-        *self.progress.borrow() == Progress::CaughtUp(want)
+        *self.progress.borrow() == Progress::CaughtUp(want.map(Box::new))
     }
 
     /// Waits until everything of the latest desired state has landed (a Pod found gone counts
@@ -256,6 +265,10 @@ pub struct Publisher<A> {
     next_capacity_check: Instant,
     next_resync: Instant,
     metrics: PublishMetrics,
+    /// Whether a write of ours carried `spec.interfaces` (so a read without them is a CRD that
+    /// prunes them).
+    wrote_interfaces: bool,
+    stale_crd: watch::Sender<Option<String>>,
 }
 
 impl<A: ClusterApi> Publisher<A> {
@@ -269,10 +282,12 @@ impl<A: ClusterApi> Publisher<A> {
         desired: watch::Receiver<Option<Desired>>,
     ) -> (Publisher<A>, PublisherHandle) {
         let (progress, progress_rx) = watch::channel(Progress::Working);
+        let (stale_crd, stale_rx) = watch::channel(None);
         let now = Instant::now();
         let handle = PublisherHandle {
             desired: desired.clone(),
             progress: progress_rx,
+            stale_crd: stale_rx,
         };
         let publisher = Publisher {
             api,
@@ -289,6 +304,8 @@ impl<A: ClusterApi> Publisher<A> {
             pods: BTreeMap::new(),
             events: BTreeMap::new(),
             metrics: PublishMetrics::default(),
+            wrote_interfaces: false,
+            stale_crd,
         };
         (publisher, handle)
     }
@@ -321,7 +338,7 @@ impl<A: ClusterApi> Publisher<A> {
             self.record_backlog(desired.as_ref());
             let caught_up = desired.as_ref().is_none_or(|d| self.caught_up(d));
             self.progress.send_replace(if caught_up {
-                Progress::CaughtUp(desired.clone())
+                Progress::CaughtUp(desired.clone().map(Box::new))
             } else {
                 Progress::Working
             });
@@ -591,9 +608,22 @@ impl<A: ClusterApi> Publisher<A> {
             match self.api.devices(&name).await? {
                 None => {
                     self.api.create_devices(&object).await?;
+                    self.wrote_interfaces |= object.spec.0.interfaces.is_some();
                     Ok(None)
                 }
                 Some(found) => {
+                    self.check_interfaces_kept(&found);
+                    if object.spec.0.interfaces.is_none() {
+                        // Nothing of ours to say (never enumerated): what is there stays.
+                        object.spec.0.interfaces = found.spec.0.interfaces.clone();
+                    } else if let (Some(ours), Some(stored)) = (
+                        object.spec.0.interfaces.as_mut(),
+                        found.spec.0.interfaces.as_ref(),
+                    ) {
+                        // Another daemon of this node, or this one before a restart, saw the
+                        // failure first: its time stands.
+                        adopt_first_seen(ours, stored);
+                    }
                     let labels = found.metadata.labels.clone().unwrap_or_default();
                     let stale: Vec<String> = labels
                         .keys()
@@ -609,6 +639,7 @@ impl<A: ClusterApi> Publisher<A> {
                         && found.metadata.owner_references == object.metadata.owner_references;
                     if !same {
                         self.api.patch_devices(&object, &stale).await?;
+                        self.wrote_interfaces |= object.spec.0.interfaces.is_some();
                     }
                     Ok(found.status)
                 }
@@ -627,6 +658,24 @@ impl<A: ClusterApi> Publisher<A> {
                 self.devices.failed(now, &self.config);
             }
         }
+    }
+
+    /// A `Devices` read back without the interfaces a write of ours carried: the cluster's CRD
+    /// predates them and the API server drops them (as `status.faults` once was). Said once,
+    /// loudly, with the way out.
+    fn check_interfaces_kept(&self, found: &Devices) {
+        if !self.wrote_interfaces || found.spec.0.interfaces.is_some() {
+            return;
+        }
+        if self.stale_crd.borrow().is_some() {
+            return;
+        }
+        let why = format!(
+            "the Devices CRD in the cluster drops spec.interfaces (it predates them; the API server prunes fields its schema lacks), so {} shows no network interfaces: apply the chart's crds/ (kubectl apply --server-side --force-conflicts -f deploy/helm/device-manager/crds/; deploy/README.md, \"Upgrading\")",
+            self.config.node
+        );
+        tracing::error!("{why}");
+        self.stale_crd.send_replace(Some(why));
     }
 
     async fn reconcile_capacity(&mut self, want: &Desired, now: Instant) {

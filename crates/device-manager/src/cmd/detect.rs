@@ -6,6 +6,7 @@ use super::Format;
 use std::fmt::Write as _;
 use std::process::ExitCode;
 
+use accel_core::interfaces::DeviceInterface;
 use accel_core::inventory::{Accelerator, Inventory, MigMode};
 
 use crate::node::NodeArgs;
@@ -40,15 +41,99 @@ pub fn run(args: Args, settings: &Settings) -> anyhow::Result<ExitCode> {
             }
         }
     }
+    // The node's network interfaces beside the accelerators; a host whose interfaces cannot be
+    // enumerated (a recording without `sys/class/net`) shows none, and says why on stderr.
+    let interfaces = match crate::node::Node::open(&args.node.host_root) {
+        Ok(node) => match accel_net::read_interfaces(node.host.as_ref()) {
+            Ok(list) => Some(list),
+            Err(e) => {
+                eprintln!("network: {e}");
+                None
+            }
+        },
+        Err(_) => None,
+    };
     match args.output {
-        Format::Json => println!("{}", serde_json::to_string_pretty(&inventory)?),
-        Format::Table => print!("{}", table(&inventory)),
+        Format::Json => println!(
+            "{}",
+            serde_json::to_string_pretty(&Detected {
+                inventory: &inventory,
+                interfaces: interfaces.as_deref(),
+            })?
+        ),
+        Format::Table => {
+            print!("{}", table(&inventory));
+            if let Some(list) = &interfaces {
+                print!("{}", interfaces_table(list));
+            }
+        }
     }
     Ok(if failed {
         ExitCode::from(1)
     } else {
         ExitCode::SUCCESS
     })
+}
+
+/// `detect -o json`: the inventory's keys, and `interfaces` (spec/rdma.md §3's records) when
+/// they could be enumerated.
+#[derive(serde::Serialize)]
+struct Detected<'a> {
+    #[serde(flatten)]
+    inventory: &'a Inventory,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    interfaces: Option<&'a [DeviceInterface]>,
+}
+
+/// The interfaces as a table, one interface or VF a line.
+pub fn interfaces_table(list: &[DeviceInterface]) -> String {
+    let mut out = String::from("interfaces\n");
+    let _ = writeln!(
+        out,
+        "  {:<16} {:<8} {:<13} {:<4} {:<5} {:<4} {:<10} LINK",
+        "NAME", "BUS", "PCI", "NUMA", "MTU", "UP", "RDMA"
+    );
+    let dash = |s: &str| {
+        if s.is_empty() {
+            "-".to_string()
+        } else {
+            s.to_string()
+        }
+    };
+    let link = |l: &Option<accel_core::interfaces::DeviceInterfaceLink>| match l {
+        None => "-".to_string(),
+        Some(l) if l.reason.is_empty() => l.state.as_str().to_string(),
+        Some(l) => format!("{}: {}", l.state.as_str(), l.reason),
+    };
+    for i in list {
+        let _ = writeln!(
+            out,
+            "  {:<16} {:<8} {:<13} {:<4} {:<5} {:<4} {:<10} {}",
+            i.name,
+            dash(&i.bus),
+            dash(&i.pci_bus_id),
+            dash(&i.numa_affinity),
+            i.mtu,
+            if i.up { "up" } else { "down" },
+            dash(&i.rdma_device),
+            link(&i.link)
+        );
+        for vf in &i.virtual_functions {
+            let _ = writeln!(
+                out,
+                "  {:<16} {:<8} {:<13} {:<4} {:<5} {:<4} {:<10} {}",
+                format!(" └ {}", dash(&vf.name)),
+                "vf",
+                dash(&vf.pci_bus_id),
+                dash(&vf.numa_affinity),
+                vf.mtu,
+                if vf.up { "up" } else { "down" },
+                dash(&vf.rdma_device),
+                link(&vf.link)
+            );
+        }
+    }
+    out
 }
 
 /// The inventory as a fixed-width table, one accelerator a line.

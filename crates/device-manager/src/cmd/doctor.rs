@@ -75,6 +75,39 @@ fn chosen(node: &Node, backends: Vec<Backend>) -> Option<Backend> {
     with_checks.into_iter().nth(shown.unwrap_or(0))
 }
 
+/// `rdma-links`: on a node with RDMA devices, whether any link is usable; a node whose every
+/// RDMA link failed is flagged (it is not `rdma.capable` and its RDMA tokens are Unhealthy).
+/// No row where no RDMA device is bound or the interfaces cannot be read.
+fn rdma_links(host: &dyn accel_host::Host) -> Option<accel_backend::doctor::Check> {
+    use accel_backend::doctor::Check;
+    use accel_core::interfaces::{all_links_failed, endpoints};
+    let list = accel_net::read_interfaces(host).ok()?;
+    let judged: Vec<String> = endpoints(&list)
+        .iter()
+        .filter(|e| e.rdma() || e.link().is_some())
+        .map(|e| match e.link() {
+            Some(l) if !l.reason.is_empty() => format!("{}: {}", e.rdma_device(), l.reason),
+            Some(l) => format!("{}: {}", e.rdma_device(), l.state.as_str()),
+            None => format!("{}: no verdict", e.rdma_device()),
+        })
+        .collect();
+    if judged.is_empty() {
+        return None;
+    }
+    Some(if all_links_failed(&list) {
+        Check::warn(
+            "rdma-links",
+            format!(
+                "every RDMA link of this node failed ({})",
+                judged.join("; ")
+            ),
+            "check the cabling and the switch ports of the NICs, or the subnet manager on InfiniBand; the node is not rdma.capable and its RDMA tokens are Unhealthy until a port is ACTIVE and LinkUp",
+        )
+    } else {
+        Check::ok("rdma-links", format!("RDMA links: {}", judged.join("; ")))
+    })
+}
+
 pub fn run(args: Args, settings: &Settings) -> anyhow::Result<ExitCode> {
     let mut node = Node::open(&args.host_root)?;
     node.table = settings.manufacturers.clone();
@@ -115,7 +148,10 @@ pub fn run(args: Args, settings: &Settings) -> anyhow::Result<ExitCode> {
         containerd_config_dir: settings.containerd_config_dir.clone(),
         arch: std::env::consts::ARCH.to_string(),
     };
-    let report = doctor.run(node.host.as_ref(), node.commands.as_ref(), &options);
+    let mut report = doctor.run(node.host.as_ref(), node.commands.as_ref(), &options);
+    if let Some(check) = rdma_links(node.host.as_ref()) {
+        report.checks.push(check);
+    }
     match args.output {
         Format::Json => println!("{}", serde_json::to_string_pretty(&report)?),
         Format::Table => print!("{}", table(&report)),

@@ -4,7 +4,8 @@
 //! The folder carries the mark that makes it a recording (`recorded-host.json`): without it,
 //! `--host-root DIR` reads DIR as a live root.
 //!
-//! It copies what every host needs (the boot id, the PCI functions in sysfs, the CDI specs),
+//! It copies what every host needs (the boot id, the PCI functions in sysfs, the CDI specs, the
+//! network interfaces and RDMA devices with the verbs nodes),
 //! then for each manufacturer of this build what its backend lists (`RecordPlan`: its driver's
 //! files and trees, its device nodes as markers, every command its detector, sampler and doctor
 //! run), each command with its deadline; a program that hangs is recorded as a hang, one that
@@ -35,8 +36,22 @@ pub struct Args {
 /// What every host's recording holds, whatever its manufacturers: files copied one by one.
 const FILES: &[&str] = &["proc/sys/kernel/random/boot_id"];
 
-/// Trees every host's recording holds (links kept as links).
-const TREES: &[&str] = &["sys/bus/pci/devices", "etc/cdi", "var/run/cdi"];
+/// Trees every host's recording holds (links kept as links): the PCI functions, the CDI specs,
+/// and the node's network as the interface inventory reads it (each `class/net` and
+/// `class/infiniband` entry with the device directory it points at, the verbs index).
+const TREES: &[&str] = &[
+    "sys/bus/pci/devices",
+    "etc/cdi",
+    "var/run/cdi",
+    "sys/class/net",
+    "sys/class/infiniband",
+    "sys/class/infiniband_verbs",
+];
+
+/// Device nodes every host's recording marks where present: the RDMA connection manager, and
+/// (numbered) each verbs node the RDMA plugin grants.
+const DEVICE_NODES: &[&str] = &["dev/infiniband/rdma_cm"];
+const NUMBERED_DEVICES: &[&str] = &["infiniband/uverbs"];
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let host = FsHost::new(&args.host_root);
@@ -70,14 +85,18 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     {
         recorder.copy_tree(&host, tree)?;
     }
-    for plan in &plans {
-        for marker in &plan.device_nodes {
-            recorder.mark_if_present(&host, marker)?;
-        }
-        for prefix in &plan.numbered_devices {
-            for node in numbered_nodes(&host, prefix) {
-                recorder.mark_if_present(&host, &node)?;
-            }
+    let markers = DEVICE_NODES
+        .iter()
+        .chain(plans.iter().flat_map(|p| p.device_nodes.iter()));
+    for marker in markers {
+        recorder.mark_if_present(&host, marker)?;
+    }
+    let prefixes = NUMBERED_DEVICES
+        .iter()
+        .chain(plans.iter().flat_map(|p| p.numbered_devices.iter()));
+    for prefix in prefixes {
+        for node in numbered_nodes(&host, prefix) {
+            recorder.mark_if_present(&host, &node)?;
         }
     }
 

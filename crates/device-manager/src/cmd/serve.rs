@@ -21,6 +21,7 @@ use accel_core::inventory::ManufacturerInventory;
 use accel_kube::publish::kube::KubeApi;
 use accel_kube::publish::{ClusterApi, PublishMetrics, Publisher, PublisherConfig};
 use accel_plugin::pods::{MemoryPods, PodSource};
+use accel_plugin::rdma::{RdmaConfig, RdmaPlugin};
 use accel_plugin::service::Offer;
 use accel_plugin::{Config, PluginMetrics};
 use anyhow::Context;
@@ -32,6 +33,7 @@ use crate::daemon::loops::Loops;
 use crate::daemon::metrics::{DaemonMetrics, GpuUsageMetrics};
 use crate::daemon::{self, Daemon, DaemonOptions};
 use crate::datadir::{self, DataDirLock};
+use crate::network::Network;
 use crate::node::{self, Node};
 use crate::settings::Settings;
 use crate::{backends, metrics, publish};
@@ -228,6 +230,8 @@ pub(crate) struct Begun {
         allow(dead_code, reason = "only the demo waits for the publisher")
     )]
     pub publisher: Option<accel_kube::PublisherHandle>,
+    /// The node's RDMA keys, served while this daemon holds the node's RDMA lock.
+    rdma: RdmaPlugin,
     tasks: Vec<tokio::task::JoinHandle<()>>,
 }
 
@@ -242,6 +246,7 @@ impl Begun {
         for task in &self.tasks {
             task.abort();
         }
+        self.rdma.stop().await;
         self.loops.stop().await;
     }
 }
@@ -354,6 +359,17 @@ impl Prepared {
         metrics: PublishMetrics,
     ) -> Begun {
         let (plugins_tx, plugins_rx) = watch::channel(None);
+        let network = Network::new(self.node_files.clone());
+        let rdma = RdmaPlugin::start(RdmaConfig {
+            kubelet_dir: self.paths.kubelet_dir.clone(),
+            host: self.node_files.clone(),
+            interfaces: network.published(),
+            shared: !args.no_shared,
+            partitioned: !args.no_partitioned,
+            pods: pods.clone(),
+            near: near_accelerators(self.daemon.clone(), plugins_rx.clone(), network.clone()),
+            poll_interval: Duration::from_secs(1),
+        });
         let feed = publish::Feed {
             grammar: self.settings.grammar(),
             slices: {
@@ -369,8 +385,9 @@ impl Prepared {
             detected: self.daemon.published(),
             plugins: plugins_rx,
             out: watch::channel(None).0,
+            network: Some(network.clone()),
         };
-        let mut tasks = Vec::new();
+        let mut tasks = vec![tokio::spawn(network.clone().run(args.monitor_period))];
         let mut handle = None;
         match cluster {
             Some(cluster) => {
@@ -391,6 +408,7 @@ impl Prepared {
             loops: Loops::start(self.daemon.clone(), kernel_log),
             plugins: plugins_tx,
             publisher: handle,
+            rdma,
             tasks,
         }
     }
@@ -534,6 +552,38 @@ pub fn run(args: Args, settings: &Settings) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// Where the accelerators a container holds sit on the bus: its grants in the plugins' ledger,
+/// their accelerators in the published inventory, each walked up the bus (the RDMA hint's
+/// "nearest the Pod's accelerators").
+fn near_accelerators(
+    daemon: Arc<Daemon>,
+    plugins: watch::Receiver<Option<accel_plugin::PluginHandle>>,
+    network: Arc<Network>,
+) -> accel_plugin::rdma::Near {
+    Arc::new(move |key| {
+        let Some(handle) = plugins.borrow().clone() else {
+            return Vec::new();
+        };
+        let indices: Vec<u32> = handle.with_ledger(|ledger| {
+            ledger
+                .grants()
+                .get(key)
+                .map(|g| g.accelerators.clone())
+                .unwrap_or_default()
+        });
+        let Some(published) = daemon.published().borrow().clone() else {
+            return Vec::new();
+        };
+        let mut chosen = published.inventory.clone();
+        for section in &mut chosen.manufacturers {
+            section
+                .accelerators
+                .retain(|a| section.name == published.manufacturer && indices.contains(&a.index));
+        }
+        network.accelerator_places(&chosen)
+    })
+}
+
 /// The plugins' configuration for the manufacturer's accelerators as first detected: the
 /// seats, what is offered (the configured resource base; slices only where the backend's
 /// preload library for the node's runtime major is staged), and the backend's responder.
@@ -581,6 +631,7 @@ fn plugin_config(
         },
         seats: daemon::seats_of(&inventory, section.name),
         responder: (backend.responder)(ResponderSetup {
+            scratch: None,
             strategy: settings.injection(section.name).unwrap_or_default(),
             runtime_major: slicing.runtime_major,
             pod_dir_root: paths.data_dir.join("pods"),

@@ -58,6 +58,7 @@ fn options(data_dir: &Path) -> DaemonOptions {
 /// The plugins' configuration as `serve` builds it on the AMD node (no slices).
 fn amd_plugin_config(kubelet_dir: &Path, data: &Path, section: &ManufacturerInventory) -> Config {
     let responder = Arc::new(AmdResponder::from_setup(ResponderSetup {
+        scratch: None,
         strategy: InjectionStrategy::Envvar,
         runtime_major: Some(7),
         pod_dir_root: data.join("pods"),

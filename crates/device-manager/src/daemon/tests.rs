@@ -761,6 +761,7 @@ async fn allocate_answers_through_an_api_outage_and_everything_lands_once_it_is_
         detected: rig.daemon.published(),
         plugins: plugins_rx,
         out: watch::channel(None).0,
+        network: None,
     };
     let mut config = PublisherConfig::new(NODE, NAMESPACE, [Manufacturer::Nvidia]);
     config.backoff_initial = Duration::from_millis(20);
@@ -875,6 +876,7 @@ async fn xid_conditions_reach_the_devices_status_and_hardware_faults_the_node_ev
         detected: rig.daemon.published(),
         plugins: plugins_rx,
         out: watch::channel(None).0,
+        network: None,
     };
     let config = PublisherConfig::new(NODE, "gpustack-system", [Manufacturer::Nvidia]);
     let (publisher, mut handle) = Publisher::new(api.clone(), config, feed.out.subscribe());
@@ -1400,6 +1402,7 @@ async fn the_worked_mig_example_reaches_the_published_tokens_capacity_and_device
         detected: daemon.published(),
         plugins: plugins_rx,
         out: watch::channel(None).0,
+        network: None,
     };
     let keys = |feed: &Feed| -> BTreeMap<String, u64> {
         feed.update();

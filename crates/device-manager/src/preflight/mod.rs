@@ -37,7 +37,7 @@ use containers::{
     HostShell, PROBE_DEADLINE, Resolution, Runtime, first_line, shell_text, status_text,
 };
 use kubelet::KubeletFacts;
-use report::{Detection, Document, Group, Network, Row, Topology};
+use report::{Detection, Document, Group, Network, NetworkRow, Row, Topology};
 
 /// The probe's container name in the synthetic Pod (its cache file is named for it).
 pub const PROBE_CONTAINER: &str = "probe";
@@ -281,6 +281,62 @@ pub fn lock(path: &Path) -> Result<Lock, String> {
 }
 
 /// Runs the whole pass and returns the document.
+/// Preflight's `network` section: a fresh read of the interfaces (no options, `--dry-run` or
+/// not), one row per interface and VF bearing RDMA or a verdict, in inventory order. Never part
+/// of the exit code.
+pub fn network(host: &dyn accel_host::Host) -> Network {
+    use accel_core::interfaces::endpoints;
+    let timestamp = now();
+    let list = match accel_net::read_interfaces(host) {
+        Ok(list) => list,
+        Err(e) => {
+            return Network {
+                timestamp,
+                checks: Vec::new(),
+                note: Some(format!(
+                    "the network interfaces could not be enumerated, so nothing is claimed about this node's RDMA links: {e}"
+                )),
+            };
+        }
+    };
+    let mut checks = Vec::new();
+    for endpoint in endpoints(&list) {
+        if !endpoint.rdma() && endpoint.link().is_none() {
+            continue;
+        }
+        let interface = match endpoint.vf {
+            Some(vf) => accel_core::interfaces::vf_key(&endpoint.interface.name, vf),
+            None => endpoint.interface.name.clone(),
+        };
+        let (state, reason) = match endpoint.link() {
+            Some(link) => (link.state.as_str(), link.reason.clone()),
+            None => (
+                "unverified",
+                "the inventory carries no link state for this interface".to_string(),
+            ),
+        };
+        checks.push(NetworkRow {
+            interface,
+            rdma_device: endpoint.rdma_device().to_string(),
+            state,
+            depth: "declared",
+            reason,
+        });
+    }
+    let note = checks.is_empty().then(|| {
+        let vfs: usize = list.iter().map(|i| i.virtual_functions.len()).sum();
+        format!(
+            "none of the {} interfaces on this node, nor any of their {vfs} virtual functions, has an RDMA device bound, so there is no link to check; this is an answer about the hardware, not a check that was skipped",
+            list.len()
+        )
+    });
+    Network {
+        timestamp,
+        checks,
+        note,
+    }
+}
+
 pub fn run(
     node: &Node,
     settings: &Settings,
@@ -315,11 +371,7 @@ pub fn run(
     };
     let kubelet = kubelet::read(node.host.as_ref());
     let topology = topology(&kubelet);
-    let network = Network {
-        timestamp: now(),
-        checks: Vec::new(),
-        note: Some("this build reads no RDMA interface".into()),
-    };
+    let network = network(node.host.as_ref());
     // One run per node; --dry-run is exempt (it writes nothing).
     let _lock = if options.dry_run {
         None
@@ -478,6 +530,7 @@ impl Pass<'_> {
             ));
             return group;
         };
+        group.note = preflight.note();
         if let Some(reason) = sweep_failure {
             for name in &names {
                 group.checks.push(Row::new(
@@ -618,6 +671,7 @@ impl Pass<'_> {
         });
         let runtime_major = offer.as_ref().and_then(|o| o.runtime_major);
         let responder = (backend.responder)(ResponderSetup {
+            scratch: Some(self.places.render_dir.join("scratch")),
             strategy: self.settings.injection(section.name).unwrap_or_default(),
             runtime_major,
             pod_dir_root: self.places.render_dir.join("pods"),
@@ -729,7 +783,12 @@ impl Pass<'_> {
         let manufacturer = group.manufacturer.clone();
         let uid = |case: &str| format!("preflight-{manufacturer}-{index}-{case}");
         // Q3 sidecar visibility: the owner's slice, then the sidecar, in kubelet order.
-        let pod = synthetic_pod(&uid("sidecar"), &[PROBE_CONTAINER, SIDECAR_CONTAINER]);
+        let pod = self.synthetic(
+            preflight,
+            &manufacturer,
+            &uid("sidecar"),
+            &[PROBE_CONTAINER, SIDECAR_CONTAINER],
+        );
         group
             .checks
             .push(self.sidecar_row(preflight, responder, seat, &pod, &name));
@@ -752,7 +811,7 @@ impl Pass<'_> {
             .or_else(|| preflight.probe_image(runtime_major));
         let vram = accelerator.memory_mib;
         // Q2: one probe granted half the accelerator.
-        let quota_pod = synthetic_pod(&uid("quota"), &[PROBE_CONTAINER]);
+        let quota_pod = self.synthetic(preflight, &manufacturer, &uid("quota"), &[PROBE_CONTAINER]);
         let injection = match slice_injection(responder, seat, PROBE_UNITS, &quota_pod) {
             Ok(i) => i,
             Err(e) => {
@@ -770,13 +829,33 @@ impl Pass<'_> {
         };
         let expected = vram.map(|v| mib_for_units(PROBE_UNITS, v));
         let simulated = simulated_slice(preflight, &injection, expected);
+        if !preflight.tier().probes() {
+            let reason = format!(
+                "no container probe: {manufacturer}'s preflight is {}",
+                preflight.tier().as_str()
+            );
+            self.injection_rows(
+                preflight, responder, seat, &name, &simulated, &reason, group,
+            );
+            return;
+        }
         let probe = Probe {
             name: format!("gpustack-{}", uid("quota")),
             injection,
             expected,
         };
-        let second_pod = synthetic_pod(&uid("tenant-b"), &[PROBE_CONTAINER]);
-        let tenant_a_pod = synthetic_pod(&uid("tenant-a"), &[PROBE_CONTAINER]);
+        let second_pod = self.synthetic(
+            preflight,
+            &manufacturer,
+            &uid("tenant-b"),
+            &[PROBE_CONTAINER],
+        );
+        let tenant_a_pod = self.synthetic(
+            preflight,
+            &manufacturer,
+            &uid("tenant-a"),
+            &[PROBE_CONTAINER],
+        );
         let tenants = slice_injection(responder, seat, PROBE_UNITS, &tenant_a_pod).and_then(|a| {
             slice_injection(responder, seat, SECOND_TENANT_UNITS, &second_pod).map(|b| (a, b))
         });
@@ -901,6 +980,93 @@ impl Pass<'_> {
         group.checks.push(row);
     }
 
+    /// A synthetic Pod of `manufacturer`'s; under its RuntimeClass in force where the
+    /// manufacturer's sliced Pods must run under one (Iluvatar's are refused outside it).
+    fn synthetic(
+        &self,
+        preflight: &dyn Preflight,
+        manufacturer: &str,
+        uid: &str,
+        containers: &[&str],
+    ) -> Pod {
+        let mut pod = synthetic_pod(uid, containers);
+        if preflight.slices_need_runtime_class() {
+            pod.runtime_class = manufacturer
+                .parse::<Manufacturer>()
+                .ok()
+                .and_then(|m| self.settings.manufacturers.get(m).runtime_class.clone());
+        }
+        pod
+    }
+
+    /// The sliced rows of a tier that starts no probe: the responder's own injections asserted
+    /// on, nothing run, no step printed.
+    #[allow(clippy::too_many_arguments)]
+    fn injection_rows(
+        &self,
+        preflight: &dyn Preflight,
+        responder: &dyn Responder,
+        seat: &Seat,
+        name: &str,
+        simulated: &((bool, String), (bool, String)),
+        reason: &str,
+        group: &mut Group,
+    ) {
+        let row = |capability: &str, (ok, what): &(bool, String)| {
+            Row::new(
+                name,
+                capability,
+                if *ok { State::Ok } else { State::Unavailable },
+                Depth::Simulated,
+                format!("{what}; {reason}"),
+            )
+        };
+        group.checks.push(row(SLICED_RUNTIME_LOADED, &simulated.0));
+        group.checks.push(row(SLICED_QUOTA_IN_FORCE, &simulated.1));
+        let manufacturer = &group.manufacturer;
+        let index = seat.index;
+        let tenant = |case: &str, units: u64| {
+            let pod = self.synthetic(
+                preflight,
+                manufacturer,
+                &format!("preflight-{manufacturer}-{index}-{case}"),
+                &[PROBE_CONTAINER],
+            );
+            slice_injection(responder, seat, units, &pod).map(|i| preflight.quota_mib(&i, 0))
+        };
+        let vram = seat.memory_mib;
+        let co_tenancy = match (
+            tenant("tenant-a", PROBE_UNITS),
+            tenant("tenant-b", SECOND_TENANT_UNITS),
+        ) {
+            (Ok(a), Ok(b))
+                if vram.is_some()
+                    && a == vram.map(|v| mib_for_units(PROBE_UNITS, v))
+                    && b == vram.map(|v| mib_for_units(SECOND_TENANT_UNITS, v)) =>
+            {
+                (
+                    true,
+                    format!(
+                        "the responder gives the two tenants their own quotas ({} and {} MiB)",
+                        a.unwrap_or_default(),
+                        b.unwrap_or_default()
+                    ),
+                )
+            }
+            (Ok(a), Ok(b)) => (
+                false,
+                format!(
+                    "the responder's two tenants do not carry their own quotas ({a:?} and {b:?} MiB)"
+                ),
+            ),
+            (Err(e), _) | (_, Err(e)) => (
+                false,
+                format!("the responder refused a tenant's slice: {e}"),
+            ),
+        };
+        group.checks.push(row(CO_TENANCY, &co_tenancy));
+    }
+
     fn sidecar_row(
         &self,
         preflight: &dyn Preflight,
@@ -990,14 +1156,11 @@ fn simulated_slice(
     injection: &Injection,
     expected: Option<u64>,
 ) -> ((bool, String), (bool, String)) {
-    let library = match preflight.library_in_container(injection) {
-        Some(path) => (
-            true,
-            format!("the responder mounts the preload library at {path}"),
-        ),
+    let library = match preflight.slice_runtime(injection) {
+        Some(what) => (true, format!("the responder {what}")),
         None => (
             false,
-            "the responder's slice mounts no preload library".to_string(),
+            "the responder's slice sets nothing that enforces it".to_string(),
         ),
     };
     let quota = match (preflight.quota_mib(injection, 0), expected) {
@@ -1302,6 +1465,7 @@ mod tests {
 
     fn setup(dir: &Path, strategy: InjectionStrategy) -> ResponderSetup {
         ResponderSetup {
+            scratch: None,
             strategy,
             runtime_major: Some(13),
             pod_dir_root: dir.join("pods"),

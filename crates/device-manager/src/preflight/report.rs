@@ -99,13 +99,26 @@ impl Row {
     }
 }
 
-/// The RDMA section (no RDMA reader in this build).
+/// The RDMA section (spec/rdma.md §9): one row per RDMA interface or VF, from a fresh read.
 #[derive(Debug, Clone, Serialize)]
 pub struct Network {
     pub timestamp: String,
-    pub checks: Vec<Row>,
+    pub checks: Vec<NetworkRow>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
+}
+
+/// One RDMA link: `interface` is `<interface>/<vf pciBusId, else vf name>` for a VF.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NetworkRow {
+    pub interface: String,
+    pub rdma_device: String,
+    /// `ok`, `unverified` or `failed`: the link verdict.
+    pub state: &'static str,
+    /// Always `declared`: the kernel's word, no traffic sent.
+    pub depth: &'static str,
+    pub reason: String,
 }
 
 /// The kubelet's TopologyManager policy.
