@@ -72,19 +72,21 @@ pod() { # name limits(yaml flow) -> runs it, prints what its container saw
     $KC logs "$1" 2>/dev/null | sed 's/^/    /'
   fi
 }
+# The pattern is matched against each word of the container's output on its own: a pattern
+# that consumed the space after a word hid the word beside it (mxcd mxgd mxnd counted 2).
 expect() { # pod description grep-pattern [count]
   local n
-  n=$($KC logs "$1" 2>/dev/null | grep -oE "$3" | wc -l)
+  n=$($KC logs "$1" 2>/dev/null | tr ' ' '\n' | grep -cE "$3")
   if [ "$n" = "${4:-1}" ]; then echo "  ok: $2"; else echo "  WRONG: $2 (found $n of ${4:-1})"; failed=1; fi
 }
 
 echo "=== cambricon"
 serve cambricon cambricon-8x-mlu370-cnmon-v5 cambricon.com/mlu
 pod mlu-exclusive '{cambricon.com/mlu: "2"}'
-expect mlu-exclusive "two card nodes" '(^| )cambricon_dev[0-9]+' 2
-expect mlu-exclusive "their IPC nodes" '(^| )cambricon_ipcm[0-9]+' 2
-expect mlu-exclusive "their message control nodes" '(^| )cmsg_ctrl[0-9]+' 2
-expect mlu-exclusive "the control node once" '(^| )cambricon_ctl( |$)' 1
+expect mlu-exclusive "two card nodes" '^cambricon_dev[0-9]+$' 2
+expect mlu-exclusive "their IPC nodes" '^cambricon_ipcm[0-9]+$' 2
+expect mlu-exclusive "their message control nodes" '^cmsg_ctrl[0-9]+$' 2
+expect mlu-exclusive "the control node once" '^cambricon_ctl$' 1
 expect mlu-exclusive "CAMBRICON_VISIBLE_DEVICES names two driver indexes" '^CAMBRICON_VISIBLE_DEVICES=[0-9]+,[0-9]+$'
 $KC delete pod mlu-exclusive --wait=true --timeout=60s >/dev/null 2>&1
 stop_serve
@@ -92,9 +94,9 @@ stop_serve
 echo "=== metax"
 serve metax metax-8x-c500 metax-tech.com/gpu
 pod mx-exclusive '{metax-tech.com/gpu: "2"}'
-expect mx-exclusive "the three control nodes" '(^| )mx[cng]d( |$)' 3
-expect mx-exclusive "two card nodes" '(^| )card[0-9]+' 2
-expect mx-exclusive "two render nodes" '(^| )renderD[0-9]+' 2
+expect mx-exclusive "the three control nodes" '^mx[cng]d$' 3
+expect mx-exclusive "two card nodes" '^card[0-9]+$' 2
+expect mx-exclusive "two render nodes" '^renderD[0-9]+$' 2
 expect mx-exclusive "no variable of MetaX's or any visibility variable" '^[A-Z_]+=' 0
 $KC delete pod mx-exclusive --wait=true --timeout=60s >/dev/null 2>&1
 stop_serve

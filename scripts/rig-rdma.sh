@@ -35,6 +35,7 @@ done
 
 rig_up "/tmp/rig-rdma"
 fresh_devices
+$KC apply -f "$RIGSRC/nfd-crds.yaml" >/dev/null   # the NodeFeature the rdma.* labels go to
 $KC label node rig-node feature.node.kubernetes.io/pci-10de.present=true --overwrite >/dev/null
 D=$WORK/data
 MALLOC_ARENA_MAX=${MALLOC_ARENA_MAX-1} "$BIN" serve --node-name rig-node \
@@ -55,7 +56,8 @@ for _ in $(seq 1 90); do [ "$(allocatable device.gpustack.ai/rdma)" = 8 ] && bre
 echo "allocatable: device.gpustack.ai/rdma $(allocatable device.gpustack.ai/rdma), .rdma.shared $(allocatable device.gpustack.ai/rdma.shared), .rdma.partitioned $(allocatable device.gpustack.ai/rdma.partitioned)"
 [ "$(allocatable device.gpustack.ai/rdma)" = 8 ] || fail "device.gpustack.ai/rdma is not 8 on rig-node"
 [ "$(allocatable device.gpustack.ai/rdma.shared)" = 512 ] || fail "device.gpustack.ai/rdma.shared is not 512"
-grep -q "serving the node's RDMA keys" /tmp/rig-rdma-serve.log || fail "serve never took the node's RDMA lock"
+[ -S $K/kubelet/device-plugins/rdma.exclusive.sock ] && [ -e $K/kubelet/device-plugins/gpustack-rdma.lock ] \
+  || fail "serve never took the node's RDMA lock (no rdma.exclusive.sock beside gpustack-rdma.lock)"
 
 names=""
 for _ in $(seq 1 30); do
@@ -67,7 +69,7 @@ echo "Devices rig-node spec.interfaces: $names"
 [ "$(echo "$names" | wc -w)" = 9 ] || fail "spec.interfaces does not list the 8 NICs and lo (an old CRD prunes it: deploy/README.md)"
 link=$($KC get devices.gpustack.ai rig-node -o jsonpath='{.spec.interfaces[?(@.name=="ibp25s0")].link.state}' 2>/dev/null)
 [ "$link" = ok ] || fail "ibp25s0's link is '$link', not ok"
-labels=$($KC get nodefeature -n gpustack-system rig-node-gpustack-device-manager -o jsonpath='{.spec.labels}' 2>/dev/null)
+labels=$($KC get nodefeature -n default rig-node-gpustack-device-manager -o jsonpath='{.spec.labels}' 2>/dev/null)
 echo "NodeFeature labels: $labels"
 echo "$labels" | grep -q '"feature.gpustack.ai/rdma.capable":"true"' || fail "no rdma.capable label"
 echo "$labels" | grep -q '"feature.gpustack.ai/rdma.distance":"PXB"' || fail "rdma.distance is not PXB"
