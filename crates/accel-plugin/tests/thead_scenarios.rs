@@ -111,6 +111,7 @@ async fn start_plugins(dir: &std::path::Path, kubelet: &Kubelet) -> DevicePlugin
         .map(|a| Seat::from_accelerator(a, 128))
         .collect();
     let responder = Arc::new(TheadResponder::from_setup(ResponderSetup {
+        scratch: None,
         strategy: InjectionStrategy::Envvar,
         runtime_major: Some(0),
         pod_dir_root: dir.join("data/pods"),
@@ -296,8 +297,8 @@ async fn the_containers_own_log_level_is_kept() {
     let env = envs(&a, "main", SLICED);
     assert_eq!(env["HGGC_DEVICE_SM_LIMIT"], "30");
     // The budget travels as units (floor of 1024 MiB over the card's VRAM) and comes back as
-    // MiB floored again: 1023, as every vendor's slice limit is derived today.
-    assert_eq!(env["HGGC_DEVICE_MEMORY_LIMIT_0"], "1023");
+    // the most MiB those units hold: exactly the 1024 asked.
+    assert_eq!(env["HGGC_DEVICE_MEMORY_LIMIT_0"], "1024");
     assert!(!env.contains_key("LIBHGGC_LOG_LEVEL"), "{env:?}");
 }
 

@@ -58,22 +58,62 @@ pub fn slices_per_accelerator(manufacturer: Manufacturer) -> Option<u32> {
     }
 }
 
-/// The VRAM in MiB that `units` stand for on an accelerator of `vram_mib`, floored: what the
-/// preload library is told the slice may use (`CUDA_DEVICE_MEMORY_LIMIT_<i>`).
+/// The VRAM in MiB that `units` stand for on an accelerator of `vram_mib`: the most MiB whose
+/// fold ([`crate::units::fold`], floored) is at most `units`, so a budget asked in MiB comes back
+/// exactly (1024 MiB folds to units that return 1024, not 1023) and a percentage comes back
+/// floored (25 % of 81,559 MiB is 20,389). What the preload library is told the slice may use
+/// (`CUDA_DEVICE_MEMORY_LIMIT_<i>`); never more than the accelerator has.
 pub fn mib_for_units(units: u64, vram_mib: u64) -> u64 {
-    let mib = u128::from(units.min(UNITS_PER_ACCELERATOR)) * u128::from(vram_mib)
-        / u128::from(UNITS_PER_ACCELERATOR);
-    u64::try_from(mib).unwrap_or(vram_mib)
+    if vram_mib == 0 {
+        return 0;
+    }
+    let units = u128::from(units.min(UNITS_PER_ACCELERATOR));
+    let vram = u128::from(vram_mib);
+    // fold(m) = floor(m·U/V) ≤ u  ⇔  m·U < (u+1)·V  ⇔  m ≤ ((u+1)·V − 1) / U.
+    let mib = ((units + 1) * vram - 1) / u128::from(UNITS_PER_ACCELERATOR);
+    u64::try_from(mib).map_or(vram_mib, |m| m.min(vram_mib))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    use crate::units::{MemoryBudget, fold};
+    use proptest::prelude::*;
+
     #[test]
-    fn units_back_to_mib_is_floored() {
+    fn units_back_to_mib() {
+        // A percentage comes back floored.
         assert_eq!(mib_for_units(400_000, 81_559), 20_389);
+        assert_eq!(mib_for_units(800_000, 24_564), 12_282);
         assert_eq!(mib_for_units(UNITS_PER_ACCELERATOR, 81_559), 81_559);
+        // A budget in MiB comes back as asked (floor then floor again gave 1023).
+        let units = fold(MemoryBudget::Mib(1024), Some(98_304)).unwrap();
+        assert_eq!(mib_for_units(units, 98_304), 1024);
+        assert_eq!(mib_for_units(0, 0), 0);
+        assert_eq!(mib_for_units(u64::MAX, u64::MAX), u64::MAX);
+    }
+
+    proptest! {
+        /// MiB → units → MiB is the identity, on any VRAM up to 1.5 TiB.
+        #[test]
+        fn a_budget_in_mib_survives_the_round_trip(vram in 1u64..1_600_000, at in 0.0f64..1.0) {
+            let mib = ((vram as f64 * at) as u64).clamp(1, vram);
+            let units = fold(MemoryBudget::Mib(mib), Some(vram)).unwrap();
+            prop_assert_eq!(mib_for_units(units, vram), mib);
+        }
+
+        /// What comes back always fits the units, and one MiB more would not.
+        #[test]
+        fn the_most_mib_that_fits(vram in 1u64..10_000_000, units in 0u64..=UNITS_PER_ACCELERATOR) {
+            let mib = mib_for_units(units, vram);
+            prop_assert!(mib <= vram);
+            let fold_of = |m: u64| u128::from(m) * u128::from(UNITS_PER_ACCELERATOR) / u128::from(vram);
+            prop_assert!(fold_of(mib) <= u128::from(units));
+            if mib < vram {
+                prop_assert!(fold_of(mib + 1) > u128::from(units));
+            }
+        }
     }
 
     #[test]
