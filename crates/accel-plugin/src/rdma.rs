@@ -39,7 +39,7 @@ use tokio_stream::Stream;
 use tonic::Status;
 
 use crate::api::deviceplugin as dp;
-use crate::api::deviceplugin::device_plugin_server::{DevicePlugin, DevicePluginServer};
+use crate::api::deviceplugin::device_plugin_server::DevicePlugin;
 use crate::api::deviceplugin::registration_client::RegistrationClient;
 use crate::api::podresources::ListPodResourcesRequest;
 use crate::api::podresources::pod_resources_lister_client::PodResourcesListerClient;
@@ -687,17 +687,7 @@ async fn serve(config: RdmaConfig, mode: RdmaMode, mut stop: watch::Receiver<boo
             mode,
             stop: server_stop.clone(),
         };
-        let mut wait = server_stop.clone();
-        let server = tokio::spawn(
-            tonic::transport::Server::builder()
-                .add_service(DevicePluginServer::new(service))
-                .serve_with_incoming_shutdown(
-                    tokio_stream::wrappers::UnixListenerStream::new(listener),
-                    async move {
-                        let _ = wait.wait_for(|s| *s).await;
-                    },
-                ),
-        );
+        let server = socket::serve_plugin(listener, service, server_stop.clone());
         let mut registered = None;
         let restart = loop {
             let now = identity(&kubelet_socket);

@@ -36,7 +36,7 @@ use tokio_stream::Stream;
 use tonic::{Code, Status};
 
 use crate::api::deviceplugin as dp;
-use crate::api::deviceplugin::device_plugin_server::{DevicePlugin, DevicePluginServer};
+use crate::api::deviceplugin::device_plugin_server::DevicePlugin;
 use crate::api::deviceplugin::registration_client::RegistrationClient;
 use crate::api::podresources::ListPodResourcesResponse;
 use crate::api::podresources::pod_resources_lister_client::PodResourcesListerClient;
@@ -1381,17 +1381,7 @@ async fn serve_pool(shared: Arc<Shared>, index: usize, mut stop: watch::Receiver
             index,
             stop: server_stop.clone(),
         };
-        let mut server_stop_wait = server_stop.clone();
-        let server = tokio::spawn(
-            tonic::transport::Server::builder()
-                .add_service(DevicePluginServer::new(service))
-                .serve_with_incoming_shutdown(
-                    tokio_stream::wrappers::UnixListenerStream::new(listener),
-                    async move {
-                        let _ = server_stop_wait.wait_for(|s| *s).await;
-                    },
-                ),
-        );
+        let server = socket::serve_plugin(listener, service, server_stop.clone());
         // Register, retrying while the kubelet is away.
         let registered_with = loop {
             let identity = socket_identity(&kubelet_socket);

@@ -28,3 +28,27 @@ pub async fn connect(path: PathBuf) -> Result<Channel, tonic::transport::Error> 
         }))
         .await
 }
+
+/// Serves one device plugin `service` on `listener` until `stop` turns true; the task ends
+/// when the server has shut down. The plugin pools and the RDMA plugin serve through it.
+pub fn serve_plugin<S>(
+    listener: tokio::net::UnixListener,
+    service: S,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) -> tokio::task::JoinHandle<Result<(), tonic::transport::Error>>
+where
+    S: crate::api::deviceplugin::device_plugin_server::DevicePlugin,
+{
+    tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(
+                crate::api::deviceplugin::device_plugin_server::DevicePluginServer::new(service),
+            )
+            .serve_with_incoming_shutdown(
+                tokio_stream::wrappers::UnixListenerStream::new(listener),
+                async move {
+                    let _ = stop.wait_for(|s| *s).await;
+                },
+            ),
+    )
+}
