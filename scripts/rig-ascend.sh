@@ -86,17 +86,9 @@ spec:
   containers:
   - {name: c, image: localhost/rig/busybox:1.0, imagePullPolicy: Never, command: ["sh", "-c", $command], resources: {limits: $2}}
 EOT
-  if running "$1"; then
-    sleep 1
-    echo "$1: Running; its container saw:"
-    $KC logs "$1" 2>/dev/null | sed 's/^/    /'
-  fi
+  saw "$1"
 }
-expect() { # pod description grep-pattern [count]
-  local n
-  n=$($KC logs "$1" 2>/dev/null | grep -cE "$3")
-  if [ "$n" = "${4:-1}" ]; then echo "  ok: $2"; else echo "  WRONG: $2 (found $n of ${4:-1})"; failed=1; fi
-}
+EXPECT_BY=lines   # expect (rig-lib.sh) counts lines
 pod ascend-exclusive '{huawei.com/npu: "2"}'
 expect ascend-exclusive "ASCEND_VISIBLE_DEVICES names two of the host's physical ids (0-7)" '^ASCEND_VISIBLE_DEVICES=[0-7],[0-7]$'
 ids=$($KC logs ascend-exclusive 2>/dev/null | sed -n 's/^ASCEND_VISIBLE_DEVICES=//p')

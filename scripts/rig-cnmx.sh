@@ -66,19 +66,9 @@ serve() { # manufacturer host-name resource
 
 pod() { # name limits(yaml flow) -> runs it, prints what its container saw
   busybox_pod "$1" 'ls /dev | tr "\n" " "; echo; ls /dev/dri 2>/dev/null | tr "\n" " "; echo; env | grep -E "^(CAMBRICON_|METAX_|MLU_|VIRTUAL_|[A-Z_]*VISIBLE_DEVICES)" | sort; sleep 3600' "$2"
-  if running "$1"; then
-    sleep 1
-    echo "$1: Running; its container saw:"
-    $KC logs "$1" 2>/dev/null | sed 's/^/    /'
-  fi
+  saw "$1"
 }
-# The pattern is matched against each word of the container's output on its own: a pattern
-# that consumed the space after a word hid the word beside it (mxcd mxgd mxnd counted 2).
-expect() { # pod description grep-pattern [count]
-  local n
-  n=$($KC logs "$1" 2>/dev/null | tr ' ' '\n' | grep -cE "$3")
-  if [ "$n" = "${4:-1}" ]; then echo "  ok: $2"; else echo "  WRONG: $2 (found $n of ${4:-1})"; failed=1; fi
-}
+EXPECT_BY=words   # expect (rig-lib.sh) counts words
 
 echo "=== cambricon"
 serve cambricon cambricon-8x-mlu370-cnmon-v5 cambricon.com/mlu

@@ -67,16 +67,7 @@ $KC delete pod --all --wait=true --timeout=60s >/dev/null 2>&1
 
 pod() { # name limits(yaml flow) -> runs it, prints what its container saw
   busybox_pod "$1" 'ls /dev/kfd /dev/mkfd /dev/dri/ | tr "\n" " "; echo; env | grep -E "^(HYGON|DMI_|HIP_|ROCR_|HSA_)" | sort; for d in /opt/hyhal /opt/hygondriver; do [ -d $d ] && echo mounted $d; done; [ -e /etc/vdev/docker/vdev0.conf ] && cat /etc/vdev/docker/vdev0.conf; touch /etc/vdev/docker/x 2>/dev/null && echo ledger-writable; sleep 3600' "$2"
-  if running "$1"; then
-    sleep 1
-    echo "$1: Running; its container saw:"
-    $KC logs "$1" 2>/dev/null | sed 's/^/    /'
-  fi
-}
-expect() { # pod description grep-pattern [count]
-  local n
-  n=$($KC logs "$1" 2>/dev/null | grep -oE "$3" | wc -l)
-  if [ "$n" = "${4:-1}" ]; then echo "  ok: $2"; else echo "  WRONG: $2 (found $n of ${4:-1})"; failed=1; fi
+  saw "$1"
 }
 conf() { $KC logs "$1" 2>/dev/null | sed -n "s/^$2: //p"; }
 

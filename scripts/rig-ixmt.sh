@@ -100,17 +100,9 @@ spec:
     command: ["sh", "-c", "env | grep -E '^(IX_|CUDA_|LIBCUDA_|MTHREADS_)' | sort; ls /dev | grep -cE '^(iluvatar|itrctl|mtgpu)' | sed 's/^/vendor nodes: /'; for f in /usr/local/vgpu/libvgpu.so /tmp/vgpu /etc/ld.so.preload; do [ -e \$f ] && echo mounted \$f; done; sleep 3600"]
     resources: {limits: $3}
 EOT
-  if running "$1"; then
-    sleep 1
-    echo "$1: Running; its container saw:"
-    $KC logs "$1" 2>/dev/null | sed 's/^/    /'
-  fi
+  saw "$1"
 }
-expect() { # pod description grep-pattern [count]
-  local n
-  n=$($KC logs "$1" 2>/dev/null | grep -cE "$3")
-  if [ "$n" = "${4:-1}" ]; then echo "  ok: $2"; else echo "  WRONG: $2 (found $n of ${4:-1})"; failed=1; fi
-}
+EXPECT_BY=lines   # expect (rig-lib.sh) counts lines
 
 echo "=== Iluvatar (16x BI-V150)"
 serve iluvatar "$IXHOST" /tmp/rig-ixmt-serve-iluvatar.log

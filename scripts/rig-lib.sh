@@ -108,6 +108,29 @@ running() {
   return 1
 }
 
+# saw NAME: once Pod NAME runs, prints what its container printed (indented); 1 if it never ran.
+saw() {
+  running "$1" || return 1
+  sleep 1
+  echo "$1: Running; its container saw:"
+  $KC logs "$1" 2>/dev/null | sed 's/^/    /'
+}
+
+# expect POD DESCRIPTION PATTERN [COUNT]: the Pod's output holds PATTERN (grep -E) COUNT times
+# (1 unless told), else the script fails. EXPECT_BY says what is counted: `matches` (the
+# default: every match, several on a line), `lines` (lines that match) or `words` (each
+# blank-separated word matched on its own, so a pattern cannot eat the blank its neighbour
+# needs: mxcd mxgd mxnd).
+expect() {
+  local n
+  case "${EXPECT_BY:-matches}" in
+    lines) n=$($KC logs "$1" 2>/dev/null | grep -cE "$3") ;;
+    words) n=$($KC logs "$1" 2>/dev/null | tr ' ' '\n' | grep -cE "$3") ;;
+    *) n=$($KC logs "$1" 2>/dev/null | grep -oE "$3" | wc -l) ;;
+  esac
+  if [ "$n" = "${4:-1}" ]; then echo "  ok: $2"; else echo "  WRONG: $2 (found $n of ${4:-1})"; failed=1; fi
+}
+
 # verdict NAME: prints NAME: OK or NAME: FAILED and exits with `failed`.
 verdict() {
   if [ "$failed" = 0 ]; then echo "$1: OK"; else echo "$1: FAILED"; fi

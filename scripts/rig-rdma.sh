@@ -77,16 +77,7 @@ echo "$labels" | grep -q '"feature.gpustack.ai/rdma.numa":"0_1"' || fail "rdma.n
 
 pod() { # name limits -> runs it, prints what its container saw
   busybox_pod "$1" 'ls /dev/infiniband/ | tr "\n" " "; echo; env | grep -E "^NCCL_IB_HCA=" ; sleep 3600' "$2"
-  if running "$1"; then
-    sleep 1
-    echo "$1: Running; its container saw:"
-    $KC logs "$1" 2>/dev/null | sed 's/^/    /'
-  fi
-}
-expect() { # pod description grep-pattern [count]
-  local n
-  n=$($KC logs "$1" 2>/dev/null | grep -oE "$3" | wc -l)
-  if [ "$n" = "${4:-1}" ]; then echo "  ok: $2"; else echo "  WRONG: $2 (found $n of ${4:-1})"; failed=1; fi
+  saw "$1"
 }
 
 pod rdma-one '{device.gpustack.ai/rdma: "1"}'

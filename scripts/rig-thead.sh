@@ -91,17 +91,9 @@ $KC delete pod --all --wait=true --timeout=60s >/dev/null 2>&1
 
 pod() { # name limits(yaml flow) -> runs it, prints what its container saw
   busybox_pod "$1" 'ls -l /dev/ | grep alixpu | awk "{print \$NF, \$5, \$6}"; env | grep -E "^(HGGC_|LIBHGGC_)" | sort; for f in /usr/local/vppu/*; do [ -e $f ] && echo mounted $f; done; [ -e /etc/ld.so.preload ] && sed "s/^/preload /" /etc/ld.so.preload; touch /var/run/vppu/probe 2>/dev/null && echo ledger-dir writable; sleep 3600' "$2"
-  if running "$1"; then
-    sleep 1
-    echo "$1: Running; its container saw:"
-    $KC logs "$1" 2>/dev/null | sed 's/^/    /'
-  fi
+  saw "$1"
 }
-expect() { # pod description grep-pattern [count]
-  local n
-  n=$($KC logs "$1" 2>/dev/null | grep -cE "$3")
-  if [ "$n" = "${4:-1}" ]; then echo "  ok: $2"; else echo "  WRONG: $2 (found $n of ${4:-1})"; failed=1; fi
-}
+EXPECT_BY=lines   # expect (rig-lib.sh) counts lines
 # Each card node's minor is its ordinal + 1 (what the recorded host's markers carry).
 minors_match() { # pod
   local bad
