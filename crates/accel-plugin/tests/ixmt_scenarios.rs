@@ -341,6 +341,7 @@ async fn mthreads_exclusive_shared_and_visibility_are_exactly_the_variable() {
         MT_BOTH,
     );
     rig.kubelet.delete("a");
+    rig.plugins.reconcile_pods(); // the release, now: the watcher is late on a loaded machine
     rig.kubelet.create(pod(
         "b",
         None,

@@ -952,7 +952,37 @@ async fn xid_conditions_reach_the_devices_status_and_hardware_faults_the_node_ev
 }
 
 /// Log lines written while `f` runs on this thread, as plain text.
+/// The process-wide subscriber of the unit tests: it records nothing, and tells every callsite
+/// to ask again each time (`Interest::sometimes`). Without one, a callsite first reached on
+/// another test's thread, where no subscriber is set, is cached as never enabled, and a
+/// thread's own subscriber (`logged`) then misses its events — the flake this removes.
+struct AskEveryTime;
+
+impl tracing::Subscriber for AskEveryTime {
+    fn register_callsite(
+        &self,
+        _: &'static tracing::Metadata<'static>,
+    ) -> tracing::subscriber::Interest {
+        tracing::subscriber::Interest::sometimes()
+    }
+    fn enabled(&self, _: &tracing::Metadata<'_>) -> bool {
+        false
+    }
+    fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+        tracing::span::Id::from_u64(1)
+    }
+    fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
+    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
+    fn event(&self, _: &tracing::Event<'_>) {}
+    fn enter(&self, _: &tracing::span::Id) {}
+    fn exit(&self, _: &tracing::span::Id) {}
+}
+
 fn logged<T>(f: impl FnOnce() -> T) -> (T, String) {
+    static GLOBAL: std::sync::Once = std::sync::Once::new();
+    GLOBAL.call_once(|| {
+        let _ = tracing::subscriber::set_global_default(AskEveryTime);
+    });
     #[derive(Clone, Default)]
     struct Lines(Arc<Mutex<Vec<u8>>>);
     impl std::io::Write for Lines {
