@@ -79,6 +79,38 @@ impl Check {
     }
 }
 
+/// `unique-ids`, for a manufacturer whose grants name accelerators by UUID: `ok` when every
+/// accelerator of `section` has one, else `warn` naming the indexes without (they cannot be
+/// granted). `noun` is what the manufacturer's accelerators are called (`GPU`, `card`); `action`
+/// where to look on the host.
+pub fn unique_ids(section: &accel_core::ManufacturerInventory, noun: &str, action: &str) -> Check {
+    const NAME: &str = "unique-ids";
+    let unnamed: Vec<String> = section
+        .accelerators
+        .iter()
+        .filter(|a| a.uuid.as_deref().is_none_or(str::is_empty))
+        .map(|a| a.index.to_string())
+        .collect();
+    if unnamed.is_empty() {
+        Check::ok(
+            NAME,
+            format!(
+                "every one of {} {noun}(s) has a UUID",
+                section.accelerators.len()
+            ),
+        )
+    } else {
+        Check::warn(
+            NAME,
+            format!(
+                "{noun}(s) {} report no UUID, so they cannot be granted",
+                unnamed.join(", ")
+            ),
+            action,
+        )
+    }
+}
+
 /// One accelerator's diagnosis (`--gpus`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -162,6 +194,39 @@ pub trait Doctor: Send + Sync {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use accel_core::inventory::{Accelerator, Source};
+    use accel_core::{Manufacturer, ManufacturerInventory};
+
+    #[test]
+    fn unique_ids_names_the_accelerators_without_one() {
+        let mut section = ManufacturerInventory::empty(Manufacturer::Metax);
+        for (index, uuid) in [
+            (0, Some("GPU-a")),
+            (1, None),
+            (2, Some("")),
+            (3, Some("GPU-d")),
+        ] {
+            let mut a = Accelerator::new(index, Source::Driver);
+            a.uuid = uuid.map(str::to_string);
+            section.accelerators.push(a);
+        }
+        let check = unique_ids(&section, "GPU", "check `mx-smi -L` on the host");
+        assert_eq!(check.status, Status::Warn);
+        assert_eq!(
+            check.reason,
+            "GPU(s) 1, 2 report no UUID, so they cannot be granted"
+        );
+        assert_eq!(
+            check.action.as_deref(),
+            Some("check `mx-smi -L` on the host")
+        );
+        section
+            .accelerators
+            .retain(|a| a.uuid.as_deref().is_some_and(|u| !u.is_empty()));
+        let check = unique_ids(&section, "card", "");
+        assert_eq!(check.status, Status::Ok);
+        assert_eq!(check.reason, "every one of 2 card(s) has a UUID");
+    }
 
     #[test]
     fn a_report_passes_only_without_a_failed_check() {

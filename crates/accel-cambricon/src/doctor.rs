@@ -118,25 +118,10 @@ pub fn checks(sources: &Sources) -> Vec<Check> {
             "reload the Cambricon driver; a card without its node cannot be granted",
         )
     });
-    let unnamed = section
-        .accelerators
-        .iter()
-        .filter(|a| a.uuid.is_none())
-        .count();
-    out.push(if unnamed == 0 {
-        Check::ok(
-            "unique-ids",
-            format!(
-                "every one of {} card(s) has a UUID",
-                section.accelerators.len()
-            ),
-        )
-    } else {
-        Check::warn(
-            "unique-ids",
-            format!("{unnamed} card(s) report no UUID through cnmon info"),
-            "check `cnmon info` on the host; a card without a UUID is not granted",
-        )
-    });
+    out.push(accel_backend::doctor::unique_ids(
+        &section,
+        "card",
+        "check `cnmon info` on the host; a card without a UUID is not granted",
+    ));
     out
 }

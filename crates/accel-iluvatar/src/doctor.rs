@@ -100,34 +100,17 @@ fn tool(commands: &dyn Commands, detection: &Detection) -> Check {
 }
 
 fn unique_ids(detection: &Detection) -> Check {
-    const NAME: &str = "unique-ids";
-    let Ok(section) = detection else {
-        return Check::warn(
-            NAME,
+    match detection {
+        Ok(section) => accel_backend::doctor::unique_ids(
+            section,
+            "GPU",
+            "check `ixsmi --query-gpu=index,uuid --format=csv` on the host",
+        ),
+        Err(_) => Check::warn(
+            "unique-ids",
             "no detection to read the UUIDs from",
             "fix the ixsmi check first",
-        );
-    };
-    let unnamed: Vec<String> = section
-        .accelerators
-        .iter()
-        .filter(|a| a.uuid.is_none())
-        .map(|a| a.index.to_string())
-        .collect();
-    if unnamed.is_empty() {
-        Check::ok(
-            NAME,
-            format!("every GPU of {} has a UUID", section.accelerators.len()),
-        )
-    } else {
-        Check::warn(
-            NAME,
-            format!(
-                "accelerator(s) {} report no UUID, so they cannot be granted",
-                unnamed.join(", ")
-            ),
-            "check `ixsmi --query-gpu=index,uuid --format=csv` on the host",
-        )
+        ),
     }
 }
 

@@ -119,25 +119,10 @@ pub fn run(host: &dyn Host, commands: &dyn Commands, options: &DetectOptions) ->
             "reload the metax driver; a container is granted without the missing nodes",
         )
     });
-    let unnamed = section
-        .accelerators
-        .iter()
-        .filter(|a| a.uuid.is_none())
-        .count();
-    out.push(if unnamed == 0 {
-        Check::ok(
-            "unique-ids",
-            format!(
-                "every one of {} GPU(s) has a UUID",
-                section.accelerators.len()
-            ),
-        )
-    } else {
-        Check::warn(
-            "unique-ids",
-            format!("{unnamed} GPU(s) report no UUID through mx-smi -L"),
-            "check `mx-smi -L` on the host; a GPU without a UUID is not granted",
-        )
-    });
+    out.push(accel_backend::doctor::unique_ids(
+        &section,
+        "GPU",
+        "check `mx-smi -L` on the host; a GPU without a UUID is not granted",
+    ));
     out
 }
