@@ -11,9 +11,12 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use accel_backend::usage::{AcceleratorUsage, SampleError, UsageSample, UsageSampler};
+use accel_backend::usage::{AcceleratorUsage, SampleError, UsageSample, UsageSampler, run_tool};
 use accel_core::Manufacturer;
-use accel_host::{Commands, RunFailure, run_bounded};
+use accel_host::Commands;
+
+/// What a missing amd-smi means here.
+const MISSING: &str = "no AMD tools on this host";
 
 use crate::amdsmi::{self, MetricGpu, StaticGpu};
 use crate::detector::AMD_SMI_STATIC;
@@ -32,12 +35,12 @@ impl UsageSampler for AmdSmiSampler {
         commands: &dyn Commands,
         deadline: Duration,
     ) -> Result<UsageSample, SampleError> {
-        let metric = run(commands, AMD_SMI_METRIC, deadline)?;
+        let metric = run_tool(commands, AMD_SMI_METRIC, deadline, MISSING)?;
         let metric =
             amdsmi::parse_metric(&metric).map_err(|e| SampleError::Failed(e.to_string()))?;
         // Identity is worth a second call; a static answer that fails leaves the samples named
         // by index, never the whole sample lost.
-        let identities = match run(commands, AMD_SMI_STATIC, deadline) {
+        let identities = match run_tool(commands, AMD_SMI_STATIC, deadline, MISSING) {
             Ok(text) => amdsmi::parse_static(&text).unwrap_or_default(),
             Err(_) => Vec::new(),
         };
@@ -79,17 +82,6 @@ pub fn join(metric: &[MetricGpu], identities: &[StaticGpu]) -> UsageSample {
         manufacturer: Manufacturer::Amd,
         source: serde_json::Value::String(AMD_SMI_METRIC.join(" ")),
         accelerators,
-    }
-}
-
-/// One bounded amd-smi call's standard output, or why there is none.
-fn run(commands: &dyn Commands, argv: &[&str], deadline: Duration) -> Result<String, SampleError> {
-    match run_bounded(commands, argv, deadline) {
-        Ok(output) => Ok(output.stdout_text()),
-        Err(RunFailure::NotInstalled { .. }) => Err(SampleError::NoTool(
-            "amd-smi: not found (no AMD tools on this host)".into(),
-        )),
-        Err(e) => Err(SampleError::Failed(e.to_string())),
     }
 }
 

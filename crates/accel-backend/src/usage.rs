@@ -61,6 +61,26 @@ pub enum SampleError {
     Failed(String),
 }
 
+/// One bounded call of a sampler's tool: its standard output, or why there is none. A tool not
+/// on the host is [`SampleError::NoTool`] with `missing` (what that means on this
+/// manufacturer's node); any other failure is [`SampleError::Failed`] (its text names the
+/// command).
+pub fn run_tool(
+    commands: &dyn Commands,
+    argv: &[&str],
+    deadline: Duration,
+    missing: &str,
+) -> Result<String, SampleError> {
+    let program = argv.first().copied().unwrap_or_default();
+    match accel_host::run_bounded(commands, argv, deadline) {
+        Ok(output) => Ok(output.stdout_text()),
+        Err(accel_host::RunFailure::NotInstalled { .. }) => Err(SampleError::NoTool(format!(
+            "{program}: not found ({missing})"
+        ))),
+        Err(e) => Err(SampleError::Failed(e.to_string())),
+    }
+}
+
 /// One manufacturer's live usage sampler.
 pub trait UsageSampler: Send + Sync + std::fmt::Debug {
     /// Takes one sample of every accelerator, each tool call bounded by `deadline`.

@@ -6,26 +6,19 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use accel_backend::usage::{AcceleratorUsage, SampleError, UsageSample, UsageSampler};
+use accel_backend::usage::{AcceleratorUsage, SampleError, UsageSample, UsageSampler, run_tool};
 use accel_backend::vendor_runtime::board;
 use accel_core::Manufacturer;
-use accel_host::{Commands, RunFailure, run_bounded};
+use accel_host::Commands;
 
 use crate::ixsmi::{self, QueryGpu, TableGpu};
+
+/// What a missing ixsmi means here.
+const MISSING: &str = "no Iluvatar CoreX tools on this host";
 
 /// ixsmi's live usage.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct IxsmiSampler;
-
-fn run(commands: &dyn Commands, argv: &[&str], deadline: Duration) -> Result<String, SampleError> {
-    match run_bounded(commands, argv, deadline) {
-        Ok(out) => Ok(out.stdout_text()),
-        Err(RunFailure::NotInstalled { .. }) => Err(SampleError::NoTool(
-            "ixsmi: not found (no Iluvatar CoreX tools on this host)".into(),
-        )),
-        Err(e) => Err(SampleError::Failed(format!("ixsmi: {e}"))),
-    }
-}
 
 impl UsageSampler for IxsmiSampler {
     fn sample(
@@ -33,9 +26,9 @@ impl UsageSampler for IxsmiSampler {
         commands: &dyn Commands,
         deadline: Duration,
     ) -> Result<UsageSample, SampleError> {
-        let table = run(commands, ixsmi::TABLE_ARGV, deadline)?;
+        let table = run_tool(commands, ixsmi::TABLE_ARGV, deadline, MISSING)?;
         let table = ixsmi::parse_table(&table).map_err(|e| SampleError::Failed(e.to_string()))?;
-        let names = run(commands, ixsmi::QUERY_ARGV, deadline)
+        let names = run_tool(commands, ixsmi::QUERY_ARGV, deadline, MISSING)
             .ok()
             .and_then(|t| ixsmi::parse_query(&t).ok())
             .unwrap_or_default();

@@ -5,26 +5,20 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use accel_backend::usage::{AcceleratorUsage, SampleError, UsageSample, UsageSampler};
+use accel_backend::usage::{AcceleratorUsage, SampleError, UsageSample, UsageSampler, run_tool};
 use accel_backend::vendor_runtime::board;
 use accel_core::Manufacturer;
-use accel_host::{Commands, RunFailure, run_bounded};
+use accel_host::Commands;
 
 use crate::gmi::{self, QueryGpu, TableGpu};
+
+/// What a missing mthreads-gmi means here.
+const MISSING: &str =
+    "no Moore Threads tools here; the daemon gets them only under the mthreads RuntimeClass";
 
 /// mthreads-gmi's live usage.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct GmiSampler;
-
-fn run(commands: &dyn Commands, argv: &[&str], deadline: Duration) -> Result<String, SampleError> {
-    match run_bounded(commands, argv, deadline) {
-        Ok(out) => Ok(out.stdout_text()),
-        Err(RunFailure::NotInstalled { .. }) => Err(SampleError::NoTool(
-            "mthreads-gmi: not found (no Moore Threads tools here; the daemon gets them only under the mthreads RuntimeClass)".into(),
-        )),
-        Err(e) => Err(SampleError::Failed(format!("mthreads-gmi: {e}"))),
-    }
-}
 
 impl UsageSampler for GmiSampler {
     fn sample(
@@ -32,9 +26,9 @@ impl UsageSampler for GmiSampler {
         commands: &dyn Commands,
         deadline: Duration,
     ) -> Result<UsageSample, SampleError> {
-        let table = run(commands, gmi::TABLE_ARGV, deadline)?;
+        let table = run_tool(commands, gmi::TABLE_ARGV, deadline, MISSING)?;
         let table = gmi::parse_table(&table).map_err(|e| SampleError::Failed(e.to_string()))?;
-        let names = run(commands, gmi::QUERY_ARGV, deadline)
+        let names = run_tool(commands, gmi::QUERY_ARGV, deadline, MISSING)
             .ok()
             .and_then(|t| gmi::parse_query(&t).ok())
             .unwrap_or_default();

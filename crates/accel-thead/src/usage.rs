@@ -6,23 +6,18 @@
 use std::time::Duration;
 
 use accel_backend::text;
-use accel_backend::usage::{AcceleratorUsage, SampleError, UsageSample, UsageSampler};
+use accel_backend::usage::{AcceleratorUsage, SampleError, UsageSample, UsageSampler, run_tool};
 use accel_core::Manufacturer;
-use accel_host::{Commands, RunFailure, run_bounded};
+use accel_host::Commands;
+
+/// What a missing ppu-smi means here.
+const MISSING: &str = "no T-Head PPU SDK on this host";
 
 use crate::smi;
 
 /// The T-Head sampler: the bare table, then `-L`.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct PpuSmiSampler;
-
-fn run(commands: &dyn Commands, argv: &[&str], deadline: Duration) -> Result<String, SampleError> {
-    match run_bounded(commands, argv, deadline) {
-        Ok(out) => Ok(out.stdout_text()),
-        Err(e @ RunFailure::NotInstalled { .. }) => Err(SampleError::NoTool(e.to_string())),
-        Err(e) => Err(SampleError::Failed(e.to_string())),
-    }
-}
 
 /// The power cap of a `Pwr:Usage/Cap` cell (`57W / 400W` → 400).
 fn power_cap(cell: Option<&str>) -> Option<f64> {
@@ -36,10 +31,10 @@ impl UsageSampler for PpuSmiSampler {
         commands: &dyn Commands,
         deadline: Duration,
     ) -> Result<UsageSample, SampleError> {
-        let table_text = run(commands, smi::TABLE_ARGV, deadline)?;
+        let table_text = run_tool(commands, smi::TABLE_ARGV, deadline, MISSING)?;
         let table =
             smi::parse_table(&table_text).map_err(|e| SampleError::Failed(e.to_string()))?;
-        let list = run(commands, smi::LIST_ARGV, deadline)
+        let list = run_tool(commands, smi::LIST_ARGV, deadline, MISSING)
             .and_then(|t| smi::parse_list(&t).map_err(|e| SampleError::Failed(e.to_string())))?;
         let caps = text::box_table(&text::clean(&table_text), &["PPU", "Name"])
             .map(|t| {
