@@ -195,3 +195,84 @@ pub trait Responder: Send + Sync + fmt::Debug {
     /// Takes back a gone Pod's per-Pod state.
     fn reclaim(&self, pod_uid: &str);
 }
+
+/// What a responder keeps of each accelerator of its first detection (`C`: the facts it needs
+/// to answer, its nodes' numbers say), found again for a seat of the ledger.
+#[derive(Debug, Clone)]
+pub struct DetectedCards<C> {
+    by_index: BTreeMap<u32, (Option<String>, C)>,
+}
+
+impl<C> DetectedCards<C> {
+    /// Keeps `keep(a)` of every accelerator, by index, with its UUID.
+    pub fn of(accelerators: &[Accelerator], keep: impl Fn(&Accelerator) -> C) -> Self {
+        DetectedCards {
+            by_index: accelerators
+                .iter()
+                .map(|a| (a.index, (a.uuid.clone(), keep(a))))
+                .collect(),
+        }
+    }
+
+    /// The card a seat names: the one at the seat's index when their UUIDs agree, else the one
+    /// with the seat's UUID (the ledger's index is from a later detection); refused when the
+    /// detection this responder serves has neither.
+    pub fn card(&self, seat: &Seat) -> Result<&C, ResponderError> {
+        self.by_index
+            .get(&seat.index)
+            .filter(|(uuid, _)| *uuid == seat.uuid)
+            .or_else(|| {
+                self.by_index
+                    .values()
+                    .find(|(uuid, _)| uuid.is_some() && *uuid == seat.uuid)
+            })
+            .map(|(_, card)| card)
+            .ok_or_else(|| {
+                ResponderError::Refused(format!(
+                    "card at index {} is not in the detection this responder serves",
+                    seat.index
+                ))
+            })
+    }
+}
+
+#[cfg(test)]
+mod detected_cards_tests {
+    use super::*;
+    use accel_core::inventory::Source;
+
+    fn accelerator(index: u32, uuid: Option<&str>) -> Accelerator {
+        let mut a = Accelerator::new(index, Source::Driver);
+        a.uuid = uuid.map(str::to_string);
+        a
+    }
+
+    #[test]
+    fn a_seat_finds_its_card_by_index_then_by_uuid() {
+        let cards = DetectedCards::of(
+            &[
+                accelerator(0, Some("MLU-a")),
+                accelerator(1, Some("MLU-b")),
+                accelerator(2, None),
+            ],
+            |a| a.index * 10,
+        );
+        let seat = |index, uuid: Option<&str>| {
+            let mut s = Seat::from_accelerator(&accelerator(index, uuid), 0);
+            s.uuid = uuid.map(str::to_string);
+            s
+        };
+        assert_eq!(cards.card(&seat(1, Some("MLU-b"))).ok(), Some(&10));
+        // A later detection renumbered the cards: the UUID finds it.
+        assert_eq!(cards.card(&seat(0, Some("MLU-b"))).ok(), Some(&10));
+        // No UUID on either side: the index alone.
+        assert_eq!(cards.card(&seat(2, None)).ok(), Some(&20));
+        let refused = cards.card(&seat(5, Some("MLU-z"))).unwrap_err();
+        assert_eq!(
+            refused.to_string(),
+            "card at index 5 is not in the detection this responder serves"
+        );
+        // An unnamed seat is never matched to a named card by a UUID it lacks.
+        assert!(cards.card(&seat(7, None)).is_err());
+    }
+}

@@ -12,12 +12,12 @@
 //! sMLU slices are not served by this build (the manufacturers table gives Cambricon no sliced
 //! family), so a sliced answer is refused with that reason rather than handed a whole card.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use accel_backend::chores::PodDirs;
 use accel_backend::respond::{
-    Answer, DeviceNode, Injection, PrepareError, Responder, ResponderError, ResponderSetup,
+    Answer, DetectedCards, DeviceNode, Injection, PrepareError, Responder, ResponderError,
+    ResponderSetup,
 };
 use accel_core::inventory::Accelerator;
 use accel_core::ledger::{Family, Seat};
@@ -52,7 +52,7 @@ impl Card {
 
 /// The Cambricon responder of one node.
 pub struct CambriconResponder {
-    cards: BTreeMap<u32, Card>,
+    cards: DetectedCards<Card>,
     /// The host the device nodes must exist on (`None`: not checked).
     host: Option<Arc<dyn Host>>,
     dirs: PodDirs,
@@ -82,11 +82,7 @@ impl CambriconResponder {
     /// The responder for a node's first detection.
     pub fn from_setup(setup: ResponderSetup) -> CambriconResponder {
         CambriconResponder {
-            cards: setup
-                .accelerators
-                .iter()
-                .map(|a| (a.index, Card::of(a)))
-                .collect(),
+            cards: DetectedCards::of(&setup.accelerators, Card::of),
             host: setup.host,
             dirs: PodDirs::new(setup.pod_dir_root),
         }
@@ -97,20 +93,7 @@ impl CambriconResponder {
     }
 
     fn card(&self, seat: &Seat) -> Result<&Card, ResponderError> {
-        self.cards
-            .get(&seat.index)
-            .filter(|c| c.uuid == seat.uuid)
-            .or_else(|| {
-                self.cards
-                    .values()
-                    .find(|c| c.uuid.is_some() && c.uuid == seat.uuid)
-            })
-            .ok_or_else(|| {
-                refused(format!(
-                    "card at index {} is not in the detection this responder serves",
-                    seat.index
-                ))
-            })
+        self.cards.card(seat)
     }
 
     /// The answer for one container.
