@@ -148,14 +148,7 @@ impl Vrocm {
         if !vrocm_built_for(arch) {
             return None;
         }
-        Some(
-            section
-                .runtime_version
-                .as_deref()
-                .and_then(|v| v.split('.').next())
-                .and_then(|m| m.parse::<u32>().ok())
-                .unwrap_or(0),
-        )
+        Some(accel_backend::slicing::major_or_zero(section))
     }
 }
 

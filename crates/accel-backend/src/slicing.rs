@@ -7,6 +7,18 @@ use std::path::Path;
 
 use accel_core::ManufacturerInventory;
 
+/// The runtime major a library that does not depend on it reports: the major the detection
+/// names (`6.2.1` → 6), else 0 — slices are offered either way (AMD's `libvrocm.so`, T-Head's
+/// HGGC shims).
+pub fn major_or_zero(section: &ManufacturerInventory) -> u32 {
+    section
+        .runtime_version
+        .as_deref()
+        .and_then(|v| v.split('.').next())
+        .and_then(|m| m.trim().parse::<u32>().ok())
+        .unwrap_or(0)
+}
+
 /// One manufacturer's preload-library layout.
 pub trait SlicingLibrary: Send + Sync {
     /// The runtime the libraries are built per, for messages (`CUDA`).
@@ -109,5 +121,21 @@ mod tests {
         let needs = offer(&Ledger(true), &section, dir, |_| false);
         assert!(!needs.offered);
         assert_eq!(needs.library.as_deref(), Some("/lib/x-1/lib.so"));
+    }
+}
+
+#[cfg(test)]
+mod major_tests {
+    use super::*;
+    use accel_core::Manufacturer;
+
+    #[test]
+    fn the_major_is_the_first_number_or_zero() {
+        let mut section = ManufacturerInventory::empty(Manufacturer::Amd);
+        assert_eq!(major_or_zero(&section), 0);
+        for (version, major) in [("6.2.1", 6), ("1.7", 1), ("N/A", 0), ("", 0), ("12", 12)] {
+            section.runtime_version = Some(version.into());
+            assert_eq!(major_or_zero(&section), major, "{version}");
+        }
     }
 }
