@@ -38,7 +38,7 @@ pub fn backend() -> Backend {
         reset: Reset::Refused(RESET_REFUSAL.to_string()),
         doctor: Some(Arc::new(HygonDoctor)),
         preflight: None,
-        sampler: None,
+        sampler: Some(Arc::new(crate::usage::HySmiSampler)),
         record: record_plan(),
         state_dir: StateDirRule::Named,
         replay: None,

@@ -80,6 +80,9 @@ pub struct SmiCard {
     /// `HCU use (%)` (or `DCU use (%)`, `GPU use (%)`).
     pub utilisation_percent: Option<f64>,
     pub power_watts: Option<f64>,
+    /// The edge sensor's temperature (the first sensor, as ROCm-SMI's sensor 0), else the
+    /// junction's, core's or memory's, in °C.
+    pub temperature_c: Option<f64>,
 }
 
 /// What the JSON query said.
@@ -162,6 +165,16 @@ fn card(n: u32, object: &Map<String, Value>) -> SmiCard {
             .and_then(|v| text::percent(&v)),
         power_watts: field(object, "Average Graphics Package Power (W)")
             .and_then(|v| text::watts(&v)),
+        temperature_c: first_field(
+            object,
+            &[
+                "Temperature (Sensor edge) (C)",
+                "Temperature (Sensor junction) (C)",
+                "Temperature (Sensor core) (C)",
+                "Temperature (Sensor mem) (C)",
+            ],
+        )
+        .and_then(|v| text::celsius(&v)),
     }
 }
 

@@ -15,4 +15,5 @@ pub mod module;
 pub mod registry;
 pub mod responder;
 pub mod rocminfo;
+pub mod usage;
 pub mod vdev;

@@ -138,6 +138,58 @@ fn an_amd_node_is_sampled_with_amd_smi_metric() {
     assert!(out.contains("0 %") && out.contains("/ 46064 MiB"), "{out}");
 }
 
+/// On a Hygon node `monitor` reads hy-smi's JSON query through Hygon's backend: every DCU, named
+/// by its unique id exactly as `detect` names it, with utilisation, VRAM, power and temperature.
+#[test]
+fn a_hygon_node_is_sampled_with_hy_smi_named_as_detect_names_it() {
+    let root = host("hygon-4x-k100ai");
+    let (code, out, err) = monitor(&["--host-root", root.to_str().unwrap(), "-o", "json"]);
+    assert_eq!(code, 0, "{err}");
+    let sample: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(sample["manufacturer"], "hygon");
+    assert!(
+        sample["source"]
+            .as_str()
+            .is_some_and(|s| s.starts_with("hy-smi --showid")),
+        "{sample}"
+    );
+    let gpus = sample["gpus"].as_array().unwrap();
+    assert_eq!(gpus.len(), 4, "{sample}");
+    let first = &gpus[0];
+    assert_eq!(first["uuid"], "GPU-7137d9b2a08a4841");
+    assert_eq!(first["utilizationPercent"], 0.0);
+    assert_eq!(first["memoryUsedMib"], 2);
+    assert_eq!(first["memoryTotalMib"], 65520);
+    assert_eq!(first["powerDrawW"], 77.0);
+    assert_eq!(first["temperatureC"], 37.0);
+
+    let o = Command::new(env!("CARGO_BIN_EXE_device-manager"))
+        .args([
+            "detect",
+            "-o",
+            "json",
+            "--host-root",
+            root.to_str().unwrap(),
+        ])
+        .env_remove("HOST_ROOT")
+        .output()
+        .unwrap();
+    let detected: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let mut uuids: Vec<&str> = detected["manufacturers"][0]["accelerators"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|a| a["uuid"].as_str())
+        .collect();
+    let mut sampled: Vec<&str> = gpus.iter().filter_map(|g| g["uuid"].as_str()).collect();
+    uuids.sort_unstable();
+    sampled.sort_unstable();
+    assert_eq!(
+        sampled, uuids,
+        "the gauges and the inventory name the same DCUs"
+    );
+}
+
 #[test]
 fn a_host_without_nvidia_smi_and_a_bad_period_are_one_clear_line() {
     let root = host("no-driver");
