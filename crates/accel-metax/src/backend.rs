@@ -31,7 +31,7 @@ pub fn backend() -> Backend {
         reset: Reset::Refused(RESET_REFUSAL.to_string()),
         doctor: Some(Arc::new(MetaxDoctor)),
         preflight: None,
-        sampler: None,
+        sampler: Some(Arc::new(crate::usage::MxSmiSampler)),
         record: record_plan(),
         state_dir: StateDirRule::Named,
         replay: None,

@@ -10,3 +10,4 @@ pub mod detector;
 pub mod doctor;
 pub mod mxsmi;
 pub mod responder;
+pub mod usage;

@@ -35,7 +35,7 @@ pub enum MxSmiError {
 }
 
 /// One GPU row of the table.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct MxSmiGpu {
     /// `GPU`: the tool's ordinal.
     pub gpu: Option<u32>,
@@ -44,10 +44,18 @@ pub struct MxSmiGpu {
     pub bus_id: Option<BusId>,
     pub memory_used_mib: Option<u64>,
     pub memory_total_mib: Option<u64>,
+    /// `GPU-Util`, in percent.
+    pub utilization_percent: Option<f64>,
+    /// `Temp`, in °C.
+    pub temperature_c: Option<f64>,
+    /// The draw of `Pwr:Usage/Cap` (2.1.12) or `Power` (2.1.6, which prints no cap), in W.
+    pub power_draw_w: Option<f64>,
+    /// The cap of `Pwr:Usage/Cap`, in W.
+    pub power_limit_w: Option<f64>,
 }
 
 /// The table and its title box's versions.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct MxSmiTable {
     /// `MX-SMI 2.1.12`.
     pub tool_version: Option<String>,
@@ -90,6 +98,7 @@ pub fn parse_table(text: &str) -> Result<MxSmiTable, MxSmiError> {
         gpus: Vec::new(),
     };
     for record in &table.records {
+        let power = record.get("Pwr:Usage/Cap").and_then(text::pair);
         let (used, total) = record
             .get("Memory-Usage")
             .map(|m| text::memory_pair(m, MemoryUnit::MiB))
@@ -103,6 +112,13 @@ pub fn parse_table(text: &str) -> Result<MxSmiTable, MxSmiError> {
             bus_id: record.get("Bus-id").and_then(|b| b.parse().ok()),
             memory_used_mib: used,
             memory_total_mib: total,
+            utilization_percent: record.get("GPU-Util").and_then(text::percent),
+            temperature_c: record.get("Temp").and_then(text::celsius),
+            power_draw_w: power
+                .map(|(draw, _)| draw)
+                .or_else(|| record.get("Power"))
+                .and_then(text::watts),
+            power_limit_w: power.and_then(|(_, cap)| text::watts(cap)),
         };
         if gpu.gpu.is_none() && gpu.bus_id.is_none() {
             continue;

@@ -2,7 +2,7 @@
 //! (table or JSON), `--watch` every `--monitor-period`, a host without nvidia-smi and a bad period
 //! each one clear line (issue 12, item 7).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 fn host(name: &str) -> PathBuf {
@@ -138,31 +138,8 @@ fn an_amd_node_is_sampled_with_amd_smi_metric() {
     assert!(out.contains("0 %") && out.contains("/ 46064 MiB"), "{out}");
 }
 
-/// On a Hygon node `monitor` reads hy-smi's JSON query through Hygon's backend: every DCU, named
-/// by its unique id exactly as `detect` names it, with utilisation, VRAM, power and temperature.
-#[test]
-fn a_hygon_node_is_sampled_with_hy_smi_named_as_detect_names_it() {
-    let root = host("hygon-4x-k100ai");
-    let (code, out, err) = monitor(&["--host-root", root.to_str().unwrap(), "-o", "json"]);
-    assert_eq!(code, 0, "{err}");
-    let sample: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
-    assert_eq!(sample["manufacturer"], "hygon");
-    assert!(
-        sample["source"]
-            .as_str()
-            .is_some_and(|s| s.starts_with("hy-smi --showid")),
-        "{sample}"
-    );
-    let gpus = sample["gpus"].as_array().unwrap();
-    assert_eq!(gpus.len(), 4, "{sample}");
-    let first = &gpus[0];
-    assert_eq!(first["uuid"], "GPU-7137d9b2a08a4841");
-    assert_eq!(first["utilizationPercent"], 0.0);
-    assert_eq!(first["memoryUsedMib"], 2);
-    assert_eq!(first["memoryTotalMib"], 65520);
-    assert_eq!(first["powerDrawW"], 77.0);
-    assert_eq!(first["temperatureC"], 37.0);
-
+/// `detect`'s UUIDs of a recorded host, sorted.
+fn detected_uuids(root: &Path) -> Vec<String> {
     let o = Command::new(env!("CARGO_BIN_EXE_device-manager"))
         .args([
             "detect",
@@ -175,18 +152,78 @@ fn a_hygon_node_is_sampled_with_hy_smi_named_as_detect_names_it() {
         .output()
         .unwrap();
     let detected: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
-    let mut uuids: Vec<&str> = detected["manufacturers"][0]["accelerators"]
+    let mut uuids: Vec<String> = detected["manufacturers"][0]["accelerators"]
         .as_array()
         .unwrap()
         .iter()
-        .filter_map(|a| a["uuid"].as_str())
+        .filter_map(|a| a["uuid"].as_str().map(str::to_string))
         .collect();
-    let mut sampled: Vec<&str> = gpus.iter().filter_map(|g| g["uuid"].as_str()).collect();
     uuids.sort_unstable();
+    uuids
+}
+
+/// `monitor -o json` on a recorded host: its one sample, checked to name exactly the
+/// accelerators `detect` names (so the gauges and the inventory agree).
+fn sample_named_as_detected(name: &str, manufacturer: &str, count: usize) -> serde_json::Value {
+    let root = host(name);
+    let (code, out, err) = monitor(&["--host-root", root.to_str().unwrap(), "-o", "json"]);
+    assert_eq!(code, 0, "{name}: {err}");
+    let sample: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(sample["manufacturer"], manufacturer, "{sample}");
+    let gpus = sample["gpus"].as_array().unwrap();
+    assert_eq!(gpus.len(), count, "{sample}");
+    let mut sampled: Vec<String> = gpus
+        .iter()
+        .filter_map(|g| g["uuid"].as_str().map(str::to_string))
+        .collect();
     sampled.sort_unstable();
+    assert_eq!(sampled, detected_uuids(&root), "{name}");
+    sample
+}
+
+/// On a Hygon node `monitor` reads hy-smi's JSON query through Hygon's backend: every DCU, named
+/// by its unique id exactly as `detect` names it, with utilisation, VRAM, power and temperature.
+#[test]
+fn a_hygon_node_is_sampled_with_hy_smi_named_as_detect_names_it() {
+    let sample = sample_named_as_detected("hygon-4x-k100ai", "hygon", 4);
+    assert!(
+        sample["source"]
+            .as_str()
+            .is_some_and(|s| s.starts_with("hy-smi --showid")),
+        "{sample}"
+    );
+    let first = &sample["gpus"][0];
+    assert_eq!(first["uuid"], "GPU-7137d9b2a08a4841");
+    assert_eq!(first["utilizationPercent"], 0.0);
+    assert_eq!(first["memoryUsedMib"], 2);
+    assert_eq!(first["memoryTotalMib"], 65520);
+    assert_eq!(first["powerDrawW"], 77.0);
+    assert_eq!(first["temperatureC"], 37.0);
+}
+
+/// On a MetaX node `monitor` reads mx-smi's table, named through `mx-smi -L`: both table
+/// layouts (2.1.12 prints `Pwr:Usage/Cap`, 2.1.6 the draw alone).
+#[test]
+fn a_metax_node_is_sampled_with_mx_smi_in_both_layouts() {
+    let sample = sample_named_as_detected("metax-8x-c500", "metax", 8);
+    assert_eq!(sample["source"], "mx-smi");
+    let first = &sample["gpus"][0];
+    assert_eq!(first["utilizationPercent"], 0.0);
+    assert_eq!(first["memoryUsedMib"], 826);
+    assert_eq!(first["memoryTotalMib"], 65536);
+    assert_eq!(first["temperatureC"], 35.0);
+    assert_eq!(first["powerDrawW"], 54.0);
+    assert_eq!(first["powerLimitW"], 350.0);
+
+    let sample = sample_named_as_detected("metax-8x-c550", "metax", 8);
+    let first = &sample["gpus"][0];
+    assert_eq!(first["memoryUsedMib"], 810);
+    assert_eq!(first["temperatureC"], 31.0);
+    assert_eq!(first["powerDrawW"], 44.0);
     assert_eq!(
-        sampled, uuids,
-        "the gauges and the inventory name the same DCUs"
+        first["powerLimitW"],
+        serde_json::Value::Null,
+        "2.1.6 prints no cap"
     );
 }
 
