@@ -33,7 +33,7 @@ pub fn backend() -> Backend {
         reset: Reset::Refused(RESET_REFUSAL.to_string()),
         doctor: Some(Arc::new(CambriconDoctor)),
         preflight: None,
-        sampler: None,
+        sampler: Some(Arc::new(crate::usage::CnmonSampler)),
         record: record_plan(),
         state_dir: StateDirRule::Named,
         replay: None,

@@ -33,7 +33,7 @@ pub enum CnmonError {
 }
 
 /// One card row of the default table (two printed lines).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct CnmonCard {
     /// `Card`: the tool's ordinal, which names the device nodes (`/dev/cambricon_dev<N>`).
     pub card: Option<u32>,
@@ -49,10 +49,17 @@ pub struct CnmonCard {
     pub driver_version: Option<String>,
     /// `Mode` (5.10.31: `FULL`), when the layout has it.
     pub mode: Option<String>,
+    /// `Util`, in percent.
+    pub utilization_percent: Option<f64>,
+    /// `Temp`, in °C.
+    pub temperature_c: Option<f64>,
+    /// `Pwr:Usage/Cap`'s draw and cap, in W.
+    pub power_draw_w: Option<f64>,
+    pub power_limit_w: Option<f64>,
 }
 
 /// The table and its title line's versions.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct CnmonTable {
     /// `CNMON v5.10.10` → `5.10.10`.
     pub cnmon_version: Option<String>,
@@ -102,6 +109,7 @@ pub fn parse_table(text: &str) -> Result<CnmonTable, CnmonError> {
         .and_then(|rest| rest.split_whitespace().next())
         .and_then(version_word);
     for record in &table.records {
+        let power = record.get("Pwr:Usage/Cap").and_then(text::pair);
         let (used, total) = record
             .get("Memory-Usage")
             .map(|m| text::memory_pair(m, MemoryUnit::MiB))
@@ -121,6 +129,10 @@ pub fn parse_table(text: &str) -> Result<CnmonTable, CnmonError> {
             memory_total_mib: total,
             driver_version: record.get("Driver").and_then(version_word),
             mode: record.get("Mode").map(str::to_string),
+            utilization_percent: record.get("Util").and_then(text::percent),
+            temperature_c: record.get("Temp").and_then(text::celsius),
+            power_draw_w: power.and_then(|(draw, _)| text::watts(draw)),
+            power_limit_w: power.and_then(|(_, cap)| text::watts(cap)),
         };
         if card.card.is_none() && card.name.is_none() && card.bus_id.is_none() {
             continue;

@@ -11,3 +11,4 @@ pub mod detector;
 pub mod doctor;
 pub mod nodes;
 pub mod responder;
+pub mod usage;

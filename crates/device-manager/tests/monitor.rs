@@ -227,6 +227,30 @@ fn a_metax_node_is_sampled_with_mx_smi_in_both_layouts() {
     );
 }
 
+/// On a Cambricon node `monitor` reads cnmon's table, named through `cnmon info`: 5.x (bus ids
+/// in the table) and 4.x (none: joined by the card ordinal).
+#[test]
+fn a_cambricon_node_is_sampled_with_cnmon_in_both_generations() {
+    let sample = sample_named_as_detected("cambricon-8x-mlu370-cnmon-v5", "cambricon", 8);
+    assert_eq!(sample["source"], "cnmon");
+    let first = &sample["gpus"][0];
+    assert_eq!(first["utilizationPercent"], 0.0);
+    assert_eq!(first["memoryUsedMib"], 0);
+    assert_eq!(first["memoryTotalMib"], 23308);
+    assert_eq!(first["temperatureC"], 30.0);
+    assert_eq!(first["powerDrawW"], 27.0);
+    assert_eq!(first["powerLimitW"], 150.0);
+
+    let sample = sample_named_as_detected("cambricon-3x-mlu370-cnmon-v4", "cambricon", 3);
+    let temperatures: Vec<f64> = sample["gpus"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|g| g["temperatureC"].as_f64())
+        .collect();
+    assert_eq!(temperatures, [32.0, 33.0, 30.0]);
+}
+
 #[test]
 fn a_host_without_nvidia_smi_and_a_bad_period_are_one_clear_line() {
     let root = host("no-driver");
