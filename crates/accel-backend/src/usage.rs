@@ -81,6 +81,29 @@ pub fn run_tool(
     }
 }
 
+/// A tool's argv and the reader of what it prints.
+pub type Reader<'a, R> = (&'a [&'a str], fn(&str) -> R);
+
+/// The two calls of a sampler whose tool prints usage in one table and names the rows in
+/// another call (ixsmi's CSV query, mthreads-gmi's `-q`, mx-smi's `-L`, `cnmon info`): the
+/// table, whose failure is the sample's, then the names, whose failure leaves the rows unnamed
+/// (`N::default()`), never the sample lost.
+pub fn table_and_names<T, E: std::fmt::Display, N: Default>(
+    commands: &dyn Commands,
+    deadline: Duration,
+    missing: &str,
+    table: Reader<'_, Result<T, E>>,
+    names: Reader<'_, Option<N>>,
+) -> Result<(T, N), SampleError> {
+    let text = run_tool(commands, table.0, deadline, missing)?;
+    let rows = (table.1)(&text).map_err(|e| SampleError::Failed(e.to_string()))?;
+    let named = run_tool(commands, names.0, deadline, missing)
+        .ok()
+        .and_then(|text| (names.1)(&text))
+        .unwrap_or_default();
+    Ok((rows, named))
+}
+
 /// One manufacturer's live usage sampler.
 pub trait UsageSampler: Send + Sync + std::fmt::Debug {
     /// Takes one sample of every accelerator, each tool call bounded by `deadline`.

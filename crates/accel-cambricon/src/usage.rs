@@ -7,7 +7,9 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use accel_backend::usage::{AcceleratorUsage, SampleError, UsageSample, UsageSampler, run_tool};
+use accel_backend::usage::{
+    AcceleratorUsage, SampleError, UsageSample, UsageSampler, table_and_names,
+};
 use accel_core::Manufacturer;
 use accel_host::Commands;
 
@@ -26,11 +28,13 @@ impl UsageSampler for CnmonSampler {
         commands: &dyn Commands,
         deadline: Duration,
     ) -> Result<UsageSample, SampleError> {
-        let table = run_tool(commands, cnmon::TABLE_ARGV, deadline, MISSING)?;
-        let table = cnmon::parse_table(&table).map_err(|e| SampleError::Failed(e.to_string()))?;
-        let info = run_tool(commands, cnmon::INFO_ARGV, deadline, MISSING)
-            .map(|text| cnmon::parse_info(&text))
-            .unwrap_or_default();
+        let (table, info) = table_and_names(
+            commands,
+            deadline,
+            MISSING,
+            (cnmon::TABLE_ARGV, cnmon::parse_table),
+            (cnmon::INFO_ARGV, |t| Some(cnmon::parse_info(t))),
+        )?;
         Ok(join(&table.cards, &info))
     }
 }

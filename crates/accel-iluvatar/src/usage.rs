@@ -6,7 +6,9 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use accel_backend::usage::{AcceleratorUsage, SampleError, UsageSample, UsageSampler, run_tool};
+use accel_backend::usage::{
+    AcceleratorUsage, SampleError, UsageSample, UsageSampler, table_and_names,
+};
 use accel_backend::vendor_runtime::board;
 use accel_core::Manufacturer;
 use accel_host::Commands;
@@ -26,12 +28,13 @@ impl UsageSampler for IxsmiSampler {
         commands: &dyn Commands,
         deadline: Duration,
     ) -> Result<UsageSample, SampleError> {
-        let table = run_tool(commands, ixsmi::TABLE_ARGV, deadline, MISSING)?;
-        let table = ixsmi::parse_table(&table).map_err(|e| SampleError::Failed(e.to_string()))?;
-        let names = run_tool(commands, ixsmi::QUERY_ARGV, deadline, MISSING)
-            .ok()
-            .and_then(|t| ixsmi::parse_query(&t).ok())
-            .unwrap_or_default();
+        let (table, names) = table_and_names(
+            commands,
+            deadline,
+            MISSING,
+            (ixsmi::TABLE_ARGV, ixsmi::parse_table),
+            (ixsmi::QUERY_ARGV, |t| ixsmi::parse_query(t).ok()),
+        )?;
         Ok(join(&table.gpus, &names))
     }
 }

@@ -7,7 +7,9 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use accel_backend::usage::{AcceleratorUsage, SampleError, UsageSample, UsageSampler, run_tool};
+use accel_backend::usage::{
+    AcceleratorUsage, SampleError, UsageSample, UsageSampler, table_and_names,
+};
 use accel_core::Manufacturer;
 use accel_host::Commands;
 
@@ -26,11 +28,13 @@ impl UsageSampler for MxSmiSampler {
         commands: &dyn Commands,
         deadline: Duration,
     ) -> Result<UsageSample, SampleError> {
-        let table = run_tool(commands, mxsmi::TABLE_ARGV, deadline, MISSING)?;
-        let table = mxsmi::parse_table(&table).map_err(|e| SampleError::Failed(e.to_string()))?;
-        let listed = run_tool(commands, mxsmi::LIST_ARGV, deadline, MISSING)
-            .map(|text| mxsmi::parse_list(&text))
-            .unwrap_or_default();
+        let (table, listed) = table_and_names(
+            commands,
+            deadline,
+            MISSING,
+            (mxsmi::TABLE_ARGV, mxsmi::parse_table),
+            (mxsmi::LIST_ARGV, |t| Some(mxsmi::parse_list(t))),
+        )?;
         Ok(join(&table.gpus, &listed))
     }
 }

@@ -5,7 +5,9 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use accel_backend::usage::{AcceleratorUsage, SampleError, UsageSample, UsageSampler, run_tool};
+use accel_backend::usage::{
+    AcceleratorUsage, SampleError, UsageSample, UsageSampler, table_and_names,
+};
 use accel_backend::vendor_runtime::board;
 use accel_core::Manufacturer;
 use accel_host::Commands;
@@ -26,12 +28,13 @@ impl UsageSampler for GmiSampler {
         commands: &dyn Commands,
         deadline: Duration,
     ) -> Result<UsageSample, SampleError> {
-        let table = run_tool(commands, gmi::TABLE_ARGV, deadline, MISSING)?;
-        let table = gmi::parse_table(&table).map_err(|e| SampleError::Failed(e.to_string()))?;
-        let names = run_tool(commands, gmi::QUERY_ARGV, deadline, MISSING)
-            .ok()
-            .and_then(|t| gmi::parse_query(&t).ok())
-            .unwrap_or_default();
+        let (table, names) = table_and_names(
+            commands,
+            deadline,
+            MISSING,
+            (gmi::TABLE_ARGV, gmi::parse_table),
+            (gmi::QUERY_ARGV, |t| gmi::parse_query(t).ok()),
+        )?;
         Ok(join(&table.gpus, &names))
     }
 }
