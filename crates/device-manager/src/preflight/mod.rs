@@ -280,7 +280,6 @@ pub fn lock(path: &Path) -> Result<Lock, String> {
     }
 }
 
-/// Runs the whole pass and returns the document.
 /// Preflight's `network` section: a fresh read of the interfaces (no options, `--dry-run` or
 /// not), one row per interface and VF bearing RDMA or a verdict, in inventory order. Never part
 /// of the exit code.
@@ -337,6 +336,7 @@ pub fn network(host: &dyn accel_host::Host) -> Network {
     }
 }
 
+/// Runs the whole pass and returns the document.
 pub fn run(
     node: &Node,
     settings: &Settings,
