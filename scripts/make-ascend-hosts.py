@@ -66,7 +66,8 @@ def pci_function(root, bdf, device, numa=None, driver="devdrv_device_driver"):
         write(os.path.join(dev, "numa_node"), f"{numa}\n")
     link(os.path.join(root, "sys", "bus", "pci", "devices", bdf),
          f"../../../devices/pci{dom_bus}/{bdf}")
-    os.makedirs(os.path.join(root, "sys", "bus", "pci", "drivers", driver), exist_ok=True)
+    # git keeps no empty folder: the driver's folder holds a `.keep`.
+    write(os.path.join(root, "sys", "bus", "pci", "drivers", driver, ".keep"), "")
     link(os.path.join(dev, "driver"), f"../../../bus/pci/drivers/{driver}")
 
 
@@ -125,6 +126,31 @@ def common(host, npu, chips, cores=None):
     command(host, f"common-{npu}", ["npu-smi", "info", "-t", "common", "-i", str(npu)], text)
 
 
+def ecc(host, npu, chip=None, memory="HBM", single=0, double=0, enabled="True", chip_id=0):
+    """`npu-smi info -t ecc` and `-t ecc-enable` for one NPU (chip=None: asked without -c, the
+    NPU's one chip answering) or one chip of a several-chip NPU. Neither query is captured: the
+    key names and the `key : value` layout follow Huawei's npu-smi manual (910B: DDR and HBM
+    counters then `Chip ID`; 950: HBM alone); the counts are ours."""
+    suffix = f"-{npu}" if chip is None else f"-{npu}-{chip}"
+    where = ["-i", str(npu)] + ([] if chip is None else ["-c", str(chip)])
+    lines = [f"NPU ID                                   : {npu}",
+             "Chip Count                               : 1", ""]
+    kinds = ["DDR", "HBM"] if memory == "HBM+DDR" else [memory]
+    for m in kinds:
+        s_, d_ = (single, double) if m == kinds[-1] else (0, 0)
+        lines += [f"{m} Single Bit Error Count               : {s_}",
+                  f"{m} Double Bit Error Count               : {d_}",
+                  f"{m} Single Bit Aggregate Total Err Cnt   : {s_}",
+                  f"{m} Double Bit Aggregate Total Err Cnt   : {d_}",
+                  f"{m} Single Bit Isolated Pages Count      : 0",
+                  f"{m} Double Bit Isolated Pages Count      : 0"]
+    lines.append(f"Chip ID                                  : {chip_id if chip is None else chip}")
+    command(host, f"ecc{suffix}", ["npu-smi", "info", "-t", "ecc"] + where,
+            "".join(f"\t{l}\n" if l else "\n" for l in lines))
+    enable = "".join(f"\t{m} ECC-Enable Status          : {enabled}\n" for m in kinds)
+    command(host, f"ecc-enable{suffix}", ["npu-smi", "info", "-t", "ecc-enable"] + where, enable)
+
+
 def share_state(host):
     write(os.path.join(host, "share-state.json"), '{\n  "on": [],\n  "refuse": [],\n  "writes": 0\n}\n')
 
@@ -159,6 +185,7 @@ def host_910b2():
         board(h, ap["card_id"], ap["device_id"], d["uuid"], name=d["name"], bus=ap["bdf"].upper())
         phyid(h, ap["card_id"], ap["device_id"], ap["physical_id"])
         common(h, ap["card_id"], [0], cores=d["cores"])
+        ecc(h, ap["card_id"], memory="HBM+DDR")
     command(h, "info", ["npu-smi", "info"], table_910b("25.5.1", rows))
     command(h, "info-m", ["npu-smi", "info", "-m"],
             fixture("npu-smi/gpustack-test__8x-910b-info-m-mcu-rows-redacted.txt"))
@@ -186,6 +213,7 @@ def host_910a():
         command(h, f"phyid-{npu}-0", ["npu-smi", "info", "-t", "phyid-remap", "-i", str(npu), "-c", "0"],
                 "", status=255, stderr="Error: invalid type phyid-remap.\n")
         common(h, npu, [0], cores=32)
+        ecc(h, npu)
     dev_nodes(root, range(8))
     versions(root, driver="24.1.rc2", cann="8.0.0")
     share_state(h)
@@ -222,6 +250,7 @@ def host_310p():
             pci_function(root, b.lower(), 0xD500, numa=0 if npu < 4 else 1)
             die = f"{0x51A0C3E0 + phy:X} 7C3{npu}{chip}E1 44D0A2B7 {0x9C0 + phy:X} 10F301E3"
             board(h, npu, chip, die, name="310P3")
+            ecc(h, npu, chip, memory="DDR")
         command(h, f"common-{npu}", ["npu-smi", "info", "-t", "common", "-i", str(npu)],
                 fixture("npu-smi/gpustack-test__310p-info-t-common-npu1-2chips.txt").replace(
                     "NPU ID                         : 1", f"NPU ID                         : {npu}"))
@@ -257,6 +286,7 @@ def host_a3():
         pci_function(root, f"0000:{bus}:00.0", 0xD803, numa=1)
         die = f"{0x6B20F1A0 + npu * 16 + chip:X} 2A{npu}{chip}C3D1 7E10B2C4 {0x3000 + chip:X} 11230A19"
         board(h, npu, chip, die)
+        ecc(h, npu, chip)
     for npu in (0, 1):
         common(h, npu, [0, 1], cores=24)
     dev_nodes(root, range(4))
@@ -281,6 +311,7 @@ def host_950():
         board(h, npu, 0, die, name="Ascend950PR")
         phyid(h, npu, 0, npu)
         common(h, npu, [0], cores=32)
+        ecc(h, npu)
     dev_nodes(root, range(2), control=("davinci_manager", "hisi_hdc"))
     versions(root, driver="25.7.rc1.6", cann="9.0.0")
     stage_vcann(root, "cann-9-950")

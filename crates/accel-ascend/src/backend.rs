@@ -36,7 +36,7 @@ pub fn backend() -> Backend {
         reset: Reset::Refused(RESET_REFUSAL.to_string()),
         doctor: Some(Arc::new(AscendDoctor)),
         preflight: None,
-        sampler: None,
+        sampler: Some(Arc::new(crate::usage::NpuSmiSampler::default())),
         record: record_plan(),
         state_dir: StateDirRule::Named,
         replay: Some(crate::share::wrap),

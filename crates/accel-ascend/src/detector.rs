@@ -1,8 +1,14 @@
 //! The Ascend detector: the kernel's view first (PCI functions of the configured vendor ids,
 //! `/dev/davinci<N>`, the control nodes, the driver's and CANN's version files), then
 //! `npu-smi` (`info`, `info -m`, and per chip `-t board` for the die id, `-t phyid-remap` for
-//! the physical id where the table does not print it, and per NPU `-t common` for the AI
-//! cores), every call bounded by the pass's [`Budget`] — then one pure join ([`join`]).
+//! the physical id where the table does not print it, per NPU `-t common` for the AI cores,
+//! and `-t ecc` with `-t ecc-enable` per NPU, or per chip where an NPU has several), every call
+//! bounded by the pass's [`Budget`] — then one pure join ([`join`]).
+//!
+//! **Health** (spec/ascend.md §7): ECC is the only signal. A chip is judged by its HBM
+//! counters, or its DDR ones where it has no HBM (310-class cards); it is unhealthy when ECC is
+//! enabled and it counts single- or double-bit errors. A failed ECC read counts as healthy (the
+//! pass notes which chips were not read).
 //!
 //! **What an accelerator is.** One compute chip (a die on A3): what `/dev/davinci<N>` and the
 //! runtime number. It carries `[physical id, card id, chip index]` (spec/ascend.md §1.3) as its
@@ -26,12 +32,15 @@ use accel_backend::Deadlines;
 use accel_backend::detect::Budget;
 use accel_core::Manufacturer;
 use accel_core::busid::BusId;
-use accel_core::inventory::{Accelerator, DetectError, Detection, ManufacturerInventory, Source};
+use accel_core::health;
+use accel_core::inventory::{
+    Accelerator, DetectError, Detection, Ecc, ManufacturerInventory, Source,
+};
 use accel_host::pci::{PciClassPrefixes, PciFunction};
 use accel_host::{Commands, Host, RunFailure, run_bounded};
 
 use crate::kernel;
-use crate::npusmi::{self, Board, ChipMap, InfoChip, InfoError, InfoTable, Layout};
+use crate::npusmi::{self, Board, ChipMap, EccMemory, InfoChip, InfoError, InfoTable, Layout};
 use crate::soc::{self, Family};
 
 /// Which DCMI generation the host's driver serves (seed 000, "Ascend: two DCMI API
@@ -70,6 +79,16 @@ pub enum Note {
     },
     /// The chip map was not read.
     Mapping(String),
+    /// The ECC counters of some chips were not read (the rule counts them healthy).
+    EccUnread {
+        chips: usize,
+        first: String,
+    },
+    /// ECC errors were counted on a chip whose ECC-enable flag did not read.
+    EccFlagUnread {
+        npu: u32,
+        chip: u32,
+    },
     /// The pass ran out of its time.
     OutOfTime(String),
 }
@@ -99,6 +118,14 @@ impl fmt::Display for Note {
                 write!(f, "NPU {npu}: AI cores unknown ({why})")
             }
             Note::Mapping(why) => write!(f, "npu-smi info -m: {why}"),
+            Note::EccUnread { chips, first } => write!(
+                f,
+                "npu-smi info -t ecc: not read for {chips} chip(s) ({first}); a failed ECC read counts as healthy"
+            ),
+            Note::EccFlagUnread { npu, chip } => write!(
+                f,
+                "NPU {npu} chip {chip}: ECC errors counted but `npu-smi info -t ecc-enable` did not say ECC is enabled, so the rule (errors while enabled) leaves it in service"
+            ),
             Note::OutOfTime(why) => write!(f, "npu-smi: {why}"),
         }
     }
@@ -149,7 +176,16 @@ pub struct Sources {
     pub chips: BTreeMap<(u32, u32), ChipAnswers>,
     /// AI cores per (NPU, chip), from `-t common`.
     pub cores: BTreeMap<(u32, u32), u32>,
+    /// `-t ecc` and `-t ecc-enable` per (NPU, chip).
+    pub ecc: BTreeMap<(u32, u32), EccTexts>,
     pub notes: Vec<Note>,
+}
+
+/// What one chip's ECC queries printed, or why they printed nothing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EccTexts {
+    pub counts: Result<String, String>,
+    pub enable: Result<String, String>,
 }
 
 impl Default for ChipAnswers {
@@ -313,6 +349,21 @@ pub fn read_sources(host: &dyn Host, commands: &dyn Commands, options: &DetectOp
             Some(Err(why)) => s.notes.push(Note::NoCores { npu, why }),
             None => {}
         }
+        let chips: Vec<u32> = keys
+            .iter()
+            .filter(|(n, _)| *n == npu)
+            .map(|(_, c)| *c)
+            .collect();
+        for chip in &chips {
+            // A one-chip NPU is asked once; a several-chip NPU chip by chip.
+            let addressed = (chips.len() > 1).then_some(*chip);
+            let asked = |argv: Vec<String>, notes: &mut Vec<Note>| {
+                ask(commands, &budget, &argv, notes).unwrap_or_else(|| Err("out of time".into()))
+            };
+            let counts = asked(npusmi::ecc_argv(npu, addressed), &mut s.notes);
+            let enable = asked(npusmi::ecc_enable_argv(npu, addressed), &mut s.notes);
+            s.ecc.insert((npu, *chip), EccTexts { counts, enable });
+        }
     }
     s
 }
@@ -359,6 +410,30 @@ fn chip_name(chip: &InfoChip, board: Option<&Board>, map: Option<&ChipMap>) -> O
             // The chip map spells `Ascend 910A`; the table `910A`: one product name.
             n.strip_prefix("Ascend ").map(str::to_string).unwrap_or(n)
         })
+}
+
+/// A chip's ECC facts from its two queries (HBM where it has HBM, else DDR), judged by
+/// Ascend's rule ([`Ecc::corrected_is_fault`]); `Err` when the counters did not read.
+fn ecc_of(texts: &EccTexts, hbm: bool) -> Result<Ecc, String> {
+    let memory = if hbm { EccMemory::Hbm } else { EccMemory::Ddr };
+    let counts = npusmi::parse_ecc(texts.counts.as_ref().map_err(Clone::clone)?, memory);
+    if counts.single_bit.is_none() && counts.double_bit.is_none() {
+        return Err(format!(
+            "no {} error counts in its output",
+            if hbm { "HBM" } else { "DDR" }
+        ));
+    }
+    Ok(Ecc {
+        enabled: texts
+            .enable
+            .as_ref()
+            .ok()
+            .and_then(|t| npusmi::parse_ecc_enable(t, memory)),
+        volatile_corrected: counts.single_bit,
+        volatile_uncorrected: counts.double_bit,
+        corrected_is_fault: true,
+        ..Ecc::default()
+    })
 }
 
 /// The pure join: sources in, the inventory section out.
@@ -408,6 +483,7 @@ pub fn join(mut s: Sources) -> Detection {
         .collect();
     let logic_is_physical = !s.davinci.is_empty() && logic_ids == s.davinci;
     let mut used_logic = false;
+    let mut ecc_unread: Vec<String> = Vec::new();
     let mut accelerators = Vec::new();
     for chip in &table.chips {
         let Some(npu) = chip.npu else { continue };
@@ -472,6 +548,24 @@ pub fn join(mut s: Sources) -> Detection {
             .filter(|m| *m > 0)
             .or(chip.memory_total_mib.filter(|m| *m > 0));
         a.cores = s.cores.get(&(npu, index_in_card)).copied();
+        match s.ecc.get(&(npu, index_in_card)) {
+            Some(texts) => match ecc_of(texts, chip.hbm_total_mib.is_some_and(|m| m > 0)) {
+                Ok(ecc) => {
+                    let counted = ecc.volatile_corrected.unwrap_or(0) > 0
+                        || ecc.volatile_uncorrected.unwrap_or(0) > 0;
+                    if counted && ecc.enabled.is_none() {
+                        notes.push(Note::EccFlagUnread {
+                            npu,
+                            chip: index_in_card,
+                        });
+                    }
+                    a.ecc = Some(ecc);
+                }
+                Err(why) => ecc_unread.push(why),
+            },
+            None => ecc_unread.push("not asked".into()),
+        }
+        health::assess(&mut a, &[]);
         a.physical_indexes = vec![
             physical,
             card,
@@ -485,6 +579,12 @@ pub fn join(mut s: Sources) -> Detection {
     }
     if used_logic {
         notes.push(Note::PhysicalFromLogic);
+    }
+    if let Some(first) = ecc_unread.first() {
+        notes.push(Note::EccUnread {
+            chips: ecc_unread.len(),
+            first: first.clone(),
+        });
     }
     let mut section = ManufacturerInventory::empty(m);
     section.driver_version = match generation {

@@ -14,3 +14,4 @@ pub mod npusmi;
 pub mod responder;
 pub mod share;
 pub mod soc;
+pub mod usage;

@@ -55,6 +55,30 @@ pub fn common_argv(npu: u32) -> Vec<String> {
         .collect()
 }
 
+/// `npu-smi info -t <kind> -i <npu>`, or with `-c <chip>` where the NPU has several chips (a
+/// one-chip NPU's answer is its chip's; a several-chip NPU is asked chip by chip so no answer
+/// has to be matched to its chip).
+fn npu_or_chip_argv(kind: &str, npu: u32, chip: Option<u32>) -> Vec<String> {
+    match chip {
+        Some(chip) => chip_query_argv(kind, npu, chip),
+        None => ["npu-smi", "info", "-t", kind, "-i"]
+            .iter()
+            .map(|s| s.to_string())
+            .chain([npu.to_string()])
+            .collect(),
+    }
+}
+
+/// `npu-smi info -t ecc -i <npu> [-c <chip>]`: the ECC error counters (spec/ascend.md §7).
+pub fn ecc_argv(npu: u32, chip: Option<u32>) -> Vec<String> {
+    npu_or_chip_argv("ecc", npu, chip)
+}
+
+/// `npu-smi info -t ecc-enable -i <npu> [-c <chip>]`: whether ECC is enabled.
+pub fn ecc_enable_argv(npu: u32, chip: Option<u32>) -> Vec<String> {
+    npu_or_chip_argv("ecc-enable", npu, chip)
+}
+
 /// `npu-smi info -t device-share -i <card> -c <chip>`: the container-share flag.
 pub fn share_query_argv(card: u32, chip: u32) -> Vec<String> {
     chip_query_argv("device-share", card, chip)
@@ -115,6 +139,12 @@ pub struct InfoChip {
     pub hbm_total_mib: Option<u64>,
     /// `Memory-Usage(MB)` total (DDR; the only memory of 310-class cards).
     pub memory_total_mib: Option<u64>,
+    /// `HBM-Usage(MB)` used.
+    pub hbm_used_mib: Option<u64>,
+    /// `Memory-Usage(MB)` used.
+    pub memory_used_mib: Option<u64>,
+    /// `AICore(%)` (`NPU Util(%)` in the 950 layout): the AI cores' utilisation.
+    pub aicore_percent: Option<f64>,
 }
 
 /// What `npu-smi info` printed.
@@ -164,11 +194,12 @@ fn number(record: &Record, label: &str) -> Option<u32> {
         .and_then(|n| u32::try_from(n).ok())
 }
 
-fn memory_total(record: &Record, label: &str) -> Option<u64> {
+/// A `used / total` memory column's two figures, in MiB.
+fn memory(record: &Record, label: &str) -> (Option<u64>, Option<u64>) {
     record
         .get(label)
-        .map(|raw| text::memory_pair(raw, MemoryUnit::MiB).1)
-        .unwrap_or(None)
+        .map(|raw| text::memory_pair(raw, MemoryUnit::MiB))
+        .unwrap_or((None, None))
 }
 
 fn layout_of(table: &text::BoxTable) -> Layout {
@@ -188,6 +219,8 @@ fn chip_of(record: &Record) -> InfoChip {
         .get("Bus-Id")
         .filter(|b| b.parse::<accel_core::busid::BusId>().is_ok())
         .map(str::to_string);
+    let (hbm_used_mib, hbm_total_mib) = memory(record, "HBM-Usage(MB)");
+    let (memory_used_mib, memory_total_mib) = memory(record, "Memory-Usage(MB)");
     InfoChip {
         npu: number(record, "NPU").or_else(|| number(record, "NPU ID")),
         chip: number(record, "Chip"),
@@ -198,8 +231,14 @@ fn chip_of(record: &Record) -> InfoChip {
         bus_id,
         power_w: record.get("Power(W)").and_then(text::watts),
         temperature_c: record.get("Temp(C)").and_then(text::celsius),
-        hbm_total_mib: memory_total(record, "HBM-Usage(MB)"),
-        memory_total_mib: memory_total(record, "Memory-Usage(MB)"),
+        hbm_total_mib,
+        memory_total_mib,
+        hbm_used_mib,
+        memory_used_mib,
+        aicore_percent: record
+            .get("AICore(%)")
+            .or_else(|| record.get("NPU Util(%)"))
+            .and_then(text::percent),
     }
 }
 
@@ -459,6 +498,63 @@ pub fn parse_share(text: &str) -> Option<bool> {
     }
 }
 
+/// Which memory's ECC a chip is judged by: HBM where it has HBM, DDR on 310-class cards
+/// (spec/ascend.md §7, "the memory fallback").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EccMemory {
+    Hbm,
+    Ddr,
+}
+
+impl EccMemory {
+    fn prefix(self) -> &'static str {
+        match self {
+            EccMemory::Hbm => "hbm ",
+            EccMemory::Ddr => "ddr ",
+        }
+    }
+
+    /// The value of `<memory> <name>` (or `<name>` alone, as 310 prints its enable flag), in
+    /// any block, keys compared without case.
+    fn value<'a>(self, blocks: &'a Blocks, name: &str) -> Option<&'a str> {
+        let prefixed = format!("{}{name}", self.prefix());
+        let all = || blocks.blocks.iter().flatten();
+        all()
+            .find(|(k, _)| k.eq_ignore_ascii_case(&prefixed))
+            .or_else(|| all().find(|(k, _)| k.eq_ignore_ascii_case(name)))
+            .and_then(|(_, v)| text::present(v))
+    }
+}
+
+/// What `-t ecc` counts for one memory: the current single- and double-bit error counts (not
+/// the aggregate totals).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct EccCounts {
+    pub single_bit: Option<u64>,
+    pub double_bit: Option<u64>,
+}
+
+/// Reads `npu-smi info -t ecc …` for `memory`.
+pub fn parse_ecc(text: &str, memory: EccMemory) -> EccCounts {
+    let blocks = parse_blocks(text);
+    let count = |name: &str| memory.value(&blocks, name).and_then(text::whole);
+    EccCounts {
+        single_bit: count("Single Bit Error Count"),
+        double_bit: count("Double Bit Error Count"),
+    }
+}
+
+/// Reads `npu-smi info -t ecc-enable …` for `memory`: `None` when it says nothing readable.
+pub fn parse_ecc_enable(text: &str, memory: EccMemory) -> Option<bool> {
+    let blocks = parse_blocks(text);
+    let value = memory.value(&blocks, "ECC-Enable Status")?;
+    match value.trim().to_ascii_lowercase().as_str() {
+        "true" | "enable" | "enabled" | "1" | "on" => Some(true),
+        "false" | "disable" | "disabled" | "0" | "off" => Some(false),
+        _ => None,
+    }
+}
+
 /// `npu-smi info -l`'s count: the lines holding `NPU ID` (spec/ascend.md §8).
 pub fn count_listed(text: &str) -> usize {
     text.lines().filter(|l| l.contains("NPU ID")).count()
@@ -485,6 +581,55 @@ mod tests {
         assert_eq!(parse_share("Device-share Status : True\n"), Some(true));
         assert_eq!(parse_share("device-share : Disable\n"), Some(false));
         assert_eq!(parse_share("Error: parameter error\n"), None);
+    }
+
+    /// The 910B's answer prints DDR and HBM counters in one chip block; the 950's HBM alone.
+    #[test]
+    fn ecc_counters_and_the_enable_flag_read_per_memory() {
+        let text = "\
+        NPU ID                                   : 1
+        Chip Count                               : 1
+
+        DDR Single Bit Error Count               : 4
+        DDR Double Bit Error Count               : 0
+        HBM Single Bit Error Count               : 2
+        HBM Double Bit Error Count               : 1
+        HBM Single Bit Aggregate Total Err Cnt   : 90
+        HBM Double Bit Aggregate Total Err Cnt   : 70
+        Chip ID                                  : 0
+";
+        assert_eq!(
+            parse_ecc(text, EccMemory::Hbm),
+            EccCounts {
+                single_bit: Some(2),
+                double_bit: Some(1)
+            }
+        );
+        assert_eq!(parse_ecc(text, EccMemory::Ddr).single_bit, Some(4));
+        assert_eq!(
+            parse_ecc("Error: unsupported\n", EccMemory::Hbm),
+            EccCounts::default()
+        );
+        assert_eq!(
+            parse_ecc_enable(
+                "        HBM ECC-Enable Status          : True\n",
+                EccMemory::Hbm
+            ),
+            Some(true)
+        );
+        assert_eq!(
+            parse_ecc_enable("ECC-Enable Status : False\n", EccMemory::Ddr),
+            Some(false)
+        );
+        assert_eq!(
+            parse_ecc_enable("HBM ECC-Enable Status : NA\n", EccMemory::Hbm),
+            None
+        );
+        assert_eq!(ecc_argv(3, None).join(" "), "npu-smi info -t ecc -i 3");
+        assert_eq!(
+            ecc_enable_argv(3, Some(1)).join(" "),
+            "npu-smi info -t ecc-enable -i 3 -c 1"
+        );
     }
 
     #[test]

@@ -216,3 +216,99 @@ fn a_host_without_ascend_answers_nothing() {
         "another vendor's cards are not Ascend's"
     );
 }
+
+/// Rewrites one recorded answer's standard output, replacing `from` by `to`.
+fn rewrite(dir: &Path, command: &str, from: &str, to: &str) {
+    let path = dir.join("commands").join(command).join("stdout");
+    let text = std::fs::read_to_string(&path).unwrap();
+    assert!(text.contains(from), "{command}: {text}");
+    std::fs::write(&path, text.replace(from, to)).unwrap();
+}
+
+/// spec/ascend.md §7: an NPU is unhealthy when ECC is enabled and it counts single- or
+/// double-bit errors (HBM on the 910B, DDR on the 310P); with ECC off, or no counters read, it
+/// stays in service.
+#[test]
+fn ecc_errors_of_either_kind_take_an_npu_out_of_service_while_ecc_is_enabled() {
+    let section = detect("ascend-8x-910b2");
+    assert!(section.accelerators.iter().all(|a| a.healthy));
+    let ecc = section.accelerators[0].ecc.clone().unwrap();
+    assert_eq!(ecc.enabled, Some(true));
+    assert_eq!(ecc.volatile_corrected, Some(0));
+
+    let dir = copy_host("ascend-8x-910b2");
+    rewrite(
+        dir.path(),
+        "ecc-3",
+        "HBM Single Bit Error Count               : 0",
+        "HBM Single Bit Error Count               : 2",
+    );
+    // DDR errors do not count on a chip judged by its HBM.
+    rewrite(
+        dir.path(),
+        "ecc-5",
+        "DDR Double Bit Error Count               : 0",
+        "DDR Double Bit Error Count               : 7",
+    );
+    let section = detect_in(dir.path(), DetectOptions::default()).unwrap();
+    let sick: Vec<(u32, Vec<String>)> = section
+        .accelerators
+        .iter()
+        .filter(|a| !a.healthy)
+        .map(|a| (a.physical_indexes[0], a.health_reasons.clone()))
+        .collect();
+    assert_eq!(
+        sick,
+        [(
+            3,
+            vec!["ECC errors with ECC enabled: 2 single-bit, 0 double-bit".to_string()]
+        )]
+    );
+
+    // ECC disabled: the counters do not take it out of service.
+    rewrite(
+        dir.path(),
+        "ecc-enable-3",
+        "HBM ECC-Enable Status          : True",
+        "HBM ECC-Enable Status          : False",
+    );
+    let section = detect_in(dir.path(), DetectOptions::default()).unwrap();
+    assert!(section.accelerators.iter().all(|a| a.healthy));
+
+    // The 310P's chips are asked one by one and judged by their DDR.
+    let dir = copy_host("ascend-310p-2chips-gapped");
+    rewrite(
+        dir.path(),
+        "ecc-4-1",
+        "DDR Double Bit Error Count               : 0",
+        "DDR Double Bit Error Count               : 1",
+    );
+    let section = detect_in(dir.path(), DetectOptions::default()).unwrap();
+    let sick: Vec<&Vec<u32>> = section
+        .accelerators
+        .iter()
+        .filter(|a| !a.healthy)
+        .map(|a| &a.physical_indexes)
+        .collect();
+    assert_eq!(sick, [&vec![9, 4, 1]]);
+}
+
+/// A failed ECC read counts as healthy, and the pass says which chips were not read.
+#[test]
+fn an_ecc_query_that_fails_leaves_the_npu_in_service_with_a_note() {
+    let dir = copy_host("ascend-8x-910b2");
+    for npu in [2, 6] {
+        std::fs::remove_dir_all(dir.path().join(format!("commands/ecc-{npu}"))).unwrap();
+    }
+    let section = detect_in(dir.path(), DetectOptions::default()).unwrap();
+    assert_eq!(section.accelerators.len(), 8);
+    assert!(section.accelerators.iter().all(|a| a.healthy));
+    assert_eq!(section.accelerators[2].ecc, None);
+    assert!(
+        section.notes.iter().any(|n| n
+            .starts_with("npu-smi info -t ecc: not read for 2 chip(s) (")
+            && n.ends_with("a failed ECC read counts as healthy")),
+        "{:?}",
+        section.notes
+    );
+}

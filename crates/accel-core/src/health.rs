@@ -2,8 +2,10 @@
 //! "Health" decision).
 //!
 //! An accelerator is unhealthy when it shows a failed or pending row remap, or uncorrectable
-//! volatile ECC errors. Kernel-log faults (hardware-class XIDs this boot) are added by the node
-//! daemon's fault record, which passes them in; application-class XIDs never take a GPU out of
+//! volatile ECC errors — or, where the manufacturer's rule says so
+//! ([`crate::inventory::Ecc::corrected_is_fault`], Ascend), ECC errors of either kind while ECC
+//! is enabled. Kernel-log faults (hardware-class XIDs this boot) are added by the node daemon's
+//! fault record, which passes them in; application-class XIDs never take a GPU out of
 //! service. Pure: it reads the facts and names every reason.
 
 use crate::inventory::Accelerator;
@@ -19,13 +21,22 @@ pub fn counter_reasons(accelerator: &Accelerator) -> Vec<String> {
             reasons.push("row remap pending (reset the GPU)".to_string());
         }
     }
-    if let Some(n) = accelerator
-        .ecc
-        .as_ref()
-        .and_then(|e| e.volatile_uncorrected)
-        .filter(|n| *n > 0)
-    {
-        reasons.push(format!("{n} uncorrectable volatile ECC errors"));
+    match accelerator.ecc.as_ref() {
+        Some(ecc) if ecc.corrected_is_fault => {
+            let single = ecc.volatile_corrected.unwrap_or(0);
+            let double = ecc.volatile_uncorrected.unwrap_or(0);
+            if ecc.enabled == Some(true) && (single > 0 || double > 0) {
+                reasons.push(format!(
+                    "ECC errors with ECC enabled: {single} single-bit, {double} double-bit"
+                ));
+            }
+        }
+        Some(ecc) => {
+            if let Some(n) = ecc.volatile_uncorrected.filter(|n| *n > 0) {
+                reasons.push(format!("{n} uncorrectable volatile ECC errors"));
+            }
+        }
+        None => {}
     }
     reasons
 }
@@ -81,5 +92,32 @@ mod tests {
         assess(&mut a, &["Xid 79: GPU has fallen off the bus".into()]);
         assert_eq!(a.health_reasons.len(), 2);
         assert!(!a.healthy);
+    }
+
+    /// Ascend's rule: single-bit errors count too, and only while ECC is enabled.
+    #[test]
+    fn a_rule_counting_corrected_errors_needs_ecc_enabled() {
+        let mut a = Accelerator::new(0, Source::Driver);
+        let ecc = |enabled, single, double| Ecc {
+            enabled,
+            volatile_corrected: Some(single),
+            volatile_uncorrected: Some(double),
+            corrected_is_fault: true,
+            ..Ecc::default()
+        };
+        a.ecc = Some(ecc(Some(true), 3, 0));
+        assess(&mut a, &[]);
+        assert_eq!(
+            a.health_reasons,
+            vec!["ECC errors with ECC enabled: 3 single-bit, 0 double-bit"]
+        );
+        a.ecc = Some(ecc(Some(true), 0, 1));
+        assess(&mut a, &[]);
+        assert!(!a.healthy);
+        for (enabled, single, double) in [(Some(false), 3, 1), (None, 3, 1), (Some(true), 0, 0)] {
+            a.ecc = Some(ecc(enabled, single, double));
+            assess(&mut a, &[]);
+            assert!(a.healthy, "{enabled:?} {single} {double}");
+        }
     }
 }

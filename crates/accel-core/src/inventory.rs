@@ -276,6 +276,10 @@ pub struct Ecc {
     pub volatile_uncorrected: Option<u64>,
     pub aggregate_corrected: Option<u64>,
     pub aggregate_uncorrected: Option<u64>,
+    /// The manufacturer's rule counts corrected (single-bit) errors as a fault too, and only
+    /// while ECC is enabled (Ascend: spec/ascend.md §7); absent from the JSON when false.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub corrected_is_fault: bool,
 }
 
 /// Row-remapping state (`-q -x` `<remapped_rows>`, v11+).

@@ -201,6 +201,35 @@ fn a_hygon_node_is_sampled_with_hy_smi_named_as_detect_names_it() {
     assert_eq!(first["temperatureC"], 37.0);
 }
 
+/// On an Ascend node `monitor` reads `npu-smi info`'s table, each chip named by its die id
+/// through `-t board` exactly as `detect` names it: HBM on 910-class chips, DDR on 310P's two
+/// chips per card (whose power prints `NA`), and the 950's own layout.
+#[test]
+fn an_ascend_node_is_sampled_with_npu_smi_named_by_die_id() {
+    let sample = sample_named_as_detected("ascend-8x-910b2", "ascend", 8);
+    assert_eq!(sample["source"], "npu-smi info");
+    let first = &sample["gpus"][0];
+    assert_eq!(
+        first["uuid"],
+        "E0F4EE64 802061B1 6A691492 89528485 104301E3"
+    );
+    assert_eq!(first["memoryUsedMib"], 3432);
+    assert_eq!(first["memoryTotalMib"], 65536);
+    assert_eq!(first["powerDrawW"], 101.3);
+    assert_eq!(first["temperatureC"], 47.0);
+    assert_eq!(first["utilizationPercent"], 0.0);
+
+    let sample = sample_named_as_detected("ascend-310p-2chips-gapped", "ascend", 8);
+    let first = &sample["gpus"][0];
+    assert_eq!(first["memoryUsedMib"], 1848, "DDR is a 310P's memory");
+    assert_eq!(first["memoryTotalMib"], 21525);
+    assert_eq!(first["powerDrawW"], serde_json::Value::Null, "NA power");
+
+    let sample = sample_named_as_detected("ascend-950pr-v2", "ascend", 2);
+    assert_eq!(sample["gpus"][0]["memoryTotalMib"], 131072);
+    assert_eq!(sample["gpus"][0]["powerDrawW"], 201.2);
+}
+
 /// On a MetaX node `monitor` reads mx-smi's table, named through `mx-smi -L`: both table
 /// layouts (2.1.12 prints `Pwr:Usage/Cap`, 2.1.6 the draw alone).
 #[test]

@@ -257,6 +257,7 @@ fn read_ecc(gpu: Node) -> Option<Ecc> {
         volatile_uncorrected,
         aggregate_corrected,
         aggregate_uncorrected,
+        corrected_is_fault: false,
     })
 }
 
