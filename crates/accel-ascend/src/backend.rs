@@ -35,7 +35,7 @@ pub fn backend() -> Backend {
         faults: None,
         reset: Reset::Refused(RESET_REFUSAL.to_string()),
         doctor: Some(Arc::new(AscendDoctor)),
-        preflight: None,
+        preflight: Some(Arc::new(crate::preflight::AscendPreflight)),
         sampler: Some(Arc::new(crate::usage::NpuSmiSampler::default())),
         record: record_plan(),
         state_dir: StateDirRule::Named,

@@ -11,6 +11,7 @@ pub mod doctor;
 pub mod kernel;
 pub mod npuconfig;
 pub mod npusmi;
+pub mod preflight;
 pub mod responder;
 pub mod share;
 pub mod soc;

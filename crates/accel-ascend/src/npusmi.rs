@@ -84,8 +84,18 @@ pub fn share_query_argv(card: u32, chip: u32) -> Vec<String> {
     chip_query_argv("device-share", card, chip)
 }
 
+/// `npu-smi set -t device-share -i <card> -c <chip> -d 0`: turns the flag back off — sent only
+/// by preflight, restoring a flag it found off and asked on (spec/ascend.md §8).
+pub fn share_disable_argv(card: u32, chip: u32) -> Vec<String> {
+    let mut argv = share_enable_argv(card, chip);
+    if let Some(last) = argv.last_mut() {
+        *last = "0".into();
+    }
+    argv
+}
+
 /// `npu-smi set -t device-share -i <card> -c <chip> -d 1`: turns the container-share flag on
-/// (the command spec/ascend.md §4.2's refusal offers; the device manager never sends `-d 0`).
+/// (the command spec/ascend.md §4.2's refusal offers; allocation never sends `-d 0`).
 pub fn share_enable_argv(card: u32, chip: u32) -> Vec<String> {
     [
         "npu-smi".to_string(),

@@ -1,7 +1,8 @@
 //! The container-share flag (spec/ascend.md §4.2): a V1 driver lets a second container open a
 //! chip only while the chip's `device-share` flag is on. Shared, sliced and visibility grants
 //! ensure it on before they answer; exclusive grants never touch it; nothing here ever turns
-//! it off (it persists in the driver until reboot or an operator's `npu-smi set … -d 0`).
+//! it off (it persists in the driver until reboot or an operator's `npu-smi set … -d 0`; only
+//! preflight's `container-share` row, [`crate::preflight`], puts back a flag it found off).
 //!
 //! The flag is read with `npu-smi info -t device-share -i <card> -c <chip>` and written with
 //! `npu-smi set -t device-share -i <card> -c <chip> -d 1`, each bounded. A V2 (950) driver
@@ -121,6 +122,9 @@ pub struct ShareState {
     /// The chips whose driver refuses the write (answered as npu-smi refuses: status 255).
     #[serde(default)]
     pub refuse: Vec<String>,
+    /// The chips whose driver refuses turning the flag off (`-d 0`) though it turns it on.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub refuse_off: Vec<String>,
     /// How many writes were made (each `npu-smi set -t device-share`).
     #[serde(default)]
     pub writes: u32,
@@ -210,7 +214,8 @@ impl Commands for ShareReplay {
             ));
         }
         state.writes += 1;
-        if state.refuse.contains(&chip) {
+        let refused_off = value.as_deref() == Some("0") && state.refuse_off.contains(&chip);
+        if state.refuse.contains(&chip) || refused_off {
             self.save(&state)?;
             return Ok(CommandOutput {
                 status: Some(255),

@@ -6,9 +6,12 @@
 //! manufacturer's own [`crate::Responder`] for every injection, so this trait never builds one.
 
 use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
 
 use accel_core::Manufacturer;
 use accel_core::inventory::Accelerator;
+use accel_host::{Commands, Host};
 
 use crate::respond::Injection;
 
@@ -83,6 +86,18 @@ pub struct DriverRead {
     pub reason: String,
 }
 
+/// What a row that asks the node itself (not only the detected inventory) is given.
+pub struct NodeAccess<'a> {
+    /// The vendor CLI as this process runs it (the container's own view of the driver).
+    pub commands: &'a dyn Commands,
+    /// The host's files, through the host root.
+    pub host: &'a dyn Host,
+    /// `--dry-run`: nothing may be written, on the host or in the driver.
+    pub dry_run: bool,
+    /// Each call's deadline.
+    pub deadline: Duration,
+}
+
 /// What a probe container printed, as the manufacturer reads it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ProbeReading {
@@ -151,6 +166,40 @@ pub trait Preflight: Send + Sync {
     }
     /// The driver-read row of one accelerator, when the manufacturer has one.
     fn driver_read(&self, _accelerator: &Accelerator) -> Option<DriverRead> {
+        None
+    }
+    /// The driver-read row where it asks the node (Ascend's `container-share`, established by
+    /// a write put straight back); the default is [`Preflight::driver_read`].
+    fn driver_read_on(
+        &self,
+        accelerator: &Accelerator,
+        _node: &NodeAccess<'_>,
+    ) -> Option<DriverRead> {
+        self.driver_read(accelerator)
+    }
+    /// Further rows of host state, filed on the accelerator at `declared` (Ascend A5's
+    /// `ascend-docker-runtime` and `hccl-ranktable`); empty where there are none.
+    fn host_state_rows(
+        &self,
+        _accelerator: &Accelerator,
+        _node: &NodeAccess<'_>,
+    ) -> Vec<DriverRead> {
+        Vec::new()
+    }
+    /// The host CLI's name, for the cross-check's own wording (`the host's own <cli> reports
+    /// …`); `None`: the pass's generic wording.
+    fn host_cli(&self) -> Option<&'static str> {
+        None
+    }
+    /// What this container lacks that would let it see the host's accelerators, filtered to
+    /// what is really absent (the cross-check's hints when the host lists more).
+    fn missing_mounts(&self, _host: &dyn Host, _accelerators: &[Accelerator]) -> Vec<String> {
+        Vec::new()
+    }
+    /// The commands the responder is given for the pass's synthetic allocations (`None`:
+    /// none). They must not change the driver: a manufacturer whose grants write driver state
+    /// (Ascend's container-share flag) answers from the row that establishes it instead.
+    fn simulation_commands(&self) -> Option<Arc<dyn Commands>> {
         None
     }
     /// Whether the accelerator serves only hardware partitions (its management rows are

@@ -563,3 +563,244 @@ fn the_injection_only_manufacturers_answer_from_their_responder_alone() {
         );
     }
 }
+
+/// A copy of an Ascend recorded host; with `listing`, the host's own `npu-smi info -l` through
+/// chroot answers the base host's own listing.
+fn ascend_host(base: &str, listing: bool) -> tempfile::TempDir {
+    let host = tempfile::tempdir().unwrap();
+    support::copy_tree(&support::hosts().join(base), host.path());
+    if listing {
+        let dir = host.path().join("commands/host-info-l");
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("argv"), "chroot\n/host\nnpu-smi\ninfo\n-l\n").unwrap();
+        std::fs::copy(
+            host.path().join("commands/info-l/stdout"),
+            dir.join("stdout"),
+        )
+        .unwrap();
+    }
+    host
+}
+
+/// The share flags of a recorded Ascend host.
+fn share_state(host: &Path) -> serde_json::Value {
+    serde_json::from_str(&std::fs::read_to_string(host.join("share-state.json")).unwrap()).unwrap()
+}
+
+fn set_share_state(host: &Path, state: serde_json::Value) {
+    std::fs::write(host.join("share-state.json"), state.to_string()).unwrap();
+}
+
+/// Every check of the first group with `capability`, as (state, reason).
+fn checks_of(doc: &serde_yaml::Value, capability: &str) -> Vec<(String, String)> {
+    doc["accelerators"][0]["checks"]
+        .as_sequence()
+        .map(|s| s.as_slice())
+        .unwrap_or_default()
+        .iter()
+        .filter(|r| r["capability"].as_str() == Some(capability))
+        .map(|r| {
+            (
+                r["state"].as_str().unwrap().to_string(),
+                r["reason"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect()
+}
+
+/// spec/ascend.md §8 on a V1 host: the host's own npu-smi agrees on 8; each chip's
+/// container-share flag is established — found off, asked on, read back and put straight back
+/// off (the driver's flags are as they were) — found on, left alone; a refused write and a
+/// refused restore are unavailable with what it means; `--dry-run` writes nothing.
+#[test]
+fn ascend_establishes_each_chips_container_share_flag_and_puts_it_back() {
+    let host = ascend_host("ascend-8x-910b2", true);
+    let run = preflight(host.path(), &["--manufacturer", "ascend"]);
+    assert_eq!(run.status, 0, "{}\n{}", run.stdout, run.stderr);
+    let doc = yaml(&run);
+    let detection = &doc["accelerators"][0]["detection"];
+    assert_eq!(detection["state"], "ok", "{detection:?}");
+    assert_eq!(detection["depth"], "measured");
+    assert_eq!(detection["host"].as_u64(), Some(8));
+    assert_eq!(
+        detection["command"].as_str(),
+        Some("chroot /host npu-smi info -l")
+    );
+    let share = checks_of(&doc, "container-share");
+    assert_eq!(share.len(), 8);
+    for (state, reason) in &share {
+        assert_eq!(state, "ok");
+        assert_eq!(
+            reason,
+            "container-share was off; it was asked on, read back on, and put straight back off"
+        );
+    }
+    let state = share_state(host.path());
+    assert_eq!(state["on"], serde_json::json!([]), "every flag back off");
+    assert_eq!(state["writes"], 16, "one on and one off a chip");
+    // The slices are checked as the responder answers them, never writing the flag.
+    for (state, reason) in checks_of(&doc, "sliced-quota-in-force") {
+        assert_eq!(state, "ok");
+        assert!(
+            reason.starts_with("the responder sets the quota to 32768 MiB"),
+            "{reason}"
+        );
+    }
+    assert!(
+        doc["accelerators"][0]["note"]
+            .as_str()
+            .unwrap()
+            .contains("enpu-monitor"),
+        "{:?}",
+        doc["accelerators"][0]["note"]
+    );
+
+    set_share_state(
+        host.path(),
+        serde_json::json!({"on": ["0:0"], "refuse": ["2:0"], "refuseOff": ["1:0"], "writes": 0}),
+    );
+    let doc = yaml(&preflight(host.path(), &["--manufacturer", "ascend"]));
+    let share = checks_of(&doc, "container-share");
+    assert_eq!(share[0], ("ok".into(), "container-share is enabled".into()));
+    assert_eq!(share[1].0, "unavailable");
+    assert!(
+        share[1]
+            .1
+            .starts_with("container-share was off and was asked on; putting it back failed, so it is ON now (turn it off with `npu-smi set -t device-share -i 1 -c 0 -d 0`)"),
+        "{}",
+        share[1].1
+    );
+    assert_eq!(share[2].0, "unavailable");
+    assert!(
+        share[2]
+            .1
+            .starts_with("container-share is off and asking it on failed, so shared, sliced and visibility grants of card 2 device 0 will be refused"),
+        "{}",
+        share[2].1
+    );
+    let state = share_state(host.path());
+    assert_eq!(state["on"], serde_json::json!(["0:0", "1:0"]));
+
+    let before = share_state(host.path());
+    let doc = yaml(&preflight(
+        host.path(),
+        &["--manufacturer", "ascend", "--dry-run"],
+    ));
+    let share = checks_of(&doc, "container-share");
+    assert_eq!(
+        share[3],
+        (
+            "ok".into(),
+            "container-share is off and was left that way: asking it on (`npu-smi set -t device-share -i 3 -c 0 -d 1`) is a write, and this is a dry run".into()
+        )
+    );
+    assert_eq!(share_state(host.path()), before, "a dry run writes no flag");
+}
+
+/// spec/ascend.md §8's cross-check: a container that detects fewer NPUs than the host's own
+/// npu-smi lists is unavailable, naming what it lacks (only what is absent); a host without
+/// npu-smi cannot be asked, which is no failure.
+#[test]
+fn an_ascend_container_that_sees_fewer_npus_than_the_host_names_what_it_lacks() {
+    let host = ascend_host("ascend-8x-910b2", true);
+    std::fs::remove_dir_all(host.path().join("commands/board-3-0")).unwrap();
+    for node in ["davinci_manager", "hisi_hdc"] {
+        std::fs::remove_file(host.path().join("root/dev").join(node)).unwrap();
+    }
+    let doc = yaml(&preflight(host.path(), &["--manufacturer", "ascend"]));
+    let detection = &doc["accelerators"][0]["detection"];
+    assert_eq!(detection["state"], "unavailable", "{detection:?}");
+    let reason = detection["reason"].as_str().unwrap();
+    assert!(
+        reason.starts_with(
+            "the host's own npu-smi reports 8 accelerator(s) where this container detected 7, so what is missing is this container's access to them rather than the hardware; not in this container: /dev/davinci_manager, /dev/hisi_hdc ("
+        ),
+        "{reason}"
+    );
+
+    let host = ascend_host("ascend-8x-910b2", false);
+    let doc = yaml(&preflight(host.path(), &["--manufacturer", "ascend"]));
+    let detection = &doc["accelerators"][0]["detection"];
+    assert_eq!(detection["state"], "ok");
+    assert_eq!(detection["depth"], "declared");
+    assert!(
+        detection["reason"]
+            .as_str()
+            .unwrap()
+            .starts_with("the detect pass found 8; the host carries no npu-smi, so it cannot be asked what it sees"),
+        "{detection:?}"
+    );
+}
+
+/// spec/ascend.md §8 on the 950 (V2): no container-share flag to establish, and the two A5
+/// host-state rows — the Ascend Docker Runtime's installed major (26 or later) and HCCL's
+/// root-info file (absent or version 2.0; a symlink is never followed).
+#[test]
+fn the_950_declares_no_share_flag_and_checks_its_runtime_and_rank_table() {
+    let host = ascend_host("ascend-950pr-v2", false);
+    let root = host.path().join("root");
+    let doc = yaml(&preflight(host.path(), &["--manufacturer", "ascend"]));
+    for (state, reason) in checks_of(&doc, "container-share") {
+        assert_eq!(state, "not-declared");
+        assert!(reason.starts_with("a V2 (950) driver declares no container-share flag"));
+    }
+    let runtime = checks_of(&doc, "ascend-docker-runtime");
+    assert_eq!(runtime.len(), 2, "one a chip");
+    assert_eq!(
+        runtime[0],
+        (
+            "unavailable".into(),
+            "/usr/local/Ascend/Ascend-Docker-Runtime/ascend_docker_runtime_install.info is absent: the 950 needs the Ascend Docker Runtime 26.0.0 or later, installed".into()
+        )
+    );
+    assert_eq!(
+        checks_of(&doc, "hccl-ranktable")[0],
+        (
+            "ok".into(),
+            "/etc/hccl_rootinfo.json is absent: HCCL builds its own rank table".into()
+        )
+    );
+
+    let info = root.join("usr/local/Ascend/Ascend-Docker-Runtime");
+    std::fs::create_dir_all(&info).unwrap();
+    std::fs::write(
+        info.join("ascend_docker_runtime_install.info"),
+        "version=v7.3.0\n",
+    )
+    .unwrap();
+    std::fs::create_dir_all(root.join("etc")).unwrap();
+    std::fs::write(root.join("etc/hccl_rootinfo.json"), r#"{"version": "1.0"}"#).unwrap();
+    let doc = yaml(&preflight(host.path(), &["--manufacturer", "ascend"]));
+    let runtime = &checks_of(&doc, "ascend-docker-runtime")[0];
+    assert_eq!(runtime.0, "unavailable");
+    assert!(
+        runtime.1.starts_with("the Ascend Docker Runtime is 7.x"),
+        "{}",
+        runtime.1
+    );
+    let table = &checks_of(&doc, "hccl-ranktable")[0];
+    assert_eq!(table.0, "unavailable");
+    assert!(table.1.contains("is version 1.0"), "{}", table.1);
+
+    std::fs::write(
+        info.join("ascend_docker_runtime_install.info"),
+        "install_path=/usr/local/Ascend\nversion=v26.0.0\n",
+    )
+    .unwrap();
+    std::fs::write(root.join("etc/hccl_rootinfo.json"), r#"{"version": "2.0"}"#).unwrap();
+    let doc = yaml(&preflight(host.path(), &["--manufacturer", "ascend"]));
+    assert_eq!(checks_of(&doc, "ascend-docker-runtime")[0].0, "ok");
+    assert_eq!(checks_of(&doc, "hccl-ranktable")[0].0, "ok");
+
+    std::fs::write(root.join("etc/real.json"), r#"{"version": "2.0"}"#).unwrap();
+    std::fs::remove_file(root.join("etc/hccl_rootinfo.json")).unwrap();
+    std::os::unix::fs::symlink("real.json", root.join("etc/hccl_rootinfo.json")).unwrap();
+    let doc = yaml(&preflight(host.path(), &["--manufacturer", "ascend"]));
+    assert_eq!(
+        checks_of(&doc, "hccl-ranktable")[0],
+        (
+            "unavailable".into(),
+            "/etc/hccl_rootinfo.json is a symlink: it is not followed".into()
+        )
+    );
+}

@@ -21,7 +21,7 @@ use std::sync::Arc;
 use std::time::SystemTime;
 
 use accel_backend::Deadlines;
-use accel_backend::preflight::{ContainerCli, Depth, Preflight, State};
+use accel_backend::preflight::{ContainerCli, Depth, NodeAccess, Preflight, State};
 use accel_backend::respond::{Answer, Injection, Responder, ResponderSetup};
 use accel_backend::{Backend, Container, DetectRequest, Phase, Pod, slicing};
 use accel_core::Manufacturer;
@@ -605,7 +605,25 @@ impl Pass<'_> {
             return Some(section);
         };
         let command = shell_text(&self.shell.argv(&listing));
-        let host = match self.shell.run(&listing, self.options.deadlines.per_query) {
+        let ran = self.shell.run(&listing, self.options.deadlines.per_query);
+        // The host has no such CLI (chroot's 127, or none recorded): no failure, nothing to ask.
+        let absent = match &ran {
+            Ok(out) => out.status == Some(127),
+            Err(e) => e.ends_with(": not found"),
+        };
+        if let (true, Some(cli)) = (absent, preflight.host_cli()) {
+            group.detection = Detection::new(
+                State::Ok,
+                Depth::Declared,
+                count,
+                format!(
+                    "the detect pass found {count}; the host carries no {cli}, so it cannot be asked what it sees{notes}"
+                ),
+            );
+            group.detection.command = Some(command);
+            return Some(section);
+        }
+        let host = match ran {
             Ok(out) if out.success() => Ok(preflight.count_listed(&out.stdout_text())),
             Ok(out) => Err(format!(
                 "exited {}: {}",
@@ -626,14 +644,24 @@ impl Pass<'_> {
                 d
             }
             Ok(listed) => {
-                let mut d = Detection::new(
-                    State::Unavailable,
-                    Depth::Measured,
-                    count,
-                    format!(
+                let reason = match preflight.host_cli() {
+                    Some(cli) if listed > count => {
+                        let hints = preflight
+                            .missing_mounts(self.node.host.as_ref(), &section.accelerators);
+                        let hints = if hints.is_empty() {
+                            String::new()
+                        } else {
+                            format!("; not in this container: {}", hints.join(", "))
+                        };
+                        format!(
+                            "the host's own {cli} reports {listed} accelerator(s) where this container detected {count}, so what is missing is this container's access to them rather than the hardware{hints}{notes}"
+                        )
+                    }
+                    _ => format!(
                         "this container sees {count} of the host's {listed}: run preflight with the vendor runtime (docker --runtime nvidia, nerdctl --gpus all) and the host's /dev{notes}"
                     ),
-                );
+                };
+                let mut d = Detection::new(State::Unavailable, Depth::Measured, count, reason);
                 d.host = Some(listed);
                 d
             }
@@ -688,7 +716,7 @@ impl Pass<'_> {
             host: Some(std::sync::Arc::new(accel_host::FsHost::new(
                 self.node.kind.files(),
             ))),
-            commands: None,
+            commands: preflight.simulation_commands(),
             runtime_class: self
                 .settings
                 .manufacturers
@@ -706,8 +734,15 @@ impl Pass<'_> {
             .filter(|a| a.grantable != Grantable::Nothing)
         {
             let name = accelerator_name(accelerator);
-            let driver = preflight.driver_read(accelerator);
-            if let Some(read) = &driver {
+            let access = NodeAccess {
+                commands: self.node.commands.as_ref(),
+                host: self.node.host.as_ref(),
+                dry_run: self.options.dry_run,
+                deadline: self.options.deadlines.per_query,
+            };
+            let driver = preflight.driver_read_on(accelerator, &access);
+            let host_state = preflight.host_state_rows(accelerator, &access);
+            for read in driver.iter().chain(&host_state) {
                 group.checks.push(Row::new(
                     &name,
                     read.capability,
