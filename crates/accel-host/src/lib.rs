@@ -18,6 +18,7 @@ pub mod realpath;
 pub mod record;
 pub mod recording;
 mod sysfs;
+pub mod writes;
 
 pub use atomic::{AtomicWriteError, STATE_FILE_MODE, write_atomic};
 pub use bounded::{NOT_FOUND_STATUS, RunFailure, run_bounded};
@@ -36,3 +37,4 @@ pub use pci::{
 };
 pub use record::{CommandRecord, ROOT_DIR, RecordError, Recorder};
 pub use recording::{HostRoot, MARK_FILE, Mark, MarkError};
+pub use writes::{FsWrites, HostWrites, WriteError};

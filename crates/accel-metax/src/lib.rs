@@ -10,4 +10,5 @@ pub mod detector;
 pub mod doctor;
 pub mod mxsmi;
 pub mod responder;
+pub mod sgpu;
 pub mod usage;
