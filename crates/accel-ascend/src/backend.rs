@@ -40,6 +40,7 @@ pub fn backend() -> Backend {
         record: record_plan(),
         state_dir: StateDirRule::Named,
         replay: Some(crate::share::wrap),
+        replay_writes: None,
     }
 }
 

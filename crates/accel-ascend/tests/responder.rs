@@ -62,6 +62,7 @@ fn responder(
         host: None,
         commands: Some(commands),
         runtime_class: None,
+        writes: None,
     })
 }
 

@@ -53,7 +53,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use accel_core::Manufacturer;
-use accel_host::{Commands, Host};
+use accel_host::{Commands, Host, HostWrites};
 
 pub use detect::{Deadlines, DetectRequest, Detector, StateError};
 pub use partition::{
@@ -78,6 +78,11 @@ pub type EngineFactory = fn(Arc<dyn Host>, &Path) -> Arc<dyn EngineSource>;
 /// Wraps a recorded host's replayed commands (the recording folder given), where the
 /// manufacturer keeps state a replay must answer from (NVIDIA: `mig-state.json`).
 pub type ReplayWrapper = fn(&Path, Box<dyn Commands>) -> Box<dyn Commands>;
+
+/// Wraps a recorded host's control-file writes (the recording folder given), where the
+/// manufacturer's driver objects are made by writing sysfs (MetaX: `sgpu/create` makes a
+/// subdevice a later read lists).
+pub type WritesWrapper = fn(&Path, Arc<dyn HostWrites>) -> Arc<dyn HostWrites>;
 
 /// Builds a manufacturer's fault classifier from its settings' values.
 pub type FaultsBuilder =
@@ -161,6 +166,8 @@ pub struct Backend {
     pub state_dir: StateDirRule,
     /// How a recorded host's replay keeps its state, where it has any.
     pub replay: Option<ReplayWrapper>,
+    /// How a recorded host answers its control-file writes, where it makes any.
+    pub replay_writes: Option<WritesWrapper>,
 }
 
 impl std::fmt::Debug for Backend {

@@ -10,7 +10,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use accel_core::inventory::Accelerator;
-use accel_host::{Commands, Host};
+use accel_host::{Commands, Host, HostWrites};
 
 use accel_core::ledger::{Family, Seat};
 
@@ -162,6 +162,9 @@ pub struct ResponderSetup {
     /// make at a fixed host path (Iluvatar's `/tmp/vgpulock`); what it injects still names the
     /// real path. `None`: the daemon, making them where they belong.
     pub scratch: Option<PathBuf>,
+    /// The node's control-file writes, for a responder that makes driver objects through sysfs
+    /// (MetaX's sGPU subdevices); `None`: it may write none (it refuses what would need one).
+    pub writes: Option<Arc<dyn HostWrites>>,
 }
 
 impl fmt::Debug for ResponderSetup {
@@ -194,6 +197,22 @@ pub trait Responder: Send + Sync + fmt::Debug {
     fn prepare_slicing(&self) -> Result<(), PrepareError>;
     /// Takes back a gone Pod's per-Pod state.
     fn reclaim(&self, pod_uid: &str);
+    /// Whether a sliced grant stays charged until its Pod object is gone, even after the Pod
+    /// finished (MetaX: the reclaimer destroys the slice's driver object only then; spec
+    /// metax §4.5); `false`: the ledger's own rule.
+    fn holds_slices_until_pod_gone(&self) -> bool {
+        false
+    }
+    /// How often [`Responder::reclaim_pass`] runs besides after every Pod reconcile; `None`:
+    /// the responder has no reclaim pass.
+    fn reclaim_interval(&self) -> Option<std::time::Duration> {
+        None
+    }
+    /// One pass over the node's driver objects given the UIDs of the Pods that exist (MetaX's
+    /// sGPU reclaimer). Never called while the ledger is locked.
+    fn reclaim_pass(&self, live: &BTreeSet<String>) {
+        let _ = live;
+    }
 }
 
 /// What a responder keeps of each accelerator of its first detection (`C`: the facts it needs

@@ -33,6 +33,11 @@ pub trait SlicingLibrary: Send + Sync {
     fn needs_library(&self) -> bool {
         true
     }
+    /// Whether slices need the node's runtime major; `false` (MetaX: a slice is a driver
+    /// object, advertised unconditionally) offers them on every node without a library.
+    fn needs_runtime(&self) -> bool {
+        true
+    }
     /// [`SlicingLibrary::library_path`] for a node's detection, where the build depends on
     /// more than the runtime major (Ascend: one vcann-rt per family and CANN major).
     fn library_path_for(
@@ -68,7 +73,7 @@ pub fn offer(
         return SliceOffer {
             runtime_major,
             library: None,
-            offered: runtime_major.is_some(),
+            offered: runtime_major.is_some() || !library.needs_runtime(),
         };
     }
     let path = runtime_major.map(|major| library.library_path_for(library_dir, major, section));
@@ -121,6 +126,35 @@ mod tests {
         let needs = offer(&Ledger(true), &section, dir, |_| false);
         assert!(!needs.offered);
         assert_eq!(needs.library.as_deref(), Some("/lib/x-1/lib.so"));
+    }
+
+    /// A slice that is a driver object (MetaX) needs no runtime version either.
+    struct DriverObject(bool);
+
+    impl SlicingLibrary for DriverObject {
+        fn runtime(&self) -> &'static str {
+            "X"
+        }
+        fn runtime_major(&self, _section: &ManufacturerInventory) -> Option<u32> {
+            None
+        }
+        fn library_path(&self, _library_dir: &Path, _major: u32) -> String {
+            String::new()
+        }
+        fn needs_library(&self) -> bool {
+            false
+        }
+        fn needs_runtime(&self) -> bool {
+            self.0
+        }
+    }
+
+    #[test]
+    fn a_driver_object_slice_is_offered_without_a_runtime_version() {
+        let section = ManufacturerInventory::empty(Manufacturer::Metax);
+        let dir = Path::new("/lib");
+        assert!(offer(&DriverObject(false), &section, dir, |_| false).offered);
+        assert!(!offer(&DriverObject(true), &section, dir, |_| false).offered);
     }
 }
 

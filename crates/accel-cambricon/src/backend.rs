@@ -37,6 +37,7 @@ pub fn backend() -> Backend {
         record: record_plan(),
         state_dir: StateDirRule::Named,
         replay: None,
+        replay_writes: None,
     }
 }
 

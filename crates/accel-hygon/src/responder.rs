@@ -380,6 +380,7 @@ mod tests {
             host: Some(Arc::new(accel_host::FsHost::new(root.join("host")))),
             commands: None,
             runtime_class: None,
+            writes: None,
         })
     }
 

@@ -1,8 +1,11 @@
 //! MetaX behind the manufacturer seam (accel-backend): the detector ([`crate::detector`],
 //! gated on the configured PCI vendor ids), the responder ([`crate::responder`]) and doctor.
-//! No slicing library (sGPU slices are driver objects, and this build does not make them), no
-//! partitioner (MetaX has no partition family), no fault reader (health rests on detection).
+//! Slices are sGPU subdevices, driver objects made through sysfs ([`crate::sgpu`]): no preload
+//! library and no runtime version gate them, so they are offered on every MetaX node (spec
+//! §2.4), and a recorded host answers the writes ([`crate::sgpu::wrap`]). No partitioner (MetaX
+//! has no partition family), no fault reader (health rests on detection).
 
+use std::path::Path;
 use std::sync::Arc;
 
 use accel_backend::detect::{DetectRequest, Detector, StateError};
@@ -10,8 +13,9 @@ use accel_backend::doctor::{Doctor, Options, Report};
 use accel_backend::record::RecordPlan;
 use accel_backend::reset::Reset;
 use accel_backend::respond::{Responder, ResponderSetup};
+use accel_backend::slicing::SlicingLibrary;
 use accel_backend::{Backend, StateDirRule};
-use accel_core::{Detection, Manufacturer};
+use accel_core::{Detection, Manufacturer, ManufacturerInventory};
 use accel_host::{Commands, Host};
 
 use crate::detector::{self, DetectOptions};
@@ -22,7 +26,7 @@ pub fn backend() -> Backend {
     Backend {
         manufacturer: Manufacturer::Metax,
         detector: Arc::new(MetaxDetector),
-        slicing: None,
+        slicing: Some(Arc::new(SgpuSlices)),
         partitioner: None,
         responder: metax_responder,
         engine: None,
@@ -35,6 +39,34 @@ pub fn backend() -> Backend {
         record: record_plan(),
         state_dir: StateDirRule::Named,
         replay: None,
+        replay_writes: Some(crate::sgpu::wrap),
+    }
+}
+
+/// MetaX's slices behind the slicing seam: sGPU subdevices the allocator makes in the driver,
+/// so nothing is staged and no runtime version is asked for.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SgpuSlices;
+
+impl SlicingLibrary for SgpuSlices {
+    fn runtime(&self) -> &'static str {
+        "MetaX sgpu"
+    }
+
+    fn runtime_major(&self, _section: &ManufacturerInventory) -> Option<u32> {
+        None
+    }
+
+    fn library_path(&self, _library_dir: &Path, _major: u32) -> String {
+        String::new()
+    }
+
+    fn needs_library(&self) -> bool {
+        false
+    }
+
+    fn needs_runtime(&self) -> bool {
+        false
     }
 }
 

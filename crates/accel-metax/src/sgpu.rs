@@ -244,6 +244,18 @@ impl Sgpu {
         }
     }
 
+    /// Whether a marker of `pod_uid` is on disk (its directory stays until the reclaim pass
+    /// has destroyed what the marker records).
+    pub fn holds(&self, pod_uid: &str) -> bool {
+        std::fs::read_dir(self.pods.join(pod_uid))
+            .map(|entries| {
+                entries
+                    .flatten()
+                    .any(|e| e.path().join(MARKER_FILE).is_file())
+            })
+            .unwrap_or(false)
+    }
+
     /// The marker path of one container.
     pub fn marker_path(&self, pod_uid: &str, container: &str) -> PathBuf {
         self.pods
@@ -518,19 +530,58 @@ impl Sgpu {
 /// the index back either way), a write to `destroy` removes it, any other write lands in its
 /// file. Files are written under the recording's `root/`; a test refuses a write by making the
 /// file a directory.
-#[derive(Debug, Clone)]
+/// Any other write goes to what it wraps.
 pub struct RecordedSgpu {
     root: PathBuf,
+    inner: Option<Arc<dyn HostWrites>>,
+}
+
+impl std::fmt::Debug for RecordedSgpu {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RecordedSgpu")
+            .field("root", &self.root)
+            .finish_non_exhaustive()
+    }
 }
 
 impl RecordedSgpu {
+    /// The driver of the recording whose files are under `root`.
     pub fn new(root: impl Into<PathBuf>) -> RecordedSgpu {
-        RecordedSgpu { root: root.into() }
+        RecordedSgpu {
+            root: root.into(),
+            inner: None,
+        }
+    }
+}
+
+/// The backend's writes wrapper: a recorded host's sGPU driver over its `root/`.
+pub fn wrap(dir: &Path, inner: Arc<dyn HostWrites>) -> Arc<dyn HostWrites> {
+    Arc::new(RecordedSgpu {
+        root: dir.join(accel_host::ROOT_DIR),
+        inner: Some(inner),
+    })
+}
+
+/// Whether `path` is a card's `model` or a file of its `sgpu/` directory.
+fn is_sgpu_control(path: &str) -> bool {
+    let Some(rest) = path
+        .strip_prefix(PCI_DEVICES)
+        .and_then(|r| r.strip_prefix('/'))
+    else {
+        return false;
+    };
+    match rest.split_once('/') {
+        Some((_, "model")) => true,
+        Some((_, tail)) => tail.starts_with("sgpu/"),
+        None => false,
     }
 }
 
 impl HostWrites for RecordedSgpu {
     fn write(&self, path: &str, value: &str) -> Result<(), accel_host::WriteError> {
+        if let (false, Some(inner)) = (is_sgpu_control(path), &self.inner) {
+            return inner.write(path, value);
+        }
         let fs = accel_host::FsWrites::new(&self.root);
         let full = fs.resolve(path).ok_or_else(|| {
             accel_host::WriteError::new(

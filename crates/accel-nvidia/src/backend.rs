@@ -49,6 +49,7 @@ pub fn backend() -> Backend {
         // an upgrade moves nothing.
         state_dir: StateDirRule::Root,
         replay: Some(crate::mig_replay::wrap),
+        replay_writes: None,
     }
 }
 

@@ -269,6 +269,7 @@ impl DevicePlugins {
         let policy = Policy {
             release_terminated_pods: config.settings.release_terminated_pods,
             slice_gate: config.settings.sliced_allocate_gate,
+            slices_held_until_gone: config.responder.holds_slices_until_pod_gone(),
         };
         let (journal, replay) = Journal::open(&config.data_dir)?;
         let pod_resources =
@@ -366,6 +367,13 @@ impl DevicePlugins {
         if shared.config.partitions.is_some() {
             tasks.push(tokio::spawn(
                 shared.clone().orphan_loop(shutdown.subscribe()),
+            ));
+        }
+        if let Some(every) = shared.config.responder.reclaim_interval() {
+            tasks.push(tokio::spawn(
+                shared
+                    .clone()
+                    .driver_reclaim_loop(every, shutdown.subscribe()),
             ));
         }
         Ok(DevicePlugins {
@@ -618,12 +626,43 @@ impl Shared {
         grants
     }
 
+    /// The UIDs of the Pods that exist: the watch's, and those read directly that it has not
+    /// delivered yet; `None` before the watch's first sync (nothing can be called gone).
+    fn live_pod_uids(&self) -> Option<BTreeSet<String>> {
+        let state = self.lock();
+        let pods = self.pods.snapshot()?;
+        let mut live: BTreeSet<String> = pods.iter().map(|p| p.uid.clone()).collect();
+        live.extend(state.direct.keys().cloned());
+        Some(live)
+    }
+
+    /// The responder's pass over its driver objects (MetaX's sGPU subdevices), run after
+    /// every reconcile and every `every` besides, idle until the watch's first sync.
+    async fn driver_reclaim_loop(
+        self: Arc<Self>,
+        every: Duration,
+        mut stop: watch::Receiver<bool>,
+    ) {
+        loop {
+            tokio::select! {
+                _ = stop.changed() => return,
+                () = tokio::time::sleep(every) => {}
+            }
+            let Some(live) = self.live_pod_uids() else {
+                continue;
+            };
+            let responder = self.config.responder.clone();
+            let _ = tokio::task::spawn_blocking(move || responder.reclaim_pass(&live)).await;
+        }
+    }
+
     /// Releases the grants of Pods that are gone and stops charging finished ones. A partition
     /// whose Pod is gone stays in the ledger while its instance is destroyed ([`partition`]).
     fn reconcile_pods(self: &Arc<Self>) {
         let mut changed = false;
         let mut gone = Vec::new();
         let mut reclaim = Vec::new();
+        let mut live: Option<BTreeSet<String>> = None;
         {
             // The Pods are read under the ledger lock: a snapshot taken before it could miss a
             // Pod whose Allocate granted in between, and release that fresh grant as "gone".
@@ -634,6 +673,11 @@ impl Shared {
             };
             let by_uid: BTreeMap<&str, &Pod> =
                 pods.iter().map(|p| (p.uid.as_str(), &**p)).collect();
+            if self.config.responder.reclaim_interval().is_some() {
+                let mut uids: BTreeSet<String> = pods.iter().map(|p| p.uid.clone()).collect();
+                uids.extend(state.direct.keys().cloned());
+                live = Some(uids);
+            }
             // A Pod read directly for a grant is confirmed once the watch delivers it; until
             // then, for DIRECT_GRACE, its absence from the watch does not mean it is gone.
             let now = Instant::now();
@@ -700,6 +744,10 @@ impl Shared {
         }
         for uid in gone {
             self.config.responder.reclaim(&uid);
+        }
+        // Outside the ledger's lock: the pass writes the driver's files.
+        if let Some(live) = live {
+            self.config.responder.reclaim_pass(&live);
         }
         for (key, grant) in reclaim {
             match tokio::runtime::Handle::try_current() {

@@ -128,6 +128,7 @@ async fn start_plugins(
         host: Some(Arc::new(accel_host::FsHost::new(dir.join("host")))),
         commands: None,
         runtime_class: None,
+        writes: None,
     }));
     let config = Config {
         kubelet_dir: dir.join("kubelet"),

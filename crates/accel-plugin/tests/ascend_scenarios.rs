@@ -84,6 +84,7 @@ impl Rig {
             host: None,
             commands: Some(commands),
             runtime_class: None,
+            writes: None,
         }));
         let config = Config {
             kubelet_dir: dir.path().join("kubelet"),

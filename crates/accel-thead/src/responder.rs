@@ -331,6 +331,7 @@ mod tests {
             host: Some(Arc::new(accel_host::FsHost::new(&root))),
             commands: None,
             runtime_class: None,
+            writes: None,
         });
         let container = Container {
             name: "main".into(),

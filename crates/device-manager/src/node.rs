@@ -2,6 +2,7 @@
 //! every manufacturer's detector over it into one inventory.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use accel_backend::Deadlines;
@@ -10,7 +11,9 @@ use accel_backend::faults::{self, FaultRecord};
 use accel_core::inventory::{Detection, Inventory};
 use accel_core::manufacturer::ManufacturerTable;
 use accel_host::pci::PciClassPrefixes;
-use accel_host::{Commands, FsHost, Host, HostRoot, RecordedCommands, SystemCommands};
+use accel_host::{
+    Commands, FsHost, FsWrites, Host, HostRoot, HostWrites, RecordedCommands, SystemCommands,
+};
 use anyhow::{Context, bail};
 
 pub use accel_host::pci::PCI_CLASS_PREFIXES_ENV;
@@ -58,6 +61,8 @@ impl NodeArgs {
 pub struct Node {
     pub host: Box<dyn Host>,
     pub commands: Box<dyn Commands>,
+    /// Writes to the node's control files (sysfs attributes a driver object is made with).
+    pub writes: Arc<dyn HostWrites>,
     /// What `--host-root` named: a live root or a recording.
     pub kind: HostRoot,
     /// The manufacturers table in force: each backend recognises its functions on the bus by
@@ -101,9 +106,25 @@ impl Node {
             }
             HostRoot::Live { .. } => Box::new(SystemCommands::new()),
         };
+        // Control-file writes: on a live node through this process's own `/` — the host root
+        // is mounted read-only, and the chart mounts the host's /sys read-write at /sys for a
+        // manufacturer that writes it (MetaX), so the same sysfs is read through the host root
+        // and written here; a recording's are answered by the backends that make driver
+        // objects that way (MetaX's sGPU subdevices), over the recording's own files.
+        let writes: Arc<dyn HostWrites> = match &kind {
+            HostRoot::Recorded { dir, .. } => crate::backends::all()
+                .iter()
+                .filter_map(|b| b.replay_writes)
+                .fold(
+                    Arc::new(FsWrites::new(kind.files())) as Arc<dyn HostWrites>,
+                    |writes, wrap| wrap(dir, writes),
+                ),
+            HostRoot::Live { .. } => Arc::new(FsWrites::new("/")),
+        };
         Ok(Node {
             host: Box::new(host),
             commands,
+            writes,
             kind,
             table: ManufacturerTable::default(),
             pci_gate: false,

@@ -141,6 +141,10 @@ pub struct Policy {
     /// `GPUSTACK_DEVICE_PLUGIN_SLICED_ALLOCATE_GATE`: refuse a slice without a free slot or the
     /// units it needs.
     pub slice_gate: bool,
+    /// A finished Pod's slices stay charged until the Pod object is gone, whatever
+    /// `release_terminated_pods` says (MetaX: the reclaimer destroys a slice's sGPU subdevice
+    /// only then, spec metax §4.5), as a hardware partition always does.
+    pub slices_held_until_gone: bool,
 }
 
 impl Default for Policy {
@@ -148,6 +152,7 @@ impl Default for Policy {
         Policy {
             release_terminated_pods: true,
             slice_gate: true,
+            slices_held_until_gone: false,
         }
     }
 }
@@ -417,7 +422,9 @@ impl Ledger {
 
     /// Whether a grant still charges its accelerators.
     pub fn charges(&self, grant: &Grant) -> bool {
-        !(grant.finished && self.policy.release_terminated_pods && releases_on_finish(grant.family))
+        !(grant.finished
+            && self.policy.release_terminated_pods
+            && releases_on_finish(grant.family, &self.policy))
     }
 
     /// The container holding exactly these device IDs of `resource`: a retried call. A finished
@@ -921,9 +928,14 @@ impl Ledger {
 }
 
 /// Whether a finished Pod's grant of this family stops charging: a hardware partition stays
-/// charged until the Pod is gone, because the reclaimer destroys it only then.
-fn releases_on_finish(family: Family) -> bool {
-    family != Family::Partitioned
+/// charged until the Pod is gone, because the reclaimer destroys it only then, and so does a
+/// slice where the policy says its driver object is reclaimed the same way.
+fn releases_on_finish(family: Family, policy: &Policy) -> bool {
+    match family {
+        Family::Partitioned => false,
+        Family::Sliced => !policy.slices_held_until_gone,
+        Family::Exclusive | Family::Shared => true,
+    }
 }
 
 /// Adds (`add`) or removes one grant's charge on one accelerator. Used units are counted, not

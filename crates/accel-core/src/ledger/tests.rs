@@ -455,7 +455,7 @@ proptest! {
         ops in prop::collection::vec(op(), 1..60),
         release in any::<bool>(),
     ) {
-        let policy = Policy { release_terminated_pods: release, slice_gate: true };
+        let policy = Policy { release_terminated_pods: release, ..Policy::default() };
         let mut l = Ledger::new((0..4).map(|i| Seat { slice_capacity: 3, ..seat(i, i / 2) }), policy);
         let mut expected: BTreeMap<GrantKey, Grant> = BTreeMap::new();
         let mut last: Option<(Claim, Receipt)> = None;
@@ -597,10 +597,12 @@ fn the_ledger_keeps_the_policy_it_was_given() {
         Policy {
             release_terminated_pods: false,
             slice_gate: false,
+            ..Policy::default()
         },
         Policy {
             release_terminated_pods: true,
             slice_gate: false,
+            ..Policy::default()
         },
     ] {
         assert_eq!(Ledger::new([seat(0, 0)], policy).policy(), policy);
@@ -758,6 +760,33 @@ fn a_finished_pods_partition_stays_charged_until_the_pod_is_gone() {
         },
     );
     assert!(kept.charges(&finished(Family::Sliced)));
+}
+
+#[test]
+fn a_finished_pods_slice_stays_charged_where_its_driver_object_waits_for_the_pod() {
+    // MetaX: the reclaimer destroys a slice's sGPU subdevice only when its Pod is gone.
+    let mut l = Ledger::new(
+        [seat(0, 0)],
+        Policy {
+            slices_held_until_gone: true,
+            ..Policy::default()
+        },
+    );
+    l.allocate(claim("a", Family::Sliced, &[0], 1_600_000))
+        .unwrap();
+    assert!(
+        l.pod_finished("a").is_empty(),
+        "a finished Pod's slice is not released"
+    );
+    assert!(l.allocate(claim("b", Family::Sliced, &[0], 1)).is_err());
+    let finished = |family| Grant {
+        finished: true,
+        ..grant(family, &[0], UNITS_PER_ACCELERATOR)
+    };
+    assert!(l.charges(&finished(Family::Sliced)));
+    assert!(!l.charges(&finished(Family::Exclusive)));
+    assert_eq!(l.pod_gone("a").len(), 1);
+    l.allocate(claim("b", Family::Sliced, &[0], 1)).unwrap();
 }
 
 #[test]

@@ -37,6 +37,10 @@ pub const ILUVATAR_SLICES_PER_ACCELERATOR: u32 = 100;
 /// Logical slices a Moore Threads accelerator hosts at most (spec mthreads §2.4: 16).
 pub const MTHREADS_SLICES_PER_ACCELERATOR: u32 = 16;
 
+/// Logical slices a MetaX card hosts at most (spec metax §2.4: 16 sGPU subdevices, indexes
+/// 0..15; the fixed-share compute quota is a hard partition, so compute is not over-committed).
+pub const METAX_SLICES_PER_ACCELERATOR: u32 = 16;
+
 /// Logical slices a T-Head PPU hosts at most (spec/thead.md §1.2: `logicalSliced.count` 128,
 /// compute over-committed).
 pub const THEAD_SLICES_PER_ACCELERATOR: u32 = 128;
@@ -54,6 +58,7 @@ pub fn slices_per_accelerator(manufacturer: Manufacturer) -> Option<u32> {
         Manufacturer::Amd => Some(AMD_SLICES_PER_ACCELERATOR),
         Manufacturer::Ascend => Some(ASCEND_SLICES_PER_ACCELERATOR),
         Manufacturer::Thead => Some(THEAD_SLICES_PER_ACCELERATOR),
+        Manufacturer::Metax => Some(METAX_SLICES_PER_ACCELERATOR),
         _ => None,
     }
 }

@@ -208,6 +208,7 @@ pub(crate) struct Prepared {
     settings: Settings,
     engine: Arc<dyn EngineSource>,
     node_files: Arc<dyn accel_host::Host>,
+    node_writes: Arc<dyn accel_host::HostWrites>,
     partition_commands: Arc<dyn accel_host::Commands>,
     /// The data directory held for this daemon until it is dropped.
     _lock: DataDirLock,
@@ -293,6 +294,8 @@ impl Prepared {
         // The host a responder that injects device nodes itself checks them on (AMD).
         let node_files: Arc<dyn accel_host::Host> =
             Arc::new(accel_host::FsHost::new(node.kind.files()));
+        // The control files a responder that makes driver objects writes (MetaX's sGPU).
+        let node_writes = node.writes.clone();
         let prefixes = node::class_prefixes(args.pci_class_prefixes.as_deref())?;
         let deadlines = Deadlines {
             per_query: Duration::from_secs(30),
@@ -325,6 +328,7 @@ impl Prepared {
             settings,
             engine,
             node_files,
+            node_writes,
             partition_commands,
             _lock: lock,
         })
@@ -436,6 +440,7 @@ impl Prepared {
                         &self.partition_commands,
                         section,
                         self.node_files.clone(),
+                        self.node_writes.clone(),
                     )
                 },
                 pods,
@@ -599,6 +604,7 @@ fn plugin_config(
     partition_commands: &Arc<dyn accel_host::Commands>,
     section: &ManufacturerInventory,
     host: Arc<dyn accel_host::Host>,
+    writes: Arc<dyn accel_host::HostWrites>,
 ) -> Config {
     let slicing = slices_offered(backend, daemon, &paths.library_dir, section);
     if !slicing.offered && !args.no_sliced {
@@ -642,6 +648,7 @@ fn plugin_config(
             host: Some(host),
             commands: Some(partition_commands.clone()),
             runtime_class: row.runtime_class.clone(),
+            writes: Some(writes),
         }),
         poll_interval: Duration::from_secs(1),
         metrics,

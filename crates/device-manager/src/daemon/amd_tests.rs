@@ -69,6 +69,7 @@ fn amd_plugin_config(kubelet_dir: &Path, data: &Path, section: &ManufacturerInve
         host: None,
         commands: None,
         runtime_class: None,
+        writes: None,
     }));
     plugin_config(kubelet_dir, data, section, responder)
 }

@@ -723,6 +723,7 @@ impl Pass<'_> {
                 .get(section.name)
                 .runtime_class
                 .clone(),
+            writes: None,
         });
         let mut inventory = Inventory::default();
         inventory.manufacturers.push(section.clone());
@@ -1511,6 +1512,7 @@ mod tests {
             host: None,
             commands: None,
             runtime_class: None,
+            writes: None,
         }
     }
 
