@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use accel_core::Manufacturer;
 use accel_core::inventory::Accelerator;
-use accel_host::{Commands, Host};
+use accel_host::{Commands, Host, HostWrites};
 
 use crate::respond::Injection;
 
@@ -200,6 +200,12 @@ pub trait Preflight: Send + Sync {
     /// none). They must not change the driver: a manufacturer whose grants write driver state
     /// (Ascend's container-share flag) answers from the row that establishes it instead.
     fn simulation_commands(&self) -> Option<Arc<dyn Commands>> {
+        None
+    }
+    /// The control-file writes the responder is given for the pass's synthetic allocations
+    /// (`None`: none). A recorder: a simulated grant never makes a driver object (MetaX's
+    /// sGPU subdevice would have to be torn down).
+    fn simulation_writes(&self) -> Option<Arc<dyn HostWrites>> {
         None
     }
     /// Whether the accelerator serves only hardware partitions (its management rows are

@@ -37,4 +37,4 @@ pub use pci::{
 };
 pub use record::{CommandRecord, ROOT_DIR, RecordError, Recorder};
 pub use recording::{HostRoot, MARK_FILE, Mark, MarkError};
-pub use writes::{FsWrites, HostWrites, WriteError};
+pub use writes::{FsWrites, HostWrites, RecordingWrites, WriteError};

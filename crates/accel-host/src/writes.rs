@@ -40,6 +40,42 @@ impl WriteError {
 pub trait HostWrites: Send + Sync {
     /// Writes `value` to the existing file at `path`.
     fn write(&self, path: &str, value: &str) -> Result<(), WriteError>;
+    /// Whether a write takes effect. A simulation's recorder (preflight) answers `false`: what
+    /// a write would make cannot be read back, so the caller takes its own prediction.
+    fn takes_effect(&self) -> bool {
+        true
+    }
+}
+
+/// Writes recorded, never made (preflight's simulated grants): each succeeds and changes
+/// nothing.
+#[derive(Debug, Default)]
+pub struct RecordingWrites {
+    written: std::sync::Mutex<Vec<(String, String)>>,
+}
+
+impl RecordingWrites {
+    /// The writes asked for, in order, as `(path, value)`.
+    pub fn written(&self) -> Vec<(String, String)> {
+        self.written
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+}
+
+impl HostWrites for RecordingWrites {
+    fn write(&self, path: &str, value: &str) -> Result<(), WriteError> {
+        self.written
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push((path.to_string(), value.to_string()));
+        Ok(())
+    }
+
+    fn takes_effect(&self) -> bool {
+        false
+    }
 }
 
 /// Control writes under a root (`/` on a live node).

@@ -34,7 +34,7 @@ pub fn backend() -> Backend {
         faults: None,
         reset: Reset::Refused(RESET_REFUSAL.to_string()),
         doctor: Some(Arc::new(MetaxDoctor)),
-        preflight: None,
+        preflight: Some(Arc::new(crate::preflight::MetaxPreflight)),
         sampler: Some(Arc::new(crate::usage::MxSmiSampler)),
         record: record_plan(),
         state_dir: StateDirRule::Named,

@@ -9,6 +9,7 @@ pub mod backend;
 pub mod detector;
 pub mod doctor;
 pub mod mxsmi;
+pub mod preflight;
 pub mod responder;
 pub mod sgpu;
 pub mod usage;

@@ -367,7 +367,12 @@ impl Sgpu {
             .map_err(|e| format!("card {bdf}: create sgpu subdevice {predicted}: {e}"))?;
         // The index is the one the driver shows now and did not before.
         let before: BTreeSet<i32> = on_card.iter().map(|s| s.index).collect();
-        let index = match list(self.host.as_ref()) {
+        let listed = if self.writes.takes_effect() {
+            list(self.host.as_ref())
+        } else {
+            Err("the writes are recorded, not made (a simulation)".to_string())
+        };
+        let index = match listed {
             Ok(after) => {
                 let new: Vec<i32> = after
                     .iter()
@@ -390,7 +395,9 @@ impl Sgpu {
                 }
             }
             Err(e) => {
-                tracing::warn!(card = %bdf, "cannot list the subdevices after creating one ({e}); taking the predicted index {predicted}");
+                if self.writes.takes_effect() {
+                    tracing::warn!(card = %bdf, "cannot list the subdevices after creating one ({e}); taking the predicted index {predicted}");
+                }
                 predicted
             }
         };

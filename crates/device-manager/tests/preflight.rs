@@ -804,3 +804,55 @@ fn the_950_declares_no_share_flag_and_checks_its_runtime_and_rank_table() {
         )
     );
 }
+
+/// spec/metax.md §5: the read-only `sgpu-mode` row per card, and simulated slices whose sgpu
+/// writes are recorded, never made — the cards' sysfs is unchanged after the pass.
+#[test]
+fn metax_reads_sgpu_mode_and_simulates_its_slices_without_writing_sysfs() {
+    let host = tempfile::tempdir().unwrap();
+    support::copy_tree(&support::hosts().join("metax-8x-c500"), host.path());
+    let card = host.path().join("root/sys/bus/pci/devices/0000:0f:00.0");
+    // The second card already hosts a subdevice.
+    std::fs::create_dir_all(card.join("sgpu/sgpu0")).unwrap();
+    let before = files_under(&host.path().join("root/sys/devices"));
+    let run = preflight(host.path(), &["--manufacturer", "metax"]);
+    assert_eq!(run.status, 0, "{}\n{}", run.stdout, run.stderr);
+    let doc = yaml(&run);
+    let modes = checks_of(&doc, "sgpu-mode");
+    assert_eq!(modes.len(), 8);
+    assert_eq!(
+        modes[0],
+        (
+            "ok".into(),
+            "the accelerator is not yet in sgpu mode; the allocator puts it there when the first slice lands".into()
+        )
+    );
+    assert_eq!(
+        modes[1],
+        (
+            "ok".into(),
+            "the accelerator already hosts an sgpu subdevice and is in sgpu mode".into()
+        )
+    );
+    for (state, reason) in checks_of(&doc, "sliced-quota-in-force") {
+        assert_eq!(state, "ok");
+        assert!(
+            reason.starts_with("the responder sets the quota to 32768 MiB"),
+            "{reason}"
+        );
+    }
+    for (state, reason) in checks_of(&doc, "sliced-runtime-loaded") {
+        assert_eq!(state, "ok", "{reason}");
+    }
+    assert_eq!(
+        files_under(&host.path().join("root/sys/devices")),
+        before,
+        "no sgpu write was made"
+    );
+    assert!(
+        !host
+            .path()
+            .join("root/var/lib/gpustack/operator/pods")
+            .exists()
+    );
+}

@@ -723,7 +723,7 @@ impl Pass<'_> {
                 .get(section.name)
                 .runtime_class
                 .clone(),
-            writes: None,
+            writes: preflight.simulation_writes(),
         });
         let mut inventory = Inventory::default();
         inventory.manufacturers.push(section.clone());
