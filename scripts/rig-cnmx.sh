@@ -8,7 +8,12 @@
 #      CAMBRICON_VISIBLE_DEVICES naming the two driver indexes;
 #   3. serve --manufacturer metax on a copy of testdata/hosts/metax-8x-c500; 8 metax-tech.com/gpu;
 #   4. a Pod of 2 metax-tech.com/gpu: /dev/mxcd, /dev/mxnd, /dev/mxgd, two card and two render
-#      nodes, and no METAX_* or *_VISIBLE_DEVICES variable.
+#      nodes, and no METAX_* or *_VISIBLE_DEVICES variable;
+#   5. a Pod of one metax-tech.com/gpu.sliced (50 % memory, 60 % cores): /dev/mxcd and one
+#      render node only, METAX_SGPUS naming subdevice #0 of its card with compute=60 and
+#      vram=32768, and the recording's driver (RecordedSgpu) showing sgpu/sgpu0; the Pod
+#      deleted, the subdevice is destroyed within the reclaim passes (3 passes: its deletion's
+#      reconcile and the 60 s ticker).
 #   The device nodes the responders name are created on this machine as aliases of /dev/null
 #   (char 1:3) where absent — this machine has no MLU or MetaX GPU — and removed at the end.
 #
@@ -89,6 +94,20 @@ expect mx-exclusive "two card nodes" '^card[0-9]+$' 2
 expect mx-exclusive "two render nodes" '^renderD[0-9]+$' 2
 expect mx-exclusive "no variable of MetaX's or any visibility variable" '^[A-Z_]+=' 0
 $KC delete pod mx-exclusive --wait=true --timeout=60s >/dev/null 2>&1
+echo "metax-tech.com/gpu.sliced allocatable: $(alloc metax-tech.com/gpu.sliced)"
+[ "$(alloc metax-tech.com/gpu.sliced)" = 128 ] || { echo "  WRONG: metax-tech.com/gpu.sliced is not 16 a card"; failed=1; }
+pod mx-sliced '{metax-tech.com/gpu.sliced: "1", metax-tech.com/gpu.sliced.memory-percentage: "50", metax-tech.com/gpu.sliced.cores-percentage: "60", metax-tech.com/gpu.sliced.units: "800000"}'
+expect mx-sliced "/dev/mxcd only of the control nodes" '^mx[cng]d$' 1
+expect mx-sliced "no card node" '^card[0-9]+$' 0
+expect mx-sliced "one render node" '^renderD[0-9]+$' 1
+expect mx-sliced "METAX_SGPUS naming subdevice #0, 60 % compute, 32768 MiB, the Pod's alias" '^METAX_SGPUS=sgpu=0000:[0-9a-f]{2}:00\.0#0;compute=60;vram=32768;alias=gpustack-[0-9a-f-]+$'
+subdevices() { ls -d "$WORK"/metax-8x-c500/root/sys/bus/pci/devices/*/sgpu/sgpu[0-9]* 2>/dev/null | wc -l; }
+echo "  subdevices the recording's driver shows: $(subdevices)"
+[ "$(subdevices)" = 1 ] || { echo "  WRONG: one subdevice expected"; failed=1; }
+$KC delete pod mx-sliced --wait=true --timeout=60s >/dev/null 2>&1
+for _ in $(seq 1 200); do [ "$(subdevices)" = 0 ] && break; sleep 1; done
+echo "  after the Pod was deleted: $(subdevices) subdevice(s)"
+[ "$(subdevices)" = 0 ] || { echo "  WRONG: the subdevice was not reclaimed"; failed=1; }
 stop_serve
 
 if [ "$failed" = 0 ]; then echo "rig-cnmx: OK"; else echo "rig-cnmx: FAILED (serve's logs: /tmp/rig-cnmx-*-serve.log)"; fi
