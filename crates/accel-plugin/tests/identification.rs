@@ -415,6 +415,17 @@ async fn the_common_path_lists_once_per_call_and_reads_no_pod_directly() {
         "an exclusive Allocate the watch attributes answers before asking the kubelet"
     );
     rig.plugins.verify_grants().await;
+    // The background verifier may have started its own confirmation of "a" before this one
+    // finished; its list, delayed on a loaded machine, would arrive during b's calls and count
+    // as theirs. Wait until the kubelet has been asked nothing for a while.
+    let mut seen = rig.kubelet.lists();
+    let mut quiet = 0;
+    while quiet < 6 {
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        let now = rig.kubelet.lists();
+        quiet = if now == seen { quiet + 1 } else { 0 };
+        seen = now;
+    }
     let on_path = rig.kubelet.lists_in_calls();
     assert!(
         rig.kubelet.lists() > lists,
