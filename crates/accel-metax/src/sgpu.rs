@@ -26,6 +26,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
+use accel_backend::chores::{PodDirs, make_dir};
 use accel_host::{Host, HostWrites};
 use serde::{Deserialize, Serialize};
 
@@ -135,51 +136,42 @@ struct Found {
     marker: Marker,
 }
 
-/// Every readable marker under `pods` (`<uid>/c-<container>/metax-sgpu.json`); unreadable or
-/// corrupt ones are logged and skipped.
-fn scan(pods: &Path) -> Vec<Found> {
+/// A marker file's record.
+fn read_marker(path: &Path) -> Result<Marker, String> {
+    std::fs::read_to_string(path)
+        .map_err(|e| e.to_string())
+        .and_then(|t| serde_json::from_str::<Marker>(&t).map_err(|e| e.to_string()))
+}
+
+/// Every readable marker in the container directories under `dirs`
+/// (`<uid>/c-<container>/metax-sgpu.json`); unreadable or corrupt ones are logged and skipped.
+fn scan(dirs: &PodDirs) -> Vec<Found> {
     let mut out = Vec::new();
-    let Ok(uids) = std::fs::read_dir(pods) else {
-        return out;
-    };
-    for uid in uids.flatten() {
-        let Ok(containers) = std::fs::read_dir(uid.path()) else {
+    for container in dirs.containers() {
+        let path = container.path.join(MARKER_FILE);
+        if !path.is_file() {
             continue;
-        };
-        for container in containers.flatten() {
-            let path = container.path().join(MARKER_FILE);
-            if !path.is_file() {
-                continue;
-            }
-            match std::fs::read_to_string(&path)
-                .map_err(|e| e.to_string())
-                .and_then(|t| serde_json::from_str::<Marker>(&t).map_err(|e| e.to_string()))
-            {
-                Ok(marker) => out.push(Found { path, marker }),
-                Err(e) => {
-                    tracing::warn!(marker = %path.display(), "skipping an unreadable sgpu marker: {e}")
-                }
+        }
+        match read_marker(&path) {
+            Ok(marker) => out.push(Found { path, marker }),
+            Err(e) => {
+                tracing::warn!(marker = %path.display(), "skipping an unreadable sgpu marker: {e}")
             }
         }
     }
-    out.sort_by(|a, b| a.path.cmp(&b.path));
     out
 }
 
 static TEMP: AtomicU64 = AtomicU64::new(0);
 
-/// Writes `marker` at `path`: a `.metax-sgpu-*.tmp` file at 0644, renamed; its directories
-/// made 0777 (the container reads them as whatever user it runs as).
+/// Writes `marker` at `path`: a `.metax-sgpu-*.tmp` file at 0644, renamed; its directory
+/// made 0777 (the container reads it as whatever user it runs as).
 fn write_marker(path: &Path, marker: &Marker) -> Result<(), String> {
     let fail = |what: &str, e: std::io::Error| format!("{what} {}: {e}", path.display());
     let dir = path
         .parent()
         .ok_or_else(|| format!("{}: no directory", path.display()))?;
-    std::fs::create_dir_all(dir).map_err(|e| fail("create the directory of", e))?;
-    for d in [Some(dir), dir.parent()].into_iter().flatten() {
-        std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o777))
-            .map_err(|e| fail("open up the directory of", e))?;
-    }
+    make_dir(dir, Some(0o777)).map_err(|e| e.to_string())?;
     let text = serde_json::to_string(marker).map_err(|e| e.to_string())?;
     let temp = dir.join(format!(
         ".metax-sgpu-{}-{}.tmp",
@@ -222,14 +214,14 @@ pub struct Reclaimed {
 pub struct Sgpu {
     host: Arc<dyn Host>,
     writes: Arc<dyn HostWrites>,
-    pods: PathBuf,
+    dirs: PodDirs,
     passes: Mutex<Passes>,
 }
 
 impl std::fmt::Debug for Sgpu {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Sgpu")
-            .field("pods", &self.pods)
+            .field("pods", &self.dirs.root())
             .finish_non_exhaustive()
     }
 }
@@ -239,7 +231,7 @@ impl Sgpu {
         Sgpu {
             host,
             writes,
-            pods,
+            dirs: PodDirs::new(pods),
             passes: Mutex::new(Passes::default()),
         }
     }
@@ -247,21 +239,19 @@ impl Sgpu {
     /// Whether a marker of `pod_uid` is on disk (its directory stays until the reclaim pass
     /// has destroyed what the marker records).
     pub fn holds(&self, pod_uid: &str) -> bool {
-        std::fs::read_dir(self.pods.join(pod_uid))
-            .map(|entries| {
-                entries
-                    .flatten()
-                    .any(|e| e.path().join(MARKER_FILE).is_file())
-            })
-            .unwrap_or(false)
+        self.dirs
+            .containers()
+            .iter()
+            .any(|c| c.pod_uid == pod_uid && c.path.join(MARKER_FILE).is_file())
     }
 
-    /// The marker path of one container.
-    pub fn marker_path(&self, pod_uid: &str, container: &str) -> PathBuf {
-        self.pods
-            .join(pod_uid)
-            .join(format!("c-{container}"))
-            .join(MARKER_FILE)
+    /// The marker path of one container (`PodDirs`' container directory: each name one path
+    /// component).
+    pub fn marker_path(&self, pod_uid: &str, container: &str) -> Result<PathBuf, String> {
+        self.dirs
+            .container(pod_uid, container)
+            .map(|dir| dir.join(MARKER_FILE))
+            .map_err(|e| e.to_string())
     }
 
     fn write(&self, path: String, value: &str) -> Result<(), String> {
@@ -286,13 +276,11 @@ impl Sgpu {
         let _held = self.passes.lock().unwrap_or_else(PoisonError::into_inner);
         let registry =
             list(self.host.as_ref()).map_err(|e| format!("list sgpu subdevices: {e}"))?;
-        let own = self.marker_path(&request.pod_uid, &request.container);
+        let own = self.marker_path(&request.pod_uid, &request.container)?;
         let own_text = own.display().to_string();
         if own.exists() {
-            let marker = std::fs::read_to_string(&own)
-                .map_err(|e| e.to_string())
-                .and_then(|t| serde_json::from_str::<Marker>(&t).map_err(|e| e.to_string()))
-                .map_err(|e| format!("read self marker {own_text:?}: {e}"))?;
+            let marker =
+                read_marker(&own).map_err(|e| format!("read self marker {own_text:?}: {e}"))?;
             if marker.card_bdf != request.bdf
                 || marker.cores_pct != request.cores_pct
                 || marker.mem_mib != request.mem_mib
@@ -317,7 +305,7 @@ impl Sgpu {
             }
             return Ok(marker.index);
         }
-        let markers: Vec<Marker> = scan(&self.pods)
+        let markers: Vec<Marker> = scan(&self.dirs)
             .into_iter()
             .filter(|f| f.path != own && f.marker.card_bdf == request.bdf)
             .map(|f| f.marker)
@@ -425,7 +413,7 @@ impl Sgpu {
                 return done;
             }
         };
-        let markers = scan(&self.pods);
+        let markers = scan(&self.dirs);
         let marked: BTreeSet<(&str, i32)> = markers
             .iter()
             .map(|f| (f.marker.card_bdf.as_str(), f.marker.index))
@@ -705,12 +693,12 @@ mod tests {
             std::fs::read_to_string(card.join("sgpu0/vram")).unwrap(),
             "32768"
         );
-        let marker = std::fs::read_to_string(n.sgpu.marker_path("a", "main")).unwrap();
+        let marker = std::fs::read_to_string(n.sgpu.marker_path("a", "main").unwrap()).unwrap();
         assert_eq!(
             marker,
             r#"{"podUID":"a","container":"main","cardBDF":"0000:3d:00.0","index":0,"coresPct":60,"memMiB":32768}"#
         );
-        let mode = std::fs::metadata(n.sgpu.marker_path("a", "main"))
+        let mode = std::fs::metadata(n.sgpu.marker_path("a", "main").unwrap())
             .unwrap()
             .permissions()
             .mode();
@@ -778,7 +766,7 @@ mod tests {
             e.starts_with(&format!("card {BDF}: create sgpu subdevice 1: ")),
             "{e}"
         );
-        assert!(!n.sgpu.marker_path("b", "main").exists());
+        assert!(!n.sgpu.marker_path("b", "main").unwrap().exists());
         assert_eq!(list(n.sgpu.host.as_ref()).unwrap().len(), 1);
         std::fs::remove_dir_all(sgpu_dir(&n).join("sgpu0")).unwrap();
         let e = n.sgpu.reserve(&request("a", 1024)).unwrap_err();
@@ -796,7 +784,7 @@ mod tests {
         // A marker for index 0 whose subdevice is gone: the prediction skips 0, the driver
         // (lowest free) makes sgpu0, and the slice records what the driver shows.
         write_marker(
-            &n.sgpu.marker_path("stale", "main"),
+            &n.sgpu.marker_path("stale", "main").unwrap(),
             &Marker {
                 pod_uid: "stale".into(),
                 container: "main".into(),
@@ -833,12 +821,12 @@ mod tests {
         assert_eq!(n.sgpu.reclaim_pass(&live), Reclaimed::default());
         let done = n.sgpu.reclaim_pass(&live);
         assert_eq!(done.destroyed, [(BDF.to_string(), 0)]);
-        assert_eq!(done.markers, [n.sgpu.marker_path("a", "main")]);
+        assert_eq!(done.markers, [n.sgpu.marker_path("a", "main").unwrap()]);
         assert!(
             !n.dir.path().join("pods/a").exists(),
             "its empty dirs go too"
         );
-        assert!(n.sgpu.marker_path("b", "main").exists());
+        assert!(n.sgpu.marker_path("b", "main").unwrap().exists());
         assert_eq!(
             list(n.sgpu.host.as_ref())
                 .unwrap()

@@ -229,6 +229,15 @@ struct State {
     orphans: orphans::OrphanBook,
 }
 
+/// The UIDs of the Pods that exist: the watch's `pods`, and those read directly that it has
+/// not delivered yet (a driver object's reclaimer must not take theirs).
+fn live_uids(pods: &[Arc<Pod>], state: &State) -> BTreeSet<String> {
+    pods.iter()
+        .map(|p| p.uid.clone())
+        .chain(state.direct.keys().cloned())
+        .collect()
+}
+
 struct Shared {
     config: Config,
     /// The pools, one per resource, fixed at start; their tokens follow the seats
@@ -626,14 +635,11 @@ impl Shared {
         grants
     }
 
-    /// The UIDs of the Pods that exist: the watch's, and those read directly that it has not
-    /// delivered yet; `None` before the watch's first sync (nothing can be called gone).
+    /// [`live_uids`] now; `None` before the watch's first sync (nothing can be called gone).
     fn live_pod_uids(&self) -> Option<BTreeSet<String>> {
         let state = self.lock();
         let pods = self.pods.snapshot()?;
-        let mut live: BTreeSet<String> = pods.iter().map(|p| p.uid.clone()).collect();
-        live.extend(state.direct.keys().cloned());
-        Some(live)
+        Some(live_uids(&pods, &state))
     }
 
     /// The responder's pass over its driver objects (MetaX's sGPU subdevices), run after
@@ -674,9 +680,7 @@ impl Shared {
             let by_uid: BTreeMap<&str, &Pod> =
                 pods.iter().map(|p| (p.uid.as_str(), &**p)).collect();
             if self.config.responder.reclaim_interval().is_some() {
-                let mut uids: BTreeSet<String> = pods.iter().map(|p| p.uid.clone()).collect();
-                uids.extend(state.direct.keys().cloned());
-                live = Some(uids);
+                live = Some(live_uids(&pods, state));
             }
             // A Pod read directly for a grant is confirmed once the watch delivers it; until
             // then, for DIRECT_GRACE, its absence from the watch does not mean it is gone.
