@@ -10,6 +10,8 @@
 //! - [`slicing::SlicingLibrary`] — the preload library's layout on the host and the gate
 //!   "slices only where the library for the node's runtime generation is staged";
 //! - [`partition::Partitioner`] — hardware partitions (the MIG work's seam), optional;
+//!   [`mig_cli`] drives it for the tools that speak the `nvidia-smi mig` dialect (nvidia-smi,
+//!   T-Head's ppu-smi);
 //! - [`health::FaultClassifier`] — which kernel-log lines are the manufacturer's faults and
 //!   whose fault each is (hardware or the workload's); the fault record they feed
 //!   ([`faults`], `faults.json`, the boot rule) is the same for every manufacturer;
@@ -37,6 +39,7 @@ pub mod detect;
 pub mod doctor;
 pub mod faults;
 pub mod health;
+pub mod mig_cli;
 pub mod partition;
 pub mod pod;
 pub mod preflight;

@@ -143,7 +143,7 @@ fn a_profile_or_placement_the_gpu_does_not_offer_is_refused_before_any_create() 
     assert_eq!(e.kind, PartitionErrorKind::NotOffered);
     assert_eq!(
         e.to_string(),
-        "GPU 2: MIG profile id 20 is not offered by this GPU"
+        "GPU 2: MIG profile id 20 is not offered by this accelerator"
     );
     let e = p.create(&*commands, &gpu(2), 9, 2).unwrap_err();
     assert_eq!(e.kind, PartitionErrorKind::NotOffered);
@@ -190,7 +190,7 @@ fn a_create_that_hangs_past_its_deadline_leaves_nothing_behind() {
             })
         }),
     };
-    let p = SmiPartitioner::new(Duration::from_millis(50));
+    let p = SmiPartitioner::with_deadline(Duration::from_millis(50));
     let e = p.create(&hang, &gpu(4), 19, 6).unwrap_err();
     assert_eq!(e.kind, PartitionErrorKind::TimedOut);
     let text = e.to_string();

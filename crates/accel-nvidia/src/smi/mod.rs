@@ -8,7 +8,21 @@
 
 pub mod csv;
 pub mod list;
-pub mod mig;
 pub mod topo;
 pub mod value;
 pub mod xml;
+
+/// The `nvidia-smi mig` listings, in the dialect `ppu-smi` shares ([`accel_backend::mig_cli`]),
+/// and the argv of the node-wide ones the detector runs.
+pub mod mig {
+    pub use accel_backend::mig_cli::listing::*;
+
+    /// `nvidia-smi mig -lgip`.
+    pub const PROFILES_ARGV: &[&str] = &["nvidia-smi", "mig", "-lgip"];
+    /// `nvidia-smi mig -lgipp`.
+    pub const PLACEMENTS_ARGV: &[&str] = &["nvidia-smi", "mig", "-lgipp"];
+    /// `nvidia-smi mig -lgi`.
+    pub const GPU_INSTANCES_ARGV: &[&str] = &["nvidia-smi", "mig", "-lgi"];
+    /// `nvidia-smi mig -lci`.
+    pub const COMPUTE_INSTANCES_ARGV: &[&str] = &["nvidia-smi", "mig", "-lci"];
+}

@@ -1,30 +1,24 @@
-//! Readers of the `nvidia-smi mig` listings: GPU instance profiles (`-lgip`), their placements
-//! (`-lgipp`), GPU instances (`-lgi`) and compute instances (`-lci`).
+//! Readers of the MIG listings in the `nvidia-smi mig` dialect: GPU instance profiles
+//! (`-lgip`), their placements (`-lgipp`), GPU instances (`-lgi`) and compute instances
+//! (`-lci`). NVIDIA's `nvidia-smi` prints them, and so does T-Head's `ppu-smi`, a fork of it
+//! that says `PPU` where nvidia-smi says `GPU` (`PPU 1 profile ID 0 placements: {0,1}:1`, a `CU`
+//! column where nvidia-smi has `SM`); both spellings read the same.
 //!
 //! The listings are box-drawn tables whose column widths change between driver branches (54 to
 //! 81 columns, with or without a Placement column), so rows are read by their whitespace-separated
 //! words, never by position. A `-lgip` profile takes two lines. Outputs of other `mig` commands or
 //! errors hold no table and read as an error naming the first line, or as an empty list when
-//! nvidia-smi says there is nothing ("No GPU instances found"). It must not run nvidia-smi.
+//! the tool says there is nothing ("No GPU instances found"). Nothing here runs a tool.
 
 use serde::Serialize;
 
-use super::value::{flag, present};
-
-/// `nvidia-smi mig -lgip`.
-pub const PROFILES_ARGV: &[&str] = &["nvidia-smi", "mig", "-lgip"];
-/// `nvidia-smi mig -lgipp`.
-pub const PLACEMENTS_ARGV: &[&str] = &["nvidia-smi", "mig", "-lgipp"];
-/// `nvidia-smi mig -lgi`.
-pub const GPU_INSTANCES_ARGV: &[&str] = &["nvidia-smi", "mig", "-lgi"];
-/// `nvidia-smi mig -lci`.
-pub const COMPUTE_INSTANCES_ARGV: &[&str] = &["nvidia-smi", "mig", "-lci"];
+use crate::text::present;
 
 /// Why a text is not the listing asked for.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum MigError {
     /// The text holds no such listing (another command's output, or an error).
-    #[error("nvidia-smi mig output holds no {what} listing: first line {first_line:?}")]
+    #[error("the mig output holds no {what} listing: first line {first_line:?}")]
     NoListing {
         what: &'static str,
         first_line: String,
@@ -109,7 +103,7 @@ pub struct ComputeInstance {
     pub placement: Option<Placement>,
 }
 
-/// Reads `nvidia-smi mig -lgip`.
+/// Reads a `mig -lgip` listing.
 pub fn parse_profiles(text: &str) -> Result<Vec<GpuInstanceProfile>, MigError> {
     let what = "GPU instance profiles";
     let Some(table) = table(text, "GPU instance profiles:") else {
@@ -159,7 +153,8 @@ fn profile_row(words: &[String], memory_unit: Option<String>) -> Option<GpuInsta
     })
 }
 
-/// Reads `nvidia-smi mig -lgipp`: `GPU  0 Profile ID 19 Placements: {0,1,2,3,4,5,6}:1`.
+/// Reads a `mig -lgipp` listing: `GPU  0 Profile ID 19 Placements: {0,1,2,3,4,5,6}:1`
+/// (nvidia-smi), `PPU 1 profile ID 0 placements: {0,1,2,3,4,5,6,7}:1` (ppu-smi).
 pub fn parse_placements(text: &str) -> Result<Vec<ProfilePlacements>, MigError> {
     let placements: Vec<ProfilePlacements> = text.lines().filter_map(placement_line).collect();
     if placements.is_empty() {
@@ -169,9 +164,12 @@ pub fn parse_placements(text: &str) -> Result<Vec<ProfilePlacements>, MigError> 
 }
 
 fn placement_line(line: &str) -> Option<ProfilePlacements> {
-    let rest = line.trim().strip_prefix("GPU")?;
-    let (gpu, rest) = rest.split_once("Profile ID")?;
-    let (profile_id, rest) = rest.split_once("Placement")?;
+    let line = line.trim();
+    let rest = line
+        .strip_prefix("GPU")
+        .or_else(|| line.strip_prefix("PPU"))?;
+    let (gpu, rest) = split_word(rest, "profile id")?;
+    let (profile_id, rest) = split_word(rest, "placement")?;
     let (_, rest) = rest.split_once(':')?;
     let rest = rest.trim();
     let (set, size) = rest.strip_prefix('{')?.split_once("}:")?;
@@ -187,7 +185,7 @@ fn placement_line(line: &str) -> Option<ProfilePlacements> {
     })
 }
 
-/// Reads `nvidia-smi mig -lgi`. Rows keep the table's order, which is not instance-id order.
+/// Reads a `mig -lgi` listing. Rows keep the table's order, which is not instance-id order.
 pub fn parse_gpu_instances(text: &str) -> Result<Vec<GpuInstance>, MigError> {
     let what = "GPU instances";
     let Some(table) = table(text, "GPU instances:") else {
@@ -211,7 +209,7 @@ pub fn parse_gpu_instances(text: &str) -> Result<Vec<GpuInstance>, MigError> {
         .collect())
 }
 
-/// Reads `nvidia-smi mig -lci`.
+/// Reads a `mig -lci` listing.
 pub fn parse_compute_instances(text: &str) -> Result<Vec<ComputeInstance>, MigError> {
     let what = "compute instances";
     let Some(table) = table(text, "Compute instances:") else {
@@ -250,7 +248,8 @@ fn table(text: &str, title: &str) -> Option<Table> {
         .find(|l| inner(l).is_some_and(|i| i.starts_with(title)))?;
     let mut header = String::new();
     for line in lines.by_ref() {
-        if line.starts_with("|=") {
+        // nvidia-smi rules the header off with `|===|`, ppu-smi with `+===+`.
+        if line.starts_with("|=") || line.starts_with("+=") {
             break;
         }
         header.push_str(inner(line).unwrap_or(""));
@@ -270,6 +269,21 @@ fn inner(line: &str) -> Option<&str> {
     Some(inner.strip_suffix('|').unwrap_or(inner).trim())
 }
 
+/// `text` split around the first case-insensitive occurrence of `word` (ASCII).
+fn split_word<'a>(text: &'a str, word: &str) -> Option<(&'a str, &'a str)> {
+    let at = text.to_ascii_lowercase().find(word)?;
+    Some((&text[..at], &text[at + word.len()..]))
+}
+
+/// An enabled/disabled word (`Yes`, `No`, `Enabled` …); `None` for anything else.
+fn flag(raw: &str) -> Option<bool> {
+    match present(raw)?.to_ascii_lowercase().as_str() {
+        "enabled" | "yes" | "on" | "true" => Some(true),
+        "disabled" | "no" | "off" | "false" => Some(false),
+        _ => None,
+    }
+}
+
 fn number(word: Option<&String>) -> Option<u32> {
     word.and_then(|w| present(w)).and_then(|w| w.parse().ok())
 }
@@ -282,7 +296,7 @@ fn placement(word: &str) -> Option<Placement> {
     })
 }
 
-/// No listing: an empty list when nvidia-smi said there is nothing, else an error.
+/// No listing: an empty list when the tool said there is nothing, else an error.
 fn nothing_or_error<T>(text: &str, what: &'static str) -> Result<Vec<T>, MigError> {
     let first_line = text.lines().map(str::trim).find(|l| !l.is_empty());
     match first_line {
@@ -387,5 +401,44 @@ mod tests {
             parse_placements("Successfully destroyed GPU instance ID  1 from GPU  0\n").is_err()
         );
         assert!(parse_compute_instances(LGIP).is_err());
+    }
+
+    #[test]
+    fn ppu_smi_spells_the_device_ppu_and_lowercases_the_placement_words() {
+        let lgip = "\
++--------------------------------------------------------------------------+
+| GPU instance profiles:                                                   |
+| PPU  Name            Profile  Instances   Memory  P2P  CU      DEC   ENC |
+|                        ID     Free/Total   GiB         CpyEng  JPEG  OFA |
++==========================================================================+
+| 3    MIG 4g48gb         2        2/2      48.00   No   32      2     2   |
+|                                                        2       2     0   |
++--------------------------------------------------------------------------+
+";
+        let profiles = parse_profiles(lgip).unwrap();
+        assert_eq!(profiles.len(), 1);
+        let p = &profiles[0];
+        assert_eq!((p.gpu, p.name.as_str(), p.id), (3, "4g48gb", 2));
+        assert_eq!((p.multiprocessors, p.copy_engines), (Some(32), Some(2)));
+        assert_eq!(p.memory_mib(), Some(49152));
+        let placements =
+            parse_placements("PPU 3 profile ID 2 placements: {0,4}:4\nPPU 3 profile ID 0 placements: {0,1,2,3,4,5,6,7}:1\n")
+                .unwrap();
+        assert_eq!(
+            (
+                placements[0].gpu,
+                placements[0].profile_id,
+                placements[0].starts.as_slice(),
+                placements[0].size
+            ),
+            (3, 2, &[0, 4][..], 4)
+        );
+        assert_eq!(placements[1].starts.len(), 8);
+        let lgi = "| GPU instances:  |\n| PPU  Name  Profile  Instance  Placement |\n|  ID  ID  Start:Size |\n+=====+\n| 3    MIG 4g48gb   2   1   4:4  |\n+---+\n";
+        let gis = parse_gpu_instances(lgi).unwrap();
+        assert_eq!(
+            (gis[0].gpu, gis[0].instance_id, gis[0].placement),
+            (3, 1, Some(Placement { start: 4, size: 4 }))
+        );
     }
 }
