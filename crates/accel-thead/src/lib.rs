@@ -10,6 +10,7 @@ pub mod detector;
 pub mod devnode;
 pub mod doctor;
 pub mod kmsg;
+pub mod mig;
 pub mod responder;
 pub mod smi;
 pub mod usage;

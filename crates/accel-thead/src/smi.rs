@@ -369,6 +369,64 @@ pub fn parse_mig_table(text: &str) -> Vec<MigRow> {
         .collect()
 }
 
+/// One row of the `Processes:` table `ppu-smi` prints under its device table.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ProcessRow {
+    /// The card's tool index.
+    pub card: Option<u32>,
+    /// `GI ID`: `N/A` (none) on a card not in MIG mode.
+    pub gpu_instance: Option<u32>,
+    pub compute_instance: Option<u32>,
+    pub pid: Option<u32>,
+    /// `C` for a compute process.
+    pub kind: Option<String>,
+}
+
+impl ProcessRow {
+    /// A compute process (`Type` `C`, or `C+G`).
+    pub fn is_compute(&self) -> bool {
+        self.kind.as_deref().is_some_and(|k| k.contains('C'))
+    }
+}
+
+/// Reads the `Processes:` table (`PPU GI CI PID Type Process name PPU Memory`; manual §2.2):
+/// each row by its leading words, since the process name may hold blanks. `No running
+/// processes found`, or no such table, is an empty list.
+pub fn parse_processes(text: &str) -> Vec<ProcessRow> {
+    let text = text::clean(text);
+    let mut lines = text.lines().map(str::trim);
+    if lines.by_ref().find(|l| l.contains("Processes:")).is_none() {
+        return Vec::new();
+    }
+    if lines
+        .by_ref()
+        .find(|l| l.starts_with("+=") || l.starts_with("|="))
+        .is_none()
+    {
+        return Vec::new();
+    }
+    let number = |w: Option<&&str>| {
+        w.and_then(|w| text::present(w))
+            .and_then(|w| w.parse().ok())
+    };
+    lines
+        .filter_map(|l| l.strip_prefix('|'))
+        .map(|l| {
+            l.trim_end_matches('|')
+                .split_whitespace()
+                .collect::<Vec<_>>()
+        })
+        .filter(|w| w.first().is_some_and(|c| c.parse::<u32>().is_ok()))
+        .map(|w| ProcessRow {
+            card: number(w.first()),
+            gpu_instance: number(w.get(1)),
+            compute_instance: number(w.get(2)),
+            pid: number(w.get(3)),
+            kind: w.get(4).map(|k| k.to_string()),
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -406,5 +464,24 @@ mod tests {
             parse_list("init HGML error: driver is not loaded\n"),
             Err(SmiError::DriverNotLoaded { .. })
         ));
+    }
+
+    #[test]
+    fn the_process_table_reads_instances_and_n_a() {
+        let text = "| Processes:                                                  |\n| PPU    GI   CI   PID      Type  Process name       PPU Memory |\n|        ID   ID                                      Usage      |\n+==============================================================+\n| 0      N/A  N/A  525179   C     hggc test one           48MiB |\n| 3      1    0    7001     C     python3                 48MiB |\n+--------------------------------------------------------------+\n";
+        let rows = parse_processes(text);
+        assert_eq!(rows.len(), 2);
+        assert_eq!(
+            (rows[0].card, rows[0].gpu_instance, rows[0].pid),
+            (Some(0), None, Some(525179))
+        );
+        assert!(rows[0].is_compute());
+        assert_eq!(
+            (rows[1].card, rows[1].gpu_instance, rows[1].compute_instance),
+            (Some(3), Some(1), Some(0))
+        );
+        let none = "| Processes: |\n| PPU GI CI PID Type |\n+=====+\n| No running processes found |\n+---+\n";
+        assert!(parse_processes(none).is_empty());
+        assert!(parse_processes("").is_empty());
     }
 }

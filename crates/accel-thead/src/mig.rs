@@ -1,0 +1,163 @@
+//! T-Head MIG's vendor calls: `ppu-smi mig`, which speaks nvidia-smi's MIG dialect
+//! ([`accel_backend::mig_cli`]; the command forms and answers are those of T-Head's PPU-SMI
+//! manual, §10: `-lgip`, `-lgipp`, `-cgi <id>:<start> -C`, `-lgi`, `-lci`, `-dci`, `-dgi`).
+//! What is T-Head's:
+//!
+//! - `-i` names a card by its **UUID** (the manual's advice: indexes may change across
+//!   restarts), so every row of a `-i` listing is that card's, whatever index it prints;
+//! - profile names are published with the separator T-Head leaves out (spec §6.1:
+//!   `MIG 4g48gb` → `4g.48gb`; other shapes as printed); a `+` variant is no resource-name
+//!   segment and is left out;
+//! - MIG UUIDs: `ppu-smi -L` lists a card's MIG devices as `Device <n> (UUID: MIG-…)`, and the
+//!   `MIG devices:` table of `ppu-smi` names each device's GPU and compute instance
+//!   (`PPU GI CI MIG DEV`); the two are joined by the device number, never by order;
+//! - busy: the `Processes:` table of `ppu-smi` (`PPU GI CI PID Type`).
+//!
+//! Not yet wired into the backend row: the partitioned response (the two capability nodes from
+//! `/proc/driver/alixpu/capabilities`, spec §6.3) and the ownership marker
+//! `thead-mig-<cardUUID>.json` (§6.4) are still to come, so no card offers partitions.
+
+use std::collections::BTreeMap;
+
+use accel_backend::mig_cli::partitioner::{Cli, CliPartitioner, MigTool};
+use accel_backend::partition::{PartitionError, PartitionErrorKind, PartitionGpu};
+
+use crate::smi::{self, ListedCard};
+
+use PartitionErrorKind as Kind;
+
+/// `ppu-smi mig`, one card at a time.
+pub type PpuSmiPartitioner = CliPartitioner<PpuSmi>;
+
+/// ppu-smi's side of the MIG dialect.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct PpuSmi;
+
+/// A profile name as published (spec §6.1): `<a>g<b>gb` gains the dot T-Head omits
+/// (`4g48gb` → `4g.48gb`); any other shape is kept as printed.
+pub fn published_profile(listed: &str) -> String {
+    let lower = listed.to_ascii_lowercase();
+    let dotted = lower.strip_suffix("gb").and_then(|rest| {
+        let (a, b) = rest.split_once('g')?;
+        let digits = |s: &str| !s.is_empty() && s.bytes().all(|c| c.is_ascii_digit());
+        (digits(a) && digits(b)).then(|| format!("{a}g.{b}gb"))
+    });
+    dotted.unwrap_or(lower)
+}
+
+impl PpuSmi {
+    /// The card of `gpu` in `ppu-smi -L`: by UUID when it has one, else by index.
+    fn listed(
+        &self,
+        cli: &Cli<'_>,
+        gpu: &PartitionGpu,
+    ) -> Result<(ListedCard, String), PartitionError> {
+        let out = cli.output(gpu, smi::LIST_ARGV)?;
+        let listed = smi::parse_list(&out.stdout_text())
+            .map_err(|e| PartitionError::new(gpu, Kind::Unreadable, e.to_string()))?;
+        let card = listed.into_iter().find(|c| match &gpu.uuid {
+            Some(uuid) => c.uuid.as_ref() == Some(uuid),
+            None => c.index == gpu.index,
+        });
+        let card = card.ok_or_else(|| {
+            PartitionError::new(gpu, Kind::Unreadable, "ppu-smi -L does not list this card")
+        })?;
+        let table = cli.output(gpu, smi::TABLE_ARGV)?.stdout_text();
+        Ok((card, table))
+    }
+}
+
+impl MigTool for PpuSmi {
+    fn program(&self) -> &'static str {
+        "ppu-smi"
+    }
+
+    fn target(&self, gpu: &PartitionGpu) -> String {
+        gpu.uuid.clone().unwrap_or_else(|| gpu.index.to_string())
+    }
+
+    /// A `-i <UUID>` listing holds that card's rows only; the index it prints is ppu-smi's.
+    fn row_is(&self, _gpu: &PartitionGpu, _row: u32) -> bool {
+        true
+    }
+
+    fn profile_name(&self, listed: &str) -> String {
+        published_profile(listed)
+    }
+
+    fn mig_uuids(
+        &self,
+        cli: &Cli<'_>,
+        gpu: &PartitionGpu,
+        computes: &[(u32, u32)],
+    ) -> Result<BTreeMap<(u32, u32), String>, PartitionError> {
+        let (card, table) = self.listed(cli, gpu)?;
+        let rows: Vec<smi::MigRow> = smi::parse_mig_table(&table)
+            .into_iter()
+            .filter(|r| r.card == Some(card.index))
+            .collect();
+        let mut uuids = BTreeMap::new();
+        for &(gi, ci) in computes {
+            let device = rows
+                .iter()
+                .find(|r| r.gpu_instance == Some(gi) && r.compute_instance == Some(ci))
+                .and_then(|r| r.device);
+            let uuid = device.and_then(|d| {
+                card.mig
+                    .iter()
+                    .find(|m| m.device == Some(d))
+                    .and_then(|m| m.uuid.clone())
+            });
+            match (device, uuid) {
+                (Some(_), Some(uuid)) => {
+                    uuids.insert((gi, ci), uuid);
+                }
+                (None, _) => {
+                    return Err(PartitionError::new(
+                        gpu,
+                        Kind::Unreadable,
+                        format!(
+                            "ppu-smi's MIG devices table lists no device for GPU instance {gi} compute instance {ci}: its MIG UUID cannot be paired"
+                        ),
+                    ));
+                }
+                (Some(d), None) => {
+                    return Err(PartitionError::new(
+                        gpu,
+                        Kind::Unreadable,
+                        format!(
+                            "ppu-smi -L lists no MIG device {d} (GPU instance {gi} compute instance {ci}) with a UUID"
+                        ),
+                    ));
+                }
+            }
+        }
+        Ok(uuids)
+    }
+
+    fn busy(&self, cli: &Cli<'_>, gpu: &PartitionGpu) -> Result<Vec<u32>, PartitionError> {
+        let (card, table) = self.listed(cli, gpu)?;
+        let mut busy = Vec::new();
+        for process in smi::parse_processes(&table)
+            .iter()
+            .filter(|p| p.card == Some(card.index) && p.is_compute())
+        {
+            let Some(gi) = process.gpu_instance else {
+                return Err(PartitionError::new(
+                    gpu,
+                    Kind::Unreadable,
+                    format!(
+                        "ppu-smi: compute process {} runs on no GPU instance it names",
+                        process
+                            .pid
+                            .map_or_else(|| "?".to_string(), |p| p.to_string())
+                    ),
+                ));
+            };
+            busy.push(gi);
+        }
+        busy.sort_unstable();
+        busy.dedup();
+        Ok(busy)
+    }
+}
