@@ -73,9 +73,10 @@ pub struct Answer<'a> {
     /// Units per accelerator of a slice.
     pub slice_units: u64,
     pub cores_percentage: Option<u32>,
-    /// A partition's device UUID (`MIG-…`) for a partition grant, or for the visibility
-    /// sidecar of a partition owner: the partition is injected, never its parent accelerator.
-    pub partition: Option<&'a str>,
+    /// A partition grant's instance (its GPU and compute instance ids and its device UUID,
+    /// `MIG-…`), or the owner's for the visibility sidecar of a partition owner: the partition
+    /// is injected, never its parent accelerator.
+    pub partition: Option<&'a accel_core::ledger::partitions::PartitionInstance>,
     pub pod: &'a Pod,
     pub container: Option<&'a Container>,
 }

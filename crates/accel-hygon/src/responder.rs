@@ -210,7 +210,7 @@ impl HygonResponder {
             granted.push((seat, self.card(seat)?));
         }
         if let Some(partition) = answer.partition {
-            return self.partition(partition, &granted);
+            return self.partition(&partition.uuid, &granted);
         }
         let mut response = Injection::default();
         self.control_nodes(&mut response);
@@ -407,7 +407,19 @@ mod tests {
         }
     }
 
-    fn answer<'a>(seats: &'a [&'a Seat], pod: &'a Pod, partition: Option<&'a str>) -> Answer<'a> {
+    fn instance(uuid: &str) -> accel_core::ledger::partitions::PartitionInstance {
+        accel_core::ledger::partitions::PartitionInstance {
+            gpu_instance: 0,
+            compute_instance: 0,
+            uuid: uuid.into(),
+        }
+    }
+
+    fn answer<'a>(
+        seats: &'a [&'a Seat],
+        pod: &'a Pod,
+        partition: Option<&'a accel_core::ledger::partitions::PartitionInstance>,
+    ) -> Answer<'a> {
         Answer {
             family: Some(Family::Partitioned),
             seats,
@@ -461,7 +473,7 @@ mod tests {
             .respond(&answer(
                 &seats,
                 &pod,
-                Some("MIG-9c1e0d5a-77f2-4c1b-8d0e-3a2b1c0d9e8f"),
+                Some(&instance("MIG-9c1e0d5a-77f2-4c1b-8d0e-3a2b1c0d9e8f")),
             ))
             .unwrap();
         assert_eq!(
@@ -494,7 +506,7 @@ mod tests {
             .respond(&answer(
                 &seats,
                 &pod,
-                Some("MIG-00000000-0000-0000-0000-000000000000"),
+                Some(&instance("MIG-00000000-0000-0000-0000-000000000000")),
             ))
             .unwrap_err();
         assert_eq!(

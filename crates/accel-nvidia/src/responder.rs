@@ -98,7 +98,7 @@ impl NvidiaResponder {
             let mut response = Injection::default();
             response
                 .envs
-                .insert("NVIDIA_VISIBLE_DEVICES".into(), instance.to_string());
+                .insert("NVIDIA_VISIBLE_DEVICES".into(), instance.uuid.clone());
             return Ok(response);
         }
         let mut uuids = Vec::with_capacity(answer.seats.len());

@@ -1106,7 +1106,7 @@ impl Shared {
                     seats: &seats,
                     slice_units: 0,
                     cores_percentage: None,
-                    partition: partition.as_deref(),
+                    partition: partition.as_ref(),
                     pod,
                     container,
                 })

@@ -24,6 +24,7 @@ use accel_backend::respond::{
     Answer, DeviceNode, Injection, Mount, PrepareError, Responder, ResponderError, ResponderSetup,
 };
 use accel_core::inventory::Accelerator;
+use accel_core::ledger::partitions::PartitionInstance;
 use accel_core::ledger::units::mib_for_units;
 use accel_core::ledger::{Family, Seat};
 use accel_host::Host;
@@ -51,6 +52,11 @@ pub const LEDGER_PATH: &str = "/var/run/vppu/ledger";
 /// is inert, only the hook defines `dlsym`).
 pub const PRELOAD_TEXT: &str =
     "/usr/local/vppu/hgml_dlsym_hook.so\n/usr/local/vppu/hggc_quota.so\n";
+
+/// The driver's capability tree: `ppu<N>/mig/gi<G>/access` and `…/gi<G>/ci<C>/access`.
+pub const CAPABILITIES: &str = "/proc/driver/alixpu/capabilities";
+/// The capability nodes' prefix (`/dev/alixpu-caps/alixpu-cap<minor>`).
+pub const CAPABILITY_NODE_PREFIX: &str = "/dev/alixpu-caps/alixpu-cap";
 
 /// One card's facts the responder needs, from the detection.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -160,13 +166,22 @@ impl TheadResponder {
                 "no allocated accelerator found for {what} {container:?}"
             )));
         }
-        if answer.family == Some(Family::Partitioned) || answer.partition.is_some() {
-            return Err(ResponderError::Refused(format!(
-                "container {container:?}: T-Head partitions are not made by this build: fail closed"
-            )));
-        }
         let mut seats: Vec<&Seat> = answer.seats.to_vec();
         seats.sort_by_key(|s| s.index);
+        if answer.family == Some(Family::Partitioned) || answer.partition.is_some() {
+            let Some(instance) = answer.partition else {
+                return Err(ResponderError::Refused(format!(
+                    "container {container:?}: a partition grant names no instance: fail closed"
+                )));
+            };
+            let [seat] = seats.as_slice() else {
+                return Err(ResponderError::Refused(format!(
+                    "container {container:?} was granted {} accelerators, but a T-Head partition is served by one",
+                    seats.len()
+                )));
+            };
+            return self.partition(seat, instance);
+        }
         let granted = self.nodes(&seats)?;
         let mut response = Injection::default();
         for path in [devnode::CONTROL, devnode::CONTROL_CTL] {
@@ -179,6 +194,66 @@ impl TheadResponder {
             self.slice(answer, &granted, container, &mut response)?;
         }
         Ok(response)
+    }
+
+    /// A partition (or its owner's sidecar): the control nodes, the card's proven node, then
+    /// the GPU instance's and the compute instance's capability nodes, their minors read now
+    /// from the driver's capability tree (spec §6.3; the nodes outlive their instances, so they
+    /// are never read as state) and each node proven to carry its minor. No env, no mounts.
+    fn partition(
+        &self,
+        seat: &Seat,
+        instance: &PartitionInstance,
+    ) -> Result<Injection, ResponderError> {
+        let granted = self.nodes(&[seat])?;
+        let mut response = Injection::default();
+        for path in [devnode::CONTROL, devnode::CONTROL_CTL] {
+            response.devices.push(node(path));
+        }
+        for (path, _, _) in &granted {
+            response.devices.push(node(path));
+        }
+        let gi_dir = format!(
+            "{CAPABILITIES}/ppu{}/mig/gi{}",
+            seat.index, instance.gpu_instance
+        );
+        let ci_dir = format!("{gi_dir}/ci{}", instance.compute_instance);
+        for dir in [gi_dir, ci_dir] {
+            response
+                .devices
+                .push(node(&self.capability_node(&format!("{dir}/access"))?));
+        }
+        Ok(response)
+    }
+
+    /// The capability node an `access` file names (`DeviceFileMinor: <n>` →
+    /// `/dev/alixpu-caps/alixpu-cap<n>`), proven to carry that minor.
+    fn capability_node(&self, access: &str) -> Result<String, ResponderError> {
+        let Some(host) = &self.host else {
+            return Err(ResponderError::Refused(format!(
+                "read capability file: {access}: no host to read it on"
+            )));
+        };
+        let text = host
+            .read_to_string(access)
+            .map_err(|e| ResponderError::Refused(format!("read capability file: {e}")))?;
+        let minor = text
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("DeviceFileMinor:"))
+            .and_then(|v| v.trim().parse::<u32>().ok())
+            .ok_or_else(|| {
+                ResponderError::Refused(format!(
+                    "capability file {access:?} carries no DeviceFileMinor: field"
+                ))
+            })?;
+        let path = format!("{CAPABILITY_NODE_PREFIX}{minor}");
+        let found = devnode::minor(host.as_ref(), &path).map_err(refused)?;
+        if found != minor {
+            return Err(ResponderError::Refused(format!(
+                "capability node {path:?} carries minor {found}, want {minor}: fail closed"
+            )));
+        }
+        Ok(path)
     }
 
     fn slice(
@@ -380,5 +455,122 @@ mod tests {
         assert!(dir.path().join("pods/p/c-main/run/vppu").is_dir());
         responder.reclaim("p");
         assert!(!dir.path().join("pods/p").exists());
+    }
+
+    #[test]
+    fn a_partition_gets_its_card_and_the_two_capability_nodes_the_driver_names() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("host");
+        let write = |path: &str, text: &str| {
+            let full = root.join(path);
+            std::fs::create_dir_all(full.parent().unwrap()).unwrap();
+            std::fs::write(full, text).unwrap();
+        };
+        write("dev/alixpu", "c 509:0");
+        write("dev/alixpu_ctl", "c 508:0");
+        write("dev/alixpu_ppu3", "c 509:4");
+        let caps = "proc/driver/alixpu/capabilities/ppu3/mig/gi1";
+        write(
+            &format!("{caps}/access"),
+            "DeviceFileMinor: 229632\nDeviceFileMode: 292\n",
+        );
+        write(&format!("{caps}/ci0/access"), "DeviceFileMinor: 229633\n");
+        write("dev/alixpu-caps/alixpu-cap229632", "c 237:229632");
+        write("dev/alixpu-caps/alixpu-cap229633", "c 237:229633");
+        let accelerators = vec![card(3, 4, 98_304)];
+        let seat = Seat::from_accelerator(&accelerators[0], 128);
+        let responder = TheadResponder::from_setup(ResponderSetup {
+            scratch: None,
+            strategy: accel_backend::InjectionStrategy::Envvar,
+            runtime_major: Some(0),
+            pod_dir_root: dir.path().join("pods"),
+            preload_dir: dir.path().join("preload"),
+            library_dir: "/var/lib/gpustack/operator/lib".into(),
+            engine: Arc::new(EngineFacts::default()),
+            accelerators,
+            host: Some(Arc::new(accel_host::FsHost::new(&root))),
+            commands: None,
+            runtime_class: None,
+            writes: None,
+        });
+        let pod = Pod {
+            uid: "p".into(),
+            namespace: "ns".into(),
+            name: "p".into(),
+            created: 0,
+            phase: Phase::Pending,
+            runtime_class: None,
+            containers: vec![],
+            allocated: None,
+        };
+        let mut instance = PartitionInstance {
+            gpu_instance: 1,
+            compute_instance: 0,
+            uuid: "MIG-79c62632-04cc-574b-af7b-cb2e307121c85".into(),
+        };
+        let seats = [&seat];
+        fn answer<'a>(
+            seats: &'a [&'a Seat],
+            pod: &'a Pod,
+            instance: &'a PartitionInstance,
+        ) -> Answer<'a> {
+            Answer {
+                family: Some(Family::Partitioned),
+                seats,
+                slice_units: 0,
+                cores_percentage: None,
+                partition: Some(instance),
+                pod,
+                container: None,
+            }
+        }
+        let injection = responder.respond(&answer(&seats, &pod, &instance)).unwrap();
+        let nodes: Vec<&str> = injection
+            .devices
+            .iter()
+            .map(|d| d.host_path.as_str())
+            .collect();
+        assert_eq!(
+            nodes,
+            [
+                "/dev/alixpu",
+                "/dev/alixpu_ctl",
+                "/dev/alixpu_ppu3",
+                "/dev/alixpu-caps/alixpu-cap229632",
+                "/dev/alixpu-caps/alixpu-cap229633"
+            ]
+        );
+        assert!(injection.envs.is_empty() && injection.mounts.is_empty());
+        // The sidecar of the owner sees the same set.
+        let sidecar = Answer {
+            family: None,
+            ..answer(&seats, &pod, &instance)
+        };
+        assert_eq!(
+            responder.respond(&sidecar).unwrap().devices,
+            injection.devices
+        );
+
+        // An instance the tree does not name, a file without the field, a node with another minor.
+        instance.compute_instance = 2;
+        let e = responder
+            .respond(&answer(&seats, &pod, &instance))
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with("read capability file: "), "{e}");
+        instance.compute_instance = 0;
+        write(&format!("{caps}/ci0/access"), "DeviceFileMode: 292\n");
+        let e = responder
+            .respond(&answer(&seats, &pod, &instance))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("carries no DeviceFileMinor: field"), "{e}");
+        write(&format!("{caps}/ci0/access"), "DeviceFileMinor: 229633\n");
+        write("dev/alixpu-caps/alixpu-cap229633", "c 237:229640");
+        let e = responder
+            .respond(&answer(&seats, &pod, &instance))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("carries minor 229640, want 229633"), "{e}");
     }
 }

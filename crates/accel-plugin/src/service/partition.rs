@@ -244,7 +244,7 @@ impl Shared {
                 seats: &[&reserved.seat],
                 slice_units: 0,
                 cores_percentage: None,
-                partition: Some(&instance.uuid),
+                partition: Some(&instance),
                 pod: &reserved.pod,
                 container,
             })
@@ -998,7 +998,7 @@ impl Shared {
     }
 }
 
-/// The MIG UUID a partition owner's SSH sidecar may see, read from the owner's durable
+/// The instance (and so the MIG UUID) a partition owner's SSH sidecar may see, read from the owner's durable
 /// ownership record and checked against what the ledger knows live (decision: no vendor call on
 /// the Allocate path; liveness was established when the instance was made and again after a
 /// restart, and a reclaim in progress means it is going). Fails closed when the record is
@@ -1009,7 +1009,7 @@ pub(super) fn sidecar_partition(
     data_dir: &std::path::Path,
     owner_key: &GrantKey,
     owner: &Grant,
-) -> Result<String, String> {
+) -> Result<PartitionInstance, String> {
     let record = ownership::read(data_dir, &owner_key.pod_uid, &owner_key.container)?
         .ok_or_else(|| format!("{owner_key} has no partition ownership record"))?;
     let instance = owner
@@ -1042,7 +1042,7 @@ pub(super) fn sidecar_partition(
     if state.reclaiming.contains(owner_key) {
         return Err("its instance is being destroyed".to_string());
     }
-    Ok(record.mig_uuid)
+    Ok(instance.clone())
 }
 
 /// The seat a record names: by its GPU UUID (indexes may move), else by index.
