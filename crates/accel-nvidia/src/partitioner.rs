@@ -13,7 +13,9 @@
 
 use std::collections::BTreeMap;
 
-use accel_backend::mig_cli::partitioner::{Cli, CliPartitioner, MigTool, first_line};
+use accel_backend::mig_cli::partitioner::{
+    Cli, CliPartitioner, MigTool, busy_instances, first_line,
+};
 use accel_backend::partition::{PartitionError, PartitionErrorKind, PartitionGpu};
 
 use crate::smi;
@@ -129,24 +131,13 @@ impl MigTool for NvidiaSmi {
                 format!("{call}: reports {got}, not {want}"),
             ));
         }
-        let mut busy = Vec::new();
-        for process in one.processes.iter().filter(|p| p.is_compute()) {
-            let Some(gi) = process.gpu_instance_id else {
-                return Err(PartitionError::new(
-                    gpu,
-                    Kind::Unreadable,
-                    format!(
-                        "{call}: compute process {} runs on no GPU instance it names",
-                        process
-                            .pid
-                            .map_or_else(|| "?".to_string(), |p| p.to_string())
-                    ),
-                ));
-            };
-            busy.push(gi);
-        }
-        busy.sort_unstable();
-        busy.dedup();
-        Ok(busy)
+        busy_instances(
+            gpu,
+            &call,
+            one.processes
+                .iter()
+                .filter(|p| p.is_compute())
+                .map(|p| (p.gpu_instance_id, p.pid)),
+        )
     }
 }

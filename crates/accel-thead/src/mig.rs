@@ -19,7 +19,7 @@
 
 use std::collections::BTreeMap;
 
-use accel_backend::mig_cli::partitioner::{Cli, CliPartitioner, MigTool};
+use accel_backend::mig_cli::partitioner::{Cli, CliPartitioner, MigTool, busy_instances};
 use accel_backend::partition::{PartitionError, PartitionErrorKind, PartitionGpu};
 
 use crate::smi::{self, ListedCard};
@@ -137,27 +137,14 @@ impl MigTool for PpuSmi {
 
     fn busy(&self, cli: &Cli<'_>, gpu: &PartitionGpu) -> Result<Vec<u32>, PartitionError> {
         let (card, table) = self.listed(cli, gpu)?;
-        let mut busy = Vec::new();
-        for process in smi::parse_processes(&table)
-            .iter()
-            .filter(|p| p.card == Some(card.index) && p.is_compute())
-        {
-            let Some(gi) = process.gpu_instance else {
-                return Err(PartitionError::new(
-                    gpu,
-                    Kind::Unreadable,
-                    format!(
-                        "ppu-smi: compute process {} runs on no GPU instance it names",
-                        process
-                            .pid
-                            .map_or_else(|| "?".to_string(), |p| p.to_string())
-                    ),
-                ));
-            };
-            busy.push(gi);
-        }
-        busy.sort_unstable();
-        busy.dedup();
-        Ok(busy)
+        let processes = smi::parse_processes(&table);
+        busy_instances(
+            gpu,
+            "ppu-smi",
+            processes
+                .iter()
+                .filter(|p| p.card == Some(card.index) && p.is_compute())
+                .map(|p| (p.gpu_instance, p.pid)),
+        )
     }
 }

@@ -105,6 +105,33 @@ impl Cli<'_> {
     }
 }
 
+/// The GPU instances compute processes run on, ascending and once each, from the tool's
+/// process listing (`(GPU instance, pid)` of each compute process on the accelerator); a
+/// process the listing places on no instance is an `Unreadable` error naming `call` and it.
+pub fn busy_instances(
+    gpu: &PartitionGpu,
+    call: &str,
+    processes: impl IntoIterator<Item = (Option<u32>, Option<u32>)>,
+) -> Result<Vec<u32>, PartitionError> {
+    let mut busy = Vec::new();
+    for (gpu_instance, pid) in processes {
+        let Some(gi) = gpu_instance else {
+            return Err(PartitionError::new(
+                gpu,
+                Kind::Unreadable,
+                format!(
+                    "{call}: compute process {} runs on no GPU instance it names",
+                    pid.map_or_else(|| "?".to_string(), |p| p.to_string())
+                ),
+            ));
+        };
+        busy.push(gi);
+    }
+    busy.sort_unstable();
+    busy.dedup();
+    Ok(busy)
+}
+
 /// A partitioner driving one [`MigTool`], one accelerator at a time.
 #[derive(Debug)]
 pub struct CliPartitioner<T> {
