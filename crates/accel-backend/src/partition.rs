@@ -153,8 +153,39 @@ impl Instance {
     }
 }
 
+/// Where a partition's durable ownership record lives and in what shape (the plugin's
+/// `ownership` module reads and writes both).
+#[derive(Debug, Clone, Copy)]
+pub enum RecordLayout {
+    /// This project's own record, `<data-dir>/partitions/<pod uid>_<container>.json` (NVIDIA:
+    /// the described system names none for it).
+    Partitions,
+    /// The described system's per-card marker,
+    /// `<data-dir>/pods/<pod uid>/c-<container>/<prefix><card UUID>.json`, with its keys
+    /// (`podUID`, `container`, `card`, `profile`, `profileID`, `giID`, `ciID`, `migUUID`,
+    /// `computeSlices`, `start`, `length`): T-Head's `thead-mig-`, Hygon's `hygon-mig-`.
+    PodMarker(MarkerSpelling),
+}
+
+/// A per-card marker's file prefix and how its `profile` is spelled: the vendor's spelling
+/// is kept below the API (T-Head's `4g48gb`), the published one (`4g.48gb`) above it.
+#[derive(Debug, Clone, Copy)]
+pub struct MarkerSpelling {
+    /// The file name's prefix before the card UUID (`thead-mig-`).
+    pub prefix: &'static str,
+    /// A published profile name in the vendor's spelling, for the marker.
+    pub vendor: fn(&str) -> String,
+    /// A marker's profile name in the published spelling.
+    pub published: fn(&str) -> String,
+}
+
 /// One manufacturer's partitioner. `commands` runs the vendor's tools (live or recorded).
 pub trait Partitioner: Send + Sync {
+    /// Where and how this manufacturer's partition ownership records are kept.
+    fn record_layout(&self) -> RecordLayout {
+        RecordLayout::Partitions
+    }
+
     /// The profiles `gpu` offers and their legal placements.
     fn geometry(
         &self,

@@ -669,6 +669,7 @@ impl Shared {
         let mut gone = Vec::new();
         let mut reclaim = Vec::new();
         let mut live: Option<BTreeSet<String>> = None;
+        let records = self.records();
         {
             // The Pods are read under the ledger lock: a snapshot taken before it could miss a
             // Pod whose Allocate granted in between, and release that fresh grant as "gone".
@@ -704,7 +705,7 @@ impl Shared {
                     None if state.direct.contains_key(&uid) => {}
                     None => {
                         if let Some(released) =
-                            partition::pod_gone(state, &uid, &self.config.data_dir, &mut reclaim)
+                            partition::pod_gone(state, &uid, &records, &mut reclaim)
                         {
                             changed |= released;
                             continue;
@@ -1035,6 +1036,7 @@ impl Shared {
         (device_ids, accelerators): (Vec<String>, Vec<u32>),
         by: Attribution,
     ) -> Result<(dp::ContainerAllocateResponse, bool), Status> {
+        let records = self.records();
         let who = format!("{}/{} container {}", pod.namespace, pod.name, key.container);
         let refuse = |status: Status| {
             if by == Attribution::Kubelet {
@@ -1071,7 +1073,7 @@ impl Shared {
             {
                 Some((owner_key, owner)) => {
                     let uuid =
-                        partition::sidecar_partition(state, &self.config.data_dir, owner_key, owner)
+                        partition::sidecar_partition(state, &records, owner_key, owner)
                             .map_err(|why| {
                                 refuse(
                                     Status::failed_precondition(format!(

@@ -195,7 +195,7 @@ async fn the_worked_example_56_then_53_with_the_record_and_the_instance_injected
     let record = ownership::read(&rig.data(), "a", "main").unwrap().unwrap();
     assert_eq!(
         (
-            record.gpu_index,
+            record.gpu_index.unwrap(),
             record.profile.as_str(),
             record.start,
             record.mig_uuid.as_str(),
@@ -560,7 +560,7 @@ fn check(rig: &Rig, live: &[String], seed: u64, step: usize) {
             .find(|r| &r.pod_uid == uid)
             .unwrap_or_else(|| panic!("{at}: {uid} has no record"));
         let on_host = state.instances.iter().any(|i| {
-            i.gpu == record.gpu_index
+            i.gpu == record.gpu_index.unwrap()
                 && i.start == record.start
                 && i.compute_instances
                     .iter()
@@ -895,13 +895,13 @@ async fn an_unowned_instance_on_any_gpu_is_reused_first_and_others_are_placed_ar
     let uuid = rig.admit("a", "3g.40gb").await.unwrap();
     assert_eq!(uuid, "MIG-hand-3g");
     let record = ownership::read(&rig.data(), "a", "main").unwrap().unwrap();
-    assert_eq!((record.gpu_index, record.start), (5, 4));
+    assert_eq!((record.gpu_index.unwrap(), record.start), (5, 4));
     // The next 3g is made beside the 4g on GPU 0 (its slices are taken), not into it.
     let made = rig.admit("b", "3g.40gb").await.unwrap();
     assert!(made.starts_with("MIG-") && made != uuid, "{made}");
     let b = ownership::read(&rig.data(), "b", "main").unwrap().unwrap();
     assert_eq!(
-        (b.gpu_index, b.start),
+        (b.gpu_index.unwrap(), b.start),
         (0, 4),
         "packed beside the unowned 4g"
     );
@@ -928,7 +928,7 @@ async fn a_subdivided_gpu_instance_stops_reclaim_on_its_gpu_only_and_is_never_us
     // Never claimed or placed over: a 1g lands in GPU 1's last free slice (packed), past it.
     rig.admit("z", "1g.10gb").await.unwrap();
     let z = ownership::read(&rig.data(), "z", "main").unwrap().unwrap();
-    assert_eq!((z.gpu_index, z.start), (1, 6));
+    assert_eq!((z.gpu_index.unwrap(), z.start), (1, 6));
     rig.kubelet.delete("x");
     rig.kubelet.delete("y");
     wait_state(&rig, "y's instance on GPU 2 reclaimed", |s| {
@@ -1002,12 +1002,12 @@ fn annotation_of(index: u32, gi: u32, start: u32, uuid: &str) -> String {
 
 fn record_of(rig: &Rig, uid: &str, index: u32, gi: u32, start: u32, uuid: &str) {
     let seat = rig.plugins().ledger().seat(index).unwrap().clone();
-    ownership::write(
-        &rig.data(),
-        &ownership::OwnershipRecord {
+    ownership::Store::generic(rig.data())
+        .write(&ownership::OwnershipRecord {
             gpu_uuid: seat.uuid,
-            gpu_index: index,
+            gpu_index: Some(index),
             profile: "1g.10gb".into(),
+            profile_id: None,
             gpu_instance: gi,
             compute_instance: 0,
             start,
@@ -1017,9 +1017,8 @@ fn record_of(rig: &Rig, uid: &str, index: u32, gi: u32, start: u32, uuid: &str) 
             container: "main".into(),
             created: 1_700_000_000,
             device_ids: vec![],
-        },
-    )
-    .unwrap();
+        })
+        .unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1252,7 +1251,7 @@ async fn partitions_handed_tokens_of_other_gpus_survive_restarts() {
         rig.admit(pod, profile).await.unwrap();
         let record = ownership::read(&rig.data(), pod, "main").unwrap().unwrap();
         let token = rig.kubelet.held(pod, "main", PARTITIONED).remove(0);
-        if !token.starts_with(&format!("{}::", uuid_of(record.gpu_index))) {
+        if !token.starts_with(&format!("{}::", uuid_of(record.gpu_index.unwrap()))) {
             foreign += 1;
         }
     }
@@ -1294,7 +1293,11 @@ async fn partitions_handed_tokens_of_other_gpus_survive_restarts() {
     // The next one is placed beside them, nothing overlapping.
     rig.admit("d", "1g.10gb").await.unwrap();
     let d = ownership::read(&rig.data(), "d", "main").unwrap().unwrap();
-    assert_eq!((d.gpu_index, d.start), (2, 0), "GPUs 0 and 1 are full");
+    assert_eq!(
+        (d.gpu_index.unwrap(), d.start),
+        (2, 0),
+        "GPUs 0 and 1 are full"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1315,7 +1318,7 @@ async fn a_busy_unowned_instance_is_never_handed_to_a_container() {
     );
     let a = ownership::read(&rig.data(), "a", "main").unwrap().unwrap();
     assert_eq!(
-        (a.gpu_index, a.start),
+        (a.gpu_index.unwrap(), a.start),
         (5, 0),
         "packed beside it on the most occupied GPU"
     );

@@ -13,14 +13,15 @@
 //!   (`PPU GI CI MIG DEV`); the two are joined by the device number, never by order;
 //! - busy: the `Processes:` table of `ppu-smi` (`PPU GI CI PID Type`).
 //!
-//! Not yet wired into the backend row: the partitioned response (the two capability nodes from
-//! `/proc/driver/alixpu/capabilities`, spec §6.3) and the ownership marker
-//! `thead-mig-<cardUUID>.json` (§6.4) are still to come, so no card offers partitions.
+//! - the ownership record is the described system's marker, `thead-mig-<card UUID>.json` in the
+//!   container's directory (spec §6.4), its profile in the vendor's spelling.
 
 use std::collections::BTreeMap;
 
 use accel_backend::mig_cli::partitioner::{Cli, CliPartitioner, MigTool, busy_instances};
-use accel_backend::partition::{PartitionError, PartitionErrorKind, PartitionGpu};
+use accel_backend::partition::{
+    MarkerSpelling, PartitionError, PartitionErrorKind, PartitionGpu, RecordLayout,
+};
 
 use crate::smi::{self, ListedCard};
 
@@ -44,6 +45,21 @@ pub fn published_profile(listed: &str) -> String {
     });
     dotted.unwrap_or(lower)
 }
+
+/// A published profile name in T-Head's spelling, for the ownership marker (spec §6.1: below
+/// the API the vendor spelling stays): `<a>g.<b>gb` loses its dot (`4g.48gb` → `4g48gb`);
+/// any other shape is kept.
+pub fn vendor_profile(published: &str) -> String {
+    let undotted = published.strip_suffix("gb").and_then(|rest| {
+        let (a, b) = rest.split_once("g.")?;
+        let digits = |s: &str| !s.is_empty() && s.bytes().all(|c| c.is_ascii_digit());
+        (digits(a) && digits(b)).then(|| format!("{a}g{b}gb"))
+    });
+    undotted.unwrap_or_else(|| published.to_string())
+}
+
+/// The prefix of T-Head's ownership marker, `thead-mig-<card UUID>.json` (spec §6.4).
+pub const MARKER_PREFIX: &str = "thead-mig-";
 
 impl PpuSmi {
     /// The card of `gpu` in `ppu-smi -L`: by UUID when it has one, else by index.
@@ -70,6 +86,14 @@ impl PpuSmi {
 impl MigTool for PpuSmi {
     fn program(&self) -> &'static str {
         "ppu-smi"
+    }
+
+    fn record_layout(&self) -> RecordLayout {
+        RecordLayout::PodMarker(MarkerSpelling {
+            prefix: MARKER_PREFIX,
+            vendor: vendor_profile,
+            published: published_profile,
+        })
     }
 
     fn target(&self, gpu: &PartitionGpu) -> String {

@@ -6,9 +6,12 @@
 use std::sync::Mutex;
 use std::time::Duration;
 
+use accel_backend::partition::RecordLayout;
 use accel_backend::partition::{PartitionErrorKind, PartitionGpu, Partitioner};
 use accel_host::{CommandError, CommandOutput, Commands};
-use accel_thead::mig::{PpuSmiPartitioner, published_profile};
+use accel_thead::mig::{
+    MARKER_PREFIX, PpuSmi, PpuSmiPartitioner, published_profile, vendor_profile,
+};
 
 const CARD: &str = "GPU-019ea108-c120-040c-0000-0000c0267f1e";
 
@@ -239,6 +242,28 @@ fn profiles_are_published_with_the_dot_t_head_leaves_out() {
     assert_eq!(published_profile("1g.12gb"), "1g.12gb");
     assert_eq!(published_profile("g1.c1.i1"), "g1.c1.i1");
     assert_eq!(published_profile("1g12gb+me"), "1g12gb+me");
+}
+
+#[test]
+fn records_are_t_heads_per_card_markers_in_the_vendor_spelling() {
+    for published in ["4g.48gb", "1g.12gb", "8g.96gb"] {
+        assert_eq!(published_profile(&vendor_profile(published)), published);
+    }
+    assert_eq!(vendor_profile("4g.48gb"), "4g48gb");
+    assert_eq!(vendor_profile("g1.c1.i1"), "g1.c1.i1");
+    let layout = accel_backend::mig_cli::partitioner::MigTool::record_layout(&PpuSmi);
+    let RecordLayout::PodMarker(spelling) = layout else {
+        panic!("T-Head keeps the described system's marker, got {layout:?}");
+    };
+    assert_eq!(spelling.prefix, MARKER_PREFIX);
+    assert_eq!(MARKER_PREFIX, "thead-mig-");
+    assert_eq!((spelling.vendor)("2g.24gb"), "2g24gb");
+    assert_eq!((spelling.published)("2g24gb"), "2g.24gb");
+    let cli = PpuSmiPartitioner::default();
+    assert!(matches!(
+        accel_backend::partition::Partitioner::record_layout(&cli),
+        RecordLayout::PodMarker(_)
+    ));
 }
 
 #[test]

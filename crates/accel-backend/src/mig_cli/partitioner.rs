@@ -25,7 +25,7 @@ use accel_host::{CommandOutput, Commands, RunFailure, run_bounded};
 use super::listing;
 use crate::partition::{
     Geometry, Instance, PartitionError, PartitionErrorKind, PartitionGpu, Partitioner,
-    ProfileGeometry,
+    ProfileGeometry, RecordLayout,
 };
 
 /// How long one call of the tool may take, unless the partitioner is made with another.
@@ -66,6 +66,11 @@ pub trait MigTool: Send + Sync + std::fmt::Debug {
     /// The GPU instances of `gpu` a compute process runs on, ascending; a compute process the
     /// listing places on no instance is an `Unreadable` error.
     fn busy(&self, cli: &Cli<'_>, gpu: &PartitionGpu) -> Result<Vec<u32>, PartitionError>;
+
+    /// [`Partitioner::record_layout`] for this tool's manufacturer.
+    fn record_layout(&self) -> RecordLayout {
+        RecordLayout::Partitions
+    }
 }
 
 /// The node's programs under the partitioner's deadline, for a [`MigTool`]'s own reads.
@@ -431,6 +436,10 @@ impl<T: MigTool> CliPartitioner<T> {
 }
 
 impl<T: MigTool> Partitioner for CliPartitioner<T> {
+    fn record_layout(&self) -> RecordLayout {
+        self.tool.record_layout()
+    }
+
     fn geometry(
         &self,
         commands: &dyn Commands,

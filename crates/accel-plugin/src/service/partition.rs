@@ -66,7 +66,7 @@ pub const RECLAIM_REPASS: Duration = Duration::from_secs(5);
 pub(super) fn pod_gone(
     state: &mut State,
     uid: &str,
-    data_dir: &std::path::Path,
+    records: &ownership::Store,
     reclaim: &mut Vec<(GrantKey, Grant)>,
 ) -> Option<bool> {
     let stale: Vec<GrantKey> = state
@@ -90,7 +90,7 @@ pub(super) fn pod_gone(
         // A record whose instance is gone is never acted on: the grant and the record go,
         // nothing is destroyed.
         state.stale.remove(key);
-        let _ = ownership::remove(data_dir, &key.pod_uid, &key.container);
+        let _ = records.remove(&key.pod_uid, &key.container);
         changed |= release_journalled(state, key.clone());
     }
     for (key, grant) in of_pod {
@@ -519,8 +519,9 @@ impl Shared {
     ) -> Result<(), Status> {
         let record = OwnershipRecord {
             gpu_uuid: reserved.seat.uuid.clone(),
-            gpu_index: reserved.seat.index,
+            gpu_index: Some(reserved.seat.index),
             profile: reserved.placement.profile.clone(),
+            profile_id: Some(reserved.profile_id),
             gpu_instance: instance.gpu_instance,
             compute_instance: instance.compute_instance,
             start: reserved.placement.start,
@@ -536,7 +537,7 @@ impl Shared {
                 .map(|g| g.device_ids.clone())
                 .unwrap_or_default(),
         };
-        let mut failure = ownership::write(&self.config.data_dir, &record).err();
+        let mut failure = self.records().write(&record).err();
         if failure.is_none() {
             let mut state = self.lock();
             state
@@ -564,11 +565,9 @@ impl Shared {
             ))
             .refused(RefusalReason::Journal));
         }
-        let _ = ownership::remove(
-            &self.config.data_dir,
-            &reserved.key.pod_uid,
-            &reserved.key.container,
-        );
+        let _ = self
+            .records()
+            .remove(&reserved.key.pod_uid, &reserved.key.container);
         let (gi, ci) = (instance.gpu_instance, instance.compute_instance);
         let destroyed = parts
             .call(gpu, move |p, c, gpu| p.destroy(c, gpu, gi, Some(ci)))
@@ -650,9 +649,7 @@ impl Shared {
                     // The record goes first, so once the grant is released nothing of the
                     // partition is left (a crash in between: the restart finds the instance
                     // gone and drops the grant without a destroy).
-                    if let Err(e) =
-                        ownership::remove(&self.config.data_dir, &key.pod_uid, &key.container)
-                    {
+                    if let Err(e) = self.records().remove(&key.pod_uid, &key.container) {
                         tracing::error!("{key}: {e}");
                     }
                     {
@@ -789,7 +786,7 @@ impl Shared {
             ))
             .refused(RefusalReason::NoRoom)
         };
-        let found = match ownership::read(&self.config.data_dir, &key.pod_uid, &key.container) {
+        let found = match self.records().read(&key.pod_uid, &key.container) {
             Err(e) => {
                 return Err(fail(format!(
                     "its partition ownership record is unreadable: {e}"
@@ -909,7 +906,7 @@ impl Shared {
         if self.config.partitions.is_none() {
             return;
         }
-        let (records, errors) = ownership::read_all(&self.config.data_dir);
+        let (records, errors) = self.records().read_all();
         for e in errors {
             tracing::error!("partition ownership record not acted on: {e}");
         }
@@ -959,6 +956,10 @@ impl Shared {
                     });
                 match restored {
                     Ok(grant) => {
+                        let index = grant
+                            .accelerators
+                            .first()
+                            .map_or_else(|| "?".to_string(), |i| i.to_string());
                         if let Err(e) = state.journal.append(&Entry::Grant {
                             key: key.clone(),
                             grant,
@@ -966,8 +967,8 @@ impl Shared {
                             tracing::error!("ledger journal: {e}");
                         }
                         notes.push(format!(
-                            "{key}: restored its {} partition (GPU instance {}, {}) on GPU {} from its ownership record (the journal lacked it)",
-                            record.profile, record.gpu_instance, record.mig_uuid, record.gpu_index
+                            "{key}: restored its {} partition (GPU instance {}, {}) on GPU {index} from its ownership record (the journal lacked it)",
+                            record.profile, record.gpu_instance, record.mig_uuid
                         ));
                     }
                     Err(why) => {
@@ -988,6 +989,18 @@ impl Shared {
         }
     }
 
+    /// The ownership records, in the layout of this node's partitioner.
+    pub(super) fn records(&self) -> ownership::Store {
+        let layout = self
+            .config
+            .partitions
+            .as_ref()
+            .map_or(accel_backend::partition::RecordLayout::Partitions, |p| {
+                p.partitioner.record_layout()
+            });
+        ownership::Store::new(&self.config.data_dir, layout)
+    }
+
     /// Takes a reservation back (a failed create or record): the grant goes, the tokens heal.
     fn give_back(&self, reserved: &Reserved) {
         let Some(receipt) = &reserved.receipt else {
@@ -1006,11 +1019,12 @@ impl Shared {
 /// going.
 pub(super) fn sidecar_partition(
     state: &State,
-    data_dir: &std::path::Path,
+    records: &ownership::Store,
     owner_key: &GrantKey,
     owner: &Grant,
 ) -> Result<PartitionInstance, String> {
-    let record = ownership::read(data_dir, &owner_key.pod_uid, &owner_key.container)?
+    let record = records
+        .read(&owner_key.pod_uid, &owner_key.container)?
         .ok_or_else(|| format!("{owner_key} has no partition ownership record"))?;
     let instance = owner
         .partition
@@ -1021,10 +1035,16 @@ pub(super) fn sidecar_partition(
     let seat_uuid = index
         .and_then(|i| state.ledger.seat(i))
         .and_then(|s| s.uuid.clone());
-    if Some(record.gpu_index) != index || record.gpu_uuid != seat_uuid {
+    let same = match (&record.gpu_uuid, record.gpu_index) {
+        (Some(uuid), _) => seat_uuid.as_ref() == Some(uuid),
+        (None, at) => at.is_some() && at == index && seat_uuid.is_none(),
+    };
+    if !same {
         return Err(format!(
             "its record names GPU {} ({}), the grant GPU {} ({})",
-            record.gpu_index,
+            record
+                .gpu_index
+                .map_or_else(|| "?".to_string(), |i| i.to_string()),
             record.gpu_uuid.as_deref().unwrap_or("no UUID"),
             index.map_or_else(|| "none".to_string(), |i| i.to_string()),
             seat_uuid.as_deref().unwrap_or("no UUID")
@@ -1055,12 +1075,17 @@ fn record_seat(
             .seats()
             .find(|s| s.uuid.as_deref() == Some(uuid.as_str()))
             .map(|s| s.index),
-        None => ledger.seat(record.gpu_index).map(|s| s.index),
+        None => record
+            .gpu_index
+            .and_then(|i| ledger.seat(i))
+            .map(|s| s.index),
     };
     found.ok_or_else(|| {
         format!(
             "its record names GPU {} ({}), which this node does not serve",
-            record.gpu_index,
+            record
+                .gpu_index
+                .map_or_else(|| "?".to_string(), |i| i.to_string()),
             record.gpu_uuid.as_deref().unwrap_or("no UUID")
         )
     })
