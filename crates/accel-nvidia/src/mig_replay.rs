@@ -1,349 +1,33 @@
-//! A recorded host whose MIG state follows the commands run against it (issue 13, item 9).
+//! A recorded host whose MIG state follows the commands run against it (issue 13, item 9): the
+//! dialect-generic replay ([`accel_backend::mig_cli::replay`]) with nvidia-smi's side — the
+//! `-L` listing's `MIG …` children and the `-q -x` report's `<mig_devices>` and `<processes>`
+//! rendered from the state (also its `-q -x -i N` form, the report cut to GPU N), GPU
+//! instance ids from 1, compute profile ids as nvidia-smi numbers them.
 //!
-//! A recorded host that carries [`STATE_FILE`] at its top (beside `recorded-host.json`) keeps
-//! its MIG GPU and compute instances there instead of in fixed recordings: `nvidia-smi mig -cgi`,
-//! `-dci` and `-dgi` change the file, and `mig -lgi`, `mig -lci`, `-L` and the `-q -x` report's
-//! `<mig_devices>` are rendered from it. So `detect --host-root H` after `serve --host-root H`
-//! shows the instances `serve` made, and the partitioner's tests run against a driver that
-//! remembers, refuses (`Insufficient Resources`, `In use by another client`) and reuses GPU
-//! instance ids after a destroy, as the real one does.
-//!
-//! The profiles and their placements still come from the recordings (`mig -lgip`, `-lgipp`,
-//! whose `-i N` forms are the recorded listing cut to GPU N). Everything else is replayed by the
-//! wrapped [`Commands`]. What the replay decides where no capture shows the driver's answer
-//! (written down in the host's `NOTES.md` and docs/ARCHITECTURE.md): GPU instance ids are the
-//! lowest free id from 1; a created instance's MIG UUID is new on every create (so a GI made
-//! again with the same id carries another UUID); exit statuses are nvidia-smi's documented codes
-//! (2 bad argument, 6 not found, 255 other, which covers `In use` and `Insufficient Resources`).
-//! An instance marked `busy` in the file has processes on it: destroying its compute instance is
-//! refused `In use by another client` until the mark is taken off, and the `-q -x` report (also
-//! its `-q -x -i N` form, the report cut to GPU N) lists one compute process on each of its
-//! compute instances, as nvidia-smi's process listing names them (GPU and compute instance id).
+//! An instance marked `busy` in the state file has one compute process on each of its compute
+//! instances in the `-q -x` report, as nvidia-smi's process listing names them (GPU and compute
+//! instance id).
 
-use std::path::{Path, PathBuf};
-use std::sync::{Mutex, PoisonError};
+use std::path::Path;
 use std::time::Duration;
 
+use accel_backend::mig_cli::replay::{
+    self, Dialect, STATUS_INVALID, STATUS_NOT_FOUND, answer, answer_like,
+};
 use accel_host::{CommandError, CommandOutput, Commands};
-use serde::{Deserialize, Serialize};
 
-use crate::smi;
+pub use accel_backend::mig_cli::replay::{MigState, STATE_FILE, StateCompute, StateInstance};
 
-/// The file, at the top of a recorded host, that holds its MIG instances.
-pub const STATE_FILE: &str = "mig-state.json";
+/// nvidia-smi's side of the replay.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NvidiaSmi;
 
-/// nvidia-smi's exit status for a bad argument.
-const STATUS_INVALID: i32 = 2;
-/// nvidia-smi's exit status for an object not found.
-const STATUS_NOT_FOUND: i32 = 6;
-/// nvidia-smi's exit status for any other error (`In use`, `Insufficient Resources`).
-const STATUS_OTHER: i32 = 255;
-
-/// The MIG instances of a recorded host.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct MigState {
-    /// Instances created so far; every MIG UUID carries it, so none repeats.
-    #[serde(default)]
-    pub serial: u64,
-    #[serde(default)]
-    pub instances: Vec<StateInstance>,
-}
-
-/// One GPU instance.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct StateInstance {
-    /// nvidia-smi's GPU index.
-    pub gpu: u32,
-    pub gpu_instance: u32,
-    pub profile_id: u32,
-    /// The profile name as the driver spells it (`3g.40gb`).
-    pub profile: String,
-    pub start: u32,
-    pub size: u32,
-    #[serde(default)]
-    pub compute_instances: Vec<StateCompute>,
-    /// Processes run on it: destroying its compute instances is refused.
-    #[serde(default)]
-    pub busy: bool,
-}
-
-/// One compute instance and the MIG device it is.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct StateCompute {
-    pub id: u32,
-    pub uuid: String,
-}
-
-impl MigState {
-    /// Reads the state file; a missing file is no instances.
-    pub fn load(path: &Path) -> Result<MigState, String> {
-        match std::fs::read(path) {
-            Ok(bytes) => serde_json::from_slice(&bytes)
-                .map_err(|e| format!("{}: not a MIG state file ({e})", path.display())),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(MigState::default()),
-            Err(e) => Err(format!("{}: {e}", path.display())),
-        }
-    }
-
-    /// Writes the state file atomically.
-    pub fn save(&self, path: &Path) -> Result<(), String> {
-        let mut text =
-            serde_json::to_string_pretty(self).map_err(|e| format!("{}: {e}", path.display()))?;
-        text.push('\n');
-        accel_host::atomic::write_atomic(path, text.as_bytes())
-            .map_err(|e| format!("{}: {e}", path.display()))
-    }
-
-    fn on(&self, gpu: Option<u32>) -> Vec<&StateInstance> {
-        let mut list: Vec<&StateInstance> = self
-            .instances
-            .iter()
-            .filter(|i| gpu.is_none_or(|g| i.gpu == g))
-            .collect();
-        list.sort_by_key(|i| (i.gpu, i.gpu_instance));
-        list
-    }
-}
-
-/// Replays a recorded host's MIG commands from its state file, the rest from `inner`.
-pub struct MigReplay {
-    state: PathBuf,
-    inner: Box<dyn Commands>,
-    lock: Mutex<()>,
-}
-
-/// `inner` with MIG state when the recorded host `dir` carries [`STATE_FILE`], else `inner`.
+/// `inner`, wrapped in the MIG replay when the recording `dir` has a [`STATE_FILE`].
 pub fn wrap(dir: &Path, inner: Box<dyn Commands>) -> Box<dyn Commands> {
-    let state = dir.join(STATE_FILE);
-    if state.is_file() {
-        Box::new(MigReplay {
-            state,
-            inner,
-            lock: Mutex::new(()),
-        })
-    } else {
-        inner
-    }
+    replay::wrap(dir, inner, NvidiaSmi)
 }
 
-fn answer(status: i32, stdout: String) -> CommandOutput {
-    CommandOutput {
-        status: Some(status),
-        stdout: stdout.into_bytes(),
-        stderr: Vec::new(),
-    }
-}
-
-/// What a `nvidia-smi mig …` command line asks.
-#[derive(Debug, Default)]
-struct MigArgs {
-    gpu: Option<u32>,
-    gpu_instance: Option<u32>,
-    compute_instance: Option<u32>,
-    create: Option<String>,
-    with_compute: bool,
-    op: Option<&'static str>,
-}
-
-fn parse_args(rest: &[&str]) -> Option<MigArgs> {
-    let mut args = MigArgs::default();
-    let mut words = rest.iter();
-    while let Some(word) = words.next() {
-        match *word {
-            "-i" => args.gpu = Some(words.next()?.parse().ok()?),
-            "-gi" => args.gpu_instance = Some(words.next()?.parse().ok()?),
-            "-ci" => args.compute_instance = Some(words.next()?.parse().ok()?),
-            "-cgi" => {
-                args.create = Some(words.next()?.to_string());
-                args.op = Some("-cgi");
-            }
-            "-C" => args.with_compute = true,
-            "-lgip" => args.op = Some("-lgip"),
-            "-lgipp" => args.op = Some("-lgipp"),
-            "-lgi" => args.op = Some("-lgi"),
-            "-lci" => args.op = Some("-lci"),
-            "-dci" => args.op = Some("-dci"),
-            "-dgi" => args.op = Some("-dgi"),
-            _ => return None,
-        }
-    }
-    Some(args)
-}
-
-impl Commands for MigReplay {
-    fn run(&self, argv: &[&str], deadline: Duration) -> Result<CommandOutput, CommandError> {
-        let io = |message: String| CommandError::Io {
-            argv: argv.join(" "),
-            source: std::io::Error::other(message),
-        };
-        match argv {
-            ["nvidia-smi", "mig", rest @ ..] => {
-                let Some(args) = parse_args(rest) else {
-                    return self.inner.run(argv, deadline);
-                };
-                let _held = self.lock.lock().unwrap_or_else(PoisonError::into_inner);
-                self.mig(&args, deadline).map_err(io)?
-            }
-            ["nvidia-smi", "-L"] => {
-                let _held = self.lock.lock().unwrap_or_else(PoisonError::into_inner);
-                let state = MigState::load(&self.state).map_err(io)?;
-                let out = self.inner.run(argv, deadline)?;
-                Ok(answer_like(&out, list_with(&out.stdout_text(), &state)))
-            }
-            ["nvidia-smi", "-q", "-x"] => {
-                let _held = self.lock.lock().unwrap_or_else(PoisonError::into_inner);
-                let state = MigState::load(&self.state).map_err(io)?;
-                let out = self.inner.run(argv, deadline)?;
-                Ok(answer_like(&out, xml_with(&out.stdout_text(), &state)))
-            }
-            ["nvidia-smi", "-q", "-x", "-i", index] => {
-                let Ok(gpu) = index.parse::<u32>() else {
-                    return Ok(answer(
-                        STATUS_INVALID,
-                        format!("Invalid GPU index {index}\n"),
-                    ));
-                };
-                let _held = self.lock.lock().unwrap_or_else(PoisonError::into_inner);
-                let state = MigState::load(&self.state).map_err(io)?;
-                let out = self.inner.run(&["nvidia-smi", "-q", "-x"], deadline)?;
-                match xml_cut(&xml_with(&out.stdout_text(), &state), gpu) {
-                    Some(one) => Ok(answer_like(&out, one)),
-                    None => Ok(answer(
-                        STATUS_NOT_FOUND,
-                        format!("No GPU with index {gpu} found\n"),
-                    )),
-                }
-            }
-            _ => self.inner.run(argv, deadline),
-        }
-    }
-
-    fn is_installed(&self, program: &str) -> bool {
-        self.inner.is_installed(program)
-    }
-}
-
-fn answer_like(out: &CommandOutput, stdout: String) -> CommandOutput {
-    CommandOutput {
-        status: out.status,
-        stdout: stdout.into_bytes(),
-        stderr: out.stderr.clone(),
-    }
-}
-
-/// A profile of one GPU as the recordings list it.
-struct Profile {
-    id: u32,
-    name: String,
-    size: u32,
-    starts: Vec<u32>,
-}
-
-impl MigReplay {
-    /// One `mig` command: `Ok(Err(..))` is the inner runner's error, `Err` the state's.
-    #[allow(clippy::type_complexity)]
-    fn mig(
-        &self,
-        args: &MigArgs,
-        deadline: Duration,
-    ) -> Result<Result<CommandOutput, CommandError>, String> {
-        match (args.op, args.gpu) {
-            (Some(op @ ("-lgip" | "-lgipp")), gpu) => {
-                let out = match self.inner.run(&["nvidia-smi", "mig", op], deadline) {
-                    Ok(out) => out,
-                    Err(e) => return Ok(Err(e)),
-                };
-                let Some(gpu) = gpu else { return Ok(Ok(out)) };
-                let text = out.stdout_text();
-                let cut = if op == "-lgip" {
-                    cut_profiles(&text, gpu)
-                } else {
-                    cut_placements(&text, gpu)
-                };
-                Ok(Ok(answer_like(&out, cut)))
-            }
-            (Some("-lgi"), gpu) => {
-                let state = MigState::load(&self.state)?;
-                Ok(Ok(render_gpu_instances(&state.on(gpu))))
-            }
-            (Some("-lci"), gpu) => {
-                let state = MigState::load(&self.state)?;
-                Ok(Ok(render_compute_instances(&state.on(gpu))))
-            }
-            (Some("-cgi"), Some(gpu)) => {
-                let profiles = match self.profiles(gpu, deadline) {
-                    Ok(p) => p,
-                    Err(e) => return Ok(Err(e)),
-                };
-                let mut state = MigState::load(&self.state)?;
-                let out = create(
-                    &mut state,
-                    &profiles,
-                    gpu,
-                    args.create.as_deref().unwrap_or(""),
-                    args.with_compute,
-                );
-                if out.success() {
-                    state.save(&self.state)?;
-                }
-                Ok(Ok(out))
-            }
-            (Some("-dci"), Some(gpu)) => {
-                let mut state = MigState::load(&self.state)?;
-                let out = destroy_compute(&mut state, gpu, args);
-                state.save(&self.state)?;
-                Ok(Ok(out))
-            }
-            (Some("-dgi"), Some(gpu)) => {
-                let mut state = MigState::load(&self.state)?;
-                let out = destroy_gpu_instances(&mut state, gpu, args.gpu_instance);
-                state.save(&self.state)?;
-                Ok(Ok(out))
-            }
-            _ => Ok(Ok(answer(
-                STATUS_INVALID,
-                "the recorded host's MIG replay needs -i <gpu> for -cgi, -dci and -dgi\n".into(),
-            ))),
-        }
-    }
-
-    /// The profiles of `gpu` with their placements, from the recorded listings.
-    fn profiles(&self, gpu: u32, deadline: Duration) -> Result<Vec<Profile>, CommandError> {
-        let lgip = self.inner.run(smi::mig::PROFILES_ARGV, deadline)?;
-        let lgipp = self.inner.run(smi::mig::PLACEMENTS_ARGV, deadline)?;
-        let profiles = smi::mig::parse_profiles(&lgip.stdout_text()).unwrap_or_default();
-        let placements = smi::mig::parse_placements(&lgipp.stdout_text()).unwrap_or_default();
-        Ok(profiles
-            .into_iter()
-            .filter(|p| p.gpu == gpu)
-            .filter_map(|p| {
-                let place = placements
-                    .iter()
-                    .find(|pl| pl.gpu == gpu && pl.profile_id == p.id)?;
-                Some(Profile {
-                    id: p.id,
-                    name: p.name,
-                    size: place.size,
-                    starts: place.starts.clone(),
-                })
-            })
-            .collect())
-    }
-}
-
-/// Compute slices of a profile name (`3g.40gb` → 3).
-fn compute_slices(profile: &str) -> u32 {
-    profile
-        .split('g')
-        .next()
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(1)
-}
-
-/// The compute instance profile id covering a whole GPU instance of `slices` compute slices.
+/// nvidia-smi's compute profile id of a compute instance covering `slices` compute slices.
 fn full_compute_profile_id(slices: u32) -> u32 {
     match slices {
         1 => 0,
@@ -356,303 +40,62 @@ fn full_compute_profile_id(slices: u32) -> u32 {
     }
 }
 
-fn create(
-    state: &mut MigState,
-    profiles: &[Profile],
-    gpu: u32,
-    spec: &str,
-    with_compute: bool,
-) -> CommandOutput {
-    let (wanted, start) = match spec.split_once(':') {
-        Some((p, s)) => (p, Some(s)),
-        None => (spec, None),
-    };
-    let Some(profile) = profiles
-        .iter()
-        .find(|p| p.id.to_string() == wanted || p.name == wanted)
-    else {
-        return answer(
-            STATUS_NOT_FOUND,
-            format!(
-                "Unable to create a GPU instance on GPU {gpu:>2} using profile {wanted}: Not Found\nFailed to create GPU instances: Not Found\n"
-            ),
-        );
-    };
-    let start = match start.map(str::parse::<u32>) {
-        Some(Ok(s)) if profile.starts.contains(&s) => Some(s),
-        Some(_) => {
-            return answer(
-                STATUS_INVALID,
-                format!(
-                    "Unable to create a GPU instance on GPU {gpu:>2} using profile {}: Invalid Argument\nFailed to create GPU instances: Invalid Argument\n",
-                    profile.id
-                ),
-            );
-        }
-        None => None,
-    };
-    let taken: Vec<(u32, u32)> = state
-        .on(Some(gpu))
-        .iter()
-        .map(|i| (i.start, i.start + i.size))
-        .collect();
-    let free = |s: u32| taken.iter().all(|(a, b)| s + profile.size <= *a || s >= *b);
-    let chosen = match start {
-        Some(s) => free(s).then_some(s),
-        None => profile.starts.iter().copied().find(|s| free(*s)),
-    };
-    let Some(start) = chosen else {
-        return answer(
-            STATUS_OTHER,
-            format!(
-                "Unable to create a GPU instance on GPU {gpu:>2} using profile {}: Insufficient Resources\nFailed to create GPU instances: Insufficient Resources\n",
-                profile.id
-            ),
-        );
-    };
-    let ids: Vec<u32> = state.on(Some(gpu)).iter().map(|i| i.gpu_instance).collect();
-    let gpu_instance = (1..).find(|id| !ids.contains(id)).unwrap_or(1);
-    let mut text = format!(
-        "Successfully created GPU instance ID {gpu_instance:>2} on GPU {gpu:>2} using profile MIG {} (ID {:>2})\n",
-        profile.name, profile.id
-    );
-    let mut compute_instances = Vec::new();
-    if with_compute {
-        state.serial += 1;
-        compute_instances.push(StateCompute {
-            id: 0,
-            uuid: mig_uuid(gpu, gpu_instance, state.serial),
-        });
-        text.push_str(&format!(
-            "Successfully created compute instance ID  0 on GPU {gpu:>2} GPU instance ID {gpu_instance:>2} using profile MIG {} (ID {:>2})\n",
-            profile.name,
-            full_compute_profile_id(compute_slices(&profile.name))
-        ));
+impl Dialect for NvidiaSmi {
+    fn program(&self) -> &'static str {
+        "nvidia-smi"
     }
-    state.instances.push(StateInstance {
-        gpu,
-        gpu_instance,
-        profile_id: profile.id,
-        profile: profile.name.clone(),
-        start,
-        size: profile.size,
-        compute_instances,
-        busy: false,
-    });
-    answer(0, text)
-}
 
-fn mig_uuid(gpu: u32, gpu_instance: u32, serial: u64) -> String {
-    format!(
-        "MIG-{:08x}-{:04x}-{:04x}-{:04x}-{:012x}",
-        0x6d69_6700_u32 | (gpu & 0xff),
-        gpu_instance & 0xffff,
-        (serial >> 48) & 0xffff,
-        (serial >> 32) & 0xffff,
-        serial & 0xffff_ffff_ffff
-    )
-}
+    fn device_word(&self) -> &'static str {
+        "GPU"
+    }
 
-fn destroy_compute(state: &mut MigState, gpu: u32, args: &MigArgs) -> CommandOutput {
-    let Some(gi) = args.gpu_instance else {
-        return answer(
-            STATUS_INVALID,
-            "the recorded host's MIG replay needs -gi <id> for -dci\n".into(),
-        );
-    };
-    let Some(instance) = state
-        .instances
-        .iter_mut()
-        .find(|i| i.gpu == gpu && i.gpu_instance == gi)
-    else {
-        return answer(
-            STATUS_NOT_FOUND,
-            format!(
-                "Unable to find GPU instance ID {gi:>2} on GPU {gpu:>2}: Not Found\nFailed to destroy compute instances: Not Found\n"
-            ),
-        );
-    };
-    let wanted: Vec<u32> = instance
-        .compute_instances
-        .iter()
-        .map(|c| c.id)
-        .filter(|id| args.compute_instance.is_none_or(|c| c == *id))
-        .collect();
-    if wanted.is_empty() {
-        return answer(
-            STATUS_NOT_FOUND,
-            format!(
-                "Unable to destroy compute instance ID {:>2} from GPU {gpu:>2} GPU instance ID {gi:>2}: Not Found\nFailed to destroy compute instances: Not Found\n",
-                args.compute_instance.unwrap_or(0)
-            ),
-        );
+    fn compute_profile_id(&self, slices: u32) -> u32 {
+        full_compute_profile_id(slices)
     }
-    if instance.busy {
-        return answer(
-            STATUS_OTHER,
-            format!(
-                "Unable to destroy compute instance ID {:>2} from GPU {gpu:>2} GPU instance ID {gi:>2}: In use by another client\nFailed to destroy compute instances: In use by another client\n",
-                wanted[0]
-            ),
-        );
-    }
-    instance
-        .compute_instances
-        .retain(|c| !wanted.contains(&c.id));
-    let text: String = wanted
-        .iter()
-        .map(|ci| {
-            format!(
-                "Successfully destroyed compute instance ID {ci:>2} from GPU {gpu:>2} GPU instance ID {gi:>2}\n"
-            )
-        })
-        .collect();
-    answer(0, text)
-}
 
-fn destroy_gpu_instances(state: &mut MigState, gpu: u32, gi: Option<u32>) -> CommandOutput {
-    let targets: Vec<u32> = state
-        .on(Some(gpu))
-        .iter()
-        .map(|i| i.gpu_instance)
-        .filter(|id| gi.is_none_or(|g| g == *id))
-        .collect();
-    if targets.is_empty() {
-        return answer(
-            STATUS_NOT_FOUND,
-            format!(
-                "Unable to destroy GPU instance ID {:>2} from GPU {gpu:>2}: Not Found\nFailed to destroy GPU instances: Not Found\n",
-                gi.unwrap_or(0)
-            ),
-        );
+    fn renders(&self, argv: &[&str]) -> bool {
+        matches!(
+            argv,
+            ["nvidia-smi", "-L"] | ["nvidia-smi", "-q", "-x"] | ["nvidia-smi", "-q", "-x", "-i", _]
+        )
     }
-    let mut text = String::new();
-    let mut failed = false;
-    for id in targets {
-        let in_use = state
-            .instances
-            .iter()
-            .any(|i| i.gpu == gpu && i.gpu_instance == id && !i.compute_instances.is_empty());
-        if in_use {
-            failed = true;
-            text.push_str(&format!(
-                "Unable to destroy GPU instance ID {id:>2} from GPU {gpu:>2}: In use by another client\n"
-            ));
-        } else {
-            state
-                .instances
-                .retain(|i| !(i.gpu == gpu && i.gpu_instance == id));
-            text.push_str(&format!(
-                "Successfully destroyed GPU instance ID {id:>2} from GPU {gpu:>2}\n"
-            ));
-        }
-    }
-    if failed {
-        text.push_str("Failed to destroy GPU instances: In use by another client\n");
-        return answer(STATUS_OTHER, text);
-    }
-    answer(0, text)
-}
 
-const GI_RULE: &str = "+-------------------------------------------------------+";
-
-fn render_gpu_instances(instances: &[&StateInstance]) -> CommandOutput {
-    if instances.is_empty() {
-        return answer(
-            STATUS_NOT_FOUND,
-            "No GPU instances found: Not Found\n".into(),
-        );
-    }
-    let mut text = format!(
-        "{GI_RULE}\n| GPU instances:                                        |\n| GPU   Name             Profile  Instance   Placement  |\n|                          ID       ID       Start:Size |\n|=======================================================|\n"
-    );
-    for i in instances {
-        let place = format!("{}:{}", i.start, i.size);
-        text.push_str(&format!(
-            "|  {:>2}  MIG {:<14} {:>3}      {:>3}        {:<8}  |\n{GI_RULE}\n",
-            i.gpu, i.profile, i.profile_id, i.gpu_instance, place
-        ));
-    }
-    answer(0, text)
-}
-
-const CI_RULE: &str = "+--------------------------------------------------------------------+";
-
-fn render_compute_instances(instances: &[&StateInstance]) -> CommandOutput {
-    let rows: Vec<(&StateInstance, &StateCompute)> = instances
-        .iter()
-        .flat_map(|i| i.compute_instances.iter().map(move |c| (*i, c)))
-        .collect();
-    if rows.is_empty() {
-        return answer(
-            STATUS_NOT_FOUND,
-            "No compute instances found: Not Found\n".into(),
-        );
-    }
-    let mut text = format!(
-        "{CI_RULE}\n| Compute instances:                                                 |\n| GPU     GPU       Name             Profile   Instance   Placement  |\n|       Instance                       ID        ID       Start:Size |\n|         ID                                                         |\n|====================================================================|\n"
-    );
-    for (i, c) in rows {
-        let slices = compute_slices(&i.profile);
-        let place = format!("0:{slices}");
-        text.push_str(&format!(
-            "|  {:>2}     {:>2}       MIG {:<14} {:>3}       {:>3}        {:<7}  |\n{CI_RULE}\n",
-            i.gpu,
-            i.gpu_instance,
-            i.profile,
-            full_compute_profile_id(slices),
-            c.id,
-            place
-        ));
-    }
-    answer(0, text)
-}
-
-/// The recorded `-lgip` listing cut to GPU `gpu` (its header, then that GPU's rows).
-fn cut_profiles(text: &str, gpu: u32) -> String {
-    let mut out = String::new();
-    let mut in_header = true;
-    let mut keep = false;
-    let wanted = gpu.to_string();
-    for line in text.lines() {
-        let trimmed = line.trim();
-        if in_header {
-            out.push_str(line);
-            out.push('\n');
-            if trimmed.starts_with("|=") {
-                in_header = false;
+    fn render(
+        &self,
+        argv: &[&str],
+        state: &MigState,
+        inner: &dyn Commands,
+        deadline: Duration,
+    ) -> Result<CommandOutput, CommandError> {
+        match argv {
+            ["nvidia-smi", "-L"] => {
+                let out = inner.run(argv, deadline)?;
+                Ok(answer_like(&out, list_with(&out.stdout_text(), state)))
             }
-            continue;
-        }
-        if trimmed.starts_with('+') {
-            if keep {
-                out.push_str(line);
-                out.push('\n');
+            ["nvidia-smi", "-q", "-x", "-i", index] => {
+                let Ok(gpu) = index.parse::<u32>() else {
+                    return Ok(answer(
+                        STATUS_INVALID,
+                        format!("Invalid GPU index {index}\n"),
+                    ));
+                };
+                let out = inner.run(&["nvidia-smi", "-q", "-x"], deadline)?;
+                match xml_cut(&xml_with(&out.stdout_text(), state), gpu) {
+                    Some(one) => Ok(answer_like(&out, one)),
+                    None => Ok(answer(
+                        STATUS_NOT_FOUND,
+                        format!("No GPU with index {gpu} found\n"),
+                    )),
+                }
             }
-            continue;
-        }
-        let words: Vec<&str> = trimmed.trim_matches('|').split_whitespace().collect();
-        if words.get(1) == Some(&"MIG") {
-            keep = words.first() == Some(&wanted.as_str());
-        }
-        if keep {
-            out.push_str(line);
-            out.push('\n');
+            _ => {
+                let out = inner.run(argv, deadline)?;
+                Ok(answer_like(&out, xml_with(&out.stdout_text(), state)))
+            }
         }
     }
-    out
 }
 
-/// The recorded `-lgipp` listing cut to GPU `gpu`.
-fn cut_placements(text: &str, gpu: u32) -> String {
-    let wanted = gpu.to_string();
-    text.lines()
-        .filter(|l| l.split_whitespace().nth(1) == Some(wanted.as_str()))
-        .map(|l| format!("{l}\n"))
-        .collect()
-}
-
-/// The recorded `-L` with each GPU's MIG devices from the state (recorded MIG lines dropped).
 fn list_with(text: &str, state: &MigState) -> String {
     let mut out = String::new();
     for line in text.lines() {
@@ -819,6 +262,7 @@ fn mig_devices_with(text: &str, state: &MigState) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::smi;
     use accel_host::RecordedCommands;
 
     const LONG: Duration = Duration::from_secs(20);

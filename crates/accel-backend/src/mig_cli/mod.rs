@@ -8,3 +8,4 @@
 
 pub mod listing;
 pub mod partitioner;
+pub mod replay;
