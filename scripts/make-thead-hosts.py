@@ -72,7 +72,8 @@ def pci_function(root, bdf, numa=None, driver="alixpu"):
     link(os.path.join(root, "sys", "bus", "pci", "devices", bdf),
          f"../../../devices/pci{dom_bus}/{bdf}")
     if driver:
-        os.makedirs(os.path.join(root, "sys", "bus", "pci", "drivers", driver), exist_ok=True)
+        # git keeps no empty folder: the driver's folder holds a `.keep`.
+        write(os.path.join(root, "sys", "bus", "pci", "drivers", driver, ".keep"), "")
         link(os.path.join(dev, "driver"), f"../../../bus/pci/drivers/{driver}")
 
 
@@ -138,13 +139,6 @@ def table(cards, driver, mig):
     return "\n".join(out) + "\n"
 
 
-# The real -L capture's two MIG children (PPU 1 there), shown here under the last card.
-MIG_CHILDREN = [
-    "    MIG g1.c1.i1, Device 0 (UUID: MIG-79c62632-04cc-574b-af7b-cb2e307121c85)",
-    "    MIG g1.c0.i0, Device 1 (UUID: MIG-79c62632-04cc-574b-af7b-cb2e307121c84)",
-]
-
-
 def listing(cards, children):
     out = []
     for c in cards:
@@ -181,7 +175,7 @@ def query(cards, driver, mig, pending):
     return "\n".join(out)
 
 
-def sixteen(name, mig=(), pending=(), children=None):
+def sixteen(name, mig=(), pending=()):
     host = fresh(name)
     root = os.path.join(host, "root")
     cards = runtime_cards()
@@ -192,8 +186,44 @@ def sixteen(name, mig=(), pending=(), children=None):
     node(root, "alixpu", CARD_MAJOR, 0)
     node(root, "alixpu_ctl", CTL_MAJOR, 0)
     command(host, "table", ["ppu-smi"], table(cards, driver, set(mig)))
-    command(host, "list", ["ppu-smi", "-L"], listing(cards, children or {}))
+    command(host, "list", ["ppu-smi", "-L"], listing(cards, {}))
     command(host, "query", ["ppu-smi", "-q"], query(cards, driver, set(mig), set(pending)))
+    if mig:
+        command(host, "mig-lgip", ["ppu-smi", "mig", "-lgip"], lgip(sorted(mig)))
+        command(host, "mig-lgipp", ["ppu-smi", "mig", "-lgipp"], lgipp(sorted(mig)))
+        # The MIG instances live here, replayed (crates/accel-thead/src/mig_replay.rs).
+        write(os.path.join(host, "mig-state.json"), '{\n  "serial": 0,\n  "instances": []\n}\n')
+
+
+# The GPU instance profiles of a PPU-ZW810E in MIG mode: spec/thead.md section 6.1's observed
+# pair (4g48gb id 5, two instances of 4 memory slices; 8g96gb id 3, one of 8), plus a graphics
+# variant the detector must leave out. No `ppu-smi mig -lgip` capture exists: the table is
+# nvidia-smi's -lgip shape with `PPU` and a CU column (HAZARDS.md item 4).
+MIG_PROFILES = [(3, "8g96gb", 1, "96.00", 64, 8, [0]),
+                (5, "4g48gb", 2, "48.00", 32, 4, [0, 4]),
+                (6, "4g48gb+gfx", 2, "48.00", 32, 4, [0, 4])]
+LGIP_RULE = "+" + "-" * 81 + "+"
+
+
+def lgip(indexes):
+    out = [LGIP_RULE,
+           "| GPU instance profiles:                                                          |",
+           "| PPU  Name                 Profile  Instances   Memory  P2P  CU      DEC   ENC   |",
+           "|                             ID     Free/Total   GiB         CpyEng  JPEG  OFA   |",
+           "+" + "=" * 81 + "+"]
+    for i in indexes:
+        for pid, name, count, gib, cu, _, _ in MIG_PROFILES:
+            first = f"| {i:<4} MIG {name:<16} {pid:>3}        {count}/{count}      {gib}   No   {cu:<7} 2     2     |"
+            out.append(first)
+            out.append("|" + " " * 61 + "2       2     0     |")
+            out.append(LGIP_RULE)
+    return "\n".join(out) + "\n"
+
+
+def lgipp(indexes):
+    return "".join(
+        f"PPU {i} profile ID {pid} placements: {{{','.join(map(str, starts))}}}:{size}\n"
+        for i in indexes for pid, _, _, _, _, size, starts in MIG_PROFILES)
 
 
 def driver_not_loaded():
@@ -212,6 +242,5 @@ def driver_not_loaded():
 
 if __name__ == "__main__":
     sixteen("thead-16x-zw810e")
-    sixteen("thead-16x-zw810e-mig2", mig=(14, 15), pending=(13,),
-            children={15: MIG_CHILDREN})
+    sixteen("thead-16x-zw810e-mig2", mig=(14, 15), pending=(13,))
     driver_not_loaded()

@@ -9,7 +9,7 @@
 
 use std::collections::BTreeMap;
 
-use accel_core::inventory::{Accelerator, MigDevice, PartitionPlacement, PartitionProfile};
+use accel_core::inventory::{Accelerator, MigDevice};
 
 use crate::smi;
 
@@ -137,42 +137,24 @@ pub fn apply_mig_profiles(
         None => Vec::new(),
     };
     let index = by_smi_index(gpus);
-    for profile in profiles {
-        let Some(gpu) = index.get(&profile.gpu).and_then(|at| gpus.get_mut(*at)) else {
+    for (smi_index, at) in index {
+        let Some(gpu) = gpus.get_mut(at) else {
             continue;
         };
-        if !accel_core::resources::is_profile_segment(&profile.name) {
-            continue;
-        }
-        let places: Vec<PartitionPlacement> = placements
-            .iter()
-            .filter(|p| p.gpu == profile.gpu && p.profile_id == profile.id)
-            .flat_map(|p| {
-                p.starts.iter().map(|start| PartitionPlacement {
-                    start: *start,
-                    size: p.size,
-                })
-            })
-            .collect();
-        if places.is_empty() {
-            notes.push(format!(
-                "GPU {} ({}): MIG profile {} (id {}) has no legal placement in nvidia-smi mig -lgipp, left out",
-                profile.gpu,
-                gpu.uuid.as_deref().unwrap_or("no UUID"),
-                profile.name,
-                profile.id
-            ));
-            continue;
-        }
-        gpu.partition_profiles.push(PartitionProfile {
-            memory_mib: profile.memory_mib(),
-            name: profile.name,
-            id: profile.id,
-            instances_total: profile.instances_total,
-            instances_free: profile.instances_free,
-            multiprocessors: profile.multiprocessors,
-            placements: places,
-        });
+        let who = format!(
+            "GPU {smi_index} ({})",
+            gpu.uuid.as_deref().unwrap_or("no UUID")
+        );
+        let (offered, left_out) = smi::mig::offered(
+            &profiles,
+            &placements,
+            smi_index,
+            &|name| name.to_string(),
+            &who,
+            "nvidia-smi",
+        );
+        gpu.partition_profiles.extend(offered);
+        notes.extend(left_out);
     }
 }
 

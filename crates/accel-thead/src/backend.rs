@@ -1,8 +1,9 @@
 //! T-Head behind the manufacturer seam (accel-backend): the detector ([`crate::detector`], gated
 //! on the configured PCI vendor ids), the slicing library's layout (the HGGC shim pair in a flat
 //! `thead/` directory, built from this project's own sources; none on arm64, where the PPU SDK
-//! does not exist), the responder ([`crate::responder`]) and doctor. No partitioner yet: a card
-//! in MIG mode is listed and feeds no family. No kernel-log faults: the one `alixpu` capture
+//! does not exist), the responder ([`crate::responder`]) and doctor, and the partitioner
+//! (`ppu-smi mig`, [`crate::mig`]) for the cards in MIG mode, with its stateful replay on a
+//! recorded host ([`crate::mig_replay`]). No kernel-log faults: the one `alixpu` capture
 //! shows driver-load topology lines only, no fault (spec §7: ECC is the health rule).
 
 use std::path::Path;
@@ -19,6 +20,7 @@ use accel_core::{Detection, Manufacturer, ManufacturerInventory};
 use accel_host::{Commands, Host};
 
 use crate::detector::{self, DetectOptions};
+use crate::mig::PpuSmiPartitioner;
 use crate::responder::{QUOTA_SHIM, TheadResponder};
 use crate::usage::PpuSmiSampler;
 use crate::{devnode, smi};
@@ -29,7 +31,7 @@ pub fn backend() -> Backend {
         manufacturer: Manufacturer::Thead,
         detector: Arc::new(TheadDetector),
         slicing: Some(Arc::new(Hggc)),
-        partitioner: None,
+        partitioner: Some(Arc::new(PpuSmiPartitioner::default())),
         responder: thead_responder,
         // Device nodes only: no runtime, no CDI, nothing of the engine's.
         engine: None,
@@ -41,7 +43,7 @@ pub fn backend() -> Backend {
         sampler: Some(Arc::new(PpuSmiSampler)),
         record: record_plan(),
         state_dir: StateDirRule::Named,
-        replay: None,
+        replay: Some(crate::mig_replay::wrap),
         replay_writes: None,
     }
 }
@@ -52,14 +54,21 @@ pub const RESET_REFUSAL: &str = "T-Head PPUs are not reset by the device manager
      and reset with the vendor's tools, or reboot (a new boot clears the recorded faults)";
 
 /// What `record` captures of a PPU node: the driver's version file, the control nodes and
-/// every card's node (their numbers kept in the markers), and the three `ppu-smi` queries.
+/// every card's node (their numbers kept in the markers), the three `ppu-smi` queries and its two MIG listings (refused by a
+/// driver with no card in MIG mode; recorded as answered).
 pub fn record_plan() -> RecordPlan {
     RecordPlan {
         files: vec![detector::MODULE_VERSION.trim_start_matches('/')],
         trees: vec![],
         device_nodes: vec!["dev/alixpu", "dev/alixpu_ctl"],
         numbered_devices: vec!["alixpu_ppu"],
-        commands: vec![smi::TABLE_ARGV, smi::LIST_ARGV, smi::QUERY_ARGV],
+        commands: vec![
+            smi::TABLE_ARGV,
+            smi::LIST_ARGV,
+            smi::QUERY_ARGV,
+            smi::MIG_PROFILES_ARGV,
+            smi::MIG_PLACEMENTS_ARGV,
+        ],
     }
 }
 

@@ -27,17 +27,19 @@ use std::time::Duration;
 
 use accel_backend::Deadlines;
 use accel_backend::detect::Budget;
+use accel_backend::mig_cli::listing;
 use accel_core::Manufacturer;
 use accel_core::busid::BusId;
 use accel_core::health;
 use accel_core::inventory::{
     Accelerator, DetectError, Detection, Ecc, Grantable, ManufacturerInventory, MigDevice, MigMode,
-    Source,
+    PartitionProfile, Source,
 };
 use accel_host::pci::{PciClassPrefixes, PciFunction, scan_pci};
 use accel_host::{Commands, Host, RunFailure, run_bounded};
 
 use crate::devnode;
+use crate::mig::published_profile;
 use crate::smi::{self, ListedCard, Query, SmiError, SmiTable};
 
 /// The kernel module's version file (a fallback for the driver version).
@@ -84,6 +86,12 @@ pub enum Note {
     PartitionsOnly { ordinal: u32, uuid: String },
     /// Its control node is missing although cards are listed.
     NoControlNode { reason: String },
+    /// A profile the MIG listings offer a card is left out (no legal placement).
+    LeftOut(String),
+    /// Two profiles of one name with differing figures: neither is offered (spec §6.1).
+    DuplicateProfile { ordinal: u32, name: String },
+    /// A card in MIG mode with no profile to offer: it feeds no family.
+    NoProfiles { ordinal: u32, uuid: String },
 }
 
 fn mode_word(mode: Option<MigMode>) -> &'static str {
@@ -128,6 +136,15 @@ impl fmt::Display for Note {
                 f,
                 "{reason}: no PPU can be granted until the alixpu driver creates it"
             ),
+            Note::LeftOut(line) => f.write_str(line),
+            Note::DuplicateProfile { ordinal, name } => write!(
+                f,
+                "accelerator {ordinal}: ppu-smi mig -lgip lists MIG profile {name} twice with differing figures, so neither is offered"
+            ),
+            Note::NoProfiles { ordinal, uuid } => write!(
+                f,
+                "accelerator {ordinal} ({uuid}) is in MIG mode but ppu-smi mig offers no partition profile for it: it feeds no family"
+            ),
         }
     }
 }
@@ -139,6 +156,9 @@ pub struct Sources {
     pub table: Option<SmiTable>,
     pub list: Vec<ListedCard>,
     pub query: Option<Query>,
+    /// `ppu-smi mig -lgip` and `-lgipp`, read only when a card is in MIG mode.
+    pub mig_profiles: Option<String>,
+    pub mig_placements: Option<String>,
     pub module_version: Option<String>,
     pub notes: Vec<Note>,
 }
@@ -231,6 +251,35 @@ pub fn read_sources(
     {
         Ok(query) => sources.query = Some(query),
         Err(e) => sources.notes.push(smi_note(" -q", e)),
+    }
+    // The MIG listings only where a card is in MIG mode (elsewhere the tool refuses them).
+    let in_mig = |m: Option<MigMode>| m == Some(MigMode::Enabled);
+    let any_mig = sources
+        .table
+        .as_ref()
+        .is_some_and(|t| t.cards.iter().any(|c| in_mig(c.mig_mode)))
+        || sources
+            .query
+            .as_ref()
+            .is_some_and(|q| q.cards.iter().any(|c| in_mig(c.mig_current)));
+    if any_mig {
+        for (argv, args, into) in [
+            (
+                smi::MIG_PROFILES_ARGV,
+                " mig -lgip",
+                &mut sources.mig_profiles,
+            ),
+            (
+                smi::MIG_PLACEMENTS_ARGV,
+                " mig -lgipp",
+                &mut sources.mig_placements,
+            ),
+        ] {
+            match call(commands, &budget, argv) {
+                Ok(text) => *into = Some(text),
+                Err(e) => sources.notes.push(smi_note(args, e)),
+            }
+        }
     }
     Ok(sources)
 }
@@ -342,6 +391,33 @@ pub fn join(sources: &Sources) -> ManufacturerInventory {
         .and_then(major_minor);
     section.management_version = table.smi_version.clone();
     let mut notes: Vec<Note> = sources.notes.clone();
+    let profiles = sources.mig_profiles.as_deref().map(listing::parse_profiles);
+    let profiles = match profiles {
+        Some(Ok(p)) => p,
+        Some(Err(e)) => {
+            notes.push(Note::Smi {
+                args: " mig -lgip",
+                reason: e.to_string(),
+            });
+            Vec::new()
+        }
+        None => Vec::new(),
+    };
+    let placements = sources
+        .mig_placements
+        .as_deref()
+        .map(listing::parse_placements);
+    let placements = match placements {
+        Some(Ok(p)) => p,
+        Some(Err(e)) => {
+            notes.push(Note::Smi {
+                args: " mig -lgipp",
+                reason: e.to_string(),
+            });
+            Vec::new()
+        }
+        None => Vec::new(),
+    };
     let mut ordinal: u32 = 0;
     for card in &table.cards {
         let listed = card
@@ -384,6 +460,25 @@ pub fn join(sources: &Sources) -> ManufacturerInventory {
                 ordinal,
                 uuid: uuid.clone(),
             });
+            if let Some(row) = card.index {
+                let who = format!("accelerator {ordinal} ({uuid})");
+                let (offered, left_out) = listing::offered(
+                    &profiles,
+                    &placements,
+                    row,
+                    &published_profile,
+                    &who,
+                    "ppu-smi",
+                );
+                notes.extend(left_out.into_iter().map(Note::LeftOut));
+                a.partition_profiles = without_duplicates(offered, ordinal, &mut notes);
+            }
+            if a.partition_profiles.is_empty() {
+                notes.push(Note::NoProfiles {
+                    ordinal,
+                    uuid: uuid.clone(),
+                });
+            }
         }
         if let Some(pending) = queried.and_then(|q| q.mig_pending)
             && Some(pending) != a.mig_mode
@@ -423,6 +518,34 @@ pub fn join(sources: &Sources) -> ManufacturerInventory {
     }
     section.notes = notes.iter().map(ToString::to_string).collect();
     section
+}
+
+/// The profiles with every name that appears twice with differing figures taken out.
+fn without_duplicates(
+    offered: Vec<PartitionProfile>,
+    ordinal: u32,
+    notes: &mut Vec<Note>,
+) -> Vec<PartitionProfile> {
+    let mut doubled: Vec<String> = Vec::new();
+    for (i, p) in offered.iter().enumerate() {
+        let differs = offered[..i].iter().any(|q| q.name == p.name && q != p);
+        if differs && !doubled.contains(&p.name) {
+            doubled.push(p.name.clone());
+        }
+    }
+    for name in &doubled {
+        notes.push(Note::DuplicateProfile {
+            ordinal,
+            name: name.clone(),
+        });
+    }
+    let mut kept: Vec<PartitionProfile> = Vec::new();
+    for p in offered {
+        if !doubled.contains(&p.name) && !kept.contains(&p) {
+            kept.push(p);
+        }
+    }
+    kept
 }
 
 fn numa_of(pci: &[PciFunction], bus: BusId) -> Option<u32> {

@@ -5,7 +5,8 @@
 //! Checks: `alixpu-driver` (the two control nodes are character devices), `ppu-smi` (the device
 //! table answers; the driver-not-loaded answer named), `device-nodes` (every detected card's
 //! `/dev/alixpu_ppu<ordinal>` carries the minor `ppu-smi -q` records: the responder's
-//! precondition), `mig-mode` (cards in MIG mode feed no family in this build),
+//! precondition), `mig-mode` (the cards in MIG mode and the partition profiles each offers;
+//! one that offers none feeds no family),
 //! `slicing-library` (`<library-dir>/thead` holds `ld.so.preload`, the shim pair and
 //! `ppu-monitor`; none on arm64).
 
@@ -128,24 +129,44 @@ fn device_nodes(host: &dyn Host, section: &ManufacturerInventory) -> Check {
 }
 
 fn mig_mode(section: &ManufacturerInventory) -> Check {
-    let partitioned: Vec<String> = section
+    let in_mig: Vec<_> = section
         .accelerators
         .iter()
         .filter(|a| a.grantable == Grantable::PartitionsOnly)
+        .collect();
+    if in_mig.is_empty() {
+        return Check::ok("mig-mode", "no PPU is in MIG mode");
+    }
+    let barren: Vec<String> = in_mig
+        .iter()
+        .filter(|a| a.partition_profiles.is_empty())
         .map(|a| a.index.to_string())
         .collect();
-    if partitioned.is_empty() {
-        Check::ok("mig-mode", "no PPU is in MIG mode")
-    } else {
-        Check::warn(
+    if !barren.is_empty() {
+        return Check::warn(
             "mig-mode",
             format!(
-                "PPU(s) {} are in MIG mode and feed no family here (this build makes no T-Head partitions)",
-                partitioned.join(", ")
+                "PPU(s) {} are in MIG mode but ppu-smi mig offers no partition profile for them, so they feed no family",
+                barren.join(", ")
             ),
-            "turn MIG off on them (ppu-smi -i <N> -mig 0) and restart the device manager to serve them whole",
-        )
+            "check ppu-smi mig -lgip and ppu-smi mig -lgipp on the node, or turn MIG off on them (ppu-smi -i <N> -mig 0) and restart the device manager to serve them whole",
+        );
     }
+    let served: Vec<String> = in_mig
+        .iter()
+        .map(|a| {
+            let names: Vec<&str> = a
+                .partition_profiles
+                .iter()
+                .map(|p| p.name.as_str())
+                .collect();
+            format!("{} ({})", a.index, names.join(", "))
+        })
+        .collect();
+    Check::ok(
+        "mig-mode",
+        format!("PPU(s) in MIG mode serve partitions: {}", served.join("; ")),
+    )
 }
 
 fn slicing_library(host: &dyn Host, library_dir: &str, arch: &str) -> Check {
@@ -175,5 +196,51 @@ fn slicing_library(host: &dyn Host, library_dir: &str, arch: &str) -> Check {
             format!("{} not staged: slices are not offered", missing.join(", ")),
             "let the device manager's init container stage <library-dir>/thead",
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use accel_backend::doctor::Status;
+    use accel_core::Manufacturer;
+    use accel_core::inventory::{Accelerator, PartitionProfile, Source};
+
+    fn card(index: u32, profiles: &[&str]) -> Accelerator {
+        let mut a = Accelerator::new(index, Source::Driver);
+        a.grantable = Grantable::PartitionsOnly;
+        a.partition_profiles = profiles
+            .iter()
+            .map(|name| PartitionProfile {
+                name: name.to_string(),
+                id: 5,
+                memory_mib: None,
+                instances_total: None,
+                instances_free: None,
+                multiprocessors: None,
+                placements: Vec::new(),
+            })
+            .collect();
+        a
+    }
+
+    #[test]
+    fn mig_cards_with_profiles_pass_and_one_without_warns() {
+        let mut section = ManufacturerInventory::empty(Manufacturer::Thead);
+        section.accelerators = vec![card(14, &["8g.96gb", "4g.48gb"]), card(15, &["4g.48gb"])];
+        let served = mig_mode(&section);
+        assert_eq!(served.status, Status::Ok);
+        assert_eq!(
+            served.reason,
+            "PPU(s) in MIG mode serve partitions: 14 (8g.96gb, 4g.48gb); 15 (4g.48gb)"
+        );
+        section.accelerators[1].partition_profiles.clear();
+        let barren = mig_mode(&section);
+        assert_eq!(barren.status, Status::Warn);
+        assert!(
+            barren.reason.starts_with("PPU(s) 15 are in MIG mode but"),
+            "{}",
+            barren.reason
+        );
     }
 }

@@ -16,6 +16,10 @@ pub const TABLE_ARGV: &[&str] = &["ppu-smi"];
 pub const LIST_ARGV: &[&str] = &["ppu-smi", "-L"];
 /// The full query (minor numbers, MIG mode current and pending).
 pub const QUERY_ARGV: &[&str] = &["ppu-smi", "-q"];
+/// Every MIG-mode card's GPU instance profiles (the nvidia-smi MIG dialect).
+pub const MIG_PROFILES_ARGV: &[&str] = &["ppu-smi", "mig", "-lgip"];
+/// Their possible placements.
+pub const MIG_PLACEMENTS_ARGV: &[&str] = &["ppu-smi", "mig", "-lgipp"];
 
 /// The words `ppu-smi` prints when the `alixpu` module is not loaded (HAZARDS.md item 5).
 pub const DRIVER_NOT_LOADED: &str = "driver is not loaded";

@@ -61,6 +61,9 @@ fn sixteen_whole_cards_by_tool_index_with_their_minors() {
     );
 }
 
+/// A profile as offered: name, id, placements `(start, size)`, memory.
+type Offered<'a> = (&'a str, u32, Vec<(u32, u32)>, Option<u64>);
+
 #[test]
 fn a_mixed_node_serves_mig_cards_as_partitions_only() {
     let section = detect("thead-16x-zw810e-mig2");
@@ -70,24 +73,36 @@ fn a_mixed_node_serves_mig_cards_as_partitions_only() {
     assert_eq!(modes[15], Grantable::PartitionsOnly);
     let last = &section.accelerators[15];
     assert_eq!(last.mig_mode, Some(MigMode::Enabled));
-    let migs: Vec<(Option<&str>, Option<&str>)> = last
-        .mig_devices
-        .iter()
-        .map(|m| (m.profile.as_deref(), m.uuid.as_deref()))
-        .collect();
-    assert_eq!(
-        migs,
-        [
-            (
-                Some("g1.c1.i1"),
-                Some("MIG-79c62632-04cc-574b-af7b-cb2e307121c85")
-            ),
-            (
-                Some("g1.c0.i0"),
-                Some("MIG-79c62632-04cc-574b-af7b-cb2e307121c84")
-            ),
-        ]
+    // Its profiles come from `ppu-smi mig -lgip`/`-lgipp`, published with the dot; the
+    // graphics variant is no resource-name segment and is left out.
+    for card in [&section.accelerators[14], last] {
+        let offered: Vec<Offered<'_>> = card
+            .partition_profiles
+            .iter()
+            .map(|p| {
+                (
+                    p.name.as_str(),
+                    p.id,
+                    p.placements.iter().map(|x| (x.start, x.size)).collect(),
+                    p.memory_mib,
+                )
+            })
+            .collect();
+        assert_eq!(
+            offered,
+            [
+                ("8g.96gb", 3, vec![(0, 8)], Some(98_304)),
+                ("4g.48gb", 5, vec![(0, 4), (4, 4)], Some(49_152)),
+            ]
+        );
+    }
+    assert!(
+        section.accelerators[..14]
+            .iter()
+            .all(|a| a.partition_profiles.is_empty())
     );
+    // No instance is made yet (the replay's state is empty).
+    assert!(last.mig_devices.is_empty());
     // A pending switch changes nothing before a restart.
     assert_eq!(section.accelerators[13].grantable, Grantable::Whole);
     let pending = Note::PendingMode {
@@ -125,6 +140,90 @@ fn another_vendors_host_is_not_a_ppu_host() {
 
 fn copy_of(name: &str) -> tempfile::TempDir {
     accel_testkit::copy_recorded(name)
+}
+
+#[test]
+fn a_mig_card_without_placements_offers_nothing_and_says_so() {
+    let dir = copy_of("thead-16x-zw810e-mig2");
+    std::fs::write(
+        dir.path().join("commands/mig-lgipp/stdout"),
+        "PPU 15 profile ID 3 placements: {0}:8\n",
+    )
+    .unwrap();
+    let section = detect_in(dir.path(), DetectOptions::default()).unwrap();
+    assert!(section.accelerators[14].partition_profiles.is_empty());
+    let names: Vec<&str> = section.accelerators[15]
+        .partition_profiles
+        .iter()
+        .map(|p| p.name.as_str())
+        .collect();
+    assert_eq!(names, ["8g.96gb"]);
+    let uuid = section.accelerators[14].uuid.clone().unwrap();
+    for want in [
+        format!(
+            "accelerator 14 ({uuid}): MIG profile 8g.96gb (id 3) has no legal placement in ppu-smi mig -lgipp, left out"
+        ),
+        Note::NoProfiles {
+            ordinal: 14,
+            uuid: uuid.clone(),
+        }
+        .to_string(),
+        format!(
+            "accelerator 15 ({}): MIG profile 4g.48gb (id 5) has no legal placement in ppu-smi mig -lgipp, left out",
+            section.accelerators[15].uuid.as_deref().unwrap()
+        ),
+    ] {
+        assert!(section.notes.contains(&want), "{want}\n{:?}", section.notes);
+    }
+}
+
+#[test]
+fn a_profile_listed_twice_with_differing_figures_is_withheld() {
+    let dir = copy_of("thead-16x-zw810e-mig2");
+    let path = dir.path().join("commands/mig-lgip/stdout");
+    let text = std::fs::read_to_string(&path).unwrap();
+    // PPU 15 lists its 4g48gb a second time under another id.
+    let doubled = text.replace(
+        "| 15   MIG 4g48gb+gfx         6",
+        "| 15   MIG 4g48gb             6",
+    );
+    assert_ne!(doubled, text);
+    std::fs::write(&path, doubled).unwrap();
+    let section = detect_in(dir.path(), DetectOptions::default()).unwrap();
+    let names: Vec<&str> = section.accelerators[15]
+        .partition_profiles
+        .iter()
+        .map(|p| p.name.as_str())
+        .collect();
+    assert_eq!(names, ["8g.96gb"]);
+    assert_eq!(section.accelerators[14].partition_profiles.len(), 2);
+    let note = Note::DuplicateProfile {
+        ordinal: 15,
+        name: "4g.48gb".into(),
+    };
+    assert!(
+        section.notes.contains(&note.to_string()),
+        "{:?}",
+        section.notes
+    );
+}
+
+#[test]
+fn no_mig_listing_is_asked_of_a_node_with_no_card_in_mig_mode() {
+    // The whole-card host records no `ppu-smi mig` answer: a call would be a failed replay
+    // and a note.
+    let section = detect("thead-16x-zw810e");
+    assert!(
+        section.notes.iter().all(|n| !n.contains("mig")),
+        "{:?}",
+        section.notes
+    );
+    assert!(
+        section
+            .accelerators
+            .iter()
+            .all(|a| a.partition_profiles.is_empty())
+    );
 }
 
 #[test]

@@ -623,8 +623,9 @@ async fn each_manufacturers_daemon_keeps_its_state_apart_and_nvidias_where_it_wa
 }
 
 /// `serve --manufacturer thead` on the mixed 16-PPU host registers `alibabacloud.com/ppu` for
-/// the 14 whole cards (the two in MIG mode feed no family here), and `.sliced` only once the
-/// shims are staged in `<library-dir>/thead`.
+/// the 14 whole cards, the two in MIG mode as `.partitioned` and its profiles (published with
+/// the dot T-Head leaves out), and `.sliced` only once the shims are staged in
+/// `<library-dir>/thead`.
 #[tokio::test]
 async fn thead_serves_its_whole_cards_and_slices_only_with_the_shims_staged() {
     let dir = tempfile::tempdir().unwrap();
@@ -664,6 +665,7 @@ async fn thead_serves_its_whole_cards_and_slices_only_with_the_shims_staged() {
             "alibabacloud.com/ppu",
             "alibabacloud.com/ppu.shared",
             "device.gpustack.ai/thead.visibility",
+            "alibabacloud.com/ppu.partitioned",
         ];
         if staged {
             wanted.push("alibabacloud.com/ppu.sliced");
@@ -672,6 +674,7 @@ async fn thead_serves_its_whole_cards_and_slices_only_with_the_shims_staged() {
         let ppus = kubelet.devices("alibabacloud.com/ppu");
         let shared = kubelet.devices("alibabacloud.com/ppu.shared").len();
         let slices = kubelet.devices("alibabacloud.com/ppu.sliced").len();
+        let partitions = kubelet.devices("alibabacloud.com/ppu.partitioned");
         let _ = child.kill();
         let _ = child.wait();
         assert_eq!(ppus.len(), 14, "staged={staged}");
@@ -681,5 +684,13 @@ async fn thead_serves_its_whole_cards_and_slices_only_with_the_shims_staged() {
         );
         assert_eq!(shared, 140);
         assert_eq!(slices, if staged { 14 * 128 } else { 0 }, "staged={staged}");
+        // The two cards in MIG mode, each at most two partitions (two 4g.48gb, or one
+        // 8g.96gb); the profile keys are capacity the publisher patches, not plugins.
+        let mut cards: Vec<&str> = partitions
+            .iter()
+            .map(|d| d.id.split("::").next().unwrap())
+            .collect();
+        cards.dedup();
+        assert_eq!((partitions.len(), cards.len()), (4, 2), "{partitions:?}");
     }
 }

@@ -103,6 +103,57 @@ pub struct ComputeInstance {
     pub placement: Option<Placement>,
 }
 
+/// The profiles device `row` of a `-lgip` reading offers, as the inventory records them, with
+/// their placements from a `-lgipp` reading. A profile whose name (`name` turns the listed one
+/// into the inventory's spelling) is no resource-name segment (`1g.10gb+me`, `4g48gb+gfx`) is
+/// left out silently; one with no legal placement is left out with a line naming `who` and the
+/// profile (a profile nothing can be placed for must not be offered). `program` names the tool.
+pub fn offered(
+    profiles: &[GpuInstanceProfile],
+    placements: &[ProfilePlacements],
+    row: u32,
+    name: &dyn Fn(&str) -> String,
+    who: &str,
+    program: &str,
+) -> (Vec<accel_core::inventory::PartitionProfile>, Vec<String>) {
+    use accel_core::inventory::{PartitionPlacement, PartitionProfile};
+    let mut offered = Vec::new();
+    let mut notes = Vec::new();
+    for profile in profiles.iter().filter(|p| p.gpu == row) {
+        let published = name(&profile.name);
+        if !accel_core::resources::is_profile_segment(&published) {
+            continue;
+        }
+        let places: Vec<PartitionPlacement> = placements
+            .iter()
+            .filter(|p| p.gpu == row && p.profile_id == profile.id && p.size > 0)
+            .flat_map(|p| {
+                p.starts.iter().map(|start| PartitionPlacement {
+                    start: *start,
+                    size: p.size,
+                })
+            })
+            .collect();
+        if places.is_empty() {
+            notes.push(format!(
+                "{who}: MIG profile {published} (id {}) has no legal placement in {program} mig -lgipp, left out",
+                profile.id
+            ));
+            continue;
+        }
+        offered.push(PartitionProfile {
+            memory_mib: profile.memory_mib(),
+            name: published,
+            id: profile.id,
+            instances_total: profile.instances_total,
+            instances_free: profile.instances_free,
+            multiprocessors: profile.multiprocessors,
+            placements: places,
+        });
+    }
+    (offered, notes)
+}
+
 /// Reads a `mig -lgip` listing.
 pub fn parse_profiles(text: &str) -> Result<Vec<GpuInstanceProfile>, MigError> {
     let what = "GPU instance profiles";

@@ -175,8 +175,12 @@ pub fn first_line(out: &CommandOutput) -> String {
 
 /// An answer that lists nothing (`No GPU instances found: Not Found`, exit 6).
 fn says_none(out: &CommandOutput) -> bool {
+    // `No GPU instances found`, `No compute instances found`, `No MIG-enabled devices found`
+    // (a device not in MIG mode has none); never `No devices were found`, the answer for a
+    // `-i` naming no device (the card is gone, not empty).
     let line = first_line(out);
-    line.starts_with("No ") && line.contains("found")
+    line.starts_with("No ")
+        && (line.contains("instances found") || line.contains("MIG-enabled devices found"))
 }
 
 /// The number after `marker` in the first line holding it (`GPU instance ID  2`).
@@ -575,5 +579,32 @@ impl<T: MigTool> Partitioner for CliPartitioner<T> {
         let lock = self.gpu_lock(gpu);
         let _held = lock.lock().unwrap_or_else(PoisonError::into_inner);
         self.destroy_locked(commands, gpu, gpu_instance, compute_instance)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn said(text: &str) -> CommandOutput {
+        CommandOutput {
+            status: Some(6),
+            stdout: text.as_bytes().to_vec(),
+            stderr: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn nothing_found_is_empty_but_no_such_device_is_not() {
+        for empty in [
+            "No GPU instances found: Not Found\n",
+            "No compute instances found: Not Found\n",
+            "No MIG-enabled devices found.\n",
+        ] {
+            assert!(says_none(&said(empty)), "{empty}");
+        }
+        for refused in ["No devices were found\n", "Not Found\n", ""] {
+            assert!(!says_none(&said(refused)), "{refused}");
+        }
     }
 }

@@ -322,7 +322,7 @@ impl<D: Dialect> MigReplay<D> {
                 Ok(None) => {
                     return Ok(Ok(answer(
                         STATUS_NOT_FOUND,
-                        format!("No {word} with index or UUID {target} found\n"),
+                        "No devices were found\n".to_string(),
                     )));
                 }
                 Err(e) => return Ok(Err(e)),

@@ -220,6 +220,9 @@ impl Shared {
             Some(_) => None,
             None => self.claim_unowned(&parts, &gpu, &mut reserved).await,
         };
+        // Made by this call (neither the container's own, nor an unowned one it adopted): a
+        // refused answer destroys it again (spec §6.3's rollback).
+        let made_here = reserved.placement.instance.is_none() && claimed.is_none();
         let instance = match reserved.placement.instance.clone().or(claimed) {
             Some(instance) => instance,
             None => match self.materialise(&parts, &gpu, &reserved).await {
@@ -262,8 +265,63 @@ impl Shared {
                 }
                 Ok(response)
             }
-            Err(status) => Err(refused(&pool.resource, &reserved.who, status)),
+            Err(status) => {
+                if fresh && reserved.recovered.is_none() {
+                    let undone = self
+                        .undo(&parts, &gpu, &reserved, &instance, made_here)
+                        .await;
+                    tracing::warn!("{}: responder refused; {undone}", reserved.who);
+                }
+                Err(refused(&pool.resource, &reserved.who, status))
+            }
         }
+    }
+
+    /// Takes back a fresh partition whose answer was refused: its journal entry is released,
+    /// its ownership record removed, the instance destroyed when this call made it (an adopted
+    /// one is left unowned, as it was), and the reservation given back. A destroy that fails
+    /// leaves an unowned instance for the orphan pass. Says what was done.
+    async fn undo(
+        &self,
+        parts: &crate::service::Partitions,
+        gpu: &PartitionGpu,
+        reserved: &Reserved,
+        instance: &PartitionInstance,
+        made_here: bool,
+    ) -> String {
+        {
+            let mut state = self.lock();
+            if let Err(e) = state.journal.append(&Entry::Release {
+                key: reserved.key.clone(),
+            }) {
+                tracing::error!(
+                    "ledger journal: {e}; the release of {} is not journalled",
+                    reserved.key
+                );
+            }
+        }
+        let _ = self
+            .records()
+            .remove(&reserved.key.pod_uid, &reserved.key.container);
+        let undone = if made_here {
+            let (gi, ci) = (instance.gpu_instance, instance.compute_instance);
+            match parts
+                .call(gpu, move |p, c, gpu| p.destroy(c, gpu, gi, Some(ci)))
+                .await
+            {
+                Ok(Ok(())) => "the instance it made was destroyed".to_string(),
+                Ok(Err(e)) => {
+                    format!("the instance it made could not be destroyed ({e}); it is left unowned")
+                }
+                Err(e) => {
+                    format!("the instance it made could not be destroyed ({e}); it is left unowned")
+                }
+            }
+        } else {
+            "the adopted instance is left unowned".to_string()
+        };
+        self.give_back(reserved);
+        undone
     }
 
     /// Under the ledger lock: the container's partition as it stands (a retry), or a new

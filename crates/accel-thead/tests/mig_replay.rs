@@ -1,0 +1,142 @@
+//! The recorded mixed host (`thead-16x-zw810e-mig2`) replayed with its MIG state: `ppu-smi mig`
+//! behind the partition seam changes the state, and `-L`, the device table's `MIG devices:`
+//! and `Processes:` tables, the detector and the driver's capability tree follow it.
+
+use std::path::Path;
+
+use accel_backend::mig_cli::replay::MigState;
+use accel_backend::partition::{PartitionErrorKind, PartitionGpu, Partitioner};
+use accel_host::{Commands, FsHost, Host, RecordedCommands};
+use accel_thead::detector::{self, DetectOptions};
+use accel_thead::mig::PpuSmiPartitioner;
+use accel_thead::mig_replay::{self, STATE_FILE, capability_minors};
+
+fn replayed(dir: &Path) -> Box<dyn Commands> {
+    mig_replay::wrap(dir, Box::new(RecordedCommands::load(dir).unwrap()))
+}
+
+fn card(commands: &dyn Commands, dir: &Path, ordinal: u32) -> PartitionGpu {
+    let host = FsHost::new(dir.join("root"));
+    let section = detector::detect(&host, commands, DetectOptions::default()).unwrap();
+    PartitionGpu {
+        index: ordinal,
+        uuid: section.accelerators[ordinal as usize].uuid.clone(),
+    }
+}
+
+#[test]
+fn a_partition_made_by_uuid_is_listed_detected_and_given_capability_nodes() {
+    let dir = accel_testkit::copy_recorded("thead-16x-zw810e-mig2");
+    let commands = replayed(dir.path());
+    let ppu15 = card(commands.as_ref(), dir.path(), 15);
+    let p = PpuSmiPartitioner::default();
+
+    let geometry = p.geometry(commands.as_ref(), &ppu15).unwrap();
+    let names: Vec<&str> = geometry.profiles.iter().map(|g| g.name.as_str()).collect();
+    assert_eq!(names, ["8g.96gb", "4g.48gb"]);
+
+    let made = p.create(commands.as_ref(), &ppu15, 5, 4).unwrap();
+    assert_eq!((made.gpu_instance, made.start, made.size), (0, 4, 4));
+    assert_eq!(made.profile, "4g.48gb");
+    let uuid = made.uuid.clone().unwrap();
+    assert!(uuid.starts_with("MIG-") && uuid.rsplit('-').next().unwrap().len() == 13);
+    // The full-card profile no longer fits; the other half still does.
+    let full = p.create(commands.as_ref(), &ppu15, 3, 0).unwrap_err();
+    assert_eq!(full.kind, PartitionErrorKind::NoRoom);
+    let other = p.create(commands.as_ref(), &ppu15, 5, 0).unwrap();
+    assert_eq!(other.gpu_instance, 1);
+    assert_ne!(other.uuid, made.uuid);
+    let listed = p.instances(commands.as_ref(), &ppu15).unwrap();
+    assert_eq!(listed.len(), 2);
+    assert_eq!(listed[0].uuid.as_deref(), Some(uuid.as_str()));
+    // PPU 14 is untouched.
+    let ppu14 = card(commands.as_ref(), dir.path(), 14);
+    assert!(p.instances(commands.as_ref(), &ppu14).unwrap().is_empty());
+
+    // The detector sees the MIG devices the replay now lists.
+    let host = FsHost::new(dir.path().join("root"));
+    let section = detector::detect(&host, commands.as_ref(), DetectOptions::default()).unwrap();
+    let devices: Vec<Option<&str>> = section.accelerators[15]
+        .mig_devices
+        .iter()
+        .map(|m| m.uuid.as_deref())
+        .collect();
+    assert_eq!(devices, [Some(uuid.as_str()), other.uuid.as_deref()]);
+    assert_eq!(
+        section.accelerators.len(),
+        16,
+        "the MIG table breaks no card row"
+    );
+
+    // The capability tree names both instances' nodes, each a node of its minor.
+    let (gi, ci) = capability_minors(15, 0, 0);
+    let access = "/proc/driver/alixpu/capabilities/ppu15/mig/gi0";
+    assert_eq!(
+        host.read_to_string(&format!("{access}/access")).unwrap(),
+        format!("DeviceFileMinor: {gi}\n")
+    );
+    assert_eq!(
+        host.read_to_string(&format!("{access}/ci0/access"))
+            .unwrap(),
+        format!("DeviceFileMinor: {ci}\n")
+    );
+    let node = host
+        .char_device(&format!("/dev/alixpu-caps/alixpu-cap{ci}"))
+        .unwrap()
+        .unwrap();
+    assert_eq!(node.minor, ci);
+
+    // A busy instance shows a process and refuses its destroy; freed, it goes CI then GI.
+    let path = dir.path().join(STATE_FILE);
+    let mut state = MigState::load(&path).unwrap();
+    state
+        .instances
+        .iter_mut()
+        .find(|i| i.gpu_instance == 0)
+        .unwrap()
+        .busy = true;
+    state.save(&path).unwrap();
+    assert_eq!(p.busy(commands.as_ref(), &ppu15).unwrap(), [0]);
+    assert!(p.busy(commands.as_ref(), &ppu14).unwrap().is_empty());
+    let in_use = p
+        .destroy(commands.as_ref(), &ppu15, 0, Some(0))
+        .unwrap_err();
+    assert_eq!(in_use.kind, PartitionErrorKind::InUse);
+    let mut state = MigState::load(&path).unwrap();
+    state.instances.iter_mut().for_each(|i| i.busy = false);
+    state.save(&path).unwrap();
+    p.destroy(commands.as_ref(), &ppu15, 0, Some(0)).unwrap();
+    let left: Vec<u32> = p
+        .instances(commands.as_ref(), &ppu15)
+        .unwrap()
+        .iter()
+        .map(|i| i.gpu_instance)
+        .collect();
+    assert_eq!(left, [1]);
+    assert!(
+        !host.exists(access),
+        "a destroyed instance's capability directory goes"
+    );
+    assert!(
+        host.exists(&format!("/dev/alixpu-caps/alixpu-cap{ci}")),
+        "its nodes stay"
+    );
+    // GI ids are reused from 0.
+    let again = p.create(commands.as_ref(), &ppu15, 5, 4).unwrap();
+    assert_eq!(again.gpu_instance, 0);
+    assert_ne!(again.uuid.as_deref(), Some(uuid.as_str()));
+}
+
+#[test]
+fn an_unknown_card_uuid_is_not_found() {
+    let dir = accel_testkit::copy_recorded("thead-16x-zw810e-mig2");
+    let commands = replayed(dir.path());
+    let ghost = PartitionGpu {
+        index: 15,
+        uuid: Some("GPU-no-such-card".into()),
+    };
+    let e = PpuSmiPartitioner::default()
+        .geometry(commands.as_ref(), &ghost)
+        .unwrap_err();
+    assert!(e.to_string().contains("GPU-no-such-card"), "{e}");
+}
