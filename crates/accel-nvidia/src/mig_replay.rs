@@ -97,31 +97,12 @@ impl Dialect for NvidiaSmi {
 }
 
 fn list_with(text: &str, state: &MigState) -> String {
-    let mut out = String::new();
-    for line in text.lines() {
-        let trimmed = line.trim();
-        if trimmed.starts_with("MIG ") {
-            continue;
-        }
-        out.push_str(line);
-        out.push('\n');
-        let index = trimmed
-            .strip_prefix("GPU ")
-            .and_then(|rest| rest.split_once(':'))
-            .and_then(|(n, _)| n.trim().parse::<u32>().ok());
-        let Some(gpu) = index else { continue };
-        let mut device = 0;
-        for instance in state.on(Some(gpu)) {
-            for compute in &instance.compute_instances {
-                out.push_str(&format!(
-                    "  MIG {:<12} Device {device:>2}: (UUID: {})\n",
-                    instance.profile, compute.uuid
-                ));
-                device += 1;
-            }
-        }
-    }
-    out
+    replay::list_with_children(text, state, "GPU ", &|device, instance, compute| {
+        format!(
+            "  MIG {:<12} Device {device:>2}: (UUID: {})",
+            instance.profile, compute.uuid
+        )
+    })
 }
 
 /// nvidia-smi's index of each `<gpu id="…">` element of a report, by document position: GPUs

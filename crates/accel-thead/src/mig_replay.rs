@@ -81,15 +81,12 @@ impl Dialect for PpuSmiReplay {
             .map(|c| c.index))
     }
 
-    fn mig_uuid(&self, gpu: u32, gpu_instance: u32, serial: u64) -> String {
-        format!(
-            "MIG-{:08x}-{:04x}-{:04x}-{:04x}-{:013x}",
-            0x7070_7500_u32 | (gpu & 0xff),
-            gpu_instance & 0xffff,
-            (serial >> 48) & 0xffff,
-            (serial >> 32) & 0xffff,
-            serial & 0xffff_ffff_ffff
-        )
+    fn uuid_tag(&self) -> u32 {
+        0x7070_7500
+    }
+
+    fn uuid_last_digits(&self) -> usize {
+        13
     }
 
     fn renders(&self, argv: &[&str]) -> bool {
@@ -132,27 +129,14 @@ fn devices_of(state: &MigState, gpu: u32) -> Vec<(&StateInstance, u32, &str)> {
 }
 
 fn list_with(text: &str, state: &MigState) -> String {
-    let mut out = String::new();
-    for line in text.lines() {
-        let trimmed = line.trim();
-        if trimmed.starts_with("MIG ") {
-            continue;
-        }
-        out.push_str(line);
-        out.push('\n');
-        let index = trimmed
-            .strip_prefix("PPU ")
-            .and_then(|rest| rest.split_once(':'))
-            .and_then(|(n, _)| n.trim().parse::<u32>().ok());
-        let Some(gpu) = index else { continue };
-        for (device, (instance, ci, uuid)) in devices_of(state, gpu).into_iter().enumerate() {
-            out.push_str(&format!(
-                "    MIG g{gi}.c{ci}.i{ci}, Device {device} (UUID: {uuid})\n",
-                gi = instance.gpu_instance
-            ));
-        }
-    }
-    out
+    replay::list_with_children(text, state, "PPU ", &|device, instance, compute| {
+        format!(
+            "    MIG g{gi}.c{ci}.i{ci}, Device {device} (UUID: {uuid})",
+            gi = instance.gpu_instance,
+            ci = compute.id,
+            uuid = compute.uuid
+        )
+    })
 }
 
 /// The memory a profile name states, in MiB (`4g48gb` → 49152).

@@ -148,17 +148,15 @@ pub trait Dialect: Send + Sync + 'static {
         slices
     }
 
-    /// The device UUID of the compute instance made on `gpu`'s GI `gpu_instance`, the
-    /// `serial`th made on this host.
-    fn mig_uuid(&self, gpu: u32, gpu_instance: u32, serial: u64) -> String {
-        format!(
-            "MIG-{:08x}-{:04x}-{:04x}-{:04x}-{:012x}",
-            0x6d69_6700_u32 | (gpu & 0xff),
-            gpu_instance & 0xffff,
-            (serial >> 48) & 0xffff,
-            (serial >> 32) & 0xffff,
-            serial & 0xffff_ffff_ffff
-        )
+    /// The first group of the MIG UUIDs the replay mints (the device index is or'ed into its
+    /// low byte); every UUID also carries the GI and the host's create serial.
+    fn uuid_tag(&self) -> u32 {
+        0x6d69_6700
+    }
+
+    /// How many hex digits the last group of a MIG UUID has (12 in the 8-4-4-4-12 shape).
+    fn uuid_last_digits(&self) -> usize {
+        12
     }
 
     /// Whether `argv` (not a `mig` call) is one whose answer [`Dialect::render`] rebuilds from
@@ -486,7 +484,7 @@ impl<D: Dialect> MigReplay<D> {
             state.serial += 1;
             compute_instances.push(StateCompute {
                 id: 0,
-                uuid: self.dialect.mig_uuid(gpu, gpu_instance, state.serial),
+                uuid: mig_uuid(&self.dialect, gpu, gpu_instance, state.serial),
             });
             text.push_str(&format!(
                 "Successfully created compute instance ID  0 on {word} {gpu:>2} GPU instance ID {gpu_instance:>2} using profile MIG {} (ID {:>2})\n",
@@ -537,6 +535,54 @@ impl<D: Dialect> MigReplay<D> {
         }
         answer(0, text)
     }
+}
+
+/// The device UUID of the compute instance made on `gpu`'s GI `gpu_instance`, the `serial`th
+/// made on this host, in the dialect's shape.
+fn mig_uuid(dialect: &impl Dialect, gpu: u32, gpu_instance: u32, serial: u64) -> String {
+    format!(
+        "MIG-{:08x}-{:04x}-{:04x}-{:04x}-{:0width$x}",
+        dialect.uuid_tag() | (gpu & 0xff),
+        gpu_instance & 0xffff,
+        (serial >> 48) & 0xffff,
+        (serial >> 32) & 0xffff,
+        serial & 0xffff_ffff_ffff,
+        width = dialect.uuid_last_digits()
+    )
+}
+
+/// A recorded device list (`<word> <n>: …` lines, as `-L` prints them) with the recorded MIG
+/// children dropped and the state's listed under each device instead: `child` renders one
+/// compute instance, given its number on the device (from 0, GI then CI order).
+pub fn list_with_children(
+    text: &str,
+    state: &MigState,
+    word: &str,
+    child: &dyn Fn(usize, &StateInstance, &StateCompute) -> String,
+) -> String {
+    let mut out = String::new();
+    for line in text.lines() {
+        let trimmed = line.trim();
+        if trimmed.starts_with("MIG ") {
+            continue;
+        }
+        out.push_str(line);
+        out.push('\n');
+        let index = trimmed
+            .strip_prefix(word)
+            .and_then(|rest| rest.trim_start().split_once(':'))
+            .and_then(|(n, _)| n.trim().parse::<u32>().ok());
+        let Some(gpu) = index else { continue };
+        let computes = state
+            .on(Some(gpu))
+            .into_iter()
+            .flat_map(|i| i.compute_instances.iter().map(move |c| (i, c)));
+        for (device, (instance, compute)) in computes.enumerate() {
+            out.push_str(&child(device, instance, compute));
+            out.push('\n');
+        }
+    }
+    out
 }
 
 /// The compute slices a profile name states (`3g.40gb`, `4g48gb` → 3, 4); 1 when none.
