@@ -86,6 +86,45 @@ pub struct DriverRead {
     pub reason: String,
 }
 
+/// The driver-read row of a MIG-capable manufacturer (NVIDIA, T-Head): its name.
+pub const MIG_PARTITIONING: &str = "mig-partitioning";
+
+/// `mig-partitioning` of one accelerator, read off the detection (never by creating an
+/// instance): `ok` when MIG mode is on and the driver declares at least one profile,
+/// `unavailable` when the mode is on and no profile could be read (`listing` names the command
+/// that lists them), `not-declared` when MIG is off or absent (`device`: what the vendor calls
+/// the accelerator, `GPU`, `PPU`).
+pub fn mig_partitioning(accelerator: &Accelerator, device: &str, listing: &str) -> DriverRead {
+    use accel_core::inventory::MigMode;
+    let (state, reason) = match accelerator.mig_mode {
+        Some(MigMode::Enabled) if !accelerator.partition_profiles.is_empty() => {
+            let names: Vec<&str> = accelerator
+                .partition_profiles
+                .iter()
+                .map(|p| p.name.as_str())
+                .collect();
+            (
+                State::Ok,
+                format!("MIG mode is on; profiles {}", names.join(", ")),
+            )
+        }
+        Some(MigMode::Enabled) => (
+            State::Unavailable,
+            format!("MIG mode is on but the driver named no profile ({listing})"),
+        ),
+        Some(MigMode::Disabled) => (State::NotDeclared, "MIG mode is off".into()),
+        None => (
+            State::NotDeclared,
+            format!("the {device} has no MIG mode (not MIG-capable)"),
+        ),
+    };
+    DriverRead {
+        capability: MIG_PARTITIONING,
+        state,
+        reason,
+    }
+}
+
 /// What a row that asks the node itself (not only the detected inventory) is given.
 pub struct NodeAccess<'a> {
     /// The vendor CLI as this process runs it (the container's own view of the driver).
@@ -224,6 +263,12 @@ pub trait Preflight: Send + Sync {
     /// The shell script a probe runs (prints the maps between markers, then the memory).
     fn probe_script(&self) -> String {
         String::new()
+    }
+    /// Environment a probe container gets over the injection's own (T-Head's
+    /// `LIBHGGC_LOG_LEVEL=2`, so the shim's debug lines are in what the probe prints); empty
+    /// where the injection is all.
+    fn probe_env(&self) -> Vec<(&'static str, &'static str)> {
+        Vec::new()
     }
     /// Reads a probe's standard output.
     fn read_probe(&self, _stdout: &str) -> ProbeReading {

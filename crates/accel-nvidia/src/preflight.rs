@@ -9,10 +9,12 @@
 
 use std::collections::BTreeSet;
 
-use accel_backend::preflight::{ContainerCli, DriverRead, Preflight, ProbeReading, State, Tier};
+use accel_backend::preflight::{
+    ContainerCli, DriverRead, Preflight, ProbeReading, Tier, mig_partitioning,
+};
 use accel_backend::respond::Injection;
 use accel_core::Manufacturer;
-use accel_core::inventory::{Accelerator, Grantable, MigMode};
+use accel_core::inventory::{Accelerator, Grantable};
 
 use crate::responder::{CDI_ANNOTATION, CDI_KIND, PRELOAD_LIBRARY};
 
@@ -20,8 +22,7 @@ use crate::responder::{CDI_ANNOTATION, CDI_KIND, PRELOAD_LIBRARY};
 pub const MAPS_BEGIN: &str = "gpustack-preflight-maps-begin";
 /// The marker a probe prints after its maps.
 pub const MAPS_END: &str = "gpustack-preflight-maps-end";
-/// The driver-read row's name.
-pub const MIG_PARTITIONING: &str = "mig-partitioning";
+pub use accel_backend::preflight::MIG_PARTITIONING;
 
 /// NVIDIA's preflight row.
 #[derive(Debug, Clone, Copy, Default)]
@@ -54,33 +55,7 @@ impl Preflight for NvidiaPreflight {
     /// `ok`: MIG mode is on and the GPU declares at least one profile; `unavailable`: the mode
     /// is on and no profile could be read; `not-declared`: MIG is off or absent.
     fn driver_read(&self, accelerator: &Accelerator) -> Option<DriverRead> {
-        let (state, reason) = match accelerator.mig_mode {
-            Some(MigMode::Enabled) if !accelerator.partition_profiles.is_empty() => {
-                let names: Vec<&str> = accelerator
-                    .partition_profiles
-                    .iter()
-                    .map(|p| p.name.as_str())
-                    .collect();
-                (
-                    State::Ok,
-                    format!("MIG mode is on; profiles {}", names.join(", ")),
-                )
-            }
-            Some(MigMode::Enabled) => (
-                State::Unavailable,
-                "MIG mode is on but the driver named no profile (nvidia-smi mig -lgip)".into(),
-            ),
-            Some(MigMode::Disabled) => (State::NotDeclared, "MIG mode is off".into()),
-            None => (
-                State::NotDeclared,
-                "the GPU has no MIG mode (not MIG-capable)".into(),
-            ),
-        };
-        Some(DriverRead {
-            capability: MIG_PARTITIONING,
-            state,
-            reason,
-        })
+        Some(mig_partitioning(accelerator, "GPU", "nvidia-smi mig -lgip"))
     }
 
     fn partition_backed(&self, accelerator: &Accelerator) -> bool {
@@ -165,7 +140,8 @@ impl Preflight for NvidiaPreflight {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use accel_core::inventory::{PartitionProfile, Source};
+    use accel_backend::preflight::State;
+    use accel_core::inventory::{MigMode, PartitionProfile, Source};
 
     #[test]
     fn the_host_listing_counts_gpus_not_their_mig_devices() {

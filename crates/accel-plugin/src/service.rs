@@ -222,6 +222,9 @@ struct State {
     /// Partition grants whose Pod is gone and whose instance is being destroyed: they stay in
     /// the ledger, occupying their placement, until it is ([`partition`]).
     reclaiming: BTreeSet<GrantKey>,
+    /// How many reclaim passes in a row found each gone Pod's partition busy or refused
+    /// ([`partition`]: logged once, at [`partition::RECLAIM_LOG_AFTER`]).
+    reclaim_blocked: BTreeMap<GrantKey, u32>,
     /// Partition grants whose instance was not found live after a restart: never acted on,
     /// their container's next Allocate is refused ([`partition`]).
     stale: BTreeMap<GrantKey, String>,
@@ -295,6 +298,7 @@ impl DevicePlugins {
                 direct: BTreeMap::new(),
                 unverified: Vec::new(),
                 reclaiming: BTreeSet::new(),
+                reclaim_blocked: BTreeMap::new(),
                 stale: BTreeMap::new(),
                 orphans: orphans::OrphanBook::default(),
             }),

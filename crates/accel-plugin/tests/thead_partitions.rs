@@ -286,3 +286,42 @@ async fn a_capability_node_of_another_minor_refuses_and_leaves_nothing_made() {
     assert_eq!(rig.state().instances.len(), 1);
     assert!(rig.marker("b", &card).exists());
 }
+
+/// Spec §6.5: a gone Pod's partition a compute process runs on is not destroyed (ppu-smi is
+/// not known to refuse that destroy, so the replay lets it through: only the allocator's own
+/// process check keeps it); it stays charged and occupied, and goes once the process ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gone_pods_partition_is_kept_while_a_process_runs_on_it() {
+    let rig = Rig::new().await;
+    rig.kubelet.create(owner("c", false));
+    rig.kubelet.admit("c").await.unwrap();
+    let file = rig.dir.path().join("host").join(STATE_FILE);
+    let set_busy = |busy: bool| {
+        let mut state = rig.state();
+        state.instances[0].busy = busy;
+        state.save(&file).unwrap();
+    };
+    set_busy(true);
+    let card = rig.accelerators[rig.state().instances[0].gpu as usize]
+        .uuid
+        .clone()
+        .unwrap();
+    rig.kubelet.delete("c");
+    // Past the first pass (and its retries' worth of time): still there, still charged.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(rig.state().instances.len(), 1, "destroyed while busy");
+    assert!(rig.marker("c", &card).exists(), "its marker is kept");
+    let plugins = rig.plugins.as_ref().unwrap();
+    assert_eq!(plugins.ledger().grants().len(), 1, "still charged");
+    // The process ends: the next pass reclaims it.
+    set_busy(false);
+    rig.wait_state("c's instance destroyed once idle", |s| {
+        s.instances.is_empty()
+    })
+    .await;
+    let until = tokio::time::Instant::now() + Duration::from_secs(5);
+    while !plugins.ledger().grants().is_empty() {
+        assert!(tokio::time::Instant::now() < until, "its grant released");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}

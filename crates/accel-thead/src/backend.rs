@@ -39,7 +39,7 @@ pub fn backend() -> Backend {
         faults: None,
         reset: Reset::Refused(RESET_REFUSAL.to_string()),
         doctor: Some(Arc::new(TheadDoctor)),
-        preflight: None,
+        preflight: Some(Arc::new(crate::preflight::TheadPreflight)),
         sampler: Some(Arc::new(PpuSmiSampler)),
         record: record_plan(),
         state_dir: StateDirRule::Named,

@@ -154,6 +154,8 @@ impl fmt::Display for Note {
 pub struct Sources {
     pub pci: Vec<PciFunction>,
     pub table: Option<SmiTable>,
+    /// The device table's `MIG devices:` rows (empty with no card in MIG mode).
+    pub mig_rows: Vec<smi::MigRow>,
     pub list: Vec<ListedCard>,
     pub query: Option<Query>,
     /// `ppu-smi mig -lgip` and `-lgipp`, read only when a card is in MIG mode.
@@ -223,10 +225,12 @@ pub fn read_sources(
         return Err(CallOutcome::NotAPpuHost);
     }
     let budget = Budget::start(options.deadlines);
-    let table = match call(commands, &budget, smi::TABLE_ARGV)
-        .and_then(|t| smi::parse_table(&t).map_err(CallFailure::Smi))
-    {
-        Ok(table) => table,
+    let (table, mig_rows) = match call(commands, &budget, smi::TABLE_ARGV).and_then(|t| {
+        smi::parse_table(&t)
+            .map(|table| (table, smi::parse_mig_table(&t)))
+            .map_err(CallFailure::Smi)
+    }) {
+        Ok(read) => read,
         Err(CallFailure::NotInstalled) => {
             return Err(CallOutcome::empty(
                 &sources,
@@ -240,6 +244,7 @@ pub fn read_sources(
         Err(CallFailure::Other(e)) => return Err(CallOutcome::Unmeasured(e)),
     };
     sources.table = Some(table);
+    sources.mig_rows = mig_rows;
     match call(commands, &budget, smi::LIST_ARGV)
         .and_then(|t| smi::parse_list(&t).map_err(CallFailure::Smi))
     {
@@ -500,14 +505,22 @@ pub fn join(sources: &Sources) -> ManufacturerInventory {
                 l.mig
                     .iter()
                     .enumerate()
-                    .map(|(i, m)| MigDevice {
-                        index: m.device.unwrap_or(u32::try_from(i).unwrap_or(u32::MAX)),
-                        gpu_instance_id: None,
-                        compute_instance_id: None,
-                        uuid: m.uuid.clone(),
-                        profile: m.profile.clone(),
-                        memory_mib: None,
-                        multiprocessors: None,
+                    .map(|(i, m)| {
+                        let device = m.device.unwrap_or(u32::try_from(i).unwrap_or(u32::MAX));
+                        // The MIG devices table names the same device by card and number.
+                        let row = sources
+                            .mig_rows
+                            .iter()
+                            .find(|r| r.card == Some(l.index) && r.device == Some(device));
+                        MigDevice {
+                            index: device,
+                            gpu_instance_id: row.and_then(|r| r.gpu_instance),
+                            compute_instance_id: row.and_then(|r| r.compute_instance),
+                            uuid: m.uuid.clone(),
+                            profile: m.profile.clone(),
+                            memory_mib: row.and_then(|r| r.memory_total_mib),
+                            multiprocessors: None,
+                        }
                     })
                     .collect()
             })

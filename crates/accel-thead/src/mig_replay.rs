@@ -18,7 +18,8 @@
 //! `NOTES.md`): GPU instance ids from 0 (the manual's MIG devices table shows GI 0); the
 //! capability minors `229376 + 256·index + 16·GI` for a GPU instance and one more than that
 //! plus the CI for its compute instance (so PPU 1's GI 0 and CI 0 are the manual's 229632 and
-//! 229633); MIG UUIDs with a 13-hex-digit last group, as the manual's are.
+//! 229633); MIG UUIDs with a 13-hex-digit last group, as the manual's are; a busy instance's
+//! destroy is not refused (only the allocator's process check keeps it).
 
 use std::path::Path;
 use std::time::Duration;
@@ -87,6 +88,13 @@ impl Dialect for PpuSmiReplay {
 
     fn uuid_last_digits(&self) -> usize {
         13
+    }
+
+    /// No capture shows ppu-smi refusing a destroy while a process runs (the spec says only
+    /// that an open device node does not block one, and a live CI blocks its GI's): the replay
+    /// lets it through, so a busy partition is kept by the allocator's own process check.
+    fn busy_refuses_destroy(&self) -> bool {
+        false
     }
 
     fn renders(&self, argv: &[&str]) -> bool {

@@ -856,3 +856,129 @@ fn metax_reads_sgpu_mode_and_simulates_its_slices_without_writing_sysfs() {
             .exists()
     );
 }
+
+/// spec/thead.md §8 on the mixed recorded host (cards 14 and 15 in MIG mode): no host
+/// cross-check; `mig-partitioning` ok on the MIG cards, whose management rows stop at declared
+/// with no sliced rows, and not-declared on the whole cards; the probe needs `--probe-image`
+/// (no default) and, given one, gets the devices as the injection's own `--device` nodes (no
+/// vendor runtime) and the shim's debug level.
+#[test]
+fn thead_reads_mig_partitioning_per_card_and_probes_with_the_given_image() {
+    let host = tempfile::tempdir().unwrap();
+    support::copy_tree(&support::hosts().join("thead-16x-zw810e-mig2"), host.path());
+    overlay(&preflight_dir().join("layers/docker-node"), host.path());
+    let library = host.path().join("root/var/lib/gpustack/operator/lib/thead");
+    std::fs::create_dir_all(&library).unwrap();
+    for shim in ["hgml_dlsym_hook.so", "hggc_quota.so", "ppu-monitor"] {
+        std::fs::write(library.join(shim), b"\x7fELF").unwrap();
+    }
+    std::fs::write(
+        library.join("ld.so.preload"),
+        "/usr/local/vppu/hgml_dlsym_hook.so\n/usr/local/vppu/hggc_quota.so\n",
+    )
+    .unwrap();
+
+    let run = preflight(host.path(), &["--manufacturer", "thead"]);
+    let doc = yaml(&run);
+    let group = &doc["accelerators"][0];
+    assert_eq!(
+        group["manufacturer"].as_str(),
+        Some("thead"),
+        "{}",
+        run.stdout
+    );
+    assert_eq!(group["detection"]["state"].as_str(), Some("ok"));
+    assert_eq!(group["detection"]["accelerators"].as_u64(), Some(16));
+    assert_eq!(
+        group["detection"]["command"].as_str(),
+        None,
+        "no host listing"
+    );
+    let modes = checks_of(&doc, "mig-partitioning");
+    assert_eq!(modes.len(), 16);
+    for (i, (state, reason)) in modes.iter().enumerate() {
+        if i >= 14 {
+            assert_eq!(state, "ok", "card {i}: {reason}");
+            assert!(reason.starts_with("MIG mode is on; profiles "), "{reason}");
+            assert!(reason.contains("4g.48gb"), "{reason}");
+        } else {
+            assert_eq!(
+                (state.as_str(), reason.as_str()),
+                ("not-declared", "MIG mode is off"),
+                "card {i}"
+            );
+        }
+    }
+    let checks = group["checks"].as_sequence().unwrap();
+    let of = |card: &str| -> Vec<(String, String, String)> {
+        let name = checks
+            .iter()
+            .filter(|r| r["capability"] == "mig-partitioning")
+            .nth(card.parse().unwrap())
+            .unwrap()["accelerator"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        rows(&doc, &name)
+    };
+    assert_eq!(
+        of("15"),
+        vec![
+            row("mig-partitioning", "ok", "declared"),
+            row("sidecar-visibility", "ok", "declared"),
+            row("co-tenancy", "ok", "declared"),
+        ]
+    );
+    // A whole card: no image given, so the probe is printed, not run, and says what it needs.
+    let loaded = checks
+        .iter()
+        .find(|r| r["capability"] == "sliced-runtime-loaded")
+        .unwrap();
+    assert_eq!(loaded["depth"], "simulated", "{loaded:?}");
+    assert!(
+        loaded["reason"].as_str().unwrap().contains(
+            "not run: thead has no default probe image (the workload image brings the runtime); give --probe-image"
+        ),
+        "{loaded:?}"
+    );
+    assert!(of("0").contains(&row("mig-partitioning", "not-declared", "declared")));
+
+    // Given an image, each probe's command is the injection alone plus the debug level.
+    let run = preflight(
+        host.path(),
+        &[
+            "--manufacturer",
+            "thead",
+            "--dry-run",
+            "--probe-image",
+            "registry.example/ppu-workload:1",
+        ],
+    );
+    let doc = yaml(&run);
+    let steps: Vec<&str> = doc["accelerators"][0]["steps"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .map(|s| s.as_str().unwrap())
+        .collect();
+    let quota = steps
+        .iter()
+        .find(|s| s.contains("--name gpustack-preflight-thead-0-quota"))
+        .unwrap_or_else(|| panic!("{steps:?}"));
+    assert!(!quota.contains("--runtime"), "{quota}");
+    for part in [
+        "-e HGGC_DEVICE_MEMORY_LIMIT_0=",
+        "-e HGGC_DEVICE_SM_LIMIT=",
+        "-e LIBHGGC_LOG_LEVEL=2",
+        "--device /dev/alixpu:/dev/alixpu:rw",
+        "--device /dev/alixpu_ppu0:/dev/alixpu_ppu0:rw",
+        "/usr/local/vppu/hggc_quota.so:ro",
+        "registry.example/ppu-workload:1 sh -c",
+        "/usr/local/vppu/ppu-monitor",
+    ] {
+        assert!(quota.contains(part), "{part} missing from {quota}");
+    }
+    // No probe of a MIG card: three probes for each of the 14 whole cards, a sweep each side.
+    assert_eq!(steps.len(), 14 * 3 + 2, "{steps:?}");
+    assert!(!steps.iter().any(|s| s.contains("thead-14-")), "{steps:?}");
+}

@@ -159,6 +159,13 @@ pub trait Dialect: Send + Sync + 'static {
         12
     }
 
+    /// Whether the tool refuses to destroy a compute instance a process runs on (`In use by
+    /// another client`: nvidia-smi does). A dialect that says no lets the destroy through, so
+    /// what keeps a working partition is the allocator's own process check.
+    fn busy_refuses_destroy(&self) -> bool {
+        true
+    }
+
     /// Whether `argv` (not a `mig` call) is one whose answer [`Dialect::render`] rebuilds from
     /// the state.
     fn renders(&self, argv: &[&str]) -> bool;
@@ -370,7 +377,13 @@ impl<D: Dialect> MigReplay<D> {
             }
             (Some("-dci"), Some(gpu)) => {
                 let mut state = MigState::load(&self.state)?;
-                let out = destroy_compute(word, &mut state, gpu, args);
+                let out = destroy_compute(
+                    word,
+                    &mut state,
+                    gpu,
+                    args,
+                    self.dialect.busy_refuses_destroy(),
+                );
                 self.save(&state)?;
                 Ok(Ok(out))
             }
@@ -599,6 +612,7 @@ fn destroy_compute(
     state: &mut MigState,
     gpu: u32,
     args: &MigArgs<'_>,
+    busy_refuses: bool,
 ) -> CommandOutput {
     let Some(gi) = args.gpu_instance else {
         return answer(
@@ -633,7 +647,7 @@ fn destroy_compute(
             ),
         );
     }
-    if instance.busy {
+    if instance.busy && busy_refuses {
         return answer(
             STATUS_OTHER,
             format!(

@@ -23,8 +23,11 @@
 //! task destroys the CI, then the GI, with no lock held. The instance is destroyed only while it
 //! is the one recorded (the GI still carries the recorded MIG UUID: GI ids are reused); `In use`
 //! is retried [`RECLAIM_ATTEMPTS`] times, doubling from [`RECLAIM_FIRST_RETRY`], and a straggler
-//! is logged and tried again [`RECLAIM_REPASS`] later; other GPUs never wait for it. Then the
-//! grant is released, journalled, and the ownership record removed.
+//! is tried again [`RECLAIM_REPASS`] later; other GPUs never wait for it. An instance a compute
+//! process runs on (the vendor's process listing, [`accel_backend::Partitioner::busy`]) is not
+//! destroyed that pass (spec/thead.md §6.5). A partition blocked pass after pass is logged once,
+//! at the [`RECLAIM_LOG_AFTER`]th, not every pass. Then the grant is released, journalled, and the
+//! ownership record removed.
 //!
 //! Restart: after the journal is read, every partition grant's instance is looked up live; one
 //! whose GI is gone or carries another MIG UUID is marked stale and never acted on: its
@@ -57,6 +60,22 @@ pub const RECLAIM_ATTEMPTS: u32 = 5;
 pub const RECLAIM_FIRST_RETRY: Duration = Duration::from_millis(100);
 /// When a reclaim that gave up is tried again.
 pub const RECLAIM_REPASS: Duration = Duration::from_secs(5);
+/// After how many blocked reclaim passes in a row a gone Pod's partition is logged (once, at
+/// warn; the passes before and after it at debug), as the described system's
+/// `reclaimMaxDestroyMisses` (spec/thead.md §6.5).
+pub const RECLAIM_LOG_AFTER: u32 = 8;
+
+/// What one reclaim attempt found.
+enum Reclaim {
+    /// A GPU instance on the accelerator is subdivided: nothing on it is destroyed.
+    Subdivided(Vec<(u32, u32, u32)>),
+    /// The recorded instance is no longer live (or carries another MIG UUID).
+    Gone,
+    /// A compute process runs on the instance: left alone this pass.
+    Busy,
+    /// The CI, then the GI, destroyed.
+    Destroyed,
+}
 
 /// Whether a grant is a partition whose instance was made.
 /// A gone Pod that holds a partition instance: its instances are queued on `reclaim` (they stay
@@ -667,6 +686,7 @@ impl Shared {
             return;
         };
         let mut pause = RECLAIM_FIRST_RETRY;
+        let mut blocked = None;
         for attempt in 1..=RECLAIM_ATTEMPTS {
             let made = instance.clone();
             let outcome = parts
@@ -674,13 +694,20 @@ impl Shared {
                     let live = partitioner.instances(commands, target)?;
                     let split = super::orphans::subdivided(&live);
                     if !split.is_empty() {
-                        return Ok(Err(split));
+                        return Ok(Reclaim::Subdivided(split));
                     }
                     let ours = live.iter().any(|i| {
                         i.gpu_instance == made.gpu_instance && i.uuid.as_deref() == Some(&made.uuid)
                     });
                     if !ours {
-                        return Ok(Ok(false));
+                        return Ok(Reclaim::Gone);
+                    }
+                    // A compute process on it is somebody's work: left for a later pass.
+                    if partitioner
+                        .busy(commands, target)?
+                        .contains(&made.gpu_instance)
+                    {
+                        return Ok(Reclaim::Busy);
                     }
                     partitioner
                         .destroy(
@@ -689,28 +716,28 @@ impl Shared {
                             made.gpu_instance,
                             Some(made.compute_instance),
                         )
-                        .map(|()| Ok(true))
+                        .map(|()| Reclaim::Destroyed)
                 })
                 .await;
-            let outcome = match outcome {
+            match outcome {
                 // A subdivided GPU instance on this GPU stops its reclaim (logged once).
-                Ok(Ok(Err(split))) => {
+                Ok(Ok(Reclaim::Subdivided(split))) => {
                     self.note_subdivided(&gpu, split);
+                    blocked = Some("a GPU instance on it is subdivided".to_string());
                     break;
                 }
-                Ok(Ok(Ok(destroyed))) => Ok(Ok(destroyed)),
-                Ok(Err(e)) => Ok(Err(e)),
-                Err(e) => Err(e),
-            };
-            match outcome {
-                Ok(Ok(destroyed)) => {
+                Ok(Ok(Reclaim::Busy)) => {
+                    blocked = Some("a compute process runs on it".to_string());
+                    break;
+                }
+                Ok(Ok(done @ (Reclaim::Gone | Reclaim::Destroyed))) => {
                     // The record goes first, so once the grant is released nothing of the
                     // partition is left (a crash in between: the restart finds the instance
                     // gone and drops the grant without a destroy).
                     if let Err(e) = self.records().remove(&key.pod_uid, &key.container) {
                         tracing::error!("{key}: {e}");
                     }
-                    {
+                    let passes = {
                         let mut state = self.lock();
                         state.reclaiming.remove(&key);
                         if state.ledger.release(&key).is_some()
@@ -719,12 +746,18 @@ impl Shared {
                         {
                             tracing::error!("ledger journal: {e}");
                         }
-                    }
+                        state.reclaim_blocked.remove(&key).unwrap_or(0)
+                    };
+                    let after = if passes > 0 {
+                        format!(" after {passes} blocked passes")
+                    } else {
+                        String::new()
+                    };
                     tracing::info!(
-                        "released {key}: its Pod is gone; MIG instance {} (GPU instance {}) on {gpu} {}",
+                        "released {key}: its Pod is gone; MIG instance {} (GPU instance {}) on {gpu} {}{after}",
                         instance.uuid,
                         instance.gpu_instance,
-                        if destroyed {
+                        if matches!(done, Reclaim::Destroyed) {
                             "destroyed"
                         } else {
                             "was already gone"
@@ -738,22 +771,34 @@ impl Shared {
                     pause *= 2;
                 }
                 Ok(Err(e)) => {
-                    tracing::warn!(
-                        "{key}: MIG instance {} on {gpu} not destroyed yet (attempt {attempt}): {e}; it stays occupied and is tried again in {RECLAIM_REPASS:?}",
-                        instance.uuid
-                    );
+                    blocked = Some(format!("not destroyed (attempt {attempt}): {e}"));
                     break;
                 }
                 Err(e) => {
-                    tracing::warn!(
-                        "{key}: the reclaim of {} did not finish: {e}",
-                        instance.uuid
-                    );
+                    blocked = Some(format!("the reclaim did not finish: {e}"));
                     break;
                 }
             }
         }
-        self.lock().reclaiming.remove(&key);
+        let passes = {
+            let mut state = self.lock();
+            state.reclaiming.remove(&key);
+            let passes = state.reclaim_blocked.entry(key.clone()).or_insert(0);
+            *passes += 1;
+            *passes
+        };
+        let why = blocked.unwrap_or_default();
+        if passes == RECLAIM_LOG_AFTER {
+            tracing::warn!(
+                "{key}: MIG instance {} on {gpu} is still not reclaimed after {passes} passes: {why}; it stays occupied and is tried again every {RECLAIM_REPASS:?}",
+                instance.uuid
+            );
+        } else {
+            tracing::debug!(
+                "{key}: MIG instance {} on {gpu} not reclaimed (pass {passes}): {why}; tried again in {RECLAIM_REPASS:?}",
+                instance.uuid
+            );
+        }
         tokio::time::sleep(RECLAIM_REPASS).await;
         self.reconcile_pods();
     }

@@ -896,7 +896,13 @@ impl Pass<'_> {
             slice_injection(responder, seat, SECOND_TENANT_UNITS, &second_pod).map(|b| (a, b))
         });
         let blocked = not_run_reason(self, preflight).or_else(|| {
-            image.is_none().then(|| "not run: no probe image (the driver reports no runtime version; give --probe-image)".to_string())
+            image.is_none().then(|| {
+                if preflight.probe_image(Some(0)).is_none() {
+                    format!("not run: {} has no default probe image (the workload image brings the runtime); give --probe-image", preflight.manufacturer())
+                } else {
+                    "not run: no probe image (the driver reports no runtime version; give --probe-image)".to_string()
+                }
+            })
         });
         let image = image.unwrap_or_else(|| "<--probe-image>".into());
         // A CLI that cannot hand a container its devices (ctr) has its steps printed in a
@@ -915,10 +921,14 @@ impl Pass<'_> {
         };
         let flags = preflight.device_flags(runtime.cli).unwrap_or_default();
         let command = |p: &Probe| {
+            let mut injection = p.injection.clone();
+            for (name, value) in preflight.probe_env() {
+                injection.envs.insert(name.to_string(), value.to_string());
+            }
             self.shell.argv(&runtime.run_command(
                 &p.name,
                 &flags,
-                &p.injection,
+                &injection,
                 &|path| self.places.host_path(path),
                 &image,
                 &preflight.probe_script(),
