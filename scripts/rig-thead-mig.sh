@@ -13,11 +13,15 @@
 #      4g.48gb a MIG card);
 #   4. a Pod of one 4g.48gb partition runs: its container sees the two control nodes, exactly
 #      one card node (14 or 15), and the two capability nodes whose minors the driver's tree
-#      names for the instance serve made; allocatable drops to 3;
+#      names for the instance serve made. The tokens stay 4 (a card's healthy tokens are its
+#      instances plus its largest placeable count: 1 + 1 on the card, 2 on the other), and the
+#      Node's capacity keys follow the room (a key counts the Pods' own instances of its profile,
+#      which the scheduler subtracts, plus what still fits): mig-4g.48gb stays 4 (1 + 1 + 2),
+#      mig-8g.96gb 2 -> 1 (its card has no room for one now);
 #   5. serve restarted with its ledger journal deleted: the partition is rebound from its
-#      ownership record (thead-mig-<card UUID>.json), allocatable stays 3, the Pod keeps running;
-#   6. the Pod deleted: the instance is destroyed (CI, then GI), its marker is gone, and
-#      allocatable is back at 4.
+#      ownership record (thead-mig-<card UUID>.json), the keys stay, the Pod keeps running;
+#   6. the Pod deleted: the instance is destroyed (CI, then GI), its marker is gone, and the
+#      keys are back at 4 and 2.
 #
 #   scripts/build-release.sh && scripts/rig-thead-mig.sh
 #
@@ -86,6 +90,15 @@ want() { # value label
   echo "$2: allocatable $P: $(allocatable $P) (want $1)"
   [ "$(allocatable $P)" = "$1" ] || failed=1
 }
+capacity() { $KC get node rig-node -o jsonpath="{.status.capacity.${1//./\\.}}" 2>/dev/null; }
+keys() { # 4g 8g label: the Node's per-profile capacity keys, waited for (30 s)
+  for _ in $(seq 1 30); do
+    [ "$(capacity $P.mig-4g.48gb)" = "$1" ] && [ "$(capacity $P.mig-8g.96gb)" = "$2" ] && break
+    sleep 1
+  done
+  echo "$3: capacity $P.mig-4g.48gb $(capacity $P.mig-4g.48gb) (want $1), .mig-8g.96gb $(capacity $P.mig-8g.96gb) (want $2)"
+  [ "$(capacity $P.mig-4g.48gb)" = "$1" ] && [ "$(capacity $P.mig-8g.96gb)" = "$2" ] || failed=1
+}
 want 4 "registered"
 echo "allocatable alibabacloud.com/ppu: $(allocatable alibabacloud.com/ppu) (want 14)"
 [ "$(allocatable alibabacloud.com/ppu)" = 14 ] || fail "alibabacloud.com/ppu is not 14"
@@ -121,7 +134,8 @@ for cap in $(cat "$WORK/want"); do
   if $KC logs thead-mig 2>/dev/null | grep -q "^$cap 505, "; then echo "  ok: $cap injected"; else echo "  WRONG: $cap not injected"; failed=1; fi
 done
 [ "$(wc -l <"$WORK/want")" = 2 ] || fail "mig-state.json does not hold exactly one instance"
-want 3 "after one 4g.48gb"
+want 4 "after one 4g.48gb (1 allocated + 1 placeable on its card, 2 on the other)"
+keys 4 1 "after one 4g.48gb"
 ls "$D"/pods/*/c-c/thead-mig-*.json 2>/dev/null | sed 's/^/  marker: /' || true
 [ -n "$(ls "$D"/pods/*/c-c/thead-mig-*.json 2>/dev/null)" ] || fail "no thead-mig marker under $D/pods"
 
@@ -130,7 +144,8 @@ kill $SERVE; wait $SERVE 2>/dev/null
 rm -f "$D/ledger.journal"
 serve
 sleep 5
-want 3 "after the restart without a journal"
+want 4 "after the restart without a journal"
+keys 4 1 "after the restart without a journal"
 if grep -q "from its ownership record" /tmp/rig-thead-mig-serve.log; then
   echo "  the partition was rebuilt from its ownership record"
 else
@@ -140,7 +155,8 @@ fi
   echo "  thead-mig is not Running after the restart"; failed=1; }
 
 $KC delete pod thead-mig --wait=true --timeout=60s >/dev/null 2>&1
-want 4 "after the Pod is gone (reclaimed)"
+keys 4 2 "after the Pod is gone (reclaimed)"
+want 4 "after the Pod is gone"
 python3 -c 'import json,sys; n=len(json.load(open(sys.argv[1]))["instances"]); print("  instances left in mig-state.json:", n); sys.exit(n != 0)' "$HOST/mig-state.json" || failed=1
 [ -z "$(ls "$D"/pods/*/c-c/thead-mig-*.json 2>/dev/null)" ] || fail "the marker is still there"
 grep -E " (WARN|ERROR) " /tmp/rig-thead-mig-serve.log | tail -8
