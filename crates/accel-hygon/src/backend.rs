@@ -33,7 +33,8 @@ pub fn backend() -> Backend {
         engine: None,
         // The responder injects its own nodes and mounts: the strategy setting has no effect.
         injection: None,
-        // Health is the ECC rule of detection (spec §7: no kernel-log watching).
+        // Health is the ECC rule of detection (spec §7: the kernel's UMC counter; no
+        // kernel-log watching).
         faults: None,
         reset: Reset::Refused(RESET_REFUSAL.to_string()),
         doctor: Some(Arc::new(HygonDoctor)),

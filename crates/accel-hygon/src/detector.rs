@@ -26,8 +26,8 @@ use accel_backend::detect::Budget;
 use accel_core::Manufacturer;
 use accel_core::busid::BusId;
 use accel_core::inventory::{
-    Accelerator, ComputeGeometry, DetectError, Detection, DrmNodes, ManufacturerInventory, MigMode,
-    Source,
+    Accelerator, ComputeGeometry, DetectError, Detection, DrmNodes, Ecc, ManufacturerInventory,
+    MigMode, Source,
 };
 use accel_host::kfd::{self, KfdBoard};
 use accel_host::pci::{PciClassPrefixes, PciFunction};
@@ -151,7 +151,40 @@ pub struct Sources {
     pub smi: Option<(String, SmiDocument)>,
     pub agents: Vec<HsaAgent>,
     pub mode: Option<NodeMode>,
+    /// The kernel's UMC error counters by board (`<device>/ras/umc_err_count`), where the
+    /// driver exposes them.
+    pub ras: BTreeMap<BusId, UmcErrors>,
     pub notes: Vec<Note>,
+}
+
+/// Where the kernel counts a device's memory-controller (UMC) errors since boot: `ue: <n>` and
+/// `ce: <n>` lines (the amdgpu RAS interface the `hydcu` fork inherits; no Hygon capture
+/// shows it, so a device without it reads as unknown, never as healthy-by-count).
+pub const UMC_ERR_COUNT: &str = "ras/umc_err_count";
+
+/// One device's UMC error counts.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct UmcErrors {
+    pub uncorrectable: Option<u64>,
+    pub correctable: Option<u64>,
+}
+
+/// Reads `umc_err_count`'s text: `ue: <n>` and `ce: <n>`, any case, in any order, other lines
+/// ignored; `None` when neither count is there.
+pub fn parse_umc_err_count(text: &str) -> Option<UmcErrors> {
+    let mut counts = UmcErrors::default();
+    for line in text.lines() {
+        let Some((key, value)) = line.split_once(':') else {
+            continue;
+        };
+        let value = value.trim().parse::<u64>().ok();
+        match key.trim().to_ascii_lowercase().as_str() {
+            "ue" => counts.uncorrectable = value,
+            "ce" => counts.correctable = value,
+            _ => {}
+        }
+    }
+    (counts.uncorrectable.is_some() || counts.correctable.is_some()).then_some(counts)
 }
 
 fn board(bus: BusId) -> BusId {
@@ -202,6 +235,15 @@ pub fn read_sources(host: &dyn Host, commands: &dyn Commands, options: &DetectOp
     for bus in buses {
         if let Some(minors) = module::read_minors(host, &bus.sysfs()) {
             sources.minors.insert(board(bus), minors);
+        }
+        let counter = format!("/sys/bus/pci/devices/{}/{UMC_ERR_COUNT}", bus.sysfs());
+        if let Some(counts) = host
+            .read_to_string(&counter)
+            .ok()
+            .as_deref()
+            .and_then(parse_umc_err_count)
+        {
+            sources.ras.insert(board(bus), counts);
         }
     }
     ask_tools(commands, options, &mut sources);
@@ -456,7 +498,14 @@ fn accelerator(
         xccs: None,
     });
     a.mig_mode = mig;
+    // Spec §7: uncorrectable ECC errors take the DCU out; an unreadable count is no fault.
+    a.ecc = sources.ras.get(&bus).map(|c| Ecc {
+        volatile_uncorrected: c.uncorrectable,
+        volatile_corrected: c.correctable,
+        ..Ecc::default()
+    });
     a.classify_grantable();
+    accel_core::health::assess(&mut a, &[]);
     a
 }
 

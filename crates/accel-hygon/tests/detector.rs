@@ -153,3 +153,36 @@ fn no_hygon_device_is_an_empty_section() {
     assert!(section.accelerators.is_empty());
     assert!(section.notes.is_empty());
 }
+
+/// Spec §7: uncorrectable ECC errors take a DCU out of service, read from the kernel's UMC
+/// counter (`ras/umc_err_count`); corrected ones alone do not, and a DCU whose driver exposes
+/// no counter is not faulted by a read that could not be made.
+#[test]
+fn uncorrectable_umc_errors_take_the_dcu_out_and_a_missing_counter_does_not() {
+    let dir = accel_testkit::copy_recorded("hygon-4x-k100ai");
+    let devices = dir.path().join("root/sys/bus/pci/devices");
+    let counter = |bdf: &str, text: &str| {
+        let ras = devices.join(bdf).join("ras");
+        std::fs::create_dir_all(&ras).unwrap();
+        std::fs::write(ras.join("umc_err_count"), text).unwrap();
+    };
+    counter("0000:09:00.0", "ue: 2\nce: 5\n");
+    counter("0000:0c:00.0", "UE: 0\nCE: 7\n");
+    let section = detect_in(dir.path(), DetectOptions::default()).unwrap();
+    let a = &section.accelerators;
+    assert!(!a[0].healthy);
+    assert_eq!(a[0].health_reasons, ["2 uncorrectable volatile ECC errors"]);
+    let ecc = a[0].ecc.as_ref().unwrap();
+    assert_eq!(
+        (ecc.volatile_uncorrected, ecc.volatile_corrected),
+        (Some(2), Some(5))
+    );
+    assert!(
+        a[1].healthy,
+        "corrected errors alone: {:?}",
+        a[1].health_reasons
+    );
+    assert_eq!(a[1].ecc.as_ref().unwrap().volatile_corrected, Some(7));
+    assert!(a[2].healthy && a[2].ecc.is_none(), "no counter, no fault");
+    assert_eq!(detector::parse_umc_err_count("garbage\n"), None);
+}
