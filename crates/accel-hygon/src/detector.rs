@@ -177,10 +177,12 @@ pub fn parse_umc_err_count(text: &str) -> Option<UmcErrors> {
         let Some((key, value)) = line.split_once(':') else {
             continue;
         };
-        let value = value.trim().parse::<u64>().ok();
+        let Ok(value) = value.trim().parse::<u64>() else {
+            continue;
+        };
         match key.trim().to_ascii_lowercase().as_str() {
-            "ue" => counts.uncorrectable = value,
-            "ce" => counts.correctable = value,
+            "ue" => counts.uncorrectable = Some(value),
+            "ce" => counts.correctable = Some(value),
             _ => {}
         }
     }

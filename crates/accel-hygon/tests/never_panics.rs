@@ -4,7 +4,7 @@
 
 use std::sync::OnceLock;
 
-use accel_hygon::{hysmi, module, registry, rocminfo, vdev};
+use accel_hygon::{detector, hysmi, module, registry, rocminfo, vdev};
 use proptest::prelude::*;
 
 fn corpus() -> &'static [Vec<u8>] {
@@ -27,6 +27,7 @@ fn read_all(s: &str) {
     let _ = registry::parse_mig_uuid(s);
     let _ = registry::dev_index(s);
     let _ = module::parse_version(s);
+    let _ = detector::parse_umc_err_count(s);
     if let Ok(conf) = vdev::parse(s) {
         assert_eq!(
             vdev::parse(&vdev::render(&conf)).map(|c| c.cu_mask),
@@ -38,6 +39,7 @@ fn read_all(s: &str) {
 fn fragments() -> impl Strategy<Value = String> {
     let piece = prop_oneof![
         Just("{".to_string()),
+        Just("ue: 18446744073709551616\n".to_string()),
         Just("}".to_string()),
         Just(", \"card1\": {".to_string()),
         Just("\"card0\": {\"Unique ID\": \"ffffffffffffffff\"".to_string()),
