@@ -396,33 +396,18 @@ pub fn join(sources: &Sources) -> ManufacturerInventory {
         .and_then(major_minor);
     section.management_version = table.smi_version.clone();
     let mut notes: Vec<Note> = sources.notes.clone();
-    let profiles = sources.mig_profiles.as_deref().map(listing::parse_profiles);
-    let profiles = match profiles {
-        Some(Ok(p)) => p,
-        Some(Err(e)) => {
-            notes.push(Note::Smi {
-                args: " mig -lgip",
-                reason: e.to_string(),
-            });
-            Vec::new()
-        }
-        None => Vec::new(),
-    };
-    let placements = sources
-        .mig_placements
-        .as_deref()
-        .map(listing::parse_placements);
-    let placements = match placements {
-        Some(Ok(p)) => p,
-        Some(Err(e)) => {
-            notes.push(Note::Smi {
-                args: " mig -lgipp",
-                reason: e.to_string(),
-            });
-            Vec::new()
-        }
-        None => Vec::new(),
-    };
+    let profiles = read_listing(
+        sources.mig_profiles.as_deref(),
+        listing::parse_profiles,
+        " mig -lgip",
+        &mut notes,
+    );
+    let placements = read_listing(
+        sources.mig_placements.as_deref(),
+        listing::parse_placements,
+        " mig -lgipp",
+        &mut notes,
+    );
     let mut ordinal: u32 = 0;
     for card in &table.cards {
         let listed = card
@@ -531,6 +516,26 @@ pub fn join(sources: &Sources) -> ManufacturerInventory {
     }
     section.notes = notes.iter().map(ToString::to_string).collect();
     section
+}
+
+/// One MIG listing's rows; an unreadable one is a note naming `args` and no rows.
+fn read_listing<T, E: fmt::Display>(
+    text: Option<&str>,
+    parse: fn(&str) -> Result<Vec<T>, E>,
+    args: &'static str,
+    notes: &mut Vec<Note>,
+) -> Vec<T> {
+    match text.map(parse) {
+        Some(Ok(rows)) => rows,
+        Some(Err(e)) => {
+            notes.push(Note::Smi {
+                args,
+                reason: e.to_string(),
+            });
+            Vec::new()
+        }
+        None => Vec::new(),
+    }
 }
 
 /// The profiles with every name that appears twice with differing figures taken out.

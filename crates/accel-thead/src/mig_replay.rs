@@ -123,17 +123,21 @@ impl Dialect for PpuSmiReplay {
     }
 }
 
-/// Each card's compute instances, `(instance, compute id, uuid)`, in GI then CI order.
-fn devices_of(state: &MigState, gpu: u32) -> Vec<(&StateInstance, u32, &str)> {
+/// Each card's compute instances, `(instance, compute id)`, in GI then CI order.
+fn devices_of(state: &MigState, gpu: u32) -> Vec<(&StateInstance, u32)> {
     state
         .on(Some(gpu))
         .into_iter()
-        .flat_map(|i| {
-            i.compute_instances
-                .iter()
-                .map(move |c| (i, c.id, c.uuid.as_str()))
-        })
+        .flat_map(|i| i.compute_instances.iter().map(move |c| (i, c.id)))
         .collect()
+}
+
+/// The cards holding an instance, ascending.
+fn cards_of(state: &MigState) -> Vec<u32> {
+    let mut gpus: Vec<u32> = state.instances.iter().map(|i| i.gpu).collect();
+    gpus.sort_unstable();
+    gpus.dedup();
+    gpus
 }
 
 fn list_with(text: &str, state: &MigState) -> String {
@@ -164,14 +168,11 @@ const WIDE_RULE: &str =
     "+-----------------------------------------------------------------------------+";
 
 fn mig_table(state: &MigState) -> String {
-    let mut gpus: Vec<u32> = state.instances.iter().map(|i| i.gpu).collect();
-    gpus.sort_unstable();
-    gpus.dedup();
     let mut t = format!(
         "{WIDE_RULE}\n| MIG devices:                                                                |\n{MIG_RULE}\n| PPU  GI  CI  MIG |        Memory-Usage |      Vol |         Shared          |\n|      ID  ID  DEV |                     |  CU  Unc | CpyEng ENC DEC OFA JPEG |\n|                  |                     |      ECC |                         |\n+==================+=====================+==========+=========================+\n"
     );
-    for gpu in gpus {
-        for (device, (instance, ci, _)) in devices_of(state, gpu).into_iter().enumerate() {
+    for gpu in cards_of(state) {
+        for (device, (instance, ci)) in devices_of(state, gpu).into_iter().enumerate() {
             let memory = profile_mib(&instance.profile)
                 .map_or_else(|| "N/A".to_string(), |m| format!("0MiB / {m}MiB"));
             let cu = 16 * replay::compute_slices(&instance.profile);
@@ -192,25 +193,21 @@ fn table_with(text: &str, state: &MigState) -> String {
         .iter()
         .position(|l| l.contains("Processes:"))
         .map(|at| at.saturating_sub(1));
-    let busy: Vec<String> = {
-        let mut gpus: Vec<u32> = state.instances.iter().map(|i| i.gpu).collect();
-        gpus.sort_unstable();
-        gpus.dedup();
-        gpus.into_iter()
-            .flat_map(|gpu| {
-                state
-                    .busy_on(gpu)
-                    .into_iter()
-                    .enumerate()
-                    .map(move |(n, (gi, ci))| {
-                        let pid = 4000 + 100 * gpu + u32::try_from(n).unwrap_or(0);
-                        format!(
-                            "| {gpu:>3}    {gi:>2}   {ci:>2}   {pid:<8} C     python3                              512MiB |"
-                        )
-                    })
-            })
-            .collect()
-    };
+    let busy: Vec<String> = cards_of(state)
+        .into_iter()
+        .flat_map(|gpu| {
+            state
+                .busy_on(gpu)
+                .into_iter()
+                .enumerate()
+                .map(move |(n, (gi, ci))| {
+                    let pid = 4000 + 100 * gpu + u32::try_from(n).unwrap_or(0);
+                    format!(
+                        "| {gpu:>3}    {gi:>2}   {ci:>2}   {pid:<8} C     python3                              512MiB |"
+                    )
+                })
+        })
+        .collect();
     let mut out = String::with_capacity(text.len() + 1024);
     for (at, line) in lines.iter().enumerate() {
         if Some(at) == processes && !state.instances.is_empty() {

@@ -109,6 +109,7 @@ pub(super) fn pod_gone(
         // A record whose instance is gone is never acted on: the grant and the record go,
         // nothing is destroyed.
         state.stale.remove(key);
+        state.reclaim_blocked.remove(key);
         let _ = records.remove(&key.pod_uid, &key.container);
         changed |= release_journalled(state, key.clone());
     }
@@ -324,14 +325,13 @@ impl Shared {
             .remove(&reserved.key.pod_uid, &reserved.key.container);
         let undone = if made_here {
             let (gi, ci) = (instance.gpu_instance, instance.compute_instance);
-            match parts
+            let destroyed = parts
                 .call(gpu, move |p, c, gpu| p.destroy(c, gpu, gi, Some(ci)))
                 .await
-            {
-                Ok(Ok(())) => "the instance it made was destroyed".to_string(),
-                Ok(Err(e)) => {
-                    format!("the instance it made could not be destroyed ({e}); it is left unowned")
-                }
+                .map_err(|e| e.to_string())
+                .and_then(|done| done.map_err(|e| e.to_string()));
+            match destroyed {
+                Ok(()) => "the instance it made was destroyed".to_string(),
                 Err(e) => {
                     format!("the instance it made could not be destroyed ({e}); it is left unowned")
                 }

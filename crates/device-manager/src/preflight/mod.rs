@@ -897,7 +897,8 @@ impl Pass<'_> {
         });
         let blocked = not_run_reason(self, preflight).or_else(|| {
             image.is_none().then(|| {
-                if preflight.probe_image(Some(0)).is_none() {
+                // With a runtime version known, no image means the manufacturer has no default.
+                if runtime_major.is_some() {
                     format!("not run: {} has no default probe image (the workload image brings the runtime); give --probe-image", preflight.manufacturer())
                 } else {
                     "not run: no probe image (the driver reports no runtime version; give --probe-image)".to_string()
