@@ -117,8 +117,45 @@ def bw_8x_mig():
         gpu_node(root, i + 1, bdf, 0x6320, 80, 90306, int(unique, 16), render)
         write(os.path.join(root, "etc", "dmi_mig_config", f"dev{i}"), bdf + "\n")
     command(host, "hy-smi-json", ["hy-smi"] + JSON_ARGS, json.dumps(cards) + "\n")
+    command(host, "mig-lgip", ["hy-smi", "mig", "-lgip"], lgip(range(len(BW_BDFS))))
+    command(host, "mig-lgipp", ["hy-smi", "mig", "-lgipp"], lgipp(range(len(BW_BDFS))))
+    write(os.path.join(host, "mig-state.json"), '{\n  "serial": 0,\n  "instances": []\n}\n')
+    os.makedirs(os.path.join(root, "etc", "dmi_mig_config", "gi"), exist_ok=True)
+    os.makedirs(os.path.join(root, "etc", "dmi_mig_config", "ci"), exist_ok=True)
+    write(os.path.join(root, "etc", "dmi_mig_config", "gi", ".keep"), "")
+    write(os.path.join(root, "etc", "dmi_mig_config", "ci", ".keep"), "")
     control_nodes(root)
     write(os.path.join(root, "opt", "hyhal", "bin", "hy-smi"), "")
+
+
+# The measured BW card's profiles (spec/hygon.md §6.1, HSPEC C8): id, name, instances, the
+# memory in GiB as nvidia-smi prints it (two decimals of the MiB figure: 16380, 32760, 65520),
+# CUs, memory slices, placements. No `hy-smi mig` capture exists: the tables are nvidia-smi's
+# -lgip/-lgipp shape (hy-smi mig mirrors nvidia-smi mig flag for flag) with `DCU` and a CU column.
+MIG_PROFILES = [(3, "2g.15gb", 4, "16.00", 20, 1, [0, 1, 2, 3]),
+                (1, "4g.31gb", 2, "31.99", 40, 2, [0, 2]),
+                (0, "8g.63gb", 1, "63.98", 80, 4, [0])]
+LGIP_RULE = "+" + "-" * 81 + "+"
+
+
+def lgip(indexes):
+    out = [LGIP_RULE,
+           "| GPU instance profiles:                                                          |",
+           "| DCU  Name                 Profile  Instances   Memory  P2P  CU      DEC   ENC   |",
+           "|                             ID     Free/Total   GiB         CpyEng  JPEG  OFA   |",
+           "+" + "=" * 81 + "+"]
+    for i in indexes:
+        for pid, name, count, gib, cu, _, _ in MIG_PROFILES:
+            out.append(f"| {i:<4} MIG {name:<16} {pid:>3}        {count}/{count}      {gib}   No   {cu:<7} 0     0     |")
+            out.append("|" + " " * 61 + "0       0     0     |")
+            out.append(LGIP_RULE)
+    return "\n".join(out) + "\n"
+
+
+def lgipp(indexes):
+    return "".join(
+        f"DCU {i} profile ID {pid} placements: {{{','.join(map(str, starts))}}}:{size}\n"
+        for i in indexes for pid, _, _, _, _, size, starts in MIG_PROFILES)
 
 
 def rocm_smi_fork():

@@ -12,7 +12,9 @@
 //! Accelerators are named by [`PartitionGpu`]: the vendor tool's index, and the UUID the
 //! inventory recorded, which an implementation checks where the tool shows it.
 
-use accel_host::Commands;
+use std::sync::Arc;
+
+use accel_host::{Commands, Host};
 
 /// The accelerator a partition call is about.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -184,6 +186,14 @@ pub trait Partitioner: Send + Sync {
     /// Where and how this manufacturer's partition ownership records are kept.
     fn record_layout(&self) -> RecordLayout {
         RecordLayout::Partitions
+    }
+
+    /// This partitioner reading the node's files on `host` where its vendor keeps partition
+    /// facts only there (Hygon: the driver's registry holds each instance's MIG UUID); `None`:
+    /// it reads no file, and serves as it is.
+    fn on_host(&self, host: Arc<dyn Host>) -> Option<Arc<dyn Partitioner>> {
+        let _ = host;
+        None
     }
 
     /// The profiles `gpu` offers and their legal placements.

@@ -1,9 +1,9 @@
 //! Hygon behind the manufacturer seam (accel-backend): the detector ([`crate::detector`], gated
 //! on the configured PCI vendor ids), the slice ledger as its slicing "library" (none to stage:
 //! the host's DTK reads each container's `vdev.conf`), the responder ([`crate::responder`]) and
-//! doctor ([`crate::doctor`]). No partitioner in this build: the node-wide MIG mode is read
-//! (a MIG node's cards feed the partition family only, so whole cards and slices are off), but
-//! partition profiles and instances are the multi-instance library's, which is not loaded.
+//! doctor ([`crate::doctor`]), and the partitioner ([`crate::mig`]: `hy-smi mig`, the MIG
+//! UUIDs from the driver's registry). The MIG mode is node-wide: a MIG node's cards feed the
+//! partition family only, so whole cards and slices are off there.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -19,6 +19,7 @@ use accel_core::{Detection, Manufacturer, ManufacturerInventory};
 use accel_host::{Commands, Host};
 
 use crate::detector::{self, DetectOptions};
+use crate::mig::{self, HySmiPartitioner};
 use crate::responder::HygonResponder;
 use crate::{hysmi, module, registry, rocminfo};
 
@@ -28,7 +29,7 @@ pub fn backend() -> Backend {
         manufacturer: Manufacturer::Hygon,
         detector: Arc::new(HygonDetector),
         slicing: Some(Arc::new(VdevLedger)),
-        partitioner: None,
+        partitioner: Some(Arc::new(HySmiPartitioner::default())),
         responder: hygon_responder,
         engine: None,
         // The responder injects its own nodes and mounts: the strategy setting has no effect.
@@ -42,7 +43,7 @@ pub fn backend() -> Backend {
         sampler: Some(Arc::new(crate::usage::HySmiSampler)),
         record: record_plan(),
         state_dir: StateDirRule::Named,
-        replay: None,
+        replay: Some(crate::mig_replay::wrap),
         replay_writes: None,
     }
 }
@@ -75,6 +76,8 @@ pub fn record_plan() -> RecordPlan {
             hysmi::ROCM_SMI_JSON,
             hysmi::HY_SMI_TABLE,
             rocminfo::ARGV,
+            mig::LGIP_ARGV,
+            mig::LGIPP_ARGV,
         ],
     }
 }

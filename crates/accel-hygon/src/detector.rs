@@ -23,6 +23,7 @@ use std::fmt;
 
 use accel_backend::Deadlines;
 use accel_backend::detect::Budget;
+use accel_backend::mig_cli::listing;
 use accel_core::Manufacturer;
 use accel_core::busid::BusId;
 use accel_core::inventory::{
@@ -34,6 +35,7 @@ use accel_host::pci::{PciClassPrefixes, PciFunction};
 use accel_host::{Commands, Host, RunFailure, run_bounded};
 
 use crate::hysmi::{self, SmiCard, SmiDocument};
+use crate::mig;
 use crate::module;
 use crate::registry::{self, NodeMode};
 use crate::rocminfo::{self, HsaAgent};
@@ -92,6 +94,12 @@ pub enum Note {
     MigEnabled { cards: usize },
     /// The DCUs are on the bus but no Hygon driver binds them.
     NotBound { functions: usize },
+    /// A profile line left out (no legal placement), worded by the listing reader.
+    LeftOut(String),
+    /// A profile listed twice for one card with differing figures.
+    DuplicateProfile { bus: String, name: String },
+    /// A card in MIG mode the registry names no `dev<N>` for, or one offered no profile.
+    NoProfiles { bus: String, why: &'static str },
 }
 
 impl fmt::Display for Note {
@@ -125,6 +133,14 @@ impl fmt::Display for Note {
                 f,
                 "the node is in multi-instance (MIG) mode ({cards} card(s) in the registry): DCUs are served as partitions only"
             ),
+            Note::LeftOut(line) => f.write_str(line),
+            Note::DuplicateProfile { bus, name } => write!(
+                f,
+                "DCU {bus}: hy-smi mig -lgip lists MIG profile {name} twice with differing figures, so neither is offered"
+            ),
+            Note::NoProfiles { bus, why } => {
+                write!(f, "DCU {bus} is in MIG mode but {why}: it feeds no family")
+            }
             Note::NotBound { functions } => write!(
                 f,
                 "{functions} Hygon PCI function(s) on the bus, but neither hycu nor hydcu binds them"
@@ -151,6 +167,9 @@ pub struct Sources {
     pub smi: Option<(String, SmiDocument)>,
     pub agents: Vec<HsaAgent>,
     pub mode: Option<NodeMode>,
+    /// `hy-smi mig -lgip` and `-lgipp`, read only when the node is in MIG mode.
+    pub mig_profiles: Option<String>,
+    pub mig_placements: Option<String>,
     /// The kernel's UMC error counters by board (`<device>/ras/umc_err_count`), where the
     /// driver exposes them.
     pub ras: BTreeMap<BusId, UmcErrors>,
@@ -298,6 +317,26 @@ fn ask_tools(commands: &dyn Commands, options: &DetectOptions, sources: &mut Sou
             Err(e) => sources.notes.push(Note::ToolFailed(e.to_string())),
         }
     }
+    if matches!(sources.mode, Some(NodeMode::On { .. })) {
+        for (argv, slot) in [
+            (mig::LGIP_ARGV, &mut sources.mig_profiles),
+            (mig::LGIPP_ARGV, &mut sources.mig_placements),
+        ] {
+            let deadline = match budget.next() {
+                Ok(d) => d,
+                Err(e) => {
+                    sources
+                        .notes
+                        .push(Note::ToolFailed(format!("{}: {e}", argv.join(" "))));
+                    break;
+                }
+            };
+            match run_bounded(commands, argv, deadline) {
+                Ok(out) => *slot = Some(out.stdout_text()),
+                Err(e) => sources.notes.push(Note::ToolFailed(e.to_string())),
+            }
+        }
+    }
     if commands.is_installed(rocminfo::ARGV[0])
         && let Ok(deadline) = budget.next()
     {
@@ -433,8 +472,93 @@ pub fn join(sources: Sources) -> Detection {
     for (i, a) in section.accelerators.iter_mut().enumerate() {
         a.index = u32::try_from(i).unwrap_or(u32::MAX);
     }
+    if let Some(NodeMode::On { cards }) = &sources.mode {
+        offer_profiles(&mut section, cards, &sources, &mut notes);
+    }
     section.notes = notes.iter().map(ToString::to_string).collect();
     Ok(section)
+}
+
+/// Each MIG-mode card's profiles (spec §6.1), from the `hy-smi mig` rows of the registry's
+/// `dev<N>` naming its PCI address; the card's compute units become the most a profile spans
+/// (`max(CUs × instances)`: HSA sees one partition in MIG mode).
+fn offer_profiles(
+    section: &mut ManufacturerInventory,
+    cards: &BTreeMap<u32, BusId>,
+    sources: &Sources,
+    notes: &mut Vec<Note>,
+) {
+    let mut read = |text: Option<&str>, what: &str| -> Option<String> {
+        match text {
+            Some(t) => Some(t.to_string()),
+            None => {
+                notes.push(Note::ToolFailed(format!(
+                    "hy-smi mig {what} gave no answer: no partition profile is offered"
+                )));
+                None
+            }
+        }
+    };
+    let lgip = read(sources.mig_profiles.as_deref(), "-lgip");
+    let lgipp = read(sources.mig_placements.as_deref(), "-lgipp");
+    let profiles = match lgip.as_deref().map(listing::parse_profiles) {
+        Some(Ok(p)) => p,
+        Some(Err(e)) => {
+            notes.push(Note::ToolFailed(format!("hy-smi mig -lgip: {e}")));
+            Vec::new()
+        }
+        None => Vec::new(),
+    };
+    let placements = match lgipp.as_deref().map(listing::parse_placements) {
+        Some(Ok(p)) => p,
+        Some(Err(e)) => {
+            notes.push(Note::ToolFailed(format!("hy-smi mig -lgipp: {e}")));
+            Vec::new()
+        }
+        None => Vec::new(),
+    };
+    for a in &mut section.accelerators {
+        let Some(bus) = a.bus_id else { continue };
+        let Some((&row, _)) = cards.iter().find(|(_, b)| board(**b) == bus) else {
+            notes.push(Note::NoProfiles {
+                bus: bus.sysfs(),
+                why: "the registry has no dev<N> file naming its PCI address",
+            });
+            continue;
+        };
+        let who = format!("DCU {}", bus.sysfs());
+        let (offered, left_out) = listing::offered(
+            &profiles,
+            &placements,
+            row,
+            &mig::published_profile,
+            &who,
+            "hy-smi",
+        );
+        notes.extend(left_out.into_iter().map(Note::LeftOut));
+        let (kept, doubled) = listing::without_duplicates(offered);
+        notes.extend(doubled.into_iter().map(|name| Note::DuplicateProfile {
+            bus: bus.sysfs(),
+            name,
+        }));
+        if kept.is_empty() {
+            notes.push(Note::NoProfiles {
+                bus: bus.sysfs(),
+                why: "hy-smi mig offers no partition profile for it",
+            });
+        }
+        let spanned = kept
+            .iter()
+            .filter_map(|p| Some(p.multiprocessors? * p.instances_total?))
+            .max();
+        if let Some(cus) = spanned {
+            a.cores = Some(cus);
+            if let Some(g) = a.compute_geometry.as_mut() {
+                g.compute_units = Some(cus);
+            }
+        }
+        a.partition_profiles = kept;
+    }
 }
 
 fn is_hygon_driver(f: &PciFunction) -> bool {

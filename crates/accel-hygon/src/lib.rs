@@ -11,6 +11,8 @@ pub mod backend;
 pub mod detector;
 pub mod doctor;
 pub mod hysmi;
+pub mod mig;
+pub mod mig_replay;
 pub mod module;
 pub mod registry;
 pub mod responder;

@@ -80,6 +80,72 @@ fn a_mig_node_serves_partitions_only_and_says_so() {
         section.notes,
         vec![detector::Note::MigEnabled { cards: 8 }.to_string()]
     );
+    // Spec §6.1's measured BW card, from hy-smi mig -lgip/-lgipp: profiles, their CU and
+    // instance counts, placements (the card's 80 CUs are the most one profile spans).
+    let card = &section.accelerators[3];
+    type Row<'a> = (&'a str, u32, Option<u32>, Option<u32>, Vec<(u32, u32)>);
+    let profiles: Vec<Row<'_>> = card
+        .partition_profiles
+        .iter()
+        .map(|p| {
+            (
+                p.name.as_str(),
+                p.id,
+                p.multiprocessors,
+                p.instances_total,
+                p.placements.iter().map(|x| (x.start, x.size)).collect(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        profiles,
+        vec![
+            (
+                "2g.15gb",
+                3,
+                Some(20),
+                Some(4),
+                vec![(0, 1), (1, 1), (2, 1), (3, 1)]
+            ),
+            ("4g.31gb", 1, Some(40), Some(2), vec![(0, 2), (2, 2)]),
+            ("8g.63gb", 0, Some(80), Some(1), vec![(0, 4)]),
+        ]
+    );
+    let tokens: u32 = section
+        .accelerators
+        .iter()
+        .map(|a| {
+            a.partition_profiles
+                .iter()
+                .filter_map(|p| p.instances_total)
+                .max()
+                .unwrap_or(0)
+        })
+        .sum();
+    assert_eq!(tokens, 32, "hygon.com/dcu.partitioned: 32 (spec §1.5)");
+}
+
+#[test]
+fn a_mig_card_the_registry_does_not_name_is_offered_no_profile() {
+    let dir = tempfile::tempdir().unwrap();
+    accel_testkit::copy_tree(&host("hygon-8x-bw150-mig"), dir.path()).unwrap();
+    // dev7's file names another address: the card at 0000:c5:00.0 has no dev<N>.
+    std::fs::write(
+        dir.path().join("root/etc/dmi_mig_config/dev7"),
+        "0000:ee:00.0\n",
+    )
+    .unwrap();
+    let section = detect_in(dir.path(), DetectOptions::default()).unwrap();
+    assert!(section.accelerators[7].partition_profiles.is_empty());
+    assert!(!section.accelerators[6].partition_profiles.is_empty());
+    assert!(
+        section
+            .notes
+            .iter()
+            .any(|n| n.contains("0000:c5:00.0") && n.contains("no dev<N> file")),
+        "{:?}",
+        section.notes
+    );
 }
 
 #[test]

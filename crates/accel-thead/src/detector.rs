@@ -33,7 +33,7 @@ use accel_core::busid::BusId;
 use accel_core::health;
 use accel_core::inventory::{
     Accelerator, DetectError, Detection, Ecc, Grantable, ManufacturerInventory, MigDevice, MigMode,
-    PartitionProfile, Source,
+    Source,
 };
 use accel_host::pci::{PciClassPrefixes, PciFunction, scan_pci};
 use accel_host::{Commands, Host, RunFailure, run_bounded};
@@ -461,7 +461,13 @@ pub fn join(sources: &Sources) -> ManufacturerInventory {
                     "ppu-smi",
                 );
                 notes.extend(left_out.into_iter().map(Note::LeftOut));
-                a.partition_profiles = without_duplicates(offered, ordinal, &mut notes);
+                let (kept, doubled) = listing::without_duplicates(offered);
+                notes.extend(
+                    doubled
+                        .into_iter()
+                        .map(|name| Note::DuplicateProfile { ordinal, name }),
+                );
+                a.partition_profiles = kept;
             }
             if a.partition_profiles.is_empty() {
                 notes.push(Note::NoProfiles {
@@ -536,34 +542,6 @@ fn read_listing<T, E: fmt::Display>(
         }
         None => Vec::new(),
     }
-}
-
-/// The profiles with every name that appears twice with differing figures taken out.
-fn without_duplicates(
-    offered: Vec<PartitionProfile>,
-    ordinal: u32,
-    notes: &mut Vec<Note>,
-) -> Vec<PartitionProfile> {
-    let mut doubled: Vec<String> = Vec::new();
-    for (i, p) in offered.iter().enumerate() {
-        let differs = offered[..i].iter().any(|q| q.name == p.name && q != p);
-        if differs && !doubled.contains(&p.name) {
-            doubled.push(p.name.clone());
-        }
-    }
-    for name in &doubled {
-        notes.push(Note::DuplicateProfile {
-            ordinal,
-            name: name.clone(),
-        });
-    }
-    let mut kept: Vec<PartitionProfile> = Vec::new();
-    for p in offered {
-        if !doubled.contains(&p.name) && !kept.contains(&p) {
-            kept.push(p);
-        }
-    }
-    kept
 }
 
 fn numa_of(pci: &[PciFunction], bus: BusId) -> Option<u32> {

@@ -2,7 +2,8 @@
 //! (`-lgip`), their placements (`-lgipp`), GPU instances (`-lgi`) and compute instances
 //! (`-lci`). NVIDIA's `nvidia-smi` prints them, and so does T-Head's `ppu-smi`, a fork of it
 //! that says `PPU` where nvidia-smi says `GPU` (`PPU 1 profile ID 0 placements: {0,1}:1`, a `CU`
-//! column where nvidia-smi has `SM`); both spellings read the same.
+//! column where nvidia-smi has `SM`), and Hygon's `hy-smi mig`, which mirrors nvidia-smi's flag
+//! for flag (its device word taken to be `DCU` or `HCU`); every spelling reads the same.
 //!
 //! The listings are box-drawn tables whose column widths change between driver branches (54 to
 //! 81 columns, with or without a Placement column), so rows are read by their whitespace-separated
@@ -101,6 +102,28 @@ pub struct ComputeInstance {
     pub profile_id: u32,
     pub instance_id: u32,
     pub placement: Option<Placement>,
+}
+
+/// `offered` with every profile name that appears twice with differing figures taken out
+/// (neither reading can be trusted), exact repeats kept once; and the names taken out, in the
+/// order they first appear.
+pub fn without_duplicates(
+    offered: Vec<accel_core::inventory::PartitionProfile>,
+) -> (Vec<accel_core::inventory::PartitionProfile>, Vec<String>) {
+    let mut doubled: Vec<String> = Vec::new();
+    for (i, p) in offered.iter().enumerate() {
+        let differs = offered[..i].iter().any(|q| q.name == p.name && q != p);
+        if differs && !doubled.contains(&p.name) {
+            doubled.push(p.name.clone());
+        }
+    }
+    let mut kept: Vec<accel_core::inventory::PartitionProfile> = Vec::new();
+    for p in offered {
+        if !doubled.contains(&p.name) && !kept.contains(&p) {
+            kept.push(p);
+        }
+    }
+    (kept, doubled)
 }
 
 /// The profiles device `row` of a `-lgip` reading offers, as the inventory records them, with
@@ -204,6 +227,11 @@ fn profile_row(words: &[String], memory_unit: Option<String>) -> Option<GpuInsta
     })
 }
 
+/// The words a placement line names its device by: nvidia-smi's `GPU`, ppu-smi's `PPU`, and
+/// hy-smi's `DCU` (`HCU` in the DTK releases that renamed the device; both unmeasured in a
+/// `mig` listing).
+pub const DEVICE_WORDS: [&str; 4] = ["GPU", "PPU", "DCU", "HCU"];
+
 /// Reads a `mig -lgipp` listing: `GPU  0 Profile ID 19 Placements: {0,1,2,3,4,5,6}:1`
 /// (nvidia-smi), `PPU 1 profile ID 0 placements: {0,1,2,3,4,5,6,7}:1` (ppu-smi).
 pub fn parse_placements(text: &str) -> Result<Vec<ProfilePlacements>, MigError> {
@@ -216,9 +244,9 @@ pub fn parse_placements(text: &str) -> Result<Vec<ProfilePlacements>, MigError> 
 
 fn placement_line(line: &str) -> Option<ProfilePlacements> {
     let line = line.trim();
-    let rest = line
-        .strip_prefix("GPU")
-        .or_else(|| line.strip_prefix("PPU"))?;
+    let rest = DEVICE_WORDS
+        .iter()
+        .find_map(|word| line.strip_prefix(word))?;
     let (gpu, rest) = split_word(rest, "profile id")?;
     let (profile_id, rest) = split_word(rest, "placement")?;
     let (_, rest) = rest.split_once(':')?;

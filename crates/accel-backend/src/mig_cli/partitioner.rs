@@ -20,7 +20,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use accel_host::{CommandOutput, Commands, RunFailure, run_bounded};
+use accel_host::{CommandOutput, Commands, Host, RunFailure, run_bounded};
 
 use super::listing;
 use crate::partition::{
@@ -70,6 +70,16 @@ pub trait MigTool: Send + Sync + std::fmt::Debug {
     /// [`Partitioner::record_layout`] for this tool's manufacturer.
     fn record_layout(&self) -> RecordLayout {
         RecordLayout::Partitions
+    }
+
+    /// This tool reading the node's files on `host` ([`Partitioner::on_host`]); `None`: it
+    /// reads none.
+    fn on_host(&self, host: Arc<dyn Host>) -> Option<Self>
+    where
+        Self: Sized,
+    {
+        let _ = host;
+        None
     }
 }
 
@@ -439,9 +449,14 @@ impl<T: MigTool> CliPartitioner<T> {
     }
 }
 
-impl<T: MigTool> Partitioner for CliPartitioner<T> {
+impl<T: MigTool + 'static> Partitioner for CliPartitioner<T> {
     fn record_layout(&self) -> RecordLayout {
         self.tool.record_layout()
+    }
+
+    fn on_host(&self, host: Arc<dyn Host>) -> Option<Arc<dyn Partitioner>> {
+        let tool = self.tool.on_host(host)?;
+        Some(Arc::new(CliPartitioner::new(tool, self.deadline)))
     }
 
     fn geometry(

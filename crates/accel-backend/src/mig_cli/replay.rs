@@ -166,6 +166,11 @@ pub trait Dialect: Send + Sync + 'static {
         true
     }
 
+    /// The reason the tool gives when it refuses to destroy a busy compute instance.
+    fn in_use(&self) -> &'static str {
+        "In use by another client"
+    }
+
     /// Whether `argv` (not a `mig` call) is one whose answer [`Dialect::render`] rebuilds from
     /// the state.
     fn renders(&self, argv: &[&str]) -> bool;
@@ -382,7 +387,9 @@ impl<D: Dialect> MigReplay<D> {
                     &mut state,
                     gpu,
                     args,
-                    self.dialect.busy_refuses_destroy(),
+                    self.dialect
+                        .busy_refuses_destroy()
+                        .then(|| self.dialect.in_use()),
                 );
                 self.save(&state)?;
                 Ok(Ok(out))
@@ -612,7 +619,7 @@ fn destroy_compute(
     state: &mut MigState,
     gpu: u32,
     args: &MigArgs<'_>,
-    busy_refuses: bool,
+    busy_refuses: Option<&str>,
 ) -> CommandOutput {
     let Some(gi) = args.gpu_instance else {
         return answer(
@@ -647,11 +654,13 @@ fn destroy_compute(
             ),
         );
     }
-    if instance.busy && busy_refuses {
+    if instance.busy
+        && let Some(reason) = busy_refuses
+    {
         return answer(
             STATUS_OTHER,
             format!(
-                "Unable to destroy compute instance ID {:>2} from {word} {gpu:>2} GPU instance ID {gi:>2}: In use by another client\nFailed to destroy compute instances: In use by another client\n",
+                "Unable to destroy compute instance ID {:>2} from {word} {gpu:>2} GPU instance ID {gi:>2}: {reason}\nFailed to destroy compute instances: {reason}\n",
                 wanted[0]
             ),
         );

@@ -645,7 +645,7 @@ fn plugin_config(
             library_dir: paths.library_dir.clone(),
             engine,
             accelerators: section.accelerators.clone(),
-            host: Some(host),
+            host: Some(host.clone()),
             commands: Some(partition_commands.clone()),
             runtime_class: row.runtime_class.clone(),
             writes: Some(writes),
@@ -656,7 +656,7 @@ fn plugin_config(
             .partitioner
             .clone()
             .map(|partitioner| accel_plugin::Partitions {
-                partitioner,
+                partitioner: partitioner.on_host(host.clone()).unwrap_or(partitioner),
                 commands: partition_commands.clone(),
                 orphans: accel_plugin::service::Orphans::with_debounce(
                     args.partition_orphan_debounce,
