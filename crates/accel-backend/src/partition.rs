@@ -179,6 +179,9 @@ pub struct MarkerSpelling {
     pub vendor: fn(&str) -> String,
     /// A marker's profile name in the published spelling.
     pub published: fn(&str) -> String,
+    /// The vendor's own keys the marker must carry, non-empty (Hygon's `pciBusID` and
+    /// `confPath`); their values come from [`Partitioner::marker_facts`].
+    pub required: &'static [&'static str],
 }
 
 /// One manufacturer's partitioner. `commands` runs the vendor's tools (live or recorded).
@@ -194,6 +197,19 @@ pub trait Partitioner: Send + Sync {
     fn on_host(&self, host: Arc<dyn Host>) -> Option<Arc<dyn Partitioner>> {
         let _ = host;
         None
+    }
+
+    /// The vendor's own facts the ownership marker of compute instance `compute_instance` of
+    /// GPU instance `gpu_instance` on `gpu` records (`(key, value)`; Hygon: the card's PCI
+    /// address and the instance's registry file); an error when one cannot be read.
+    fn marker_facts(
+        &self,
+        gpu: &PartitionGpu,
+        gpu_instance: u32,
+        compute_instance: u32,
+    ) -> Result<Vec<(&'static str, String)>, PartitionError> {
+        let _ = (gpu, gpu_instance, compute_instance);
+        Ok(Vec::new())
     }
 
     /// The profiles `gpu` offers and their legal placements.

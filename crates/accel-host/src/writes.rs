@@ -45,6 +45,19 @@ pub trait HostWrites: Send + Sync {
     fn takes_effect(&self) -> bool {
         true
     }
+    /// Removes the directory at `path` when it is empty; a directory with anything in it is an
+    /// error and is left as it is (nothing in it is ever touched). The default refuses: a
+    /// writer that makes only control writes removes nothing.
+    fn remove_empty_dir(&self, path: &str) -> Result<(), WriteError> {
+        Err(WriteError::new(
+            path,
+            "(remove directory)",
+            std::io::Error::new(
+                std::io::ErrorKind::Unsupported,
+                "this writer removes no directories",
+            ),
+        ))
+    }
 }
 
 /// Writes recorded, never made (preflight's simulated grants): each succeeds and changes
@@ -75,6 +88,10 @@ impl HostWrites for RecordingWrites {
 
     fn takes_effect(&self) -> bool {
         false
+    }
+
+    fn remove_empty_dir(&self, path: &str) -> Result<(), WriteError> {
+        self.write(path, "(remove directory)")
     }
 }
 
@@ -123,6 +140,23 @@ impl HostWrites for FsWrites {
         file.write_all(value.as_bytes())
             .map_err(|e| WriteError::new(path, value, e))
     }
+
+    fn remove_empty_dir(&self, path: &str) -> Result<(), WriteError> {
+        let what = "(remove directory)";
+        let full = self.resolve(path).ok_or_else(|| {
+            WriteError::new(
+                path,
+                what,
+                std::io::Error::new(
+                    std::io::ErrorKind::InvalidInput,
+                    "the path leaves the host root",
+                ),
+            )
+        })?;
+        // `remove_dir` removes an empty directory only: one with anything in it fails, and a
+        // file or a link is no directory (nothing is followed or emptied).
+        std::fs::remove_dir(&full).map_err(|e| WriteError::new(path, what, e))
+    }
 }
 
 #[cfg(test)]
@@ -153,5 +187,25 @@ mod tests {
         );
         let e = writes.write("/sys/../../etc/passwd", "x").unwrap_err();
         assert!(e.to_string().contains("leaves the host root"), "{e}");
+    }
+
+    #[test]
+    fn only_an_empty_directory_is_removed() {
+        let dir = tempfile::tempdir().unwrap();
+        let writes = FsWrites::new(dir.path());
+        std::fs::create_dir_all(dir.path().join("ci/empty")).unwrap();
+        std::fs::create_dir_all(dir.path().join("ci/full")).unwrap();
+        std::fs::write(dir.path().join("ci/full/x"), "kept").unwrap();
+        std::fs::write(dir.path().join("ci/file.conf"), "kept").unwrap();
+        writes.remove_empty_dir("/ci/empty").unwrap();
+        assert!(!dir.path().join("ci/empty").exists());
+        assert!(writes.remove_empty_dir("/ci/full").is_err());
+        assert!(
+            dir.path().join("ci/full/x").is_file(),
+            "nothing in it touched"
+        );
+        assert!(writes.remove_empty_dir("/ci/file.conf").is_err());
+        assert!(dir.path().join("ci/file.conf").is_file());
+        assert!(writes.remove_empty_dir("/../escape").is_err());
     }
 }

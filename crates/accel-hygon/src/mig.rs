@@ -43,6 +43,11 @@ pub type HySmiPartitioner = CliPartitioner<HySmi>;
 /// The prefix of Hygon's ownership marker, `hygon-mig-<card UUID>.json` (spec §6.4).
 pub const MARKER_PREFIX: &str = "hygon-mig-";
 
+/// The marker's key for the card's PCI address (spec §6.4).
+pub const PCI_BUS_ID: &str = "pciBusID";
+/// The marker's key for the partition's registry file (spec §6.4).
+pub const CONF_PATH: &str = "confPath";
+
 /// The value prefix a container selects its partition with (`DMI_MIG_VISIBLE_DEVICE`): a bare
 /// UUID silently selects the first instance (spec §6.3).
 pub const MIG_PREFIX: &str = "MIG-";
@@ -106,7 +111,38 @@ impl MigTool for HySmi {
             prefix: MARKER_PREFIX,
             vendor: same,
             published: same,
+            required: &[PCI_BUS_ID, CONF_PATH],
         })
+    }
+
+    /// The card's PCI address (the registry's `dev<N>`) and the instance's registry file.
+    fn marker_facts(
+        &self,
+        gpu: &PartitionGpu,
+        gpu_instance: u32,
+        compute_instance: u32,
+    ) -> Result<Vec<(&'static str, String)>, PartitionError> {
+        let unreadable =
+            |why: String| PartitionError::new(gpu, PartitionErrorKind::Unreadable, why);
+        let Some(host) = &self.registry else {
+            return Err(unreadable(format!(
+                "the card's PCI address is in the driver's registry {}, and this partitioner reads no node files",
+                registry::DIR
+            )));
+        };
+        let dev = format!("{}/dev{}", registry::DIR, gpu.index);
+        let text = host
+            .read_to_string(&dev)
+            .map_err(|e| unreadable(format!("its registry entry: {e}")))?;
+        let bus = registry::parse_dev(&text)
+            .ok_or_else(|| unreadable(format!("registry file {dev} names no PCI address")))?;
+        Ok(vec![
+            (PCI_BUS_ID, bus.sysfs()),
+            (
+                CONF_PATH,
+                conf_path(gpu.index, gpu_instance, compute_instance),
+            ),
+        ])
     }
 
     fn profile_name(&self, listed: &str) -> String {

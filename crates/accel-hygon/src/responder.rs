@@ -14,7 +14,7 @@
 //!
 //! An empty grant is refused: `no allocated accelerator found for container "<name>"`.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
@@ -26,7 +26,7 @@ use accel_core::busid::BusId;
 use accel_core::inventory::Accelerator;
 use accel_core::ledger::units::mib_for_units;
 use accel_core::ledger::{Family, Seat};
-use accel_host::Host;
+use accel_host::{Host, HostWrites};
 
 use crate::registry;
 use crate::vdev::{self, SliceRequest};
@@ -81,7 +81,14 @@ pub struct HygonResponder {
     dirs: PodDirs,
     /// Held across one slice's ledger walk and write (spec §5.2: one global mutex).
     ledger: Mutex<()>,
+    /// Removes the registry's empty `ci/` directories (spec §6.5); `None`: nothing is swept.
+    writes: Option<Arc<dyn HostWrites>>,
+    /// The non-empty directories of `ci/` already reported (each is said once).
+    reported: Mutex<BTreeSet<String>>,
 }
+
+/// How often the registry's `ci/` directory is swept besides after every Pod reconcile.
+pub const SWEEP_INTERVAL: std::time::Duration = std::time::Duration::from_secs(60);
 
 impl std::fmt::Debug for HygonResponder {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -124,7 +131,51 @@ impl HygonResponder {
             host: setup.host,
             dirs: PodDirs::new(setup.pod_dir_root),
             ledger: Mutex::new(()),
+            writes: setup.writes,
+            reported: Mutex::new(BTreeSet::new()),
         }
+    }
+
+    /// Spec §6.5 step 2: a container runtime asked to bind a registry file that is missing
+    /// makes a directory of that name, and the driver then refuses that name forever; so each
+    /// **empty** directory in `ci/` is removed. A directory with anything in it is reported
+    /// (once) and left; files are never touched. Answers the directories removed.
+    pub fn sweep_registry(&self) -> Vec<String> {
+        let (Some(host), Some(writes)) = (&self.host, &self.writes) else {
+            return Vec::new();
+        };
+        let Ok(names) = host.list(registry::CI_DIR) else {
+            return Vec::new();
+        };
+        let mut removed = Vec::new();
+        for name in names {
+            let path = format!("{}/{name}", registry::CI_DIR);
+            if !matches!(host.entry_kind(&path), Ok(accel_host::EntryKind::Dir)) {
+                continue;
+            }
+            let empty = host.list(&path).is_ok_and(|inside| inside.is_empty());
+            if empty {
+                match writes.remove_empty_dir(&path) {
+                    Ok(()) => {
+                        tracing::info!(
+                            "removed the empty directory {path}: a runtime made it in place of a missing registry file"
+                        );
+                        removed.push(path);
+                    }
+                    Err(e) => tracing::warn!("registry sweep: {e}"),
+                }
+            } else if self
+                .reported
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .insert(path.clone())
+            {
+                tracing::warn!(
+                    "{path} is a directory with entries in the multi-instance registry: left as it is (the driver refuses that name until it is removed)"
+                );
+            }
+        }
+        removed
     }
 
     fn exists(&self, path: &str) -> bool {
@@ -307,6 +358,25 @@ impl HygonResponder {
                     registry::CI_DIR
                 ))
             })?;
+        let on_card = self
+            .host
+            .as_deref()
+            .and_then(|h| {
+                h.read_to_string(&format!("{}/dev{}", registry::DIR, entry.dev))
+                    .ok()
+            })
+            .as_deref()
+            .and_then(registry::parse_dev);
+        if let (Some(listed), Some(granted)) = (on_card, card.bus)
+            && listed != granted
+        {
+            return Err(refused(format!(
+                "partition MIG-{uuid} is on the card at {} (registry dev{}), not the granted {}: fail closed",
+                listed.sysfs(),
+                entry.dev,
+                granted.sysfs()
+            )));
+        }
         if !self.exists(&entry.path) {
             return Err(refused(format!(
                 "the registry file {:?} of partition MIG-{uuid} is absent, so the container could not activate it",
@@ -344,6 +414,14 @@ impl Responder for HygonResponder {
     fn reclaim(&self, pod_uid: &str) {
         // The Pod's vdev.conf files go with its directory: their slots are free again.
         self.dirs.reclaim(pod_uid);
+    }
+
+    fn reclaim_interval(&self) -> Option<std::time::Duration> {
+        self.writes.as_ref().map(|_| SWEEP_INTERVAL)
+    }
+
+    fn reclaim_pass(&self, _live: &BTreeSet<String>) {
+        self.sweep_registry();
     }
 }
 
@@ -432,6 +510,37 @@ mod tests {
     }
 
     #[test]
+    fn the_registrys_empty_directories_are_swept_and_nothing_else_is() {
+        let root = tempfile::tempdir().unwrap();
+        let mut r = responder(root.path());
+        r.writes = Some(Arc::new(accel_host::FsWrites::new(
+            root.path().join("host"),
+        )));
+        put(
+            root.path(),
+            "/etc/dmi_mig_config/ci/dev0gi3ci0.conf",
+            "mig_uuid: a\n",
+        );
+        put(root.path(), "/etc/dmi_mig_config/ci/full/x", "kept\n");
+        let made = root
+            .path()
+            .join("host/etc/dmi_mig_config/ci/dev1gi4ci0.conf");
+        std::fs::create_dir_all(&made).unwrap();
+        assert_eq!(
+            r.sweep_registry(),
+            vec!["/etc/dmi_mig_config/ci/dev1gi4ci0.conf".to_string()]
+        );
+        assert!(!made.exists());
+        let ci = root.path().join("host/etc/dmi_mig_config/ci");
+        assert!(ci.join("dev0gi3ci0.conf").is_file(), "files never touched");
+        assert!(
+            ci.join("full/x").is_file(),
+            "a directory with entries is left"
+        );
+        assert!(r.sweep_registry().is_empty());
+    }
+
+    #[test]
     fn an_empty_grant_is_refused_naming_the_container() {
         let tmp = tempfile::tempdir().unwrap();
         let pod = pod();
@@ -512,6 +621,19 @@ mod tests {
         assert_eq!(
             e.to_string(),
             "the registry file of partition MIG-00000000-0000-0000-0000-000000000000 is absent from /etc/dmi_mig_config/ci, so the container could not activate it"
+        );
+        // The registry says dev0 is another card: the partition is not this grant's.
+        put(tmp.path(), "/etc/dmi_mig_config/dev0", "0000:34:00.0\n");
+        let e = responder(tmp.path())
+            .respond(&answer(
+                &seats,
+                &pod,
+                Some(&instance("MIG-9c1e0d5a-77f2-4c1b-8d0e-3a2b1c0d9e8f")),
+            ))
+            .unwrap_err();
+        assert!(
+            e.to_string().contains("is on the card at 0000:34:00.0 (registry dev0), not the granted 0000:0f:00.0: fail closed"),
+            "{e}"
         );
     }
 

@@ -573,6 +573,13 @@ fn is_sgpu_control(path: &str) -> bool {
 }
 
 impl HostWrites for RecordedSgpu {
+    fn remove_empty_dir(&self, path: &str) -> Result<(), accel_host::WriteError> {
+        match &self.inner {
+            Some(inner) => inner.remove_empty_dir(path),
+            None => accel_host::FsWrites::new(&self.root).remove_empty_dir(path),
+        }
+    }
+
     fn write(&self, path: &str, value: &str) -> Result<(), accel_host::WriteError> {
         if let (false, Some(inner)) = (is_sgpu_control(path), &self.inner) {
             return inner.write(path, value);

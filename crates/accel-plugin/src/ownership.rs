@@ -20,6 +20,7 @@
 //! kubelet's device IDs (so the grant can be rebuilt from the record alone). A record
 //! that does not parse is a one-line error naming the file; it is never guessed at or acted on.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -58,6 +59,10 @@ pub struct OwnershipRecord {
     /// before they were kept: the ledger then learns them from the container's next Allocate).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub device_ids: Vec<String>,
+    /// The vendor's own facts its marker carries ([`MarkerSpelling::required`]: Hygon's
+    /// `pciBusID`, `confPath`), by key.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub vendor: BTreeMap<String, String>,
 }
 
 /// The described system's marker (spec §6.4), with this project's additions.
@@ -88,6 +93,10 @@ struct Marker {
     created: u64,
     #[serde(rename = "deviceIDs", default, skip_serializing_if = "Vec::is_empty")]
     device_ids: Vec<String>,
+    /// Every other key: the vendor's own ([`MarkerSpelling::required`]), and what a later
+    /// release writes, kept as read.
+    #[serde(flatten)]
+    rest: BTreeMap<String, serde_json::Value>,
 }
 
 /// The compute slices a profile name states (`4g.48gb`, `3g.40gb` → 4, 3; vendor naming).
@@ -270,6 +279,11 @@ fn marker_of(record: &OwnershipRecord, spelling: MarkerSpelling) -> Marker {
         gpu_index: record.gpu_index,
         created: record.created,
         device_ids: record.device_ids.clone(),
+        rest: record
+            .vendor
+            .iter()
+            .map(|(k, v)| (k.clone(), serde_json::Value::String(v.clone())))
+            .collect(),
     }
 }
 
@@ -320,6 +334,15 @@ fn read_marker(
             return Err(bad(format!("{key} is empty")));
         }
     }
+    let mut vendor = BTreeMap::new();
+    for key in spelling.required {
+        match marker.rest.get(*key) {
+            Some(serde_json::Value::String(v)) if !v.is_empty() => {
+                vendor.insert((*key).to_string(), v.clone());
+            }
+            _ => return Err(bad(format!("{key} is empty"))),
+        }
+    }
     if marker.card != named {
         return Err(bad(format!(
             "card {:?} is not the {named:?} its file name carries",
@@ -346,6 +369,7 @@ fn read_marker(
         container: marker.container,
         created: marker.created,
         device_ids: marker.device_ids,
+        vendor,
     })
 }
 
@@ -424,6 +448,7 @@ mod tests {
             container: "main".into(),
             created: 1_700_000_000,
             device_ids: vec!["GPU-a::0".into()],
+            vendor: BTreeMap::new(),
         }
     }
 
@@ -475,6 +500,7 @@ mod tests {
                 prefix: "vendor-mig-",
                 vendor: undot,
                 published: dot,
+                required: &[],
             }),
         )
     }
@@ -596,5 +622,45 @@ mod tests {
                 .unwrap_err()
                 .contains("names its card by UUID")
         );
+    }
+
+    #[test]
+    fn a_markers_vendor_keys_are_written_and_a_marker_without_them_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::new(
+            dir.path(),
+            RecordLayout::PodMarker(MarkerSpelling {
+                prefix: "hygon-mig-",
+                vendor: undot,
+                published: dot,
+                required: &["pciBusID", "confPath"],
+            }),
+        );
+        let record = OwnershipRecord {
+            vendor: BTreeMap::from([
+                ("pciBusID".to_string(), "0000:0f:00.0".to_string()),
+                (
+                    "confPath".to_string(),
+                    "/etc/dmi_mig_config/ci/dev0gi3ci0.conf".to_string(),
+                ),
+            ]),
+            ..card_record()
+        };
+        store.write(&record).unwrap();
+        let path = store.path("uid-a", "main", Some("GPU-c0ffee")).unwrap();
+        let on_disk: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+        assert_eq!(on_disk["pciBusID"], "0000:0f:00.0");
+        assert_eq!(
+            on_disk["confPath"],
+            "/etc/dmi_mig_config/ci/dev0gi3ci0.conf"
+        );
+        assert_eq!(store.read("uid-a", "main"), Ok(Some(record)));
+        // The described system fails closed on an empty confPath; so does this one.
+        let mut bare = on_disk.clone();
+        bare["confPath"] = "".into();
+        std::fs::write(&path, serde_json::to_vec(&bare).unwrap()).unwrap();
+        let refused = store.read("uid-a", "main").unwrap_err();
+        assert!(refused.contains("confPath is empty"), "{refused}");
     }
 }

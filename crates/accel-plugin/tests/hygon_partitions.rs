@@ -251,6 +251,15 @@ async fn a_partition_is_made_injected_marked_rebound_after_a_restart_and_reclaim
     assert_eq!(marker["profileID"], 3);
     assert_eq!(marker["giID"], made.gpu_instance);
     assert_eq!(marker["migUUID"], uuid.as_str());
+    assert_eq!(
+        marker["pciBusID"],
+        rig.accelerators[dev as usize]
+            .bus_id
+            .unwrap()
+            .sysfs()
+            .as_str()
+    );
+    assert_eq!(marker["confPath"], conf.as_str());
 
     // A restart, then the kubelet's retry: the same instance, nothing new made.
     rig.restart_plugins().await;

@@ -1017,6 +1017,7 @@ fn record_of(rig: &Rig, uid: &str, index: u32, gi: u32, start: u32, uuid: &str) 
             container: "main".into(),
             created: 1_700_000_000,
             device_ids: vec![],
+            vendor: BTreeMap::new(),
         })
         .unwrap();
 }

@@ -93,6 +93,7 @@ impl MigTool for PpuSmi {
             prefix: MARKER_PREFIX,
             vendor: vendor_profile,
             published: published_profile,
+            required: &[],
         })
     }
 

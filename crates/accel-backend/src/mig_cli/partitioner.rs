@@ -72,6 +72,17 @@ pub trait MigTool: Send + Sync + std::fmt::Debug {
         RecordLayout::Partitions
     }
 
+    /// [`Partitioner::marker_facts`] for this tool's manufacturer.
+    fn marker_facts(
+        &self,
+        gpu: &PartitionGpu,
+        gpu_instance: u32,
+        compute_instance: u32,
+    ) -> Result<Vec<(&'static str, String)>, PartitionError> {
+        let _ = (gpu, gpu_instance, compute_instance);
+        Ok(Vec::new())
+    }
+
     /// This tool reading the node's files on `host` ([`Partitioner::on_host`]); `None`: it
     /// reads none.
     fn on_host(&self, host: Arc<dyn Host>) -> Option<Self>
@@ -452,6 +463,15 @@ impl<T: MigTool> CliPartitioner<T> {
 impl<T: MigTool + 'static> Partitioner for CliPartitioner<T> {
     fn record_layout(&self) -> RecordLayout {
         self.tool.record_layout()
+    }
+
+    fn marker_facts(
+        &self,
+        gpu: &PartitionGpu,
+        gpu_instance: u32,
+        compute_instance: u32,
+    ) -> Result<Vec<(&'static str, String)>, PartitionError> {
+        self.tool.marker_facts(gpu, gpu_instance, compute_instance)
     }
 
     fn on_host(&self, host: Arc<dyn Host>) -> Option<Arc<dyn Partitioner>> {

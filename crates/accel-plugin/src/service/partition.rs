@@ -594,7 +594,19 @@ impl Shared {
         reserved: &Reserved,
         instance: &PartitionInstance,
     ) -> Result<(), Status> {
+        let (vendor, unread) = match parts.partitioner.marker_facts(
+            gpu,
+            instance.gpu_instance,
+            instance.compute_instance,
+        ) {
+            Ok(facts) => (
+                facts.into_iter().map(|(k, v)| (k.to_string(), v)).collect(),
+                None,
+            ),
+            Err(e) => (Default::default(), Some(format!("ownership record: {e}"))),
+        };
         let record = OwnershipRecord {
+            vendor,
             gpu_uuid: reserved.seat.uuid.clone(),
             gpu_index: Some(reserved.seat.index),
             profile: reserved.placement.profile.clone(),
@@ -614,7 +626,10 @@ impl Shared {
                 .map(|g| g.device_ids.clone())
                 .unwrap_or_default(),
         };
-        let mut failure = self.records().write(&record).err();
+        let mut failure = match unread {
+            Some(why) => Some(why),
+            None => self.records().write(&record).err(),
+        };
         if failure.is_none() {
             let mut state = self.lock();
             state
