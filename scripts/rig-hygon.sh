@@ -16,8 +16,7 @@
 #
 #   scripts/build-release.sh && N=30 scripts/rig-hygon.sh
 #
-# Not covered here: the MIG host (testdata/hosts/hygon-8x-bw150-mig) — this build has no Hygon
-# partitioner, so a mig-2g.15gb Pod cannot be served yet (docs/manufacturers/hygon.md).
+# The MIG host (testdata/hosts/hygon-8x-bw150-mig) and its partitions: scripts/rig-hygon-mig.sh.
 #
 # Needs root and the rig built (../shared/rig/build.sh). CI cannot run it. Leaves the rig stopped.
 set -u
