@@ -144,6 +144,10 @@ pub struct ProbeReading {
     pub maps: Option<Vec<String>>,
     /// The memory each visible accelerator reports, in MiB, in the order printed.
     pub memory_mib: Vec<u64>,
+    /// The driver's own record that the slice's runtime took hold (Hygon: a new `Indentifier:`
+    /// line in the card's kfd `vgpu` entry while the probe's workload ran): `Ok` with the
+    /// record, `Err` with why none was seen; `None`: the maps say it (a preload library).
+    pub runtime: Option<Result<String, String>>,
 }
 
 /// How far a manufacturer's pass can go (spec: Full = NVIDIA, Ascend, AMD, T-Head; a container
@@ -269,6 +273,18 @@ pub trait Preflight: Send + Sync {
     /// where the injection is all.
     fn probe_env(&self) -> Vec<(&'static str, &'static str)> {
         Vec::new()
+    }
+    /// What a probe image must bring, for the words of a pass given none where the
+    /// manufacturer has no default.
+    fn probe_image_needs(&self) -> &'static str {
+        "the workload image brings the runtime"
+    }
+    /// The cores percentage the pass's synthetic slices ask (`None`: none, as a Pod that names
+    /// no `.cores-percentage`). Hygon's slices partition the compute units and a card holds at
+    /// most four, so its four synthetic slices of a card (the sidecar's owner, the quota probe,
+    /// two tenants) each ask a quarter.
+    fn probe_cores_percentage(&self) -> Option<u32> {
+        None
     }
     /// Reads a probe's standard output.
     fn read_probe(&self, _stdout: &str) -> ProbeReading {

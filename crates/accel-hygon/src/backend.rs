@@ -39,7 +39,7 @@ pub fn backend() -> Backend {
         faults: None,
         reset: Reset::Refused(RESET_REFUSAL.to_string()),
         doctor: Some(Arc::new(HygonDoctor)),
-        preflight: None,
+        preflight: Some(Arc::new(crate::preflight::HygonPreflight)),
         sampler: Some(Arc::new(crate::usage::HySmiSampler)),
         record: record_plan(),
         state_dir: StateDirRule::Named,

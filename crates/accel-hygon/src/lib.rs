@@ -14,6 +14,7 @@ pub mod hysmi;
 pub mod mig;
 pub mod mig_replay;
 pub mod module;
+pub mod preflight;
 pub mod registry;
 pub mod responder;
 pub mod rocminfo;

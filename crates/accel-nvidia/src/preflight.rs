@@ -96,7 +96,11 @@ impl Preflight for NvidiaPreflight {
             .iter()
             .filter_map(|l| l.trim_end_matches("MiB").trim().parse::<u64>().ok())
             .collect();
-        ProbeReading { maps, memory_mib }
+        ProbeReading {
+            maps,
+            memory_mib,
+            runtime: None,
+        }
     }
 
     fn quota_mib(&self, injection: &Injection, position: usize) -> Option<u64> {

@@ -118,7 +118,11 @@ impl Preflight for TheadPreflight {
         } else {
             ledger
         };
-        ProbeReading { maps, memory_mib }
+        ProbeReading {
+            maps,
+            memory_mib,
+            runtime: None,
+        }
     }
 
     fn quota_mib(&self, injection: &Injection, position: usize) -> Option<u64> {

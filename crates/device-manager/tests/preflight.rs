@@ -982,3 +982,107 @@ fn thead_reads_mig_partitioning_per_card_and_probes_with_the_given_image() {
     assert_eq!(steps.len(), 14 * 3 + 2, "{steps:?}");
     assert!(!steps.iter().any(|s| s.contains("thead-14-")), "{steps:?}");
 }
+
+/// Hygon (spec §8): tier "container probe, no driver read", the group's note, no host
+/// cross-check, a probe that needs `--probe-image` and gets the injection's own nodes and the
+/// slice's vdev.conf directory; a MIG node's cards stop at `declared`.
+#[test]
+fn hygon_probes_a_slice_with_the_given_image_and_reads_no_driver() {
+    let host = tempfile::tempdir().unwrap();
+    support::copy_tree(&support::hosts().join("hygon-4x-k100ai"), host.path());
+    overlay(&preflight_dir().join("layers/docker-node"), host.path());
+    let run = preflight(host.path(), &["--manufacturer", "hygon"]);
+    let doc = yaml(&run);
+    let group = &doc["accelerators"][0];
+    assert_eq!(
+        group["manufacturer"].as_str(),
+        Some("hygon"),
+        "{}",
+        run.stdout
+    );
+    assert!(
+        group["note"]
+            .as_str()
+            .is_some_and(|n| n.starts_with("no driver-read row")),
+        "{group:?}"
+    );
+    assert_eq!(group["detection"]["accelerators"].as_u64(), Some(4));
+    assert_eq!(
+        group["detection"]["command"].as_str(),
+        None,
+        "no host listing"
+    );
+    let checks = group["checks"].as_sequence().unwrap();
+    let loaded = checks
+        .iter()
+        .find(|r| r["capability"] == "sliced-runtime-loaded")
+        .unwrap();
+    assert!(
+        loaded["reason"]
+            .as_str()
+            .unwrap()
+            .contains("not run: hygon has no default probe image (any image with sh, cat, grep, awk, sleep and kill: the DTK is the host's, mounted at /opt/hygondriver); give --probe-image"),
+        "{loaded:?}"
+    );
+
+    let run = preflight(
+        host.path(),
+        &[
+            "--manufacturer",
+            "hygon",
+            "--dry-run",
+            "--probe-image",
+            "registry.example/dcu-tools:1",
+        ],
+    );
+    let doc = yaml(&run);
+    let steps: Vec<&str> = doc["accelerators"][0]["steps"]
+        .as_sequence()
+        .unwrap_or_else(|| panic!("{}", run.stdout))
+        .iter()
+        .map(|s| s.as_str().unwrap())
+        .collect();
+    let quota = steps
+        .iter()
+        .find(|s| s.contains("--name gpustack-preflight-hygon-0-quota"))
+        .unwrap_or_else(|| panic!("{steps:?}"));
+    for part in [
+        "--device /dev/kfd:/dev/kfd:rwm",
+        "--device /dev/dri/card1:/dev/dri/card1:rw",
+        ":/etc/vdev/docker:ro",
+        "registry.example/dcu-tools:1 sh -c",
+        "/opt/hygondriver/bin/BandwidthTest",
+        "/sys/devices/virtual/kfd/kfd/vgpu/0x",
+    ] {
+        assert!(quota.contains(part), "{part} missing from {quota}");
+    }
+
+    // A MIG node: partition-backed cards, management rows at declared, no probe.
+    let mig = tempfile::tempdir().unwrap();
+    support::copy_tree(&support::hosts().join("hygon-8x-bw150-mig"), mig.path());
+    overlay(&preflight_dir().join("layers/docker-node"), mig.path());
+    let run = preflight(
+        mig.path(),
+        &[
+            "--manufacturer",
+            "hygon",
+            "--dry-run",
+            "--probe-image",
+            "registry.example/dcu-tools:1",
+        ],
+    );
+    let doc = yaml(&run);
+    let checks = doc["accelerators"][0]["checks"].as_sequence().unwrap();
+    assert!(
+        !checks
+            .iter()
+            .any(|r| r["capability"] == "sliced-runtime-loaded"),
+        "{}",
+        run.stdout
+    );
+    assert!(
+        checks.iter().all(|r| r["depth"] == "declared"),
+        "{}",
+        run.stdout
+    );
+}

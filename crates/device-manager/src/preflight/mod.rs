@@ -102,12 +102,14 @@ pub fn synthetic_pod(uid: &str, containers: &[&str]) -> Pod {
 }
 
 /// The injection a slice of `units` on `seat` gets: the responder's answer to a synthetic
-/// sliced allocation, exactly as Allocate asks it (family, the seat, the units, no cores
-/// percentage, the Pod and its container).
+/// sliced allocation, exactly as Allocate asks it (family, the seat, the units, the cores
+/// percentage `cores` — none unless the manufacturer's slices are compute-partitioned, see
+/// [`Preflight::probe_cores_percentage`] —, the Pod and its container).
 pub fn slice_injection(
     responder: &dyn Responder,
     seat: &Seat,
     units: u64,
+    cores: Option<u32>,
     pod: &Pod,
 ) -> Result<Injection, String> {
     let seats = [seat];
@@ -116,7 +118,7 @@ pub fn slice_injection(
             family: Some(Family::Sliced),
             seats: &seats,
             slice_units: units,
-            cores_percentage: None,
+            cores_percentage: cores,
             partition: None,
             pod,
             container: pod.containers.first(),
@@ -848,7 +850,13 @@ impl Pass<'_> {
         let vram = accelerator.memory_mib;
         // Q2: one probe granted half the accelerator.
         let quota_pod = self.synthetic(preflight, &manufacturer, &uid("quota"), &[PROBE_CONTAINER]);
-        let injection = match slice_injection(responder, seat, PROBE_UNITS, &quota_pod) {
+        let injection = match slice_injection(
+            responder,
+            seat,
+            PROBE_UNITS,
+            preflight.probe_cores_percentage(),
+            &quota_pod,
+        ) {
             Ok(i) => i,
             Err(e) => {
                 for capability in [SLICED_RUNTIME_LOADED, SLICED_QUOTA_IN_FORCE, CO_TENANCY] {
@@ -892,14 +900,32 @@ impl Pass<'_> {
             &uid("tenant-a"),
             &[PROBE_CONTAINER],
         );
-        let tenants = slice_injection(responder, seat, PROBE_UNITS, &tenant_a_pod).and_then(|a| {
-            slice_injection(responder, seat, SECOND_TENANT_UNITS, &second_pod).map(|b| (a, b))
+        let tenants = slice_injection(
+            responder,
+            seat,
+            PROBE_UNITS,
+            preflight.probe_cores_percentage(),
+            &tenant_a_pod,
+        )
+        .and_then(|a| {
+            slice_injection(
+                responder,
+                seat,
+                SECOND_TENANT_UNITS,
+                preflight.probe_cores_percentage(),
+                &second_pod,
+            )
+            .map(|b| (a, b))
         });
         let blocked = not_run_reason(self, preflight).or_else(|| {
             image.is_none().then(|| {
                 // With a runtime version known, no image means the manufacturer has no default.
                 if runtime_major.is_some() {
-                    format!("not run: {} has no default probe image (the workload image brings the runtime); give --probe-image", preflight.manufacturer())
+                    format!(
+                        "not run: {} has no default probe image ({}); give --probe-image",
+                        preflight.manufacturer(),
+                        preflight.probe_image_needs()
+                    )
                 } else {
                     "not run: no probe image (the driver reports no runtime version; give --probe-image)".to_string()
                 }
@@ -1079,7 +1105,14 @@ impl Pass<'_> {
                 &format!("preflight-{manufacturer}-{index}-{case}"),
                 &[PROBE_CONTAINER],
             );
-            slice_injection(responder, seat, units, &pod).map(|i| preflight.quota_mib(&i, 0))
+            slice_injection(
+                responder,
+                seat,
+                units,
+                preflight.probe_cores_percentage(),
+                &pod,
+            )
+            .map(|i| preflight.quota_mib(&i, 0))
         };
         let vram = seat.memory_mib;
         let co_tenancy = match (
@@ -1127,7 +1160,7 @@ impl Pass<'_> {
             family: Some(Family::Sliced),
             seats: &seats,
             slice_units: PROBE_UNITS,
-            cores_percentage: None,
+            cores_percentage: preflight.probe_cores_percentage(),
             partition: None,
             pod,
             container: pod.container(PROBE_CONTAINER),
@@ -1321,29 +1354,46 @@ fn measured_rows(
     }
     let reading = preflight.read_probe(&out.stdout_text());
     let library = preflight.library_in_container(&probe.injection);
-    let loaded = match (&reading.maps, &library) {
-        (None, _) => Row::new(
+    let loaded = match (&reading.runtime, &reading.maps, &library) {
+        // The driver's own record (Hygon's kfd vgpu entry) says it, whatever the maps show.
+        (Some(Ok(record)), _, _) => Row::new(
+            name,
+            SLICED_RUNTIME_LOADED,
+            State::Ok,
+            Depth::Measured,
+            record.clone(),
+        ),
+        (Some(Err(why)), _, _) => Row::new(
+            name,
+            SLICED_RUNTIME_LOADED,
+            State::Unavailable,
+            Depth::Measured,
+            why.clone(),
+        ),
+        (None, None, _) => Row::new(
             name,
             SLICED_RUNTIME_LOADED,
             State::Unavailable,
             Depth::Measured,
             "the probe printed no maps between its markers",
         ),
-        (Some(_), None) => Row::new(
+        (None, Some(_), None) => Row::new(
             name,
             SLICED_RUNTIME_LOADED,
             State::Unavailable,
             Depth::Measured,
             "the responder's slice mounts no preload library",
         ),
-        (Some(maps), Some(path)) if maps.iter().any(|l| l.contains(path.as_str())) => Row::new(
-            name,
-            SLICED_RUNTIME_LOADED,
-            State::Ok,
-            Depth::Measured,
-            format!("{path} is mapped into the probe's process"),
-        ),
-        (Some(_), Some(path)) => Row::new(
+        (None, Some(maps), Some(path)) if maps.iter().any(|l| l.contains(path.as_str())) => {
+            Row::new(
+                name,
+                SLICED_RUNTIME_LOADED,
+                State::Ok,
+                Depth::Measured,
+                format!("{path} is mapped into the probe's process"),
+            )
+        }
+        (None, Some(_), Some(path)) => Row::new(
             name,
             SLICED_RUNTIME_LOADED,
             State::Unavailable,
@@ -1510,6 +1560,77 @@ mod tests {
 
     const SLICED: &str = "nvidia.com/gpu.sliced";
 
+    /// Hygon's probe (spec §8): the driver's new kfd vgpu record is the runtime evidence, not
+    /// the maps (it maps no library); no record is no evidence; the quota is the container's
+    /// vdev0.conf `mem`, compared with what the responder rendered.
+    #[test]
+    fn a_drivers_record_is_the_runtime_evidence_where_the_manufacturer_reads_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let conf_dir = dir.path().join("etc/vdev/docker");
+        std::fs::create_dir_all(&conf_dir).unwrap();
+        std::fs::write(
+            conf_dir.join("vdev0.conf"),
+            "PciBusId: 0000:09:00.0\nmem: 32760 MiB\n",
+        )
+        .unwrap();
+        let hygon = accel_hygon::preflight::HygonPreflight;
+        let mut injection = Injection::default();
+        injection.mounts.push(accel_backend::respond::Mount {
+            container_path: "/etc/vdev/docker".into(),
+            host_path: conf_dir.display().to_string(),
+            read_only: true,
+        });
+        let expected = hygon.quota_mib(&injection, 0);
+        assert_eq!(expected, Some(32760), "the rendered file's mem");
+        let probe = Probe {
+            name: "dcu-0".into(),
+            injection,
+            expected,
+        };
+        let answer = |stdout: &str| {
+            Ok(accel_host::CommandOutput {
+                status: Some(0),
+                stdout: stdout.as_bytes().to_vec(),
+                stderr: Vec::new(),
+            })
+        };
+        let (loaded, quota) = measured_rows(
+            &hygon,
+            "dcu-0",
+            &probe,
+            Some(65520),
+            answer(
+                "gpustack-preflight-mem: 32760 MiB\ngpustack-preflight-vgpu: /sys/devices/virtual/kfd/kfd/vgpu/0x2b6d@0/entry Indentifier: 91\n",
+            ),
+            &["docker".into()],
+        );
+        assert_eq!(loaded.state, "ok", "{}", loaded.reason);
+        assert!(
+            loaded.reason.contains("Indentifier: 91"),
+            "{}",
+            loaded.reason
+        );
+        assert_eq!(quota.state, "ok", "{}", quota.reason);
+        let (loaded, quota) = measured_rows(
+            &hygon,
+            "dcu-0",
+            &probe,
+            Some(65520),
+            answer(
+                "gpustack-preflight-mem: 65520 MiB\ngpustack-preflight-vgpu-none: no new record in x within 30 s\n",
+            ),
+            &["docker".into()],
+        );
+        assert_eq!(loaded.state, "unavailable");
+        assert!(loaded.reason.contains("no new record"), "{}", loaded.reason);
+        assert_eq!(quota.state, "unavailable");
+        assert!(
+            quota.reason.contains("whole accelerator"),
+            "{}",
+            quota.reason
+        );
+    }
+
     fn setup(dir: &Path, strategy: InjectionStrategy) -> ResponderSetup {
         ResponderSetup {
             scratch: None,
@@ -1579,6 +1700,7 @@ mod tests {
                 responder.as_ref(),
                 &seats[0],
                 PROBE_UNITS,
+                None,
                 &synthetic_pod("preflight-nvidia-0-quota", &[PROBE_CONTAINER]),
             )
             .unwrap();
