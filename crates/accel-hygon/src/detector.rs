@@ -100,6 +100,8 @@ pub enum Note {
     DuplicateProfile { bus: String, name: String },
     /// A card in MIG mode the registry names no `dev<N>` for, or one offered no profile.
     NoProfiles { bus: String, why: &'static str },
+    /// Cards of one group list a profile differently.
+    GroupDisagrees { product: String, name: String },
 }
 
 impl fmt::Display for Note {
@@ -137,6 +139,10 @@ impl fmt::Display for Note {
             Note::DuplicateProfile { bus, name } => write!(
                 f,
                 "DCU {bus}: hy-smi mig -lgip lists MIG profile {name} twice with differing figures, so neither is offered"
+            ),
+            Note::GroupDisagrees { product, name } => write!(
+                f,
+                "the {product} DCUs do not agree on MIG profile {name}, so no card of them offers it"
             ),
             Note::NoProfiles { bus, why } => {
                 write!(f, "DCU {bus} is in MIG mode but {why}: it feeds no family")
@@ -526,6 +532,15 @@ fn offer_profiles(
             });
             continue;
         };
+        if row != a.index {
+            // The partitioner addresses a card by this index (`hy-smi mig -i <N>`): a card
+            // whose registry number is not its index here would be another card's commands.
+            notes.push(Note::NoProfiles {
+                bus: bus.sysfs(),
+                why: "its registry number is not its index here, so hy-smi mig -i would name another card",
+            });
+            continue;
+        }
         let who = format!("DCU {}", bus.sysfs());
         let (offered, left_out) = listing::offered(
             &profiles,
@@ -559,6 +574,82 @@ fn offer_profiles(
         }
         a.partition_profiles = kept;
     }
+    withhold_disagreements(section, notes);
+}
+
+/// Spec §6.1: the cards of one group (product and memory) must agree on a profile; a profile
+/// one card lists differently from another of its group (or not at all) is withheld from every
+/// card of the group, with a note naming it. A card offered no profile at all (its own note
+/// says why) takes no part.
+fn withhold_disagreements(section: &mut ManufacturerInventory, notes: &mut Vec<Note>) {
+    let key = |a: &Accelerator| (a.product.clone(), a.memory_mib);
+    let groups: Vec<(Option<String>, Option<u64>)> = {
+        let mut g: Vec<_> = section.accelerators.iter().map(key).collect();
+        g.sort();
+        g.dedup();
+        g
+    };
+    for group in groups {
+        let members: Vec<usize> = section
+            .accelerators
+            .iter()
+            .enumerate()
+            .filter(|(_, a)| {
+                key(a) == group
+                    && a.mig_mode == Some(MigMode::Enabled)
+                    && !a.partition_profiles.is_empty()
+            })
+            .map(|(i, _)| i)
+            .collect();
+        let mut names: Vec<String> = members
+            .iter()
+            .flat_map(|&i| section.accelerators[i].partition_profiles.iter())
+            .map(|p| p.name.clone())
+            .collect();
+        names.sort();
+        names.dedup();
+        for name in names {
+            let listed: Vec<Option<&accel_core::inventory::PartitionProfile>> = members
+                .iter()
+                .map(|&i| {
+                    section.accelerators[i]
+                        .partition_profiles
+                        .iter()
+                        .find(|p| p.name == name)
+                })
+                .collect();
+            let agree = listed
+                .iter()
+                .all(|p| p.is_some() && p.map(same_shape) == listed[0].map(same_shape));
+            if agree {
+                continue;
+            }
+            notes.push(Note::GroupDisagrees {
+                product: group.0.clone().unwrap_or_else(|| "unnamed".into()),
+                name: name.clone(),
+            });
+            for &i in &members {
+                section.accelerators[i]
+                    .partition_profiles
+                    .retain(|p| p.name != name);
+            }
+        }
+    }
+}
+
+/// What cards of a group must agree on about a profile: id, memory, instances, CUs,
+/// placements (the free count is each card's own).
+type Shape = (u32, Option<u64>, Option<u32>, Option<u32>, Vec<(u32, u32)>);
+
+/// A profile's [`Shape`].
+fn same_shape(p: &accel_core::inventory::PartitionProfile) -> Shape {
+    (
+        p.id,
+        p.memory_mib,
+        p.instances_total,
+        p.multiprocessors,
+        p.placements.iter().map(|x| (x.start, x.size)).collect(),
+    )
 }
 
 fn is_hygon_driver(f: &PciFunction) -> bool {

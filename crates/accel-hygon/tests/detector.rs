@@ -126,6 +126,36 @@ fn a_mig_node_serves_partitions_only_and_says_so() {
 }
 
 #[test]
+fn a_profile_the_cards_of_a_group_disagree_on_is_withheld_from_all_of_them() {
+    let dir = tempfile::tempdir().unwrap();
+    accel_testkit::copy_tree(&host("hygon-8x-bw150-mig"), dir.path()).unwrap();
+    // DCU 5 lists 4g.31gb with one placement only.
+    let lgipp = dir.path().join("commands/mig-lgipp/stdout");
+    let text = std::fs::read_to_string(&lgipp).unwrap().replace(
+        "DCU 5 profile ID 1 placements: {0,2}:2",
+        "DCU 5 profile ID 1 placements: {0}:2",
+    );
+    std::fs::write(&lgipp, text).unwrap();
+    let section = detect_in(dir.path(), DetectOptions::default()).unwrap();
+    for a in &section.accelerators {
+        let names: Vec<&str> = a
+            .partition_profiles
+            .iter()
+            .map(|p| p.name.as_str())
+            .collect();
+        assert_eq!(names, vec!["2g.15gb", "8g.63gb"], "card {}", a.index);
+    }
+    assert!(
+        section
+            .notes
+            .iter()
+            .any(|n| n.contains("do not agree on MIG profile 4g.31gb")),
+        "{:?}",
+        section.notes
+    );
+}
+
+#[test]
 fn a_mig_card_the_registry_does_not_name_is_offered_no_profile() {
     let dir = tempfile::tempdir().unwrap();
     accel_testkit::copy_tree(&host("hygon-8x-bw150-mig"), dir.path()).unwrap();
@@ -251,4 +281,28 @@ fn uncorrectable_umc_errors_take_the_dcu_out_and_a_missing_counter_does_not() {
     assert_eq!(a[1].ecc.as_ref().unwrap().volatile_corrected, Some(7));
     assert!(a[2].healthy && a[2].ecc.is_none(), "no counter, no fault");
     assert_eq!(detector::parse_umc_err_count("garbage\n"), None);
+}
+
+#[test]
+fn a_card_whose_registry_number_is_not_its_index_is_offered_no_profile() {
+    let dir = tempfile::tempdir().unwrap();
+    accel_testkit::copy_tree(&host("hygon-8x-bw150-mig"), dir.path()).unwrap();
+    // dev0 and dev1 swapped: hy-smi mig -i 0 would be the second card's.
+    let reg = dir.path().join("root/etc/dmi_mig_config");
+    let zero = std::fs::read_to_string(reg.join("dev0")).unwrap();
+    let one = std::fs::read_to_string(reg.join("dev1")).unwrap();
+    std::fs::write(reg.join("dev0"), one).unwrap();
+    std::fs::write(reg.join("dev1"), zero).unwrap();
+    let section = detect_in(dir.path(), DetectOptions::default()).unwrap();
+    assert!(section.accelerators[0].partition_profiles.is_empty());
+    assert!(section.accelerators[1].partition_profiles.is_empty());
+    assert!(!section.accelerators[2].partition_profiles.is_empty());
+    assert!(
+        section
+            .notes
+            .iter()
+            .any(|n| n.contains("its registry number is not its index here")),
+        "{:?}",
+        section.notes
+    );
 }
