@@ -28,19 +28,7 @@ HOST=$WORK/hygon-8x-bw150-mig
 cp -a "$REPO/testdata/hosts/hygon-8x-bw150-mig" "$HOST"
 made=()      # device nodes and links this script created on the machine, removed at the end
 made_dirs=() # directories it created, removed at the end
-mkdir -p /dev/dri
-for n in $(cd "$HOST/root" && ls -d dev/kfd dev/mkfd dev/dri/card* dev/dri/renderD* | sed 's#^#/#'); do
-  if [ ! -e "$n" ]; then
-    mknod -m 0666 "$n" c 1 3
-    made+=("$n")
-  fi
-done
-for d in /opt/hyhal /opt/dtk; do
-  if [ ! -e "$d" ]; then
-    mkdir -p "$d"
-    made_dirs+=("$d")
-  fi
-done
+hygon_machine "$HOST"
 if [ -e /etc/dmi_mig_config ]; then
   echo "rig-hygon-mig: /etc/dmi_mig_config exists on this machine; not replacing it"
   rm -rf "$WORK"; exit 2

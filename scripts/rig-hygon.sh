@@ -28,19 +28,7 @@ HOST=$WORK/hygon-4x-k100ai
 cp -a "$REPO/testdata/hosts/hygon-4x-k100ai" "$HOST"
 made=()      # device nodes and files this script created on the machine, removed at the end
 made_dirs=() # directories it created, removed at the end (deepest first)
-mkdir -p /dev/dri
-for n in $(cd "$HOST/root" && ls -d dev/kfd dev/mkfd dev/dri/card* dev/dri/renderD* | sed 's#^#/#'); do
-  if [ ! -e "$n" ]; then
-    mknod -m 0666 "$n" c 1 3
-    made+=("$n")
-  fi
-done
-for d in /opt/hyhal /opt/dtk; do
-  if [ ! -e "$d" ]; then
-    mkdir -p "$d"
-    made_dirs+=("$d")
-  fi
-done
+hygon_machine "$HOST"
 
 rig_up "/tmp/rig-hygon"
 fresh_devices

@@ -131,6 +131,26 @@ expect() {
   if [ "$n" = "${4:-1}" ]; then echo "  ok: $2"; else echo "  WRONG: $2 (found $n of ${4:-1})"; failed=1; fi
 }
 
+# hygon_machine HOST: the nodes a Hygon responder names that this machine lacks, made as
+# aliases of /dev/null (char 1:3) from the recording HOST's /dev listing (appended to `made`),
+# and /opt/hyhal, /opt/dtk as empty directories where absent (appended to `made_dirs`). The
+# caller removes both at the end; nothing here opens a node.
+hygon_machine() {
+  mkdir -p /dev/dri
+  for n in $(cd "$1/root" && ls -d dev/kfd dev/mkfd dev/dri/card* dev/dri/renderD* | sed 's#^#/#'); do
+    if [ ! -e "$n" ]; then
+      mknod -m 0666 "$n" c 1 3
+      made+=("$n")
+    fi
+  done
+  for d in /opt/hyhal /opt/dtk; do
+    if [ ! -e "$d" ]; then
+      mkdir -p "$d"
+      made_dirs+=("$d")
+    fi
+  done
+}
+
 # verdict NAME: prints NAME: OK or NAME: FAILED and exits with `failed`.
 verdict() {
   if [ "$failed" = 0 ]; then echo "$1: OK"; else echo "$1: FAILED"; fi
