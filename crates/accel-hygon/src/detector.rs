@@ -494,35 +494,13 @@ fn offer_profiles(
     sources: &Sources,
     notes: &mut Vec<Note>,
 ) {
-    let mut read = |text: Option<&str>, what: &str| -> Option<String> {
-        match text {
-            Some(t) => Some(t.to_string()),
-            None => {
-                notes.push(Note::ToolFailed(format!(
-                    "hy-smi mig {what} gave no answer: no partition profile is offered"
-                )));
-                None
-            }
-        }
-    };
-    let lgip = read(sources.mig_profiles.as_deref(), "-lgip");
-    let lgipp = read(sources.mig_placements.as_deref(), "-lgipp");
-    let profiles = match lgip.as_deref().map(listing::parse_profiles) {
-        Some(Ok(p)) => p,
-        Some(Err(e)) => {
-            notes.push(Note::ToolFailed(format!("hy-smi mig -lgip: {e}")));
-            Vec::new()
-        }
-        None => Vec::new(),
-    };
-    let placements = match lgipp.as_deref().map(listing::parse_placements) {
-        Some(Ok(p)) => p,
-        Some(Err(e)) => {
-            notes.push(Note::ToolFailed(format!("hy-smi mig -lgipp: {e}")));
-            Vec::new()
-        }
-        None => Vec::new(),
-    };
+    // A listing whose call failed has its note from the call already (`ask_tools`).
+    let (profiles, unread) =
+        listing::rows_or_reason(sources.mig_profiles.as_deref(), listing::parse_profiles);
+    notes.extend(unread.map(|r| Note::ToolFailed(format!("hy-smi mig -lgip: {r}"))));
+    let (placements, unread) =
+        listing::rows_or_reason(sources.mig_placements.as_deref(), listing::parse_placements);
+    notes.extend(unread.map(|r| Note::ToolFailed(format!("hy-smi mig -lgipp: {r}"))));
     for a in &mut section.accelerators {
         let Some(bus) = a.bus_id else { continue };
         let Some((&row, _)) = cards.iter().find(|(_, b)| board(**b) == bus) else {
@@ -562,7 +540,13 @@ fn offer_profiles(
                 why: "hy-smi mig offers no partition profile for it",
             });
         }
-        let spanned = kept
+        a.partition_profiles = kept;
+    }
+    withhold_disagreements(section, notes);
+    // The card's compute units are the most one offered profile spans.
+    for a in &mut section.accelerators {
+        let spanned = a
+            .partition_profiles
             .iter()
             .filter_map(|p| Some(p.multiprocessors? * p.instances_total?))
             .max();
@@ -572,9 +556,7 @@ fn offer_profiles(
                 g.compute_units = Some(cus);
             }
         }
-        a.partition_profiles = kept;
     }
-    withhold_disagreements(section, notes);
 }
 
 /// Spec §6.1: the cards of one group (product and memory) must agree on a profile; a profile

@@ -99,7 +99,7 @@ impl Preflight for NvidiaPreflight {
         ProbeReading {
             maps,
             memory_mib,
-            runtime: None,
+            ..ProbeReading::default()
         }
     }
 

@@ -531,17 +531,11 @@ fn read_listing<T, E: fmt::Display>(
     args: &'static str,
     notes: &mut Vec<Note>,
 ) -> Vec<T> {
-    match text.map(parse) {
-        Some(Ok(rows)) => rows,
-        Some(Err(e)) => {
-            notes.push(Note::Smi {
-                args,
-                reason: e.to_string(),
-            });
-            Vec::new()
-        }
-        None => Vec::new(),
+    let (rows, reason) = listing::rows_or_reason(text, parse);
+    if let Some(reason) = reason {
+        notes.push(Note::Smi { args, reason });
     }
+    rows
 }
 
 fn numa_of(pci: &[PciFunction], bus: BusId) -> Option<u32> {

@@ -121,7 +121,7 @@ impl Preflight for TheadPreflight {
         ProbeReading {
             maps,
             memory_mib,
-            runtime: None,
+            ..ProbeReading::default()
         }
     }
 

@@ -111,6 +111,16 @@ fn yaml(run: &Run) -> serde_yaml::Value {
     serde_yaml::from_str(&run.stdout).unwrap_or_else(|e| panic!("{e}: {}", run.stdout))
 }
 
+/// The first group's printed steps, one command a step.
+fn steps(doc: &serde_yaml::Value) -> Vec<&str> {
+    doc["accelerators"][0]["steps"]
+        .as_sequence()
+        .unwrap_or_else(|| panic!("no steps: {doc:?}"))
+        .iter()
+        .map(|s| s.as_str().unwrap())
+        .collect()
+}
+
 /// `(capability, state, depth)` of every row of the first group, for one accelerator.
 fn rows(doc: &serde_yaml::Value, accelerator: &str) -> Vec<(String, String, String)> {
     doc["accelerators"][0]["checks"]
@@ -347,12 +357,7 @@ fn dry_run_prints_every_container_step_and_writes_nothing() {
         "--dry-run wrote under the host"
     );
     let doc = yaml(&run);
-    let steps: Vec<&str> = doc["accelerators"][0]["steps"]
-        .as_sequence()
-        .unwrap()
-        .iter()
-        .map(|s| s.as_str().unwrap())
-        .collect();
+    let steps = steps(&doc);
     // The sweep before, three probes per GPU, the sweep after.
     assert_eq!(steps.len(), 8, "{steps:?}");
     assert!(steps[0].ends_with("docker ps -aq --filter label=gpustack.ai/preflight=true"));
@@ -955,12 +960,7 @@ fn thead_reads_mig_partitioning_per_card_and_probes_with_the_given_image() {
         ],
     );
     let doc = yaml(&run);
-    let steps: Vec<&str> = doc["accelerators"][0]["steps"]
-        .as_sequence()
-        .unwrap()
-        .iter()
-        .map(|s| s.as_str().unwrap())
-        .collect();
+    let steps = steps(&doc);
     let quota = steps
         .iter()
         .find(|s| s.contains("--name gpustack-preflight-thead-0-quota"))
@@ -1036,12 +1036,7 @@ fn hygon_probes_a_slice_with_the_given_image_and_reads_no_driver() {
         ],
     );
     let doc = yaml(&run);
-    let steps: Vec<&str> = doc["accelerators"][0]["steps"]
-        .as_sequence()
-        .unwrap_or_else(|| panic!("{}", run.stdout))
-        .iter()
-        .map(|s| s.as_str().unwrap())
-        .collect();
+    let steps = steps(&doc);
     let quota = steps
         .iter()
         .find(|s| s.contains("--name gpustack-preflight-hygon-0-quota"))
@@ -1073,6 +1068,15 @@ fn hygon_probes_a_slice_with_the_given_image_and_reads_no_driver() {
     );
     let doc = yaml(&run);
     let checks = doc["accelerators"][0]["checks"].as_sequence().unwrap();
+    assert_eq!(
+        checks
+            .iter()
+            .filter(|r| r["capability"] == "sidecar-visibility")
+            .count(),
+        8,
+        "a management row per card: {}",
+        run.stdout
+    );
     assert!(
         !checks
             .iter()

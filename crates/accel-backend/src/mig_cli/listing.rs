@@ -104,6 +104,20 @@ pub struct ComputeInstance {
     pub placement: Option<Placement>,
 }
 
+/// One listing's rows as `parse` reads them, and why none were read where the text did not
+/// parse; a listing that was never read (`None`: the call failed, which its caller noted) is no
+/// rows and no reason.
+pub fn rows_or_reason<T, E: std::fmt::Display>(
+    text: Option<&str>,
+    parse: fn(&str) -> Result<Vec<T>, E>,
+) -> (Vec<T>, Option<String>) {
+    match text.map(parse) {
+        Some(Ok(rows)) => (rows, None),
+        Some(Err(e)) => (Vec::new(), Some(e.to_string())),
+        None => (Vec::new(), None),
+    }
+}
+
 /// `offered` with every profile name that appears twice with differing figures taken out
 /// (neither reading can be trusted), exact repeats kept once; and the names taken out, in the
 /// order they first appear.

@@ -103,15 +103,17 @@ pub fn synthetic_pod(uid: &str, containers: &[&str]) -> Pod {
 
 /// The injection a slice of `units` on `seat` gets: the responder's answer to a synthetic
 /// sliced allocation, exactly as Allocate asks it (family, the seat, the units, the cores
-/// percentage `cores` — none unless the manufacturer's slices are compute-partitioned, see
-/// [`Preflight::probe_cores_percentage`] —, the Pod and its container).
+/// percentage `preflight` asks — none unless the manufacturer's slices are
+/// compute-partitioned, see [`Preflight::probe_cores_percentage`] —, the Pod and its
+/// container).
 pub fn slice_injection(
+    preflight: &dyn Preflight,
     responder: &dyn Responder,
     seat: &Seat,
     units: u64,
-    cores: Option<u32>,
     pod: &Pod,
 ) -> Result<Injection, String> {
+    let cores = preflight.probe_cores_percentage();
     let seats = [seat];
     responder
         .respond(&Answer {
@@ -850,13 +852,7 @@ impl Pass<'_> {
         let vram = accelerator.memory_mib;
         // Q2: one probe granted half the accelerator.
         let quota_pod = self.synthetic(preflight, &manufacturer, &uid("quota"), &[PROBE_CONTAINER]);
-        let injection = match slice_injection(
-            responder,
-            seat,
-            PROBE_UNITS,
-            preflight.probe_cores_percentage(),
-            &quota_pod,
-        ) {
+        let injection = match slice_injection(preflight, responder, seat, PROBE_UNITS, &quota_pod) {
             Ok(i) => i,
             Err(e) => {
                 for capability in [SLICED_RUNTIME_LOADED, SLICED_QUOTA_IN_FORCE, CO_TENANCY] {
@@ -900,23 +896,11 @@ impl Pass<'_> {
             &uid("tenant-a"),
             &[PROBE_CONTAINER],
         );
-        let tenants = slice_injection(
-            responder,
-            seat,
-            PROBE_UNITS,
-            preflight.probe_cores_percentage(),
-            &tenant_a_pod,
-        )
-        .and_then(|a| {
-            slice_injection(
-                responder,
-                seat,
-                SECOND_TENANT_UNITS,
-                preflight.probe_cores_percentage(),
-                &second_pod,
-            )
-            .map(|b| (a, b))
-        });
+        let tenants = slice_injection(preflight, responder, seat, PROBE_UNITS, &tenant_a_pod)
+            .and_then(|a| {
+                slice_injection(preflight, responder, seat, SECOND_TENANT_UNITS, &second_pod)
+                    .map(|b| (a, b))
+            });
         let blocked = not_run_reason(self, preflight).or_else(|| {
             image.is_none().then(|| {
                 // With a runtime version known, no image means the manufacturer has no default.
@@ -1105,14 +1089,8 @@ impl Pass<'_> {
                 &format!("preflight-{manufacturer}-{index}-{case}"),
                 &[PROBE_CONTAINER],
             );
-            slice_injection(
-                responder,
-                seat,
-                units,
-                preflight.probe_cores_percentage(),
-                &pod,
-            )
-            .map(|i| preflight.quota_mib(&i, 0))
+            slice_injection(preflight, responder, seat, units, &pod)
+                .map(|i| preflight.quota_mib(&i, 0))
         };
         let vram = seat.memory_mib;
         let co_tenancy = match (
@@ -1697,10 +1675,10 @@ mod tests {
 
             let responder = (backend.responder)(setup(&dir.path().join("preflight"), strategy));
             let probe = slice_injection(
+                &accel_nvidia::preflight::NvidiaPreflight,
                 responder.as_ref(),
                 &seats[0],
                 PROBE_UNITS,
-                None,
                 &synthetic_pod("preflight-nvidia-0-quota", &[PROBE_CONTAINER]),
             )
             .unwrap();
