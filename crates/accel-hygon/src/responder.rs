@@ -12,7 +12,8 @@
 //!   directories, the partition's registry file mounted read-only at its own host path
 //!   (required), and `DMI_MIG_VISIBLE_DEVICE=MIG-<uuid>` — the `MIG-` prefix is mandatory.
 //!
-//! An empty grant is refused: `no allocated accelerator found for container "<name>"`.
+//! An empty grant is refused: `no allocated accelerator found for container "<name>"` (a
+//! partition's: `no allocated card for partition container "<name>"`, spec §6.3).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
@@ -252,16 +253,21 @@ impl HygonResponder {
     pub fn respond(&self, answer: &Answer<'_>) -> Result<Injection, ResponderError> {
         let container = answer.container.map_or("main", |c| c.name.as_str());
         if answer.seats.is_empty() {
-            return Err(refused(format!(
-                "no allocated accelerator found for container {container:?}"
-            )));
+            // Spec §6.3 words a partition's empty grant its own way.
+            let partitioned =
+                answer.family == Some(Family::Partitioned) || answer.partition.is_some();
+            return Err(refused(if partitioned {
+                format!("no allocated card for partition container {container:?}")
+            } else {
+                format!("no allocated accelerator found for container {container:?}")
+            }));
         }
         let mut granted: Vec<(&Seat, &Card)> = Vec::with_capacity(answer.seats.len());
         for seat in answer.seats {
             granted.push((seat, self.card(seat)?));
         }
         if let Some(partition) = answer.partition {
-            return self.partition(&partition.uuid, &granted);
+            return self.partition(&partition.uuid, container, &granted);
         }
         let mut response = Injection::default();
         self.control_nodes(&mut response);
@@ -339,11 +345,12 @@ impl HygonResponder {
     fn partition(
         &self,
         partition: &str,
+        container: &str,
         granted: &[(&Seat, &Card)],
     ) -> Result<Injection, ResponderError> {
         let [(seat, card)] = granted else {
             return Err(refused(format!(
-                "partition {partition} was granted {} accelerators, but a hygon partition can only be served by one",
+                "container {container:?} was granted {} accelerators, but a hygon partition request can only be served by one: partition {partition} is on one card",
                 granted.len()
             )));
         };
@@ -553,6 +560,24 @@ mod tests {
         assert_eq!(
             e.to_string(),
             "no allocated accelerator found for container \"main\""
+        );
+        let e = responder(tmp.path())
+            .respond(&answer(&[], &pod, None))
+            .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "no allocated card for partition container \"main\""
+        );
+        let (a, b) = (seat(), Seat::from_accelerator(&accelerator(), 0));
+        let seats = [&a, &b];
+        let e = responder(tmp.path())
+            .respond(&answer(&seats, &pod, Some(&instance("MIG-x"))))
+            .unwrap_err();
+        assert!(
+            e.to_string().starts_with(
+                "container \"main\" was granted 2 accelerators, but a hygon partition request can only be served by one"
+            ),
+            "{e}"
         );
     }
 
