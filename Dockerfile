@@ -49,12 +49,14 @@ COPY deploy/image/build-hami-core /usr/local/bin/
 RUN build-hami-core "$HAMI_CORE_REPO" "$HAMI_CORE_COMMIT" /out/libvgpu.so
 
 # --- the runtime image ----------------------------------------------------------------------
-# debian-slim rather than distroless: the init container's staging script and the nvidia-smi
-# wrapper (which runs the host's own nvidia-smi chrooted into the host root) need sh, cp, cmp and
-# chroot.
+# debian-slim rather than distroless: the init container's staging script needs sh, cp and cmp,
+# and the daemon runs every manufacturer's tool (nvidia-smi, npu-smi, cnmon, …) as the host
+# installed it, inside the host root, through the image's /usr/sbin/chroot
+# (crates/accel-host/src/commands/host_tools.rs). The image ships no vendor tool and no wrapper:
+# the tools come with the host's driver, matched to its kernel module.
 FROM debian:${DEBIAN_RELEASE}-slim AS runtime
 COPY --from=build /out/device-manager /usr/local/bin/device-manager
-COPY deploy/image/stage-libraries deploy/image/nvidia-smi deploy/image/amd-smi deploy/image/rocm-smi /usr/local/bin/
+COPY deploy/image/stage-libraries /usr/local/bin/
 # The file name and layout the responder expects (crates/accel-plugin/src/responder.rs:
 # PRELOAD_LIBRARY, library_dir).
 COPY --from=hami-cuda-12 /out/libvgpu.so /opt/gpustack/lib/cuda-12/libvgpu.so

@@ -13,7 +13,7 @@ use accel_backend::record::RecordPlan;
 use accel_backend::reset::Reset;
 use accel_backend::respond::{Responder, ResponderSetup};
 use accel_backend::slicing::SlicingLibrary;
-use accel_backend::{Backend, FaultKnowledge, StateDirRule};
+use accel_backend::{Backend, FaultKnowledge, HostToolDirs, StateDirRule};
 use accel_core::{Detection, Manufacturer, ManufacturerInventory};
 use accel_host::{Commands, Host};
 
@@ -41,6 +41,13 @@ pub fn backend() -> Backend {
         preflight: None,
         sampler: Some(Arc::new(AmdSmiSampler)),
         record: record_plan(),
+        // ROCm installs both under /opt/rocm/bin (often linked from /usr/bin), their libraries in
+        // /opt/rocm/lib (AMD's install guide exports it as LD_LIBRARY_PATH).
+        tools: HostToolDirs {
+            programs: &["amd-smi", "rocm-smi"],
+            install_dirs: &["/opt/rocm/bin"],
+            library_dirs: &["/opt/rocm/lib", "/opt/rocm/lib64"],
+        },
         state_dir: StateDirRule::Named,
         replay: None,
         replay_writes: None,

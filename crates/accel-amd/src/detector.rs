@@ -12,9 +12,20 @@
 //! described system lists whole cards only; this keeps that and refuses the rest explicitly,
 //! naming the board in a note. Two boards never share an id.
 //!
+//! **The identity query** is `amd-smi static --json` (each processor's ASIC serial), or
+//! `rocm-smi --showallinfo --json` where amd-smi is not installed. The kernel names the boards
+//! too: KFD's `unique_id` (and the DRM device's `unique_id`) is the same number, the driver's
+//! own, so where the kernel answers for every board (a `unique_id` property; 0 is the driver
+//! saying it has none, as on an APU, which no tool improves on), a tool that is missing, hangs,
+//! exits non-zero or prints what cannot be read is a note, and every board keeps its index and
+//! UUID. Where the kernel gives no answer for some board, that failure — or an answer that
+//! lists no GPU for such a board — is a pass not measured ([`Unmeasured`]): the last good
+//! inventory and its grants stand, never a board without the identity the good pass gave it.
+//! `amd-smi version` gives no identity; its failure is a note.
+//!
 //! Answers: no amdgpu card and no KFD GPU node → `Ok(empty)` (no driver); amdgpu cards but no
 //! KFD topology → `Ok(empty)` with a note (ROCm cannot use them); boards found → `Ok(list)`,
-//! whatever the vendor tool did (its failure is a note).
+//! unless the identity query failed where the kernel names not every board (`Err`).
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -87,6 +98,39 @@ impl Default for DetectOptions {
     }
 }
 
+/// Why a pass is not measured, worded once (the reason of [`DetectError::NotMeasured`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Unmeasured {
+    /// The KFD topology could not be read.
+    Topology(String),
+    /// The identity query gave no answer for some boards (`why`: its failure, naming the argv,
+    /// or which board it lists nothing for), and the kernel gives none for them either.
+    Unnamed {
+        why: String,
+        unnamed: usize,
+        boards: usize,
+    },
+}
+
+impl std::fmt::Display for Unmeasured {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Unmeasured::Topology(e) => write!(f, "the KFD topology cannot be read: {e}"),
+            Unmeasured::Unnamed {
+                why,
+                unnamed,
+                boards,
+            } => write!(
+                f,
+                "{why}, and the KFD topology has no unique id for {unnamed} of the {boards} board(s)"
+            ),
+        }
+    }
+}
+
+/// Neither identity tool is installed.
+const NO_TOOL: &str = "neither amd-smi nor rocm-smi is installed";
+
 /// What the vendor tool said, whichever answered.
 #[derive(Debug, Default)]
 struct Tool {
@@ -94,6 +138,10 @@ struct Tool {
     rocm_smi: Option<RocmSmi>,
     versions: Versions,
     notes: Vec<String>,
+    /// The identity query that answered (its argv).
+    answered: Option<String>,
+    /// Why no identity query answered, in one line naming the argv.
+    failure: Option<String>,
 }
 
 /// A tool's standard output, or its failure in the one wording of `accel_host::run_bounded`
@@ -109,7 +157,11 @@ fn next_deadline(budget: &Budget, tool: &mut Tool) -> Option<Duration> {
     match budget.next() {
         Ok(deadline) => Some(deadline),
         Err(e) => {
-            tool.notes.push(format!("amd-smi: {e}"));
+            let note = format!("amd-smi: {e}");
+            if tool.answered.is_none() && tool.failure.is_none() {
+                tool.failure = Some(note.clone());
+            }
+            tool.notes.push(note);
             None
         }
     }
@@ -132,9 +184,12 @@ fn ask_tool(commands: &dyn Commands, options: &DetectOptions) -> Tool {
                 let text = answered
                     .map(|out| out.stdout_text())
                     .map_err(|e| e.to_string());
-                match text
-                    .and_then(|t| amdsmi::parse_static(&t).map_err(|e| format!("amd-smi: {e}")))
-                {
+                // The note keeps its wording (a parse error after `amd-smi: `); the reason is
+                // the failure's own text, which names the argv.
+                let read = text.map_err(|e| (e.clone(), e)).and_then(|t| {
+                    amdsmi::parse_static(&t).map_err(|e| (format!("amd-smi: {e}"), e.to_string()))
+                });
+                match read {
                     Ok(gpus) => {
                         if gpus.iter().any(|g| g.identity_unreadable) {
                             tool.notes.push(
@@ -142,8 +197,12 @@ fn ask_tool(commands: &dyn Commands, options: &DetectOptions) -> Tool {
                             );
                         }
                         tool.gpus = gpus;
+                        tool.answered = Some(AMD_SMI_STATIC.join(" "));
                     }
-                    Err(e) => tool.notes.push(e),
+                    Err((note, failure)) => {
+                        tool.notes.push(note);
+                        tool.failure = Some(failure);
+                    }
                 }
             }
         }
@@ -177,13 +236,18 @@ fn ask_rocm_smi(commands: &dyn Commands, budget: &Budget, mut tool: Tool) -> Too
             Ok(doc) => {
                 tool.versions.amdgpu = doc.driver_version.clone();
                 tool.rocm_smi = Some(doc);
+                tool.answered = Some(rocmsmi::ARGV.join(" "));
             }
-            Err(e) => tool.notes.push(e),
+            Err(e) => {
+                tool.notes.push(e.clone());
+                tool.failure = Some(e);
+            }
         }
         return tool;
     }
     tool.notes
-        .push("neither amd-smi nor rocm-smi is installed: facts from the kernel only".into());
+        .push(format!("{NO_TOOL}: facts from the kernel only"));
+    tool.failure = Some(NO_TOOL.into());
     tool
 }
 
@@ -200,12 +264,7 @@ pub fn detect(host: &dyn Host, commands: &dyn Commands, options: DetectOptions) 
     let m = Manufacturer::Amd;
     let topology = match kfd::read_topology(host, kfd::TOPOLOGY_DIR) {
         Ok(t) => t,
-        Err(e) => {
-            return Err(DetectError::NotMeasured {
-                manufacturer: m,
-                reason: format!("the KFD topology cannot be read: {e}"),
-            });
-        }
+        Err(e) => return not_measured(Unmeasured::Topology(e.to_string())),
     };
     let cards: Vec<DrmCard> = drm::read_cards(host, drm::CLASS_DIR)
         .into_iter()
@@ -255,6 +314,8 @@ pub fn detect(host: &dyn Host, commands: &dyn Commands, options: DetectOptions) 
     };
     let mut node_index: BTreeMap<u32, u32> = BTreeMap::new();
     let mut seen_ids: BTreeMap<String, u32> = BTreeMap::new();
+    // Boards no source names and the identity query said nothing of.
+    let mut unanswered: Vec<BusId> = Vec::new();
     for (index, board) in boards.iter().enumerate() {
         let index = u32::try_from(index).unwrap_or(u32::MAX);
         for node in &board.nodes {
@@ -279,6 +340,9 @@ pub fn detect(host: &dyn Host, commands: &dyn Commands, options: DetectOptions) 
                 })
         });
         let mut a = accelerator(index, board, card, &smi, rsmi);
+        if a.uuid.is_none() && smi.is_empty() && rsmi.is_none() && !kernel_answers_identity(board) {
+            unanswered.push(board.bus_id);
+        }
         if let Some(uuid) = &a.uuid {
             if let Some(other) = seen_ids.insert(uuid.clone(), index) {
                 section.notes.push(format!(
@@ -308,6 +372,18 @@ pub fn detect(host: &dyn Host, commands: &dyn Commands, options: DetectOptions) 
         }
         section.accelerators.push(a);
     }
+    if let Some(first) = unanswered.first() {
+        let why = match (&tool.failure, &tool.answered) {
+            (Some(failure), _) => failure.clone(),
+            (None, Some(argv)) => format!("{argv}: lists no GPU at {}", first.sysfs()),
+            (None, None) => NO_TOOL.into(),
+        };
+        return not_measured(Unmeasured::Unnamed {
+            why,
+            unnamed: unanswered.len(),
+            boards: boards.len(),
+        });
+    }
     // XGMI peers, by accelerator index.
     if let Some(nodes) = &topology {
         for board in &boards {
@@ -330,6 +406,24 @@ pub fn detect(host: &dyn Host, commands: &dyn Commands, options: DetectOptions) 
         }
     }
     Ok(section)
+}
+
+/// Whether the kernel gave its answer on the board's identity: KFD's node carries a
+/// `unique_id` property. Its value is the driver's own (`adev->unique_id`), which amd-smi's ASIC
+/// serial and rocm-smi's `Unique ID` read too, so 0 there (an APU, an ASIC that reports none)
+/// is an answer no tool improves on; a node without the property (an older kernel) leaves the
+/// identity to the tool.
+fn kernel_answers_identity(board: &KfdBoard) -> bool {
+    board
+        .primary()
+        .is_some_and(|n| n.properties.contains_key("unique_id"))
+}
+
+fn not_measured(why: Unmeasured) -> Detection {
+    Err(DetectError::NotMeasured {
+        manufacturer: Manufacturer::Amd,
+        reason: why.to_string(),
+    })
 }
 
 fn accelerator(

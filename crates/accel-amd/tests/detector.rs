@@ -6,8 +6,9 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use accel_amd::detector::{self, DetectOptions};
-use accel_core::inventory::Grantable;
+use accel_core::inventory::{DetectError, Grantable};
 use accel_host::{FsHost, RecordedCommands};
+use accel_testkit::failing_tool::{ToolFailure, copy_with_failing_tool};
 
 fn host(name: &str) -> PathBuf {
     accel_testkit::recorded_host(name)
@@ -248,4 +249,115 @@ fn a_hanging_amd_smi_spends_the_pass_and_the_rest_is_not_asked() {
         section.runtime_version, None,
         "no amd-smi version, no ROCm version file"
     );
+}
+
+/// Deadlines short enough that a hanging tool costs the test a fraction of a second.
+fn short() -> DetectOptions {
+    DetectOptions {
+        deadlines: accel_backend::Deadlines {
+            per_query: Duration::from_millis(300),
+            snapshot: Duration::from_millis(600),
+        },
+        ..DetectOptions::default()
+    }
+}
+
+fn detection_in(dir: &Path, options: DetectOptions) -> accel_core::Detection {
+    let files = FsHost::new(dir.join("root"));
+    let commands = RecordedCommands::load(dir).unwrap();
+    detector::detect(&files, &commands, options)
+}
+
+/// Each accelerator's index and identity: the seats a grant names.
+fn seats(section: &accel_core::ManufacturerInventory) -> Vec<(u32, Option<String>)> {
+    section
+        .accelerators
+        .iter()
+        .map(|a| (a.index, a.uuid.clone()))
+        .collect()
+}
+
+/// What the note says of each failure (its `RunFailure` or parse error, naming the argv).
+fn says(failure: ToolFailure) -> &'static str {
+    match failure {
+        ToolFailure::Missing => "neither amd-smi nor rocm-smi is installed",
+        ToolFailure::Hangs => "amd-smi static --json: no answer within",
+        ToolFailure::ExitsNonZero => "amd-smi static --json: exited with status 1: Error: failed",
+        ToolFailure::Unreadable => "amd-smi static --json: not JSON",
+    }
+}
+
+/// Issue 42 item 3, where the kernel names every card: KFD's `unique_id` (and the DRM
+/// device's) is the ASIC serial amd-smi reports, so a failing amd-smi leaves every board at its
+/// index with its UUID, as the good pass had them, and the note says why.
+#[test]
+fn a_failing_amd_smi_leaves_the_seats_of_the_good_pass_and_names_the_tool() {
+    let good = detect_in(&host("amd-8x-mi300x"), DetectOptions::default());
+    assert_eq!(good.accelerators.len(), 8);
+    for failure in ToolFailure::ALL {
+        let dir = copy_with_failing_tool("amd-8x-mi300x", "amd-smi", failure);
+        let section = match detection_in(dir.path(), short()) {
+            Ok(section) => section,
+            Err(e) => panic!("{failure}: {e}"),
+        };
+        assert_eq!(seats(&section), seats(&good), "{failure}");
+        assert!(
+            section.notes.iter().any(|n| n.contains(says(failure))),
+            "{failure}: {:?}",
+            section.notes
+        );
+    }
+}
+
+/// Removes every unique id the kernel shows (KFD nodes' `unique_id` lines, the DRM devices'
+/// `unique_id` files): a driver that names no board.
+fn without_kernel_unique_ids(dir: &Path) {
+    let nodes = dir.join("root/sys/class/kfd/kfd/topology/nodes");
+    for node in std::fs::read_dir(&nodes).unwrap() {
+        let path = node.unwrap().path().join("properties");
+        let text = std::fs::read_to_string(&path).unwrap();
+        let kept: String = text
+            .lines()
+            .filter(|l| !l.starts_with("unique_id "))
+            .map(|l| format!("{l}\n"))
+            .collect();
+        std::fs::write(&path, kept).unwrap();
+    }
+    let devices = dir.join("root/sys/devices");
+    let mut stack = vec![devices];
+    while let Some(folder) = stack.pop() {
+        for entry in std::fs::read_dir(&folder).unwrap() {
+            let entry = entry.unwrap();
+            let kind = entry.file_type().unwrap();
+            if kind.is_dir() {
+                stack.push(entry.path());
+            } else if kind.is_file() && entry.file_name() == "unique_id" {
+                std::fs::remove_file(entry.path()).unwrap();
+            }
+        }
+    }
+}
+
+/// Where the kernel does not name the boards, amd-smi's ASIC serial is the only identity: a
+/// failing amd-smi is then a pass not measured, never boards without an identity in place of
+/// the ones the good pass named.
+#[test]
+fn without_kernel_unique_ids_a_failing_amd_smi_is_a_pass_not_measured() {
+    let dir = accel_testkit::copy_recorded("amd-8x-mi300x");
+    without_kernel_unique_ids(dir.path());
+    let good = detect_in(dir.path(), DetectOptions::default());
+    assert!(
+        good.accelerators.iter().all(|a| a.uuid.is_some()),
+        "amd-smi names them"
+    );
+    for failure in ToolFailure::ALL {
+        let dir = copy_with_failing_tool("amd-8x-mi300x", "amd-smi", failure);
+        without_kernel_unique_ids(dir.path());
+        let detection = detection_in(dir.path(), short());
+        let Err(DetectError::NotMeasured { reason, .. }) = detection else {
+            panic!("{failure}: {detection:?}");
+        };
+        assert!(reason.contains(says(failure)), "{failure}: {reason}");
+        assert!(!reason.contains('\n'), "{failure}: one line: {reason}");
+    }
 }

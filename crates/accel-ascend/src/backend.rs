@@ -13,7 +13,7 @@ use accel_backend::record::RecordPlan;
 use accel_backend::reset::Reset;
 use accel_backend::respond::{Responder, ResponderSetup};
 use accel_backend::slicing::SlicingLibrary;
-use accel_backend::{Backend, StateDirRule};
+use accel_backend::{Backend, HostToolDirs, StateDirRule};
 use accel_core::{Detection, Manufacturer, ManufacturerInventory};
 use accel_host::{Commands, Host};
 
@@ -38,6 +38,18 @@ pub fn backend() -> Backend {
         preflight: Some(Arc::new(crate::preflight::AscendPreflight)),
         sampler: Some(Arc::new(crate::usage::NpuSmiSampler::default())),
         record: record_plan(),
+        // The driver package installs npu-smi in /usr/local/sbin and /usr/local/bin and keeps it in
+        // its tools directory; its libraries are in the driver's lib64 tree (the installer also
+        // registers them with ldconfig).
+        tools: HostToolDirs {
+            programs: &["npu-smi"],
+            install_dirs: &["/usr/local/Ascend/driver/tools"],
+            library_dirs: &[
+                "/usr/local/Ascend/driver/lib64",
+                "/usr/local/Ascend/driver/lib64/common",
+                "/usr/local/Ascend/driver/lib64/driver",
+            ],
+        },
         state_dir: StateDirRule::Named,
         replay: Some(crate::share::wrap),
         replay_writes: None,

@@ -20,16 +20,24 @@
 //! the driver version, the container-share flag and the detailed memory are not declared; the
 //! pass says which generation answered ([`Note::Generation`]).
 //!
+//! **The identity query** is `npu-smi info` (it enumerates the chips) together with each chip's
+//! `-t board` (its die id): the kernel numbers NPUs but names none. So while the kernel shows
+//! NPUs, either one missing, hanging past its deadline, exiting non-zero or printing what cannot
+//! be read — or a table listing fewer chips than there are `/dev/davinci<N>` nodes — is a pass
+//! not measured ([`Unmeasured`]): the last good inventory and its grants stand, never "zero
+//! NPUs" and never a chip dropped because its board query failed. A board that answers without
+//! a die id drops that chip with a note. The other queries (`-m`, `phyid-remap`, `common`,
+//! `ecc`) give no identity; their failures are notes.
+//!
 //! Answers: nothing of Ascend's on the bus, no `/dev/davinci*` and no `npu-smi` → `Ok(empty)`;
-//! the kernel shows NPUs but `npu-smi` is missing, fails or its driver will not initialise
-//! (`dcmi … ret is -8020`) → `Err` (a failed pass keeps the last detection, never "zero NPUs");
-//! chips found → `Ok(list)`.
+//! the kernel shows NPUs but the identity query fails or the driver will not initialise
+//! (`dcmi … ret is -8020`) → `Err`; chips found → `Ok(list)`.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
 use accel_backend::Deadlines;
-use accel_backend::detect::Budget;
+use accel_backend::detect::{Budget, OutOfTime};
 use accel_core::Manufacturer;
 use accel_core::busid::BusId;
 use accel_core::health;
@@ -131,6 +139,34 @@ impl fmt::Display for Note {
     }
 }
 
+/// Why a pass is not measured while the kernel shows NPUs, worded once (the reason of
+/// [`DetectError::NotMeasured`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Unmeasured {
+    /// `npu-smi` is not installed.
+    NotInstalled { functions: usize, nodes: usize },
+    /// The identity query failed: its `RunFailure` or parse error, which names the argv.
+    Query(String),
+    /// `npu-smi info` lists fewer chips than the kernel's `/dev/davinci<N>` nodes.
+    FewerChips { listed: usize, nodes: usize },
+}
+
+impl fmt::Display for Unmeasured {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Unmeasured::NotInstalled { functions, nodes } => write!(
+                f,
+                "npu-smi is not installed, and the kernel shows {functions} Ascend PCI function(s) and {nodes} /dev/davinci node(s)"
+            ),
+            Unmeasured::Query(why) => f.write_str(why),
+            Unmeasured::FewerChips { listed, nodes } => write!(
+                f,
+                "npu-smi info: lists {listed} chip(s), but the kernel shows {nodes} /dev/davinci node(s)"
+            ),
+        }
+    }
+}
+
 /// What the detector is given.
 #[derive(Debug, Clone)]
 pub struct DetectOptions {
@@ -154,7 +190,8 @@ impl Default for DetectOptions {
 /// What one chip's per-chip queries said.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ChipAnswers {
-    /// `-t board`, or why it gave nothing.
+    /// `-t board`, or why it gave nothing (its `RunFailure`, parse error or the pass's time
+    /// running out, naming the query).
     pub board: Result<Board, String>,
     /// `-t phyid-remap`'s physical id, when it answered one.
     pub phy_id: Option<u32>,
@@ -191,7 +228,7 @@ pub struct EccTexts {
 impl Default for ChipAnswers {
     fn default() -> Self {
         ChipAnswers {
-            board: Err("not asked".into()),
+            board: Err("npu-smi info -t board: not asked".into()),
             phy_id: None,
         }
     }
@@ -211,23 +248,20 @@ fn init_failure_in(failure: &RunFailure) -> Option<String> {
     }
 }
 
+/// One bounded call, or [`OutOfTime`] (noted once) when the pass's time is spent.
 fn ask_raw(
     commands: &dyn Commands,
     budget: &Budget,
     argv: &[String],
     notes: &mut Vec<Note>,
-) -> Option<Result<String, RunFailure>> {
-    let deadline = match budget.next() {
-        Ok(d) => d,
-        Err(e) => {
-            if !notes.iter().any(|n| matches!(n, Note::OutOfTime(_))) {
-                notes.push(Note::OutOfTime(e.to_string()));
-            }
-            return None;
+) -> Result<Result<String, RunFailure>, OutOfTime> {
+    let deadline = budget.next().inspect_err(|e| {
+        if !notes.iter().any(|n| matches!(n, Note::OutOfTime(_))) {
+            notes.push(Note::OutOfTime(e.to_string()));
         }
-    };
+    })?;
     let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
-    Some(run_bounded(commands, &argv, deadline).map(|o| o.stdout_text()))
+    Ok(run_bounded(commands, &argv, deadline).map(|o| o.stdout_text()))
 }
 
 fn ask(
@@ -236,7 +270,25 @@ fn ask(
     argv: &[String],
     notes: &mut Vec<Note>,
 ) -> Option<Result<String, String>> {
-    ask_raw(commands, budget, argv, notes).map(|r| r.map_err(|e| e.to_string()))
+    ask_raw(commands, budget, argv, notes)
+        .ok()
+        .map(|r| r.map_err(|e| e.to_string()))
+}
+
+/// A chip's board (the identity query's second half), or why it gave none, naming the query.
+fn ask_board(
+    commands: &dyn Commands,
+    budget: &Budget,
+    npu: u32,
+    chip: u32,
+    notes: &mut Vec<Note>,
+) -> Result<Board, String> {
+    let argv = npusmi::board_argv(npu, chip);
+    match ask_raw(commands, budget, &argv, notes) {
+        Ok(Ok(text)) => npusmi::parse_board(&text).map_err(|e| e.to_string()),
+        Ok(Err(failure)) => Err(failure.to_string()),
+        Err(out_of_time) => Err(format!("{}: {out_of_time}", argv.join(" "))),
+    }
 }
 
 fn owned(argv: &[&str]) -> Vec<String> {
@@ -272,8 +324,12 @@ pub fn read_sources(host: &dyn Host, commands: &dyn Commands, options: &DetectOp
         return s;
     }
     let budget = Budget::start(options.deadlines);
-    let Some(info) = ask_raw(commands, &budget, &owned(npusmi::INFO_ARGV), &mut s.notes) else {
-        return s;
+    let info = match ask_raw(commands, &budget, &owned(npusmi::INFO_ARGV), &mut s.notes) {
+        Ok(info) => info,
+        Err(out_of_time) => {
+            s.info = Some(Err(format!("npu-smi info: {out_of_time}")));
+            return s;
+        }
     };
     let table = match info {
         Ok(text) => match npusmi::parse_info(&text) {
@@ -287,6 +343,8 @@ pub fn read_sources(host: &dyn Host, commands: &dyn Commands, options: &DetectOp
                 return s;
             }
         },
+        // Not found when run (or the image wrapper's exit 127): not installed, worded once.
+        Err(RunFailure::NotInstalled { .. }) => return s,
         Err(e) => {
             // A failing tool prints the init failure too, with a status other than 0.
             match init_failure_in(&e) {
@@ -315,14 +373,15 @@ pub fn read_sources(host: &dyn Host, commands: &dyn Commands, options: &DetectOp
     }
     let needs_phy = table.layout == Layout::Chip || table.layout == Layout::NpuId;
     for (npu, chip) in &keys {
-        let mut answers = ChipAnswers::default();
-        if let Some(board) = ask(
-            commands,
-            &budget,
-            &npusmi::board_argv(*npu, *chip),
-            &mut s.notes,
-        ) {
-            answers.board = board.map(|t| npusmi::parse_board(&t));
+        let mut answers = ChipAnswers {
+            board: ask_board(commands, &budget, *npu, *chip, &mut s.notes),
+            ..ChipAnswers::default()
+        };
+        if answers.board.is_err() {
+            // The identity query failed: the pass is not measured (`join`), so nothing more
+            // is asked of a tool that may be hanging.
+            s.chips.insert((*npu, *chip), answers);
+            return s;
         }
         if needs_phy
             && let Some(Ok(text)) = ask(
@@ -388,10 +447,10 @@ pub fn generation(table: &InfoTable) -> Generation {
     }
 }
 
-fn not_measured(reason: String) -> Detection {
+fn not_measured(why: Unmeasured) -> Detection {
     Err(DetectError::NotMeasured {
         manufacturer: Manufacturer::Ascend,
-        reason,
+        reason: why.to_string(),
     })
 }
 
@@ -440,20 +499,18 @@ fn ecc_of(texts: &EccTexts, hbm: bool) -> Result<Ecc, String> {
 pub fn join(mut s: Sources) -> Detection {
     let m = Manufacturer::Ascend;
     if let Some(line) = s.init_failed.take() {
-        return not_measured(format!(
-            "npu-smi info: the driver did not initialise: {line}"
-        ));
+        let failure = InfoError::DriverNotInitialised { line };
+        return not_measured(Unmeasured::Query(failure.to_string()));
     }
     let table = match s.info.take() {
         None if kernel_shows(&s) => {
-            return not_measured(format!(
-                "npu-smi is not installed, and the kernel shows {} Ascend PCI function(s) and {} /dev/davinci node(s)",
-                s.pci.len(),
-                s.davinci.len()
-            ));
+            return not_measured(Unmeasured::NotInstalled {
+                functions: s.pci.len(),
+                nodes: s.davinci.len(),
+            });
         }
         None => return Ok(ManufacturerInventory::empty(m)),
-        Some(Err(e)) if kernel_shows(&s) => return not_measured(e),
+        Some(Err(e)) if kernel_shows(&s) => return not_measured(Unmeasured::Query(e)),
         Some(Err(e)) => {
             let mut section = ManufacturerInventory::empty(m);
             section.notes.push(Note::Tool(e).to_string());
@@ -461,6 +518,13 @@ pub fn join(mut s: Sources) -> Detection {
         }
         Some(Ok(t)) => t,
     };
+    let listed = chip_keys(&table).len();
+    if listed < s.davinci.len() {
+        return not_measured(Unmeasured::FewerChips {
+            listed,
+            nodes: s.davinci.len(),
+        });
+    }
     let generation = generation(&table);
     let mut notes = vec![Note::Generation(generation)];
     notes.append(&mut s.notes);
@@ -493,25 +557,22 @@ pub fn join(mut s: Sources) -> Detection {
             .get(&(npu, index_in_card))
             .cloned()
             .unwrap_or_default();
-        let board = answers.board.as_ref().ok();
-        let identity = match &answers.board {
-            Ok(b) => b
-                .identity
-                .clone()
-                .ok_or_else(|| "no die id in `-t board`".to_string()),
-            Err(e) => Err(e.clone()),
+        // A board query that failed is the identity query failing: the pass is not measured
+        // (a chip dropped for it would take its grants with it). A board that answered
+        // without a die id drops the chip.
+        let board = match &answers.board {
+            Ok(b) => b,
+            Err(why) => return not_measured(Unmeasured::Query(why.clone())),
         };
-        let uuid = match identity {
-            Ok(id) => id,
-            Err(why) => {
-                notes.push(Note::NoIdentity {
-                    npu,
-                    chip: index_in_card,
-                    why,
-                });
-                continue;
-            }
+        let Some(uuid) = board.identity.clone() else {
+            notes.push(Note::NoIdentity {
+                npu,
+                chip: index_in_card,
+                why: "no die id in `-t board`".into(),
+            });
+            continue;
         };
+        let board = Some(board);
         let logic = logic_of(npu, index_in_card);
         let physical = chip.phy_id.or(answers.phy_id).or(chip.device).or_else(|| {
             logic

@@ -457,19 +457,38 @@ pub struct Board {
     pub chip_name: Option<String>,
 }
 
-/// Reads `npu-smi info -t board -i <npu> -c <chip>`.
-pub fn parse_board(text: &str) -> Board {
+/// Why `npu-smi info -t board` gave no board: text that is not its output at all (quoted: its
+/// first line). A board that answers without a die id is a [`Board`] whose `identity` is none.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("npu-smi info -t board: no board facts in its output (it begins {first_line:?})")]
+pub struct BoardError {
+    pub first_line: String,
+}
+
+/// Reads `npu-smi info -t board -i <npu> -c <chip>`. Every board the tool prints (card- or
+/// chip-level, any generation) names its `NPU ID`; text without one is not a board.
+pub fn parse_board(text: &str) -> Result<Board, BoardError> {
     let blocks = parse_blocks(text);
+    let names_npu = blocks
+        .blocks
+        .iter()
+        .flatten()
+        .any(|(k, _)| k.eq_ignore_ascii_case("NPU ID"));
+    if !names_npu {
+        return Err(BoardError {
+            first_line: first_line(&text::clean(text)),
+        });
+    }
     let identity = ["VDie ID", "Die ID", "NDie ID"]
         .iter()
         .find_map(|k| blocks.value(k).and_then(die_identity));
-    Board {
+    Ok(Board {
         identity,
         chip_name: blocks
             .value("Chip Name")
             .filter(|n| !redacted_name(n))
             .map(str::to_string),
-    }
+    })
 }
 
 /// Reads `npu-smi info -t phyid-remap -i <npu> -c <chip>`: the chip's physical id.

@@ -43,7 +43,7 @@ impl NpuSmiSampler {
         let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
         let identity = run_tool(commands, &argv, deadline, MISSING)
             .ok()
-            .and_then(|text| npusmi::parse_board(&text).identity)?;
+            .and_then(|text| npusmi::parse_board(&text).ok()?.identity)?;
         if let Ok(mut names) = self.names.lock() {
             names.insert(key, identity.clone());
         }

@@ -39,13 +39,14 @@ fn read(rel: &str) -> String {
 /// How a file is read.
 #[derive(Clone, Copy)]
 enum Reader {
-    /// The folder's own documentation.
+    /// The folder's own documentation, and help text no parser reads.
     Document,
     /// `npu-smi info`.
     Info,
     /// `npu-smi info -m`.
     Mapping,
-    /// `npu-smi info -t common|usages`.
+    /// `npu-smi info -t common|usages|board|health|ecc|ecc-enable|spod-info`: the generic
+    /// `key : value` blocks.
     Blocks,
     /// `npu-smi info -t topo` (a matrix; read by `accel_backend::text::column_table`).
     Topology,
@@ -97,6 +98,47 @@ const EXPECTED: &[(&str, Reader)] = &[
         "npu-smi/canncontainer-46__npu-smi-in-container-dcmi-init-failed-8020.txt",
         Reader::Info,
     ),
+    // The 950's columns (`Slot ID`, `Chip Phy-ID`, no `Chip Logic ID`; HAZARDS 26): today's
+    // `parse_mapping` needs a logic id, so it reads no chip from this table (an empty map, not
+    // an error); issue 45 (Ascend A5 topology).
+    (
+        "npu-smi/canndriver-950doc__atlas350-info-m-slot-and-phy-id-columns-doc-example.txt",
+        Reader::Mapping,
+    ),
+    // Issue 45 (Ascend A5 topology) will read the 950 board; the generic blocks until then.
+    (
+        "npu-smi/canndriver-950doc__atlas350-info-t-board-i0-mainboard-1p-doc-example.txt",
+        Reader::Blocks,
+    ),
+    // Issue 43 (health) will read ECC; the generic blocks until then.
+    (
+        "npu-smi/canndriver-950doc__atlas350-info-t-ecc-enable-doc-example.txt",
+        Reader::Blocks,
+    ),
+    // Issue 43 (health).
+    (
+        "npu-smi/canndriver-950doc__atlas350-info-t-ecc-i0-hbm-only-doc-example.txt",
+        Reader::Blocks,
+    ),
+    // Issue 43 (health) will read `-t health`; the generic blocks until then.
+    (
+        "npu-smi/canndriver-950doc__atlas350-info-t-health-i0-doc-example.txt",
+        Reader::Blocks,
+    ),
+    // Issue 45 (Ascend A5 topology): the 950 card's refusal, one line without a colon.
+    (
+        "npu-smi/canndriver-950doc__atlas350-info-t-spod-info-not-supported-doc-example.txt",
+        Reader::Blocks,
+    ),
+    // Help text: no parser reads it.
+    (
+        "npu-smi/canndriver-950doc__npu-smi-info-h-v2-options-doc-example.txt",
+        Reader::Document,
+    ),
+    (
+        "npu-smi/cannshmem__a3-info-t-spod-info-i0-c0-padding-stripped-doc-example.txt",
+        Reader::Blocks,
+    ),
     (
         "npu-smi/gpustack-6148__ascend950pr-npu-smi25.7.rc1.6-new-layout-excerpt.txt",
         Reader::Info,
@@ -145,6 +187,64 @@ const EXPECTED: &[(&str, Reader)] = &[
         "npu-smi/hamiwebui-47__910b4-1-npu-smi25.2.0-busid-masked.txt",
         Reader::Info,
     ),
+    // Every line TAB-indented (HAZARDS 26).
+    (
+        "npu-smi/mindcluster-faultdiag__8x-910a-info-m-tab-indented.txt",
+        Reader::Mapping,
+    ),
+    (
+        "npu-smi/mindcluster-faultdiag__910a-drv23.0.5-info-t-board-i0-card-level-no-mainboard-id.txt",
+        Reader::Blocks,
+    ),
+    (
+        "npu-smi/mindcluster-faultdiag__910a-info-t-board-i0-c0-chip-level-vdie-ndie.txt",
+        Reader::Blocks,
+    ),
+    // The tool's error lines on stdout (HAZARDS 23).
+    (
+        "npu-smi/mindcluster-faultdiag__910a-info-t-board-lost-device-invalid-card-id.txt",
+        Reader::Blocks,
+    ),
+    // Issue 43 (health) will read `-t health`; the generic blocks until then, which split the
+    // multi-line `Error Information` (HAZARDS 18) and drop its blank-label lines.
+    (
+        "npu-smi/mindcluster-faultdiag__910a-info-t-health-i0-c0-alarm-3-error-codes-multiline.txt",
+        Reader::Blocks,
+    ),
+    // Issue 43 (health).
+    (
+        "npu-smi/mindcluster-faultdiag__910a-info-t-health-i0-c0-health-status-ok.txt",
+        Reader::Blocks,
+    ),
+    (
+        "npu-smi/mindcluster-faultdiag__910a-info-t-usages-i0-ddr-and-hbm.txt",
+        Reader::Blocks,
+    ),
+    (
+        "npu-smi/mindcluster-faultdiag__a3-server40-info-t-spod-info-dev0-from-log-L11.txt",
+        Reader::Blocks,
+    ),
+    (
+        "npu-smi/mindcluster-faultdiag__a3-server40-info-t-spod-info-dev1-from-log-L13.txt",
+        Reader::Blocks,
+    ),
+    (
+        "npu-smi/mindcluster-faultdiag__a3-server40-info-t-spod-info-dev10-from-log-L15.txt",
+        Reader::Blocks,
+    ),
+    (
+        "npu-smi/mindcluster-faultdiag__a3-server40-info-t-spod-info-dev11-from-log-L17.txt",
+        Reader::Blocks,
+    ),
+    (
+        "npu-smi/mindcluster-faultdiag__a3-server40-info-t-spod-info-dev12-from-log-L19.txt",
+        Reader::Blocks,
+    ),
+    // Issue 43 (health).
+    (
+        "npu-smi/mindclusterdocs__910a-info-t-ecc-ddr-hbm-chip-id-doc-example.txt",
+        Reader::Blocks,
+    ),
     (
         "npu-smi/paddledocs__2x-910b2c-npu-smi23.0.rc3-info-noprocs.txt",
         Reader::Info,
@@ -171,7 +271,10 @@ fn read_unit(rel: &str, reader: Reader) -> serde_json::Value {
             Ok(t) => serde_json::to_value(t).unwrap(),
             Err(e) => serde_json::json!({ "error": e.to_string() }),
         },
-        Reader::Mapping => serde_json::to_value(npusmi::parse_mapping(&text).unwrap()).unwrap(),
+        Reader::Mapping => match npusmi::parse_mapping(&text) {
+            Ok(m) => serde_json::to_value(m).unwrap(),
+            Err(e) => serde_json::json!({ "error": e.to_string() }),
+        },
         Reader::Blocks | Reader::HccnTool => {
             serde_json::to_value(npusmi::parse_blocks(&text)).unwrap()
         }

@@ -10,6 +10,7 @@ use accel_ascend::detector::{self, DetectOptions, Generation, Note};
 use accel_backend::Deadlines;
 use accel_core::inventory::{DetectError, Detection};
 use accel_host::{FsHost, RecordedCommands};
+use accel_testkit::failing_tool::{ToolFailure, copy_with_failing_tool, fail_commands};
 
 fn host(name: &str) -> PathBuf {
     accel_testkit::recorded_host(name)
@@ -187,7 +188,14 @@ fn a_hanging_npu_smi_is_a_failed_pass_within_the_deadline() {
 #[test]
 fn a_chip_without_a_readable_die_id_is_dropped_not_named_by_its_bus() {
     let dir = copy_host("ascend-8x-910b2");
-    std::fs::remove_dir_all(dir.path().join("commands/board-3-0")).unwrap();
+    // The board answers, but without its die id (a query that fails is another matter: the
+    // pass is then not measured, `a_failing_board_query_is_a_pass_not_measured_not_a_chip_dropped`).
+    rewrite(
+        dir.path(),
+        "board-3-0",
+        "VDie ID                        : 687DA66C 0100D2DF 1915AB72 99D00485 104301E3\n",
+        "",
+    );
     let section = detect_in(dir.path(), DetectOptions::default()).unwrap();
     assert_eq!(section.accelerators.len(), 7);
     assert!(
@@ -310,5 +318,90 @@ fn an_ecc_query_that_fails_leaves_the_npu_in_service_with_a_note() {
             && n.ends_with("a failed ECC read counts as healthy")),
         "{:?}",
         section.notes
+    );
+}
+
+/// Deadlines short enough that a hanging tool costs the test a fraction of a second.
+fn short() -> DetectOptions {
+    DetectOptions {
+        deadlines: Deadlines {
+            per_query: Duration::from_millis(300),
+            snapshot: Duration::from_millis(600),
+        },
+        ..DetectOptions::default()
+    }
+}
+
+/// What the reason says of each failure (its `RunFailure` or parse error, naming the argv).
+fn says(failure: ToolFailure) -> &'static str {
+    match failure {
+        ToolFailure::Missing => "npu-smi is not installed",
+        ToolFailure::Hangs => "npu-smi info: no answer within",
+        ToolFailure::ExitsNonZero => "npu-smi info: exited with status 1: Error: failed",
+        ToolFailure::Unreadable => "npu-smi info: no NPU table in its output",
+    }
+}
+
+/// Issue 42 item 3: the die id comes only from `npu-smi`, so a tool that is missing, hangs,
+/// exits non-zero or prints what cannot be read is a pass not measured — never zero NPUs, never
+/// NPUs without an identity.
+#[test]
+fn a_failing_npu_smi_is_a_pass_not_measured_whichever_way_it_fails() {
+    for failure in ToolFailure::ALL {
+        let dir = copy_with_failing_tool("ascend-8x-910b2", "npu-smi", failure);
+        let started = std::time::Instant::now();
+        let detection = detect_in(dir.path(), short());
+        assert!(started.elapsed() < Duration::from_secs(5), "{failure}");
+        let Err(DetectError::NotMeasured { reason, .. }) = detection else {
+            panic!("{failure}: {detection:?}");
+        };
+        assert!(reason.contains(says(failure)), "{failure}: {reason}");
+        assert!(!reason.contains('\n'), "{failure}: one line: {reason}");
+    }
+}
+
+/// The identity query is `-t board` as much as `npu-smi info`: a chip whose board query fails
+/// (any of the four ways) is not dropped from an otherwise measured pass — the pass is not
+/// measured, so the last good inventory and its grants stand.
+#[test]
+fn a_failing_board_query_is_a_pass_not_measured_not_a_chip_dropped() {
+    for failure in ToolFailure::ALL {
+        let dir = accel_testkit::copy_recorded("ascend-8x-910b2");
+        fail_commands(dir.path(), "npu-smi", failure, |argv| {
+            argv.iter().any(|a| a == "board") && argv.get(5).map(String::as_str) == Some("3")
+        });
+        let detection = detect_in(dir.path(), short());
+        let Err(DetectError::NotMeasured { reason, .. }) = detection else {
+            panic!("{failure}: {detection:?}");
+        };
+        // A failed run names its argv; text that is no board is named by the parser.
+        let subject = match failure {
+            ToolFailure::Unreadable => "npu-smi info -t board: no board facts in its output",
+            _ => "npu-smi info -t board -i 3 -c 0: ",
+        };
+        assert!(reason.starts_with(subject), "{failure}: {reason}");
+    }
+}
+
+/// `npu-smi info` answering a table of fewer chips than the kernel's `/dev/davinci<N>` nodes
+/// is an answer that cannot be read as the host's NPUs.
+#[test]
+fn a_table_of_fewer_chips_than_the_kernel_shows_is_a_pass_not_measured() {
+    let dir = copy_host("ascend-8x-910b2");
+    let path = dir.path().join("commands/info/stdout");
+    let text = std::fs::read_to_string(&path).unwrap();
+    // Keep the banner and header rows only: a well-formed table listing no NPU.
+    let header: String = text
+        .lines()
+        .take_while(|l| !l.contains("910B2"))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    std::fs::write(&path, header).unwrap();
+    let e = detect_in(dir.path(), DetectOptions::default()).unwrap_err();
+    assert!(
+        e.to_string().ends_with(
+            "npu-smi info: lists 0 chip(s), but the kernel shows 8 /dev/davinci node(s)"
+        ),
+        "{e}"
     );
 }

@@ -112,6 +112,29 @@ impl FaultKnowledge {
     }
 }
 
+/// Where a manufacturer's own tools live on a host: its driver's packages install them there
+/// (and link them against libraries there), so the daemon looks for them under the host root —
+/// the host's own search path first ([`accel_host::HOST_SEARCH_PATH`]), then these install
+/// directories — and runs them inside it ([`accel_host::HostTools`]).
+/// `GPUSTACK_<MANUFACTURER>_TOOLS_PATH` replaces the whole search path; each manufacturer's
+/// docs page lists its places.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HostToolDirs {
+    /// The manufacturer's tools by name (`npu-smi`): every program its record plan runs.
+    pub programs: &'static [&'static str],
+    /// Where its packages install them, searched after the host's own search path.
+    pub install_dirs: &'static [&'static str],
+    /// Where their libraries are, handed to them in `LD_LIBRARY_PATH` where they exist.
+    pub library_dirs: &'static [&'static str],
+}
+
+impl HostToolDirs {
+    /// The places the runner searches by default.
+    pub fn places(&self) -> accel_host::ToolPlaces {
+        accel_host::ToolPlaces::vendor(self.programs, self.install_dirs, self.library_dirs)
+    }
+}
+
 /// Where a manufacturer's daemon keeps its node-local state under the daemons' root.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum StateDirRule {
@@ -165,6 +188,8 @@ pub struct Backend {
     pub sampler: Option<Arc<dyn UsageSampler>>,
     /// What `device-manager record` captures.
     pub record: record::RecordPlan,
+    /// Where its tools are on a host, and their libraries.
+    pub tools: HostToolDirs,
     /// Where its daemon's state lives under the daemons' root.
     pub state_dir: StateDirRule,
     /// How a recorded host's replay keeps its state, where it has any.
@@ -186,6 +211,7 @@ impl std::fmt::Debug for Backend {
             .field("preflight", &self.preflight.is_some())
             .field("sampler", &self.sampler.is_some())
             .field("record", &self.record)
+            .field("tools", &self.tools)
             .field("state_dir", &self.state_dir)
             .finish_non_exhaustive()
     }

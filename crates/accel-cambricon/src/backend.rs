@@ -11,7 +11,7 @@ use accel_backend::doctor::{Doctor, Options, Report};
 use accel_backend::record::RecordPlan;
 use accel_backend::reset::Reset;
 use accel_backend::respond::{Responder, ResponderSetup};
-use accel_backend::{Backend, StateDirRule};
+use accel_backend::{Backend, HostToolDirs, StateDirRule};
 use accel_core::{Detection, Manufacturer};
 use accel_host::{Commands, Host};
 
@@ -35,6 +35,13 @@ pub fn backend() -> Backend {
         preflight: None,
         sampler: Some(Arc::new(crate::usage::CnmonSampler)),
         record: record_plan(),
+        // The driver package moves cnmon into /usr/bin; Neuware installs keep one in its bin. cnmon
+        // links only the C library.
+        tools: HostToolDirs {
+            programs: &["cnmon"],
+            install_dirs: &["/usr/local/neuware/bin"],
+            library_dirs: &[],
+        },
         state_dir: StateDirRule::Named,
         replay: None,
         replay_writes: None,

@@ -12,7 +12,8 @@
 //! names a card's UUID; a block starts at a `Card <n>` line (or, where none is printed, at a key
 //! seen a second time). Its layout is not in the shared captures: only the keys this module
 //! looks up (`UUID`, `Product Name`, `Bus Id`/`PCIe Bus Id`, `Card`) are relied on, compared
-//! without case, and anything else is skipped.
+//! without case, and anything else is skipped. A text that prints something but no block at all
+//! is not `cnmon info`'s output ([`CnmonError::NoCardBlock`]).
 //!
 //! Parsers are pure: `read_*` belongs to the detector, which runs the argv constants here.
 
@@ -30,6 +31,22 @@ pub enum CnmonError {
     /// No header with `Card` and `Name` labels.
     #[error("cnmon: no card table in the output (first line: {first_line:?})")]
     NoTable { first_line: String },
+    /// `cnmon info` printed text with no card block in it (no `Card <n>` heading with a key
+    /// this module reads, no `UUID`, `Product Name` or bus id line).
+    #[error("cnmon info: no card block in the output (first line: {first_line:?})")]
+    NoCardBlock { first_line: String },
+}
+
+/// The first non-blank line of a cleaned text, cut to 80 characters, for an error to quote.
+fn first_line(cleaned: &str) -> String {
+    cleaned
+        .lines()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or("")
+        .trim()
+        .chars()
+        .take(80)
+        .collect()
 }
 
 /// One card row of the default table (two printed lines).
@@ -86,14 +103,7 @@ pub fn parse_table(text: &str) -> Result<CnmonTable, CnmonError> {
     let cleaned = text::clean(text);
     let Some(table) = box_table(&cleaned, &["Card", "Name"]) else {
         return Err(CnmonError::NoTable {
-            first_line: cleaned
-                .lines()
-                .find(|l| !l.trim().is_empty())
-                .unwrap_or("")
-                .trim()
-                .chars()
-                .take(80)
-                .collect(),
+            first_line: first_line(&cleaned),
         });
     };
     let mut out = CnmonTable {
@@ -171,8 +181,9 @@ fn card_heading(line: &str) -> Option<u32> {
     digits.parse().ok()
 }
 
-/// Reads `cnmon info`'s blocks, in printed order; a text with none is an empty list.
-pub fn parse_info(text: &str) -> Vec<CnmonInfo> {
+/// Reads `cnmon info`'s blocks, in printed order; a blank text is an empty list, a text that
+/// prints something but no block is [`CnmonError::NoCardBlock`].
+pub fn parse_info(text: &str) -> Result<Vec<CnmonInfo>, CnmonError> {
     let cleaned = text::clean(text);
     let mut out: Vec<CnmonInfo> = Vec::new();
     let mut current = CnmonInfo::default();
@@ -225,7 +236,12 @@ pub fn parse_info(text: &str) -> Vec<CnmonInfo> {
         }
     }
     push(&mut current, &mut out);
-    out
+    if out.is_empty() && !cleaned.trim().is_empty() {
+        return Err(CnmonError::NoCardBlock {
+            first_line: first_line(&cleaned),
+        });
+    }
+    Ok(out)
 }
 
 /// The major.minor the driver-version label carries (`5.10.22` → `5.10`, as the described
@@ -250,7 +266,8 @@ mod tests {
         assert_eq!(card_heading("Card 3 extra"), None);
         let blocks = parse_info(
             "Card 0\n  Product Name : MLU370-X8\n  UUID : 5a3f\n  PCIe Bus Id : 0000:1A:00.0\nCard 1\n  Product Name : MLU370-X8\n  UUID : N/A\n",
-        );
+        )
+        .unwrap();
         assert_eq!(blocks.len(), 2);
         assert_eq!(blocks[0].uuid.as_deref(), Some("5a3f"));
         assert_eq!(
@@ -258,6 +275,17 @@ mod tests {
             Some("0000:1a:00.0")
         );
         assert_eq!((blocks[1].card, blocks[1].uuid.as_deref()), (Some(1), None));
+    }
+
+    #[test]
+    fn info_with_no_card_block_is_not_cnmon_info() {
+        assert_eq!(parse_info(" \n").unwrap(), Vec::new());
+        assert_eq!(
+            parse_info("Segmentation fault: core dumped\n").unwrap_err(),
+            CnmonError::NoCardBlock {
+                first_line: "Segmentation fault: core dumped".into()
+            }
+        );
     }
 
     #[test]

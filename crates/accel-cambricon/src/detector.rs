@@ -10,21 +10,29 @@
 //! and `CAMBRICON_VISIBLE_DEVICES` lists. A card whose ordinal is unknown keeps `None` and
 //! cannot be answered for (the responder refuses, naming it).
 //!
+//! **The identity queries are both of cnmon's.** The table enumerates the cards and gives each
+//! its `Card` ordinal (the device index its nodes are named by); `cnmon info` gives each its
+//! UUID. Neither has a stand-in: without them the cards have no identity, and a pass that put
+//! such cards in place of the known ones would drop every live grant.
+//!
 //! Answers: no Cambricon function and no card node → `Ok(empty)`; functions but no driver
-//! (no bound driver, no card node) → `Ok(empty)` with a note; otherwise `Ok(list)`, whatever
-//! cnmon did (its failure is a note).
+//! (no bound driver, no card node) → `Ok(empty)` with a note; the driver there but cnmon not
+//! installed, silent past its deadline, exiting non-zero, printing what cannot be read, or
+//! listing fewer cards than the kernel shows → `Err(NotMeasured)`, the reason a
+//! [`CnmonFailure`] (the daemon keeps its last good inventory and its grants); otherwise
+//! `Ok(list)`.
 
-use std::time::Duration;
+use std::fmt;
 
 use accel_backend::Deadlines;
 use accel_backend::detect::Budget;
 use accel_core::Manufacturer;
 use accel_core::busid::BusId;
-use accel_core::inventory::{Accelerator, Detection, ManufacturerInventory, Source};
+use accel_core::inventory::{Accelerator, DetectError, Detection, ManufacturerInventory, Source};
 use accel_host::pci::{PciClassPrefixes, PciFunction, scan_pci};
-use accel_host::{Commands, Host, RunFailure, run_bounded};
+use accel_host::{Commands, Host, run_bounded};
 
-use crate::cnmon::{self, CnmonCard, CnmonInfo, CnmonTable};
+use crate::cnmon::{self, CnmonCard, CnmonError, CnmonInfo, CnmonTable};
 use crate::nodes;
 
 /// The kernel module whose `version` names the driver (`/sys/module/cambricon_drv/version`).
@@ -35,9 +43,41 @@ pub const DRIVER_VERSION_FILE: &str = "/sys/module/cambricon_drv/version";
 /// it (spec §2.3), not `$NEUWARE_HOME`.
 pub const RUNTIME_VERSION_FILE: &str = "/usr/local/neuware/version.txt";
 
-/// The note for a host without cnmon.
-pub const NO_CNMON: &str =
-    "cnmon is not installed on the host: no card has a UUID or a device index";
+/// Why cnmon gave no answer the join can use: the pass is then not measured. Worded once, by
+/// its `Display`, which detector, doctor and tests use.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CnmonFailure {
+    /// A query gave no answer: not installed (exit 127 included), no answer within its
+    /// deadline, a non-zero exit, or the pass's time spent before it could start. The words are
+    /// the bounded run's, which name the argv.
+    NoAnswer(String),
+    /// A query printed what its parser cannot read.
+    Unreadable(CnmonError),
+    /// A query lists fewer cards than the kernel shows.
+    TooFew {
+        argv: &'static [&'static str],
+        listed: usize,
+        shown: usize,
+    },
+}
+
+impl fmt::Display for CnmonFailure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            CnmonFailure::NoAnswer(why) => f.write_str(why),
+            CnmonFailure::Unreadable(e) => write!(f, "{e}"),
+            CnmonFailure::TooFew {
+                argv,
+                listed,
+                shown,
+            } => write!(
+                f,
+                "{}: lists {listed} card(s) where the kernel shows {shown}",
+                argv.join(" ")
+            ),
+        }
+    }
+}
 
 /// What the detector is given.
 #[derive(Debug, Clone)]
@@ -74,12 +114,10 @@ pub struct Sources {
     pub runtime_version_file: Option<String>,
     pub table: Option<CnmonTable>,
     pub info: Vec<CnmonInfo>,
+    /// Why cnmon, asked because the kernel shows the driver, gave no answer the join can use.
+    pub cnmon_failure: Option<CnmonFailure>,
     /// What a source could not give, worded for the section's notes.
     pub notes: Vec<String>,
-}
-
-fn run(commands: &dyn Commands, argv: &[&str], deadline: Duration) -> Result<String, RunFailure> {
-    run_bounded(commands, argv, deadline).map(|out| out.stdout_text())
 }
 
 fn first_version(text: &str) -> Option<String> {
@@ -95,28 +133,33 @@ fn read_text(host: &dyn Host, path: &str) -> Option<String> {
         .filter(|t| !t.is_empty())
 }
 
-/// Runs cnmon's two queries within the pass's budget.
+/// Runs one cnmon query within the pass's budget and parses what it printed.
+fn ask<T>(
+    commands: &dyn Commands,
+    budget: &Budget,
+    argv: &[&str],
+    parse: fn(&str) -> Result<T, CnmonError>,
+) -> Result<T, CnmonFailure> {
+    let deadline = budget
+        .next()
+        .map_err(|e| CnmonFailure::NoAnswer(format!("{}: {e}", argv.join(" "))))?;
+    let out =
+        run_bounded(commands, argv, deadline).map_err(|e| CnmonFailure::NoAnswer(e.to_string()))?;
+    parse(&out.stdout_text()).map_err(CnmonFailure::Unreadable)
+}
+
+/// Runs cnmon's two identity queries within the pass's budget; after a failed table,
+/// `cnmon info` is not asked (the pass is not measured either way).
 fn ask_cnmon(commands: &dyn Commands, deadlines: Deadlines, sources: &mut Sources) {
     let budget = Budget::start(deadlines);
-    let deadline = match budget.next() {
-        Ok(d) => d,
-        Err(e) => return sources.notes.push(format!("cnmon: {e}")),
-    };
-    match run(commands, cnmon::TABLE_ARGV, deadline) {
-        Ok(text) => match cnmon::parse_table(&text) {
-            Ok(table) => sources.table = Some(table),
-            Err(e) => sources.notes.push(e.to_string()),
-        },
-        Err(RunFailure::NotInstalled { .. }) => return sources.notes.push(NO_CNMON.into()),
-        Err(e) => return sources.notes.push(e.to_string()),
-    }
-    let deadline = match budget.next() {
-        Ok(d) => d,
-        Err(e) => return sources.notes.push(format!("cnmon info: {e}")),
-    };
-    match run(commands, cnmon::INFO_ARGV, deadline) {
-        Ok(text) => sources.info = cnmon::parse_info(&text),
-        Err(e) => sources.notes.push(e.to_string()),
+    let answered =
+        ask(commands, &budget, cnmon::TABLE_ARGV, cnmon::parse_table).and_then(|table| {
+            sources.table = Some(table);
+            ask(commands, &budget, cnmon::INFO_ARGV, cnmon::parse_info)
+        });
+    match answered {
+        Ok(info) => sources.info = info,
+        Err(failure) => sources.cnmon_failure = Some(failure),
     }
 }
 
@@ -148,7 +191,36 @@ pub fn read_sources(host: &dyn Host, commands: &dyn Commands, options: &DetectOp
 
 /// One detection pass over `host`.
 pub fn detect(host: &dyn Host, commands: &dyn Commands, options: &DetectOptions) -> Detection {
-    Ok(join(read_sources(host, commands, options)))
+    join(read_sources(host, commands, options))
+}
+
+/// Why cnmon's answer cannot stand for the cards: its failure, or a query listing fewer cards
+/// than the kernel shows (`bound` functions; with none, the card nodes only tell that there is
+/// at least one card).
+pub fn unmeasured(sources: &Sources, bound: usize) -> Option<CnmonFailure> {
+    if let Some(failure) = &sources.cnmon_failure {
+        return Some(failure.clone());
+    }
+    let table = sources.table.as_ref()?;
+    let shown = if bound > 0 {
+        bound
+    } else {
+        sources.card_nodes.len()
+    };
+    let too_few = |argv: &'static [&'static str], listed: usize, expected: usize| {
+        (listed == 0 || listed < expected).then_some(CnmonFailure::TooFew {
+            argv,
+            listed,
+            shown: shown.max(expected),
+        })
+    };
+    too_few(cnmon::TABLE_ARGV, table.cards.len(), bound).or_else(|| {
+        too_few(
+            cnmon::INFO_ARGV,
+            sources.info.len(),
+            bound.max(table.cards.len()),
+        )
+    })
 }
 
 /// The cnmon row of a PCI function: by address, else (cnmon 4.x) by position.
@@ -184,8 +256,8 @@ fn info_of(info: &[CnmonInfo], bus: Option<BusId>, card: Option<u32>) -> Option<
         })
 }
 
-/// The pure join: sources in, the section out.
-pub fn join(sources: Sources) -> ManufacturerInventory {
+/// The pure join: sources in, the section out, or not measured ([`unmeasured`]).
+pub fn join(sources: Sources) -> Detection {
     let mut section = ManufacturerInventory::empty(Manufacturer::Cambricon);
     section.notes = sources.notes.clone();
     let bound: Vec<&PciFunction> = sources
@@ -201,7 +273,13 @@ pub fn join(sources: Sources) -> ManufacturerInventory {
                 nodes::CARD_PREFIX
             ));
         }
-        return section;
+        return Ok(section);
+    }
+    if let Some(failure) = unmeasured(&sources, bound.len()) {
+        return Err(DetectError::NotMeasured {
+            manufacturer: Manufacturer::Cambricon,
+            reason: failure.to_string(),
+        });
     }
     let table = sources.table.as_ref();
     section.driver_version = sources
@@ -280,7 +358,7 @@ pub fn join(sources: Sources) -> ManufacturerInventory {
             "cnmon: this release prints no PCI address, so its cards are matched to the bus in order".into(),
         );
     }
-    section
+    Ok(section)
 }
 
 #[cfg(test)]

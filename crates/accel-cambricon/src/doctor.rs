@@ -3,11 +3,13 @@
 //! and [`Commands`] and changes nothing.
 //!
 //! Checks: `cambricon-driver` (MLU functions bound to Cambricon's driver), `cnmon` (the card
-//! table read within its deadline), `device-nodes` (every detected card's
-//! `/dev/cambricon_dev<N>`, the responder's precondition, and `/dev/cambricon_ctl`),
-//! `unique-ids` (a card without a UUID cannot be granted).
+//! table and `cnmon info` read within their deadlines, or why the pass is not measured),
+//! `device-nodes` (every detected card's `/dev/cambricon_dev<N>`, the responder's
+//! precondition, and `/dev/cambricon_ctl`), `unique-ids` (a card without a UUID cannot be
+//! granted).
 
 use accel_backend::doctor::Check;
+use accel_core::inventory::Detection;
 use accel_host::{Commands, Host};
 
 use crate::detector::{self, DetectOptions, Sources};
@@ -60,34 +62,11 @@ pub fn checks(sources: &Sources) -> Vec<Check> {
             "install the Cambricon driver (cambricon_drv) and load it",
         )
     });
-    out.push(match &sources.table {
-        Some(table) => Check::ok(
-            "cnmon",
-            format!(
-                "cnmon{} lists {} card(s)",
-                table
-                    .cnmon_version
-                    .as_deref()
-                    .map(|v| format!(" {v}"))
-                    .unwrap_or_default(),
-                table.cards.len()
-            ),
-        ),
-        None => Check::warn(
-            "cnmon",
-            sources
-                .notes
-                .iter()
-                .find(|n| n.contains("cnmon"))
-                .cloned()
-                .unwrap_or_else(|| "cnmon did not answer".into()),
-            "install Neuware's cnmon on the host: without it no card has a UUID or a device index",
-        ),
-    });
-    let section = detector::join(sources.clone());
-    let missing: Vec<String> = section
-        .accelerators
+    let detection = detector::join(sources.clone());
+    out.push(cnmon(sources, &detection));
+    let missing: Vec<String> = detection
         .iter()
+        .flat_map(|section| &section.accelerators)
         .filter_map(|a| a.minor_number)
         .filter(|n| !sources.card_nodes.contains(n))
         .map(nodes::card)
@@ -98,10 +77,10 @@ pub fn checks(sources: &Sources) -> Vec<Check> {
             format!(
                 "{} card node(s) under /dev{}",
                 sources.card_nodes.len(),
-                if sources.card_nodes.is_empty() {
-                    ""
-                } else {
+                if detection.is_ok() {
                     ", every detected card has its own"
+                } else {
+                    ""
                 }
             ),
         )
@@ -118,10 +97,45 @@ pub fn checks(sources: &Sources) -> Vec<Check> {
             "reload the Cambricon driver; a card without its node cannot be granted",
         )
     });
-    out.push(accel_backend::doctor::unique_ids(
-        &section,
-        "card",
-        "check `cnmon info` on the host; a card without a UUID is not granted",
-    ));
+    out.push(match &detection {
+        Ok(section) => accel_backend::doctor::unique_ids(
+            section,
+            "card",
+            "check `cnmon info` on the host; a card without a UUID is not granted",
+        ),
+        Err(_) => Check::warn(
+            "unique-ids",
+            "no detection to read the UUIDs from",
+            "fix the cnmon check first",
+        ),
+    });
     out
+}
+
+/// `cnmon`: the table's cards, or why the pass is not measured.
+fn cnmon(sources: &Sources, detection: &Detection) -> Check {
+    match (detection, &sources.table) {
+        (Err(e), _) => Check::fail(
+            "cnmon",
+            e.to_string(),
+            "check that `cnmon` and `cnmon info` answer on the host (Neuware's cnmon installed, the driver loaded): until they do, a running daemon keeps its last detection",
+        ),
+        (Ok(_), Some(table)) => Check::ok(
+            "cnmon",
+            format!(
+                "cnmon{} lists {} card(s)",
+                table
+                    .cnmon_version
+                    .as_deref()
+                    .map(|v| format!(" {v}"))
+                    .unwrap_or_default(),
+                table.cards.len()
+            ),
+        ),
+        (Ok(_), None) => Check::warn(
+            "cnmon",
+            "cnmon did not answer",
+            "install Neuware's cnmon on the host: without it no card has a UUID or a device index",
+        ),
+    }
 }

@@ -33,7 +33,7 @@ impl UsageSampler for CnmonSampler {
             deadline,
             MISSING,
             (cnmon::TABLE_ARGV, cnmon::parse_table),
-            (cnmon::INFO_ARGV, |t| Some(cnmon::parse_info(t))),
+            (cnmon::INFO_ARGV, |t| cnmon::parse_info(t).ok()),
         )?;
         Ok(join(&table.cards, &info))
     }

@@ -1,14 +1,27 @@
 //! The detector over the recorded Cambricon hosts (`testdata/hosts/cambricon-*`): the facts
-//! joined by PCI address (cnmon 5.x) or in bus order (4.x, with a note), cnmon missing or
-//! hanging, a card without its node, no driver, another vendor's host.
+//! joined by PCI address (cnmon 5.x) or in bus order (4.x, with a note), a card without its
+//! node, no driver, another vendor's host, and cnmon failing every way a live node's does
+//! (missing, hanging, exiting non-zero, unreadable, listing too few cards): a pass not
+//! measured, never cards without identity.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
 
 use accel_backend::Deadlines;
 use accel_cambricon::detector::{self, DetectOptions};
-use accel_core::ManufacturerInventory;
+use accel_core::inventory::DetectError;
+use accel_core::{Manufacturer, ManufacturerInventory};
 use accel_host::{FsHost, RecordedCommands};
+use accel_testkit::failing_tool::{ToolFailure, copy_with_failing_tool, fail_commands};
+
+/// The multi-card host the failures are made on.
+const EIGHT_CARDS: &str = "cambricon-8x-mlu370-cnmon-v5";
+
+/// Deadlines short enough for a hanging cnmon to cost the test well under a second.
+const SHORT: Deadlines = Deadlines {
+    per_query: Duration::from_millis(300),
+    snapshot: Duration::from_millis(600),
+};
 
 fn detect_in(dir: &Path, options: &DetectOptions) -> ManufacturerInventory {
     let files = FsHost::new(dir.join("root"));
@@ -86,58 +99,6 @@ fn another_vendors_host_is_not_cambricons() {
 }
 
 #[test]
-fn without_cnmon_the_kernel_lists_the_cards_but_none_can_be_granted() {
-    let dir = tempfile::tempdir().unwrap();
-    accel_testkit::copy_tree(
-        &accel_testkit::recorded_host("cambricon-8x-mlu370-cnmon-v5"),
-        dir.path(),
-    )
-    .unwrap();
-    std::fs::remove_dir_all(dir.path().join("commands")).unwrap();
-    let section = detect_in(dir.path(), &DetectOptions::default());
-    assert_eq!(section.accelerators.len(), 8);
-    assert!(
-        section
-            .accelerators
-            .iter()
-            .all(|a| a.uuid.is_none() && a.minor_number.is_none())
-    );
-    assert_eq!(section.notes[0], detector::NO_CNMON);
-    assert_eq!(
-        section.driver_version.as_deref(),
-        Some("5.10"),
-        "the module still says"
-    );
-}
-
-#[test]
-fn a_hanging_cnmon_is_cut_at_its_deadline() {
-    let dir = tempfile::tempdir().unwrap();
-    accel_testkit::copy_tree(
-        &accel_testkit::recorded_host("cambricon-8x-mlu370-cnmon-v5"),
-        dir.path(),
-    )
-    .unwrap();
-    std::fs::write(dir.path().join("commands/cnmon/delay-ms"), "600000\n").unwrap();
-    let options = DetectOptions {
-        deadlines: Deadlines {
-            per_query: Duration::from_millis(300),
-            snapshot: Duration::from_secs(2),
-        },
-        ..DetectOptions::default()
-    };
-    let started = Instant::now();
-    let section = detect_in(dir.path(), &options);
-    assert!(started.elapsed() < Duration::from_secs(10));
-    assert_eq!(section.accelerators.len(), 8);
-    assert!(
-        section.notes[0].contains("no answer within"),
-        "{:?}",
-        section.notes
-    );
-}
-
-#[test]
 fn a_card_whose_node_is_missing_is_named() {
     let dir = tempfile::tempdir().unwrap();
     accel_testkit::copy_tree(
@@ -150,5 +111,79 @@ fn a_card_whose_node_is_missing_is_named() {
     assert_eq!(
         section.notes,
         ["accelerator 3 (0000:73:00.0): the host has no device node /dev/cambricon_dev3"]
+    );
+}
+
+/// The reason of a pass over `dir` that must not be measured, within the short deadlines.
+fn not_measured(dir: &Path) -> String {
+    let files = FsHost::new(dir.join("root"));
+    let commands = RecordedCommands::load(dir).unwrap();
+    let options = DetectOptions {
+        deadlines: SHORT,
+        ..DetectOptions::default()
+    };
+    let started = Instant::now();
+    let answer = detector::detect(&files, &commands, &options);
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "a hang was not cut"
+    );
+    match answer {
+        Err(DetectError::NotMeasured {
+            manufacturer,
+            reason,
+        }) => {
+            assert_eq!(manufacturer, Manufacturer::Cambricon);
+            reason
+        }
+        other => panic!("expected a pass not measured, got {other:?}"),
+    }
+}
+
+/// What a reason says for each failure, after the argv it names.
+fn says(failure: ToolFailure) -> &'static str {
+    match failure {
+        ToolFailure::Missing => ": cnmon: not found",
+        ToolFailure::Hangs => ": no answer within 300ms, killed",
+        ToolFailure::ExitsNonZero => {
+            ": exited with status 1: Error: failed to initialize the management library"
+        }
+        ToolFailure::Unreadable => "(first line: \"*** stack smashing detected ***: terminated\")",
+    }
+}
+
+#[test]
+fn a_failing_cnmon_is_a_pass_not_measured() {
+    for failure in ToolFailure::ALL {
+        let dir = copy_with_failing_tool(EIGHT_CARDS, "cnmon", failure);
+        let reason = not_measured(dir.path());
+        assert!(reason.starts_with("cnmon"), "{failure}: {reason}");
+        assert!(reason.contains(says(failure)), "{failure}: {reason}");
+    }
+}
+
+#[test]
+fn a_failing_cnmon_info_alone_is_a_pass_not_measured() {
+    for failure in ToolFailure::ALL {
+        let dir = accel_testkit::copy_recorded(EIGHT_CARDS);
+        fail_commands(dir.path(), "cnmon", failure, |argv| {
+            argv.get(1).map(String::as_str) == Some("info")
+        });
+        let reason = not_measured(dir.path());
+        assert!(reason.starts_with("cnmon info: "), "{failure}: {reason}");
+        assert!(reason.contains(says(failure)), "{failure}: {reason}");
+    }
+}
+
+#[test]
+fn cnmon_info_listing_fewer_cards_than_the_bus_is_a_pass_not_measured() {
+    let dir = accel_testkit::copy_recorded(EIGHT_CARDS);
+    let info = dir.path().join("commands/cnmon-info/stdout");
+    let text = std::fs::read_to_string(&info).unwrap();
+    let seven = &text[..text.find("Card 7").unwrap()];
+    std::fs::write(&info, seven).unwrap();
+    assert_eq!(
+        not_measured(dir.path()),
+        "cnmon info: lists 7 card(s) where the kernel shows 8"
     );
 }

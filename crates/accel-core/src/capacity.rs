@@ -50,7 +50,7 @@ pub fn node_capacity<'a>(
                 }
             }
             Grantable::PartitionsOnly => partitioned += 1,
-            Grantable::Whole | Grantable::Nothing => {}
+            Grantable::Whole | Grantable::Nothing | Grantable::Unidentified => {}
         }
     }
     let key = |k: AcceleratorKey| grammar.accelerator_key(manufacturer, k);

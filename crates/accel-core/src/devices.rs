@@ -82,7 +82,7 @@ pub enum Grantability {
     Whole,
     /// Only hardware partitions (MIG mode).
     PartitionsOnly,
-    /// Nothing: passed through to a VM.
+    /// Nothing: passed through to a VM, or no identity (UUID) was read for it.
     Nothing,
 }
 
@@ -91,7 +91,7 @@ impl From<Grantable> for Grantability {
         match g {
             Grantable::Whole => Grantability::Whole,
             Grantable::PartitionsOnly => Grantability::PartitionsOnly,
-            Grantable::Nothing => Grantability::Nothing,
+            Grantable::Nothing | Grantable::Unidentified => Grantability::Nothing,
         }
     }
 }

@@ -91,6 +91,17 @@ pub enum Grantable {
     PartitionsOnly,
     /// Nothing: bound to vfio-pci and passed through to a VM.
     Nothing,
+    /// Nothing: the driver and its tool named no identity (UUID) for it, so no grant could
+    /// name it, and a token for it would be one every Allocate refuses. Listed, never
+    /// advertised ([`Inventory::withhold_unidentified`]).
+    Unidentified,
+}
+
+impl Grantable {
+    /// Whether it feeds any family (tokens, `.count`, node capacity).
+    pub fn feeds_any(self) -> bool {
+        matches!(self, Grantable::Whole | Grantable::PartitionsOnly)
+    }
 }
 
 /// Where an accelerator's facts came from.
@@ -260,7 +271,86 @@ impl Accelerator {
 
     /// Whether this accelerator counts as schedulable capacity (`.count` label, node capacity).
     pub fn can_be_granted(&self) -> bool {
-        self.grantable != Grantable::Nothing
+        self.grantable.feeds_any()
+    }
+
+    /// Fills each descriptive fact this reading left absent from `last`, a reading of the same
+    /// accelerator ([`Inventory::keep_known`]); returns how many were filled.
+    fn keep_known(&mut self, last: &Accelerator) -> usize {
+        let mut kept = 0;
+        keep(&mut self.product, &last.product, &mut kept);
+        keep(&mut self.bus_id, &last.bus_id, &mut kept);
+        keep(&mut self.memory_mib, &last.memory_mib, &mut kept);
+        keep(&mut self.numa_node, &last.numa_node, &mut kept);
+        keep(&mut self.architecture, &last.architecture, &mut kept);
+        keep(
+            &mut self.compute_capability,
+            &last.compute_capability,
+            &mut kept,
+        );
+        keep(&mut self.cores, &last.cores, &mut kept);
+        keep(&mut self.brand, &last.brand, &mut kept);
+        keep(&mut self.serial, &last.serial, &mut kept);
+        keep(&mut self.vbios_version, &last.vbios_version, &mut kept);
+        keep(
+            &mut self.board_part_number,
+            &last.board_part_number,
+            &mut kept,
+        );
+        keep(&mut self.minor_number, &last.minor_number, &mut kept);
+        keep(
+            &mut self.persistence_mode,
+            &last.persistence_mode,
+            &mut kept,
+        );
+        keep(&mut self.driver_model, &last.driver_model, &mut kept);
+        keep(
+            &mut self.gsp_firmware_version,
+            &last.gsp_firmware_version,
+            &mut kept,
+        );
+        keep(&mut self.excluded, &last.excluded, &mut kept);
+        keep(&mut self.partitioning, &last.partitioning, &mut kept);
+        keep(&mut self.drm, &last.drm, &mut kept);
+        keep(
+            &mut self.compute_geometry,
+            &last.compute_geometry,
+            &mut kept,
+        );
+        keep(&mut self.ecc, &last.ecc, &mut kept);
+        keep(&mut self.remapped_rows, &last.remapped_rows, &mut kept);
+        keep_all(
+            &mut self.physical_indexes,
+            &last.physical_indexes,
+            &mut kept,
+        );
+        keep_all(&mut self.nvlinks, &last.nvlinks, &mut kept);
+        keep_all(&mut self.mig_devices, &last.mig_devices, &mut kept);
+        keep_all(
+            &mut self.partition_profiles,
+            &last.partition_profiles,
+            &mut kept,
+        );
+        if self.peers.is_empty() && !last.peers.is_empty() {
+            self.peers = last.peers.clone();
+            kept += 1;
+        }
+        let mig_before = kept;
+        keep(&mut self.mig_mode, &last.mig_mode, &mut kept);
+        if kept > mig_before && self.source == Source::Driver {
+            self.classify_grantable();
+        }
+        kept
+    }
+
+    /// Takes it out of every family when it has no identity: an accelerator no UUID names is
+    /// listed, never advertised (a failing tool must not put cards without identity into
+    /// service, on a first pass either).
+    pub fn withhold_if_unidentified(&mut self) {
+        let unnamed = self.uuid.as_deref().is_none_or(|u| u.trim().is_empty());
+        if unnamed && self.grantable.feeds_any() {
+            self.grantable = Grantable::Unidentified;
+        }
     }
 }
 
@@ -367,6 +457,72 @@ impl Inventory {
         }
     }
 
+    /// Keeps what a pass could not refresh (DESIGN.md, "Detector answers": facts a failed layer
+    /// could not refresh keep their last value): for each accelerator `last` names by the same
+    /// UUID, every fact this pass left absent — product, memory, NUMA node, bus address,
+    /// architecture, compute capability, cores, brand, serial, firmware, part number, device
+    /// minor, persistence mode, driver model, GSP firmware, exclusion, DRM nodes, compute
+    /// geometry and partitioning, ECC and row-remap counters, the driver's own numbers,
+    /// links and peers, MIG devices and profiles, the MIG mode — takes its last value, and each manufacturer's versions likewise. A fact this pass read is never
+    /// replaced, and health is not touched. An accelerator whose MIG mode was kept is classified
+    /// again, so a MIG card does not turn whole because its tool was silent. Each section that
+    /// kept anything says so in a note; returns how many facts were kept.
+    pub fn keep_known(&mut self, last: &Inventory) -> usize {
+        let mut kept_total = 0;
+        for section in &mut self.manufacturers {
+            let Some(before) = last.manufacturer(section.name) else {
+                continue;
+            };
+            let mut kept = 0;
+            keep(
+                &mut section.driver_version,
+                &before.driver_version,
+                &mut kept,
+            );
+            keep(
+                &mut section.runtime_version,
+                &before.runtime_version,
+                &mut kept,
+            );
+            keep(
+                &mut section.management_version,
+                &before.management_version,
+                &mut kept,
+            );
+            for a in &mut section.accelerators {
+                let Some(uuid) = a.uuid.as_deref() else {
+                    continue;
+                };
+                let Some(b) = before
+                    .accelerators
+                    .iter()
+                    .find(|b| b.uuid.as_deref() == Some(uuid))
+                else {
+                    continue;
+                };
+                kept += a.keep_known(b);
+            }
+            if kept > 0 {
+                section.notes.push(format!(
+                    "kept {kept} fact(s) of the last detection that this pass could not read"
+                ));
+            }
+            kept_total += kept;
+        }
+        kept_total
+    }
+
+    /// Takes every accelerator without an identity out of every family
+    /// ([`Accelerator::withhold_if_unidentified`]); what every pass goes through before anything
+    /// is advertised.
+    pub fn withhold_unidentified(&mut self) {
+        for section in &mut self.manufacturers {
+            for accelerator in &mut section.accelerators {
+                accelerator.withhold_if_unidentified();
+            }
+        }
+    }
+
     /// The canonical hash (hex SHA-256 of the canonical JSON, notes left out). Equal hardware and
     /// driver facts give equal hashes whatever order the readers produced them in.
     pub fn hash(&self) -> String {
@@ -380,6 +536,22 @@ impl Inventory {
         let bytes = serde_json::to_vec(&canonical).unwrap_or_default();
         let digest = Sha256::digest(&bytes);
         digest.iter().map(|b| format!("{b:02x}")).collect()
+    }
+}
+
+/// `now` takes `last`'s list when it has none; counts it.
+fn keep_all<T: Clone>(now: &mut Vec<T>, last: &[T], kept: &mut usize) {
+    if now.is_empty() && !last.is_empty() {
+        *now = last.to_vec();
+        *kept += 1;
+    }
+}
+
+/// `now` takes `last`'s value when it has none; counts it.
+fn keep<T: Clone>(now: &mut Option<T>, last: &Option<T>, kept: &mut usize) {
+    if now.is_none() && last.is_some() {
+        *now = last.clone();
+        *kept += 1;
     }
 }
 
@@ -449,6 +621,96 @@ mod tests {
         p.classify_grantable();
         assert_eq!(p.grantable, Grantable::Nothing);
         assert!(!p.can_be_granted());
+    }
+
+    #[test]
+    fn a_pass_that_could_not_read_a_fact_keeps_its_last_value() {
+        let mut last_gpu = gpu(0, "GPU-a");
+        last_gpu.product = Some("NVIDIA H100 80GB HBM3".into());
+        last_gpu.memory_mib = Some(81559);
+        last_gpu.mig_mode = Some(MigMode::Enabled);
+        last_gpu.classify_grantable();
+        let mut other = gpu(1, "GPU-b");
+        other.memory_mib = Some(40960);
+        let last = Inventory {
+            manufacturers: vec![ManufacturerInventory {
+                driver_version: Some("590.48.01".into()),
+                accelerators: vec![last_gpu.clone(), other],
+                ..ManufacturerInventory::empty(Manufacturer::Nvidia)
+            }],
+        };
+        // The tool was silent: procfs named the cards, nothing else. GPU-b's memory was read
+        // anew; a card the last pass did not know keeps nothing.
+        let mut read = gpu(1, "GPU-b");
+        read.memory_mib = Some(40000);
+        let mut now = Inventory {
+            manufacturers: vec![ManufacturerInventory {
+                accelerators: vec![gpu(0, "GPU-a"), read, gpu(2, "GPU-new")],
+                ..ManufacturerInventory::empty(Manufacturer::Nvidia)
+            }],
+        };
+        assert_eq!(now.keep_known(&last), 4);
+        let section = &now.manufacturers[0];
+        assert_eq!(section.driver_version.as_deref(), Some("590.48.01"));
+        let a = &section.accelerators[0];
+        assert_eq!(a.product, last_gpu.product);
+        assert_eq!(a.memory_mib, Some(81559));
+        assert_eq!(a.mig_mode, Some(MigMode::Enabled));
+        assert_eq!(
+            a.grantable,
+            Grantable::PartitionsOnly,
+            "a MIG card stays a MIG card"
+        );
+        assert_eq!(
+            section.accelerators[1].memory_mib,
+            Some(40000),
+            "a fact read anew is never replaced"
+        );
+        assert_eq!(section.accelerators[2].memory_mib, None);
+        assert_eq!(
+            section.notes,
+            ["kept 4 fact(s) of the last detection that this pass could not read"]
+        );
+        // Nothing to keep: no note.
+        let mut again = now.clone();
+        again.manufacturers[0].notes.clear();
+        assert_eq!(again.keep_known(&now), 0);
+        assert!(again.manufacturers[0].notes.is_empty());
+    }
+
+    #[test]
+    fn an_accelerator_without_identity_feeds_no_family() {
+        let mut inventory = Inventory {
+            manufacturers: vec![ManufacturerInventory {
+                accelerators: vec![
+                    gpu(0, "MLU-a"),
+                    Accelerator::new(1, Source::Driver),
+                    gpu(2, " "),
+                    Accelerator::new(3, Source::Passthrough),
+                ],
+                ..ManufacturerInventory::empty(Manufacturer::Cambricon)
+            }],
+        };
+        inventory.withhold_unidentified();
+        let grantable: Vec<Grantable> = inventory.manufacturers[0]
+            .accelerators
+            .iter()
+            .map(|a| a.grantable)
+            .collect();
+        assert_eq!(
+            grantable,
+            [
+                Grantable::Whole,
+                Grantable::Unidentified,
+                Grantable::Unidentified,
+                Grantable::Nothing
+            ]
+        );
+        assert!(
+            inventory.manufacturers[0].accelerators[1..]
+                .iter()
+                .all(|a| !a.can_be_granted())
+        );
     }
 
     #[test]

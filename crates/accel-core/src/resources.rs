@@ -177,6 +177,10 @@ pub struct KeyGrammar {
     bases: BTreeMap<Manufacturer, String>,
     /// Only the manufacturers with hardware partitioning.
     kinds: BTreeMap<Manufacturer, String>,
+    /// Only the manufacturers with a runtime name: the RuntimeClass the mutating webhook attaches
+    /// to a Pod asking for their keys when it exists (`…_ACCELERATABLE_RUNTIME_NAME`). Another
+    /// name the table decides, carried here so that what checks a Pod's keys reads one value.
+    runtimes: BTreeMap<Manufacturer, String>,
     /// How group ids are formed: the other name the deployment's settings decide, carried here
     /// so that whatever names resources and groups reads one value.
     naming: GroupNaming,
@@ -189,7 +193,7 @@ impl Default for KeyGrammar {
 }
 
 impl KeyGrammar {
-    /// The grammar of a manufacturers table (its bases and partition kinds).
+    /// The grammar of a manufacturers table (its bases, partition kinds and runtime names).
     pub fn from_table(table: &ManufacturerTable) -> Self {
         KeyGrammar {
             bases: table
@@ -199,6 +203,10 @@ impl KeyGrammar {
             kinds: table
                 .rows()
                 .filter_map(|(m, row)| row.partition_kind.clone().map(|k| (m, k)))
+                .collect(),
+            runtimes: table
+                .rows()
+                .filter_map(|(m, row)| row.runtime_class.clone().map(|r| (m, r)))
                 .collect(),
             naming: GroupNaming::default(),
         }
@@ -219,6 +227,12 @@ impl KeyGrammar {
     /// The partition kind in force for a manufacturer (`None`: no `.partitioned*` keys).
     pub fn partition_kind(&self, manufacturer: Manufacturer) -> Option<&str> {
         self.kinds.get(&manufacturer).map(String::as_str)
+    }
+
+    /// The runtime name in force for a manufacturer: the RuntimeClass a Pod asking for its keys
+    /// is given when a RuntimeClass of that name exists (`None`: the manufacturer has none).
+    pub fn runtime_class(&self, manufacturer: Manufacturer) -> Option<&str> {
+        self.runtimes.get(&manufacturer).map(String::as_str)
     }
 
     /// Replace one manufacturer's base (the deployment renamed its device resource).

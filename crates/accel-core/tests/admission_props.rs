@@ -1,8 +1,8 @@
 //! Properties of admission over generated Pods: what the validator accepts, once mutated, is
-//! accepted again; mutation is idempotent; folded `.units` never exceed one accelerator; no input
-//! panics.
+//! accepted again; mutation is idempotent (the RuntimeClass it attaches included); folded `.units`
+//! never exceed one accelerator; no input panics.
 
-use accel_core::admission::{Phase, admit};
+use accel_core::admission::{Phase, RuntimeClasses, admit};
 use accel_core::pool::Pool;
 use accel_core::resources::KeyGrammar;
 use accel_core::units::UNITS_PER_ACCELERATOR;
@@ -24,6 +24,7 @@ const KEYS: &[&str] = &[
     "device.gpustack.ai/nvidia.visibility",
     "device.gpustack.ai/rdma.shared",
     "amd.com/gpu.sliced",
+    "iluvatar.com/gpu",
     "cpu",
 ];
 
@@ -95,6 +96,16 @@ fn pools() -> impl Strategy<Value = Pool> {
     ]
 }
 
+/// Which RuntimeClasses exist: none, NVIDIA's, or NVIDIA's and Iluvatar's (a Pod asking for both
+/// then gets none).
+fn runtime_classes() -> impl Strategy<Value = RuntimeClasses> {
+    prop_oneof![
+        Just(RuntimeClasses::none()),
+        Just(RuntimeClasses::from_iter(["nvidia"])),
+        Just(RuntimeClasses::from_iter(["nvidia", "iluvatar"])),
+    ]
+}
+
 fn units_in(pod: &Value) -> Vec<u64> {
     let mut out = Vec::new();
     for field in ["containers", "initContainers"] {
@@ -119,20 +130,21 @@ proptest! {
         containers in prop::collection::vec(container(), 1..4),
         affinity in any::<bool>(),
         pool in pools(),
+        classes in runtime_classes(),
     ) {
         let g = KeyGrammar::default();
         let p = pod(containers, affinity);
-        let validated = admit(&p, &pool, &g, Phase::Validate).unwrap();
-        let both = admit(&p, &pool, &g, Phase::Both).unwrap();
-        let mutated = admit(&p, &pool, &g, Phase::Mutate).unwrap();
+        let validated = admit(&p, &pool, &classes, &g, Phase::Validate).unwrap();
+        let both = admit(&p, &pool, &classes, &g, Phase::Both).unwrap();
+        let mutated = admit(&p, &pool, &classes, &g, Phase::Mutate).unwrap();
         if validated.allowed {
             prop_assert!(mutated.allowed, "validator accepted but mutation refused: {:?}", mutated.message);
             prop_assert!(both.allowed, "accepted Pod refused once mutated: {:?}", both.message);
-            let again = admit(&both.pod, &pool, &g, Phase::Validate).unwrap();
+            let again = admit(&both.pod, &pool, &classes, &g, Phase::Validate).unwrap();
             prop_assert!(again.allowed);
         }
         if mutated.allowed {
-            let twice = admit(&mutated.pod, &pool, &g, Phase::Mutate).unwrap();
+            let twice = admit(&mutated.pod, &pool, &classes, &g, Phase::Mutate).unwrap();
             prop_assert!(twice.allowed);
             prop_assert!(twice.patch.is_empty(), "second mutation patched {:?}", twice.patch);
             prop_assert_eq!(accel_core::admission::patch::apply(&p, &mutated.patch), Some(mutated.pod.clone()));
@@ -149,7 +161,7 @@ proptest! {
         let g = KeyGrammar::default();
         let labelled = json!({"metadata": {"labels": {"kueue.x-k8s.io/queue-name": "q"}}, "spec": value.clone()});
         for pod in [value, labelled] {
-            let _ = admit(&pod, &Pool::default(), &g, Phase::Both);
+            let _ = admit(&pod, &Pool::default(), &RuntimeClasses::from_iter(["nvidia"]), &g, Phase::Both);
         }
     }
 }

@@ -2,7 +2,7 @@
 //! message. The manifests are the seed's own YAML; a `resources:` fragment is placed on one app
 //! container, and every Pod carries the queue label the webhooks select on.
 
-use accel_core::admission::{Phase, Verdict, admit};
+use accel_core::admission::{Phase, RuntimeClasses, Verdict, admit};
 use accel_core::pool::Pool;
 use accel_core::resources::KeyGrammar;
 use serde_json::{Value, json};
@@ -32,7 +32,14 @@ fn pod(yaml: &str) -> Value {
 }
 
 fn verdict(yaml: &str, pool: &Pool) -> Verdict {
-    admit(&pod(yaml), pool, &KeyGrammar::default(), Phase::Both).unwrap()
+    admit(
+        &pod(yaml),
+        pool,
+        &RuntimeClasses::none(),
+        &KeyGrammar::default(),
+        Phase::Both,
+    )
+    .unwrap()
 }
 
 fn accepted(yaml: &str) -> Verdict {
@@ -43,7 +50,14 @@ fn accepted(yaml: &str) -> Verdict {
         v.message
     );
     // Validating alone accepts the submitted Pod too, and mutation is idempotent.
-    let again = admit(&v.pod, &h100(), &KeyGrammar::default(), Phase::Both).unwrap();
+    let again = admit(
+        &v.pod,
+        &h100(),
+        &RuntimeClasses::none(),
+        &KeyGrammar::default(),
+        Phase::Both,
+    )
+    .unwrap();
     assert!(again.allowed && again.patch.is_empty(), "{:?}", again.patch);
     v
 }
@@ -52,7 +66,14 @@ fn rejected(yaml: &str, message: &str) {
     let v = verdict(yaml, &h100());
     assert!(!v.allowed, "expected rejection of\n{yaml}");
     assert_eq!(v.message.as_deref(), Some(message), "for\n{yaml}");
-    let validated = admit(&pod(yaml), &h100(), &KeyGrammar::default(), Phase::Validate).unwrap();
+    let validated = admit(
+        &pod(yaml),
+        &h100(),
+        &RuntimeClasses::none(),
+        &KeyGrammar::default(),
+        Phase::Validate,
+    )
+    .unwrap();
     assert_eq!(
         validated.message.as_deref(),
         Some(message),
@@ -685,7 +706,14 @@ resources:
 fn a_pod_without_the_queue_label_is_not_checked() {
     let mut p = pod("resources:\n  limits:\n    nvidia.com/gpu.sliced: \"2\"\n");
     p["metadata"]["labels"] = json!({});
-    let v = admit(&p, &h100(), &KeyGrammar::default(), Phase::Both).unwrap();
+    let v = admit(
+        &p,
+        &h100(),
+        &RuntimeClasses::none(),
+        &KeyGrammar::default(),
+        Phase::Both,
+    )
+    .unwrap();
     assert!(v.allowed && v.patch.is_empty() && !v.checked);
 }
 

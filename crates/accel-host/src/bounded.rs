@@ -22,9 +22,14 @@ pub const NOT_FOUND_STATUS: i32 = 127;
 #[derive(Debug, thiserror::Error)]
 pub enum RunFailure {
     /// The program is not on the PATH, not recorded (a recorded host without this argv), or
-    /// exited 127 (not found on the host).
-    #[error("{argv}: {program}: not found")]
-    NotInstalled { argv: String, program: String },
+    /// exited 127 (not found on the host). `looked` says where it was looked for, when the
+    /// runner knows ([`Commands::search_note`]: a host tool's places under the host root).
+    #[error("{argv}: {program}: not found{}", looked.as_ref().map(|l| format!(" ({l})")).unwrap_or_default())]
+    NotInstalled {
+        argv: String,
+        program: String,
+        looked: Option<String>,
+    },
     /// No answer within the deadline; the program was killed. What it printed is kept.
     #[error("{argv}: no answer within {deadline:?}, killed")]
     TimedOut {
@@ -64,6 +69,7 @@ impl RunFailure {
             Some(NOT_FOUND_STATUS) => RunFailure::NotInstalled {
                 argv: line,
                 program: argv.first().map_or_else(String::new, |p| p.to_string()),
+                looked: None,
             },
             status => RunFailure::Exited {
                 argv: line,
@@ -146,6 +152,7 @@ pub fn run_bounded(
     let output = commands.run(argv, deadline).map_err(|e| match e {
         CommandError::NotInstalled { program } => RunFailure::NotInstalled {
             argv: line.clone(),
+            looked: commands.search_note(&program),
             program,
         },
         CommandError::TimedOut {
@@ -292,8 +299,18 @@ mod tests {
         let missing = RunFailure::NotInstalled {
             argv: "t -x".into(),
             program: "t".into(),
+            looked: None,
         }
         .with_said("x".into());
         assert_eq!(missing.to_string(), "t -x: t: not found");
+        let looked = RunFailure::NotInstalled {
+            argv: "t -x".into(),
+            program: "t".into(),
+            looked: Some("looked for in /usr/bin under the host root /host".into()),
+        };
+        assert_eq!(
+            looked.to_string(),
+            "t -x: t: not found (looked for in /usr/bin under the host root /host)"
+        );
     }
 }

@@ -1,4 +1,6 @@
 //! `Commands`: running a program with a deadline, the one seam through which vendor tools run.
+//! On a live node the vendor tools run as the host installed them ([`HostTools`]: found under
+//! the host root, run inside it).
 //!
 //! Every call carries a deadline (a wedged GPU can hang nvidia-smi). The system runner kills what
 //! overruns and returns what it captured; the recorded runner replays a recorded host's
@@ -7,9 +9,14 @@
 
 use std::time::Duration;
 
+mod host_tools;
 pub(crate) mod recorded;
 mod system;
 
+pub use host_tools::{
+    CHROOT, HOST_SEARCH_PATH, HostTools, NotAHostDir, ToolPlaces, parse_search_path,
+    resolve_in_root,
+};
 pub use recorded::{COMMANDS_DIR, RecordedCommands, ReplayLoadError, SIGNAL_STATUS};
 pub use system::SystemCommands;
 
@@ -77,4 +84,11 @@ pub trait Commands: Send + Sync {
 
     /// Whether `program` is installed at all.
     fn is_installed(&self, program: &str) -> bool;
+
+    /// Where `program` is looked for, in words, for a message saying it is not installed
+    /// (`looked for in /usr/bin:/opt/hyhal/bin under the host root /host`); `None` where the
+    /// runner has nothing to say beyond "not found".
+    fn search_note(&self, _program: &str) -> Option<String> {
+        None
+    }
 }

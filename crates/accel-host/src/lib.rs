@@ -23,8 +23,8 @@ pub mod writes;
 pub use atomic::{AtomicWriteError, STATE_FILE_MODE, write_atomic};
 pub use bounded::{NOT_FOUND_STATUS, RunFailure, run_bounded};
 pub use commands::{
-    COMMANDS_DIR, CommandError, CommandOutput, Commands, RecordedCommands, ReplayLoadError,
-    SystemCommands, TIMED_OUT_MARKER,
+    COMMANDS_DIR, CommandError, CommandOutput, Commands, HOST_SEARCH_PATH, HostTools,
+    RecordedCommands, ReplayLoadError, SystemCommands, TIMED_OUT_MARKER, ToolPlaces,
 };
 pub use host::{DEFAULT_ROOT, DeviceNumber, EntryKind, FsHost, Host, HostError, Modified};
 pub use kmsg::{

@@ -14,7 +14,7 @@ use accel_backend::record::RecordPlan;
 use accel_backend::reset::Reset;
 use accel_backend::respond::{Responder, ResponderSetup};
 use accel_backend::slicing::SlicingLibrary;
-use accel_backend::{Backend, StateDirRule};
+use accel_backend::{Backend, HostToolDirs, StateDirRule};
 use accel_core::{Detection, Manufacturer, ManufacturerInventory};
 use accel_host::{Commands, Host};
 
@@ -42,6 +42,15 @@ pub fn backend() -> Backend {
         preflight: Some(Arc::new(crate::preflight::HygonPreflight)),
         sampler: Some(Arc::new(crate::usage::HySmiSampler)),
         record: record_plan(),
+        // hy-smi and Hygon's rocm-smi fork are HYHAL's (/opt/hyhal/bin, not on the host's PATH;
+        // some installs use /usr/local/hyhal), rocminfo the DTK's (/opt/dtk/bin); their libraries
+        // are HYHAL's and the DTK's lib directories (what /opt/dtk/env.sh exports). rocm-smi is
+        // AMD's name too: it is looked for in AMD's places, then these.
+        tools: HostToolDirs {
+            programs: &["hy-smi", "rocm-smi", "rocminfo"],
+            install_dirs: &["/opt/hyhal/bin", "/usr/local/hyhal/bin", "/opt/dtk/bin"],
+            library_dirs: &["/opt/hyhal/lib", "/opt/dtk/lib"],
+        },
         state_dir: StateDirRule::Named,
         replay: Some(crate::mig_replay::wrap),
         replay_writes: None,

@@ -13,16 +13,28 @@
 //! JSON has no bus id, so its cards join by unique id (KFD's `unique_id`), and only where KFD
 //! gives none by the tool's index among the DCUs in bus order, with a note.
 //!
+//! **The identity query** is the tool's JSON (`hy-smi`, else the `rocm-smi` fork: `Unique ID`
+//! per card). The kernel names the cards too: KFD's `unique_id` is the same number, the
+//! driver's own (ROCr builds the HSA `Uuid` rocminfo prints from it,
+//! `rocminfo/gpustack__1x-k1xx-ai-…`), so where every DCU's KFD node carries the property (0 is
+//! the driver saying it has none, which no tool improves on), a tool that is missing, hangs,
+//! exits non-zero or prints what cannot be read is a note and every DCU keeps its UUID and
+//! index. Where some DCU has no node or no property, that failure — or a document listing
+//! fewer cards than the DCUs — is a pass not measured ([`Unmeasured`]): the last good inventory
+//! and its grants stand, never a DCU dropped for it. `rocminfo` and `hy-smi mig` give no
+//! identity; their failures are notes.
+//!
 //! Answers: no Hygon function on the bus and no Hygon KFD node → `Ok(empty)`; functions the
 //! driver does not enumerate (no KFD node, no tool answer) → `Err` (the daemon keeps its last
-//! detection); DCUs found → `Ok(list)`, whatever the tools did (their failures are notes). A DCU
-//! with no unique id from any source is left out (spec §1.3 step 1), named in a note.
+//! detection); DCUs found → `Ok(list)`, unless the identity query failed where the kernel names
+//! not every DCU (`Err`). A DCU that the tool answered for, but with no unique id from any
+//! source, is left out (spec §1.3 step 1), named in a note.
 
 use std::collections::BTreeMap;
 use std::fmt;
 
 use accel_backend::Deadlines;
-use accel_backend::detect::Budget;
+use accel_backend::detect::{Budget, OutOfTime};
 use accel_backend::mig_cli::listing;
 use accel_core::Manufacturer;
 use accel_core::busid::BusId;
@@ -52,6 +64,9 @@ pub const RUNTIME_VERSION_FILES: &[&str] = &[
     "/opt/rocm/.info/version-dev",
     "/opt/rocm/.info/version-libs",
 ];
+
+/// Neither identity tool is installed.
+const NO_TOOL: &str = "neither hy-smi nor rocm-smi is installed";
 
 /// What the detector is given.
 #[derive(Debug, Clone)]
@@ -107,9 +122,7 @@ pub enum Note {
 impl fmt::Display for Note {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Note::NoTool => {
-                f.write_str("neither hy-smi nor rocm-smi is installed: facts from the kernel only")
-            }
+            Note::NoTool => write!(f, "{NO_TOOL}: facts from the kernel only"),
             Note::ToolFailed(e) => f.write_str(e),
             Note::Truncated { program, cards } => write!(
                 f,
@@ -155,6 +168,50 @@ impl fmt::Display for Note {
     }
 }
 
+/// Why a pass is not measured, worded once (the reason of [`DetectError::NotMeasured`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Unmeasured {
+    /// DCUs on the bus that neither KFD nor a tool enumerates, with the KFD read error and the
+    /// tools' notes.
+    NotEnumerated {
+        dcus: usize,
+        kfd_error: Option<String>,
+        notes: Vec<String>,
+    },
+    /// The identity query gave no answer for every DCU (`why`: its failures, or what it
+    /// listed), and the kernel gives none for `unnamed` of them.
+    Unnamed {
+        why: String,
+        unnamed: usize,
+        dcus: usize,
+    },
+}
+
+impl fmt::Display for Unmeasured {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Unmeasured::NotEnumerated {
+                dcus,
+                kfd_error,
+                notes,
+            } => {
+                write!(
+                    f,
+                    "{dcus} DCU(s) on the bus, but the KFD topology shows no Hygon node"
+                )?;
+                if let Some(e) = kfd_error {
+                    write!(f, " ({e})")?;
+                }
+                notes.iter().try_for_each(|n| write!(f, "; {n}"))
+            }
+            Unmeasured::Unnamed { why, unnamed, dcus } => write!(
+                f,
+                "{why}, and the KFD topology has no unique id for {unnamed} of the {dcus} DCU(s)"
+            ),
+        }
+    }
+}
+
 /// Everything the host and the tools said.
 #[derive(Debug, Clone, Default)]
 pub struct Sources {
@@ -171,6 +228,9 @@ pub struct Sources {
     /// Whether the KFD topology could be read at all (`Err` text otherwise).
     pub kfd_error: Option<String>,
     pub smi: Option<(String, SmiDocument)>,
+    /// Why no tool's document was read (one line: each failure, naming its argv), when none
+    /// was.
+    pub smi_failure: Option<String>,
     pub agents: Vec<HsaAgent>,
     pub mode: Option<NodeMode>,
     /// `hy-smi mig -lgip` and `-lgipp`, read only when the node is in MIG mode.
@@ -288,40 +348,8 @@ fn runtime_version(host: &dyn Host) -> Option<String> {
 
 fn ask_tools(commands: &dyn Commands, options: &DetectOptions, sources: &mut Sources) {
     let budget = Budget::start(options.deadlines);
-    let installed: Vec<&[&str]> = hysmi::JSON_QUERIES
-        .into_iter()
-        .filter(|argv| commands.is_installed(argv[0]))
-        .collect();
-    if installed.is_empty() {
-        sources.notes.push(Note::NoTool);
-    }
-    for argv in installed {
-        let deadline = match budget.next() {
-            Ok(d) => d,
-            Err(e) => {
-                sources
-                    .notes
-                    .push(Note::ToolFailed(format!("{}: {e}", argv[0])));
-                return;
-            }
-        };
-        match run_bounded(commands, argv, deadline) {
-            Ok(out) => match hysmi::parse_json(argv[0], &out.stdout_text()) {
-                Ok(doc) => {
-                    if doc.truncated {
-                        sources.notes.push(Note::Truncated {
-                            program: argv[0].into(),
-                            cards: doc.cards.len(),
-                        });
-                    }
-                    sources.smi = Some((argv[0].to_string(), doc));
-                    break;
-                }
-                Err(e) => sources.notes.push(Note::ToolFailed(e.to_string())),
-            },
-            Err(RunFailure::NotInstalled { .. }) => {}
-            Err(e) => sources.notes.push(Note::ToolFailed(e.to_string())),
-        }
+    if ask_identity(commands, &budget, sources).is_err() {
+        return;
     }
     if matches!(sources.mode, Some(NodeMode::On { .. })) {
         for (argv, slot) in [
@@ -356,6 +384,61 @@ fn ask_tools(commands: &dyn Commands, options: &DetectOptions, sources: &mut Sou
     }
 }
 
+/// The identity query: the first installed tool whose JSON reads; every failure is a note,
+/// and [`Sources::smi_failure`] says in one line why none answered. `Err` when the pass's time
+/// ran out (nothing more is asked).
+fn ask_identity(
+    commands: &dyn Commands,
+    budget: &Budget,
+    sources: &mut Sources,
+) -> Result<(), OutOfTime> {
+    let installed: Vec<&[&str]> = hysmi::JSON_QUERIES
+        .into_iter()
+        .filter(|argv| commands.is_installed(argv[0]))
+        .collect();
+    let mut failures: Vec<String> = Vec::new();
+    let mut ran = false;
+    for argv in installed {
+        let failure = match budget.next() {
+            Err(e) => {
+                let failure = format!("{}: {e}", argv[0]);
+                sources.notes.push(Note::ToolFailed(failure.clone()));
+                failures.push(failure);
+                sources.smi_failure = Some(failures.join("; "));
+                return Err(e);
+            }
+            Ok(deadline) => match run_bounded(commands, argv, deadline) {
+                Ok(out) => match hysmi::parse_json(argv[0], &out.stdout_text()) {
+                    Ok(doc) => {
+                        if doc.truncated {
+                            sources.notes.push(Note::Truncated {
+                                program: argv[0].into(),
+                                cards: doc.cards.len(),
+                            });
+                        }
+                        sources.smi = Some((argv[0].to_string(), doc));
+                        return Ok(());
+                    }
+                    Err(e) => e.to_string(),
+                },
+                // Installed by its path but not found when run (or the image wrapper's exit
+                // 127): the next tool answers.
+                Err(RunFailure::NotInstalled { .. }) => continue,
+                Err(e) => e.to_string(),
+            },
+        };
+        ran = true;
+        sources.notes.push(Note::ToolFailed(failure.clone()));
+        failures.push(failure);
+    }
+    if !ran {
+        sources.notes.push(Note::NoTool);
+        failures.push(NO_TOOL.into());
+    }
+    sources.smi_failure = Some(failures.join("; "));
+    Ok(())
+}
+
 /// One pass over `host`.
 pub fn detect(host: &dyn Host, commands: &dyn Commands, options: DetectOptions) -> Detection {
     join(read_sources(host, commands, &options))
@@ -384,6 +467,43 @@ fn smi_card<'a>(
 /// The location id rocminfo's `BDFID` holds.
 fn bdf_id(bus: BusId) -> u32 {
     (u32::from(bus.bus) << 8) | (u32::from(bus.device) << 3) | u32::from(bus.function)
+}
+
+fn not_measured(why: Unmeasured) -> Detection {
+    Err(DetectError::NotMeasured {
+        manufacturer: Manufacturer::Hygon,
+        reason: why.to_string(),
+    })
+}
+
+/// Whether the kernel gave its answer on the identity of the DCU at `bus`: its KFD node
+/// carries a `unique_id` property. The value is the driver's own, which the tools read too, so
+/// 0 there (none reported) is an answer no tool improves on; no node, or a node without the
+/// property, leaves the identity to the tool.
+fn kernel_answers_identity(sources: &Sources, bus: BusId) -> bool {
+    sources
+        .boards
+        .iter()
+        .find(|b| b.bus_id == bus)
+        .and_then(KfdBoard::primary)
+        .is_some_and(|n| n.properties.contains_key("unique_id"))
+}
+
+/// Why the identity query answered not every one of `dcus` DCUs: its failure, or a document
+/// listing fewer cards; `None` when it answered for all.
+fn identity_unanswered(sources: &Sources, dcus: usize) -> Option<String> {
+    match &sources.smi {
+        None => Some(
+            sources
+                .smi_failure
+                .clone()
+                .unwrap_or_else(|| "no tool was asked".into()),
+        ),
+        Some((program, doc)) if doc.cards.len() < dcus => {
+            Some(format!("{program}: lists {} card(s)", doc.cards.len()))
+        }
+        Some(_) => None,
+    }
 }
 
 /// The section from the sources.
@@ -419,20 +539,10 @@ pub fn join(sources: Sources) -> Detection {
             );
             return Ok(section);
         }
-        let mut reason = format!(
-            "{} DCU(s) on the bus, but the KFD topology shows no Hygon node",
-            buses.len()
-        );
-        if let Some(e) = &sources.kfd_error {
-            reason.push_str(&format!(" ({e})"));
-        }
-        for note in &notes {
-            reason.push_str("; ");
-            reason.push_str(&note.to_string());
-        }
-        return Err(DetectError::NotMeasured {
-            manufacturer: m,
-            reason,
+        return not_measured(Unmeasured::NotEnumerated {
+            dcus: buses.len(),
+            kfd_error: sources.kfd_error.clone(),
+            notes: notes.iter().map(ToString::to_string).collect(),
         });
     }
     let mig = match &sources.mode {
@@ -449,6 +559,19 @@ pub fn join(sources: Sources) -> Detection {
     };
     section.driver_version = sources.driver_version.clone();
     section.runtime_version = sources.runtime_version.clone();
+    let unnamed = buses
+        .iter()
+        .filter(|bus| !kernel_answers_identity(&sources, **bus))
+        .count();
+    if unnamed > 0
+        && let Some(why) = identity_unanswered(&sources, buses.len())
+    {
+        return not_measured(Unmeasured::Unnamed {
+            why,
+            unnamed,
+            dcus: buses.len(),
+        });
+    }
     let mut seen: BTreeMap<String, usize> = BTreeMap::new();
     for (position, bus) in buses.iter().enumerate() {
         let kfd = sources.boards.iter().find(|b| b.bus_id == *bus);

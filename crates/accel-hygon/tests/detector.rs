@@ -10,6 +10,7 @@ use accel_backend::Deadlines;
 use accel_core::inventory::{DetectError, Grantable, MigMode};
 use accel_host::{FsHost, RecordedCommands};
 use accel_hygon::detector::{self, DetectOptions};
+use accel_testkit::failing_tool::{ToolFailure, copy_with_failing_tool};
 
 fn host(name: &str) -> PathBuf {
     accel_testkit::recorded_host(name)
@@ -305,4 +306,97 @@ fn a_card_whose_registry_number_is_not_its_index_is_offered_no_profile() {
         "{:?}",
         section.notes
     );
+}
+
+/// Deadlines short enough that a hanging tool costs the test a fraction of a second.
+fn short() -> DetectOptions {
+    DetectOptions {
+        deadlines: Deadlines {
+            per_query: Duration::from_millis(300),
+            snapshot: Duration::from_millis(600),
+        },
+        ..DetectOptions::default()
+    }
+}
+
+/// Each accelerator's index and identity: the seats a grant names.
+fn seats(section: &accel_core::ManufacturerInventory) -> Vec<(u32, Option<String>)> {
+    section
+        .accelerators
+        .iter()
+        .map(|a| (a.index, a.uuid.clone()))
+        .collect()
+}
+
+/// What the note says of each failure (its `RunFailure` or parse error, naming the argv).
+fn says(failure: ToolFailure) -> &'static str {
+    match failure {
+        ToolFailure::Missing => "neither hy-smi nor rocm-smi is installed",
+        ToolFailure::Hangs => "no answer within",
+        ToolFailure::ExitsNonZero => "exited with status 1: Error: failed",
+        ToolFailure::Unreadable => "not a JSON document",
+    }
+}
+
+/// Issue 42 item 3, where the kernel names every card: KFD's `unique_id` is the identity
+/// hy-smi's `Unique ID` reports (the HSA `Uuid` rocminfo prints is built from it), so a
+/// failing hy-smi leaves every DCU and its UUID as the good pass had them, and says why.
+#[test]
+fn a_failing_hy_smi_leaves_the_seats_of_the_good_pass_and_names_the_tool() {
+    let good = detect_in(&host("hygon-4x-k100ai"), DetectOptions::default()).unwrap();
+    assert_eq!(good.accelerators.len(), 4);
+    for failure in ToolFailure::ALL {
+        let dir = copy_with_failing_tool("hygon-4x-k100ai", "hy-smi", failure);
+        let section = match detect_in(dir.path(), short()) {
+            Ok(section) => section,
+            Err(e) => panic!("{failure}: {e}"),
+        };
+        assert_eq!(seats(&section), seats(&good), "{failure}");
+        assert!(
+            section
+                .notes
+                .iter()
+                .any(|n| n.contains("hy-smi") && n.contains(says(failure))),
+            "{failure}: {:?}",
+            section.notes
+        );
+    }
+}
+
+/// Removes every Hygon KFD node's `unique_id` line: a driver whose topology names no card.
+fn without_kfd_unique_ids(dir: &Path) {
+    let nodes = dir.join("root/sys/class/kfd/kfd/topology/nodes");
+    for node in std::fs::read_dir(&nodes).unwrap() {
+        let path = node.unwrap().path().join("properties");
+        let text = std::fs::read_to_string(&path).unwrap();
+        let kept: String = text
+            .lines()
+            .filter(|l| !l.starts_with("unique_id "))
+            .map(|l| format!("{l}\n"))
+            .collect();
+        std::fs::write(&path, kept).unwrap();
+    }
+}
+
+/// Where the kernel does not name the cards, hy-smi's answer is the only identity: a failing
+/// hy-smi is then a pass not measured, never DCUs dropped or DCUs without an identity.
+#[test]
+fn without_kfd_unique_ids_a_failing_hy_smi_is_a_pass_not_measured() {
+    let dir = accel_testkit::copy_recorded("hygon-4x-k100ai");
+    without_kfd_unique_ids(dir.path());
+    let good = detect_in(dir.path(), DetectOptions::default()).unwrap();
+    assert_eq!(good.accelerators.len(), 4, "hy-smi names them all");
+    for failure in ToolFailure::ALL {
+        let dir = copy_with_failing_tool("hygon-4x-k100ai", "hy-smi", failure);
+        without_kfd_unique_ids(dir.path());
+        let detection = detect_in(dir.path(), short());
+        let Err(DetectError::NotMeasured { reason, .. }) = detection else {
+            panic!("{failure}: {detection:?}");
+        };
+        assert!(
+            reason.contains("hy-smi") && reason.contains(says(failure)),
+            "{failure}: {reason}"
+        );
+        assert!(!reason.contains('\n'), "{failure}: one line: {reason}");
+    }
 }

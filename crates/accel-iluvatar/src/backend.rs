@@ -12,7 +12,7 @@ use accel_backend::record::RecordPlan;
 use accel_backend::reset::Reset;
 use accel_backend::respond::{Responder, ResponderSetup};
 use accel_backend::slicing::SlicingLibrary;
-use accel_backend::{Backend, StateDirRule};
+use accel_backend::{Backend, HostToolDirs, StateDirRule};
 use accel_core::{Detection, Manufacturer, ManufacturerInventory};
 use accel_host::{Commands, Host};
 
@@ -37,6 +37,13 @@ pub fn backend() -> Backend {
         preflight: Some(Arc::new(crate::preflight::IluvatarPreflight)),
         sampler: Some(Arc::new(IxsmiSampler)),
         record: record_plan(),
+        // CoreX installs ixsmi in /usr/local/corex/bin, off the host's PATH, and it needs
+        // libixml.so from CoreX's lib64 (without it: "libixml.so: cannot open shared object file").
+        tools: HostToolDirs {
+            programs: &["ixsmi"],
+            install_dirs: &["/usr/local/corex/bin"],
+            library_dirs: &["/usr/local/corex/lib64", "/usr/local/corex/lib"],
+        },
         state_dir: StateDirRule::Named,
         replay: None,
         replay_writes: None,

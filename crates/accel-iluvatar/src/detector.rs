@@ -4,10 +4,17 @@
 //! the compute capability), joined by PCI address — the query's rows to the table's, both to the
 //! kernel's functions — and only by the tool's index where a row has no bus id, with a note.
 //!
+//! **The identity query is the CSV query** ([`ixsmi::QUERY_ARGV`]): it alone names each GPU's
+//! UUID, and it also gives the name, bus id and memory. The table adds only the banner's
+//! versions (and the name it prints), so a failed table is a note; so is a failed compute-cap
+//! query, asked apart because an old IX-ML refuses it.
+//!
 //! Answers: no function on the bus, no device node and no ixsmi → `Ok(empty)` (no driver);
-//! ixsmi not installed → the kernel's boards, unnamed and not grantable, with a note; ixsmi
-//! installed but answering neither form (the driver does not answer) → `Err`, so the daemon keeps
-//! its last detection; GPUs listed → `Ok(list)`, every failed part a note.
+//! the driver there (functions or nodes on the host, or ixsmi's table listing GPUs) but ixsmi
+//! not installed, or its query silent past its deadline, exiting non-zero, printing what cannot
+//! be read or listing fewer GPUs than the bus shows → `Err(NotMeasured)`, the reason every
+//! ixsmi failure of the pass, so the daemon keeps its last good inventory and its grants; GPUs
+//! listed → `Ok(list)`, every failed part a note.
 
 use std::fmt;
 
@@ -38,7 +45,7 @@ pub const DRIVER_VERSION_FILES: &[&str] = &[
 /// What a pass could not learn, each worded once (detector, doctor and tests use these).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Note {
-    /// ixsmi is not on the host: the kernel's boards are listed unnamed.
+    /// ixsmi is not on the host.
     NoTool,
     /// One ixsmi form failed or printed something else.
     ToolFailed(String),
@@ -48,6 +55,8 @@ pub enum Note {
     JoinedByIndex { index: u32 },
     /// A board on the bus that ixsmi does not list.
     Unlisted { bus: BusId },
+    /// The identity query lists fewer GPUs than the host shows.
+    TooFew { listed: usize, shown: usize },
 }
 
 impl fmt::Display for Note {
@@ -55,7 +64,7 @@ impl fmt::Display for Note {
         match self {
             Note::NoTool => write!(
                 f,
-                "ixsmi is not installed on the host: boards from the PCI bus only, unnamed and not grantable"
+                "ixsmi: not found: the corex SDK's ixsmi is not installed on the host"
             ),
             Note::ToolFailed(why) => write!(f, "ixsmi: {why}"),
             Note::NoUuid { index, bus } => write!(
@@ -71,6 +80,11 @@ impl fmt::Display for Note {
                 f,
                 "{}: an Iluvatar function on the PCI bus that ixsmi does not list",
                 bus.sysfs()
+            ),
+            Note::TooFew { listed, shown } => write!(
+                f,
+                "ixsmi: {}: lists {listed} GPU(s) where the host shows {shown}",
+                ixsmi::QUERY_ARGV.join(" ")
             ),
         }
     }
@@ -152,7 +166,8 @@ fn ask<T>(
     }
 }
 
-/// Runs ixsmi's three forms within one pass budget.
+/// Runs ixsmi's forms within one pass budget: the table, the identity query, then (when the
+/// identity query answered) the compute capability.
 pub fn ask_tool(commands: &dyn Commands, deadlines: Deadlines) -> Tool {
     let mut tool = Tool {
         installed: commands.is_installed(ixsmi::TABLE_ARGV[0]),
@@ -176,7 +191,8 @@ pub fn ask_tool(commands: &dyn Commands, deadlines: Deadlines) -> Tool {
         ixsmi::parse_query,
         &mut tool.notes,
     );
-    if tool.table.is_some() || tool.query.is_some() {
+    // Without the identity query the pass is not measured: the compute capability is not asked.
+    if tool.query.is_some() {
         tool.caps = ask(
             commands,
             &budget,
@@ -200,24 +216,54 @@ pub fn detect(host: &dyn Host, commands: &dyn Commands, options: &DetectOptions)
     join(&kernel, &tool)
 }
 
-/// The pure join: the kernel's view and the tool's answers in, the section out.
+/// Why the pass is not measured, worded: ixsmi not installed, its identity query unanswered or
+/// unreadable (with every other ixsmi failure of the pass, in the order asked), or listing no
+/// GPU, or fewer than the bus shows.
+fn unmeasured(kernel: &Kernel, tool: &Tool) -> Option<String> {
+    if !tool.installed {
+        return Some(Note::NoTool.to_string());
+    }
+    let mut notes = tool.notes.clone();
+    if let Some(query) = &tool.query {
+        // The bus is the count to check against; nodes and the table only tell that there is
+        // at least one GPU.
+        let table_gpus = tool.table.as_ref().map_or(0, |t| t.gpus.len());
+        let shown = kernel
+            .functions
+            .len()
+            .max(kernel.card_nodes.len())
+            .max(table_gpus);
+        let listed = query.len();
+        if listed >= kernel.functions.len() && (listed > 0 || shown == 0) {
+            return None;
+        }
+        notes.push(Note::TooFew { listed, shown });
+    }
+    Some(
+        notes
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join("; "),
+    )
+}
+
+/// The pure join: the kernel's view and the tool's answers in, the section out, or not measured
+/// where the host shows the driver ([`unmeasured`]).
 pub fn join(kernel: &Kernel, tool: &Tool) -> Detection {
     let m = Manufacturer::Iluvatar;
     let mut section = ManufacturerInventory::empty(m);
     let mut notes = tool.notes.clone();
-    if tool.installed && tool.table.is_none() && tool.query.is_none() {
-        let why = notes
-            .iter()
-            .map(ToString::to_string)
-            .collect::<Vec<_>>()
-            .join("; ");
-        if !kernel.functions.is_empty() || !kernel.card_nodes.is_empty() {
+    if let Some(reason) = unmeasured(kernel, tool) {
+        let listed_by_table = tool.table.as_ref().is_some_and(|t| !t.gpus.is_empty());
+        if !kernel.functions.is_empty() || !kernel.card_nodes.is_empty() || listed_by_table {
             return Err(DetectError::NotMeasured {
                 manufacturer: m,
-                reason: why,
+                reason,
             });
         }
-        section.notes.push(why);
+        // No driver anywhere: the tool's failure is only a note.
+        section.notes.push(reason);
         return Ok(section);
     }
     let banner = tool
@@ -230,32 +276,14 @@ pub fn join(kernel: &Kernel, tool: &Tool) -> Detection {
         .or_else(|| kernel.driver_version.clone());
     section.runtime_version = banner.cuda_version;
     section.management_version = banner.tool_version;
-    if !tool.installed {
-        notes.push(Note::NoTool);
-        for (index, f) in kernel.functions.iter().enumerate() {
-            let mut a = Accelerator::new(u32::try_from(index).unwrap_or(u32::MAX), Source::Driver);
-            a.bus_id = Some(f.bus_id);
-            a.numa_node = f.numa_node;
-            a.grantable = Grantable::Nothing;
-            section.accelerators.push(a);
-        }
-        section.notes = notes.iter().map(ToString::to_string).collect();
-        return Ok(section);
-    }
     let table = tool
         .table
         .as_ref()
         .map(|t| t.gpus.as_slice())
         .unwrap_or_default();
     let query = tool.query.as_deref().unwrap_or_default();
-    // The tool's GPUs: the query's rows where it answered (they carry the UUID), else the
-    // table's.
-    let rows: Vec<(Option<u32>, Option<BusId>)> = if query.is_empty() {
-        table.iter().map(|g| (g.index, g.bus_id)).collect()
-    } else {
-        query.iter().map(|g| (g.index, g.bus_id)).collect()
-    };
-    for (position, (tool_index, bus)) in rows.into_iter().enumerate() {
+    // The tool's GPUs are the identity query's rows (they carry the UUID).
+    for (position, (tool_index, bus)) in query.iter().map(|g| (g.index, g.bus_id)).enumerate() {
         let index = u32::try_from(position).unwrap_or(u32::MAX);
         let bus = bus.map(board);
         let by_bus = |b: Option<BusId>| bus.is_some() && b.map(board) == bus;

@@ -79,7 +79,7 @@ fn tool(commands: &dyn Commands, detection: &Detection) -> Check {
     match detection {
         Ok(_) if !commands.is_installed("ixsmi") => Check::warn(
             NAME,
-            "ixsmi is not installed: GPUs are not named, none can be granted",
+            "ixsmi is not installed on the host",
             "install the corex SDK's ixsmi on the host",
         ),
         Ok(section) => Check::ok(

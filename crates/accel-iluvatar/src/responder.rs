@@ -10,9 +10,11 @@
 //! sets it; five mounts — the host lock directory, the `ld.so.preload` and `libvgpu.so` from the
 //! flat `<library-dir>/iluvatar/`, the container's cache directory and `/dev/shm`; the lock and
 //! per-container directories made 0777. The preloaded library hooks corex's `libcuda.so.1`,
-//! which only ix-container-runtime puts in the container, so a sliced Pod that does not run
-//! under the RuntimeClass is refused here, at Allocate, saying why (the Pod's runtime class is
-//! among the facts Allocate has; the webhook knows no cluster's RuntimeClasses).
+//! which only ix-container-runtime puts in the container, so a sliced Pod must run under the
+//! RuntimeClass. The worker's mutating webhook gives it to a queued Pod that names no class when a
+//! RuntimeClass of that name exists (accel-core's `admission::runtime_class`); a sliced Pod that
+//! still does not run under it (the class does not exist, the Pod named another, or it skipped
+//! the webhook) is refused here, at Allocate, saying why and what the webhook would have done.
 
 use std::path::{Path, PathBuf};
 
@@ -94,15 +96,16 @@ impl IluvatarResponder {
         if let Some(class) = &self.runtime_class
             && answer.pod.runtime_class.as_deref() != Some(class.as_str())
         {
+            let runs_under = match answer.pod.runtime_class.as_deref() {
+                // The webhook attaches the class to a queued Pod naming none, once it exists.
+                None => format!(
+                    "no runtimeClassName; the webhook attaches {class} to a queued Pod only when a RuntimeClass {class} exists"
+                ),
+                Some(other) => format!("{other:?}"),
+            };
             return Err(ResponderError::Refused(format!(
-                "a sliced Iluvatar Pod must run with runtimeClassName: {class}: the slice's libvgpu.so hooks corex's libcuda.so.1, which only ix-container-runtime puts in the container (Pod {}/{} runs under {})",
-                answer.pod.namespace,
-                answer.pod.name,
-                answer
-                    .pod
-                    .runtime_class
-                    .as_deref()
-                    .map_or_else(|| "no runtimeClassName".to_string(), |c| format!("{c:?}"))
+                "a sliced Iluvatar Pod must run with runtimeClassName: {class}: the slice's libvgpu.so hooks corex's libcuda.so.1, which only ix-container-runtime puts in the container (Pod {}/{} runs under {runs_under})",
+                answer.pod.namespace, answer.pod.name,
             )));
         }
         let cache_dir = self

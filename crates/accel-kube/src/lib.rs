@@ -4,7 +4,8 @@
 //! ClusterQueue → ResourceFlavors' accelerator group labels), the nodes' `<group>.count` labels
 //! and the pool's `Devices` specs, all from watch caches so a review never waits on the API
 //! server (DESIGN.md, "The webhook's pool"): the resolution is a pure function over the cached
-//! objects ([`resolve`]); the caches ([`cache`]) are thin reflectors. [`pods`] watches this
+//! objects ([`resolve`]); the caches ([`cache`]) are thin reflectors, the RuntimeClass names
+//! among them (the mutating webhook attaches a manufacturer's class only when it exists). [`pods`] watches this
 //! node's Pods for the device plugin (accel-plugin's `PodSource`). [`crd`] holds the `Devices`
 //! and `NodeFeature` types (the CRD YAML is generated from them); [`publish`] is the node
 //! daemon's publisher of the NodeFeature, `Devices`, the Pods' allocation annotations and the

@@ -1,10 +1,12 @@
 //! The pool cache against a recorded API server (tower_test::mock::pair + kube::Client::new): it
-//! looks for Kueue in the group list, lists exactly the five resources it is allowed to read,
-//! syncs, and answers a queue's pool from memory. Without Kueue it says so once, is ready, names
-//! Kueue on `/readyz` and in every queue's unknown pool, and watches Kueue once it appears.
+//! looks for Kueue in the group list, lists exactly the six resources it is allowed to read,
+//! syncs, and answers a queue's pool and the RuntimeClasses that exist from memory, following
+//! the RuntimeClass watch. Without Kueue it says so once, is ready, names Kueue on `/readyz` and in
+//! every queue's unknown pool, and watches Kueue once it appears.
 
 use std::time::Duration;
 
+use accel_core::admission::RuntimeClasses;
 use accel_kube::PoolCache;
 use accel_webhook::{PoolSource, Readiness};
 use http::{Request, Response};
@@ -30,6 +32,12 @@ fn groups(with_kueue: bool) -> Value {
         list.push(group("kueue.x-k8s.io", "v1beta1"));
     }
     json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": list})
+}
+
+/// A RuntimeClass as a metadata-only read shows it.
+fn runtime_class(name: &str, version: &str) -> Value {
+    json!({"apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadata",
+        "metadata": {"name": name, "resourceVersion": version}})
 }
 
 /// The list each watcher asks for first, as the API server would answer it.
@@ -74,6 +82,14 @@ fn answer(path: &str) -> Option<Value> {
                 "grantable": "partitionsOnly",
                 "partitionProfiles": {"1g.10gb": {"memoryMiB": 9984}, "3g.40gb": {"memoryMiB": 40320}}}]}]}})],
         ),
+        "/apis/node.k8s.io/v1/runtimeclasses" => list(
+            "meta.k8s.io/v1",
+            "PartialObjectMetadataList",
+            vec![
+                runtime_class("nvidia", "16"),
+                runtime_class("iluvatar", "17"),
+            ],
+        ),
         "/api/v1/nodes" => list(
             "meta.k8s.io/v1",
             "PartialObjectMetadataList",
@@ -103,7 +119,7 @@ async fn lists_what_it_may_read_syncs_and_answers_from_memory() {
     let mut listed = Vec::new();
     let mut watches = Vec::new();
     let served = tokio::time::timeout(Duration::from_secs(20), async {
-        while listed.len() < 6 {
+        while listed.len() < 7 {
             let (request, send) = handle
                 .next_request()
                 .await
@@ -117,7 +133,7 @@ async fn lists_what_it_may_read_syncs_and_answers_from_memory() {
                 continue;
             }
             let body = answer(&path).unwrap_or_else(|| panic!("unexpected request {path}?{query}"));
-            if path == "/api/v1/nodes" {
+            if path == "/api/v1/nodes" || path.ends_with("/runtimeclasses") {
                 let accept = request
                     .headers()
                     .get("accept")
@@ -125,7 +141,7 @@ async fn lists_what_it_may_read_syncs_and_answers_from_memory() {
                     .unwrap_or("");
                 assert!(
                     accept.contains("as=PartialObjectMetadataList"),
-                    "nodes are read as metadata only: {accept}"
+                    "{path} is read as metadata only: {accept}"
                 );
             }
             send.send_response(
@@ -151,6 +167,7 @@ async fn lists_what_it_may_read_syncs_and_answers_from_memory() {
             "/apis/kueue.x-k8s.io/v1beta1/clusterqueues",
             "/apis/kueue.x-k8s.io/v1beta1/localqueues",
             "/apis/kueue.x-k8s.io/v1beta1/resourceflavors",
+            "/apis/node.k8s.io/v1/runtimeclasses",
         ]
     );
 
@@ -174,6 +191,92 @@ async fn lists_what_it_may_read_syncs_and_answers_from_memory() {
         cache.pool("team-b", "h100").reason(),
         "LocalQueue team-b/h100 is not in the watch cache"
     );
+    assert_eq!(
+        cache.runtime_classes(),
+        RuntimeClasses::from_iter(["iluvatar", "nvidia"])
+    );
+    driver.abort();
+}
+
+#[tokio::test]
+async fn runtime_classes_are_known_from_the_sync_on_and_follow_their_watch() {
+    let (service, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+    let client = kube::Client::new(service, "default");
+    let (cache, run) = PoolCache::new(client);
+    assert_eq!(cache.runtime_classes(), RuntimeClasses::none());
+    let driver = tokio::spawn(run);
+    let reply = |body: String| {
+        Response::builder()
+            .body(Body::from(body.into_bytes()))
+            .unwrap()
+    };
+
+    // Every list answered, every watch held; the RuntimeClass watch is kept to answer later.
+    let mut held = Vec::new();
+    let class_watch = tokio::time::timeout(Duration::from_secs(20), async {
+        let mut lists = 0;
+        let mut class_watch = None;
+        while lists < 7 || class_watch.is_none() {
+            let (request, send) = handle
+                .next_request()
+                .await
+                .expect("the cache stopped asking");
+            let path = request.uri().path().to_string();
+            let query = request.uri().query().unwrap_or("").to_string();
+            if query.contains("watch=true") {
+                if path == "/apis/node.k8s.io/v1/runtimeclasses" {
+                    assert!(
+                        query.contains("resourceVersion=100"),
+                        "the watch goes on from the list: {query}"
+                    );
+                    class_watch = Some(send);
+                } else {
+                    held.push(send);
+                }
+                continue;
+            }
+            let body = answer(&path).unwrap_or_else(|| panic!("unexpected request {path}?{query}"));
+            send.send_response(reply(body.to_string()));
+            lists += 1;
+        }
+        class_watch.unwrap()
+    })
+    .await
+    .expect("timed out serving the lists");
+    tokio::time::timeout(Duration::from_secs(10), async {
+        while !cache.synced() {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .expect("the cache never reported synced");
+    assert_eq!(
+        cache.runtime_classes(),
+        RuntimeClasses::from_iter(["iluvatar", "nvidia"])
+    );
+
+    // A class created and one deleted: seen without another listing.
+    let events = [
+        json!({"type": "ADDED", "object": runtime_class("mthreads", "21")}),
+        json!({"type": "DELETED", "object": runtime_class("nvidia", "22")}),
+    ]
+    .iter()
+    .map(|e| format!("{e}\n"))
+    .collect::<String>();
+    class_watch.send_response(reply(events));
+    let expected = RuntimeClasses::from_iter(["iluvatar", "mthreads"]);
+    tokio::time::timeout(Duration::from_secs(10), async {
+        while cache.runtime_classes() != expected {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .unwrap_or_else(|_| {
+        panic!(
+            "the watch's events never reached the store: {:?}",
+            cache.runtime_classes()
+        )
+    });
     driver.abort();
 }
 
@@ -267,7 +370,7 @@ async fn without_kueue_it_says_so_once_is_ready_and_watches_kueue_once_it_appear
                 if path != "/apis" {
                     listed.push(path);
                 }
-                if listed.len() == 5 {
+                if listed.len() == 6 {
                     break;
                 }
             }
@@ -322,10 +425,10 @@ async fn before_the_sync_readyz_names_each_store_it_waits_for_and_its_last_error
         why.starts_with("the pool caches have not synced yet: waiting for devices, nodes"),
         "{why}"
     );
-    // Devices are forbidden; Nodes and the group list answer.
+    // Devices are forbidden; Nodes, RuntimeClasses and the group list answer.
     let refused = tokio::time::timeout(Duration::from_secs(20), async {
         let mut answered = 0;
-        while answered < 3 {
+        while answered < 4 {
             let (request, send) = handle
                 .next_request()
                 .await
@@ -360,13 +463,14 @@ async fn before_the_sync_readyz_names_each_store_it_waits_for_and_its_last_error
     .await;
     assert!(
         refused.is_ok(),
-        "the cache did not ask for devices, nodes and the group list"
+        "the cache did not ask for devices, nodes, runtimeclasses and the group list"
     );
     tokio::time::timeout(Duration::from_secs(10), async {
         loop {
             if let Readiness::NotReady(why) = cache.readiness()
                 && why.contains("devices (last error:")
                 && !why.contains("nodes")
+                && !why.contains("runtimeclasses")
             {
                 return;
             }

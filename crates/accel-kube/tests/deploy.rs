@@ -25,7 +25,7 @@ use std::process::Command;
 
 use accel_core::Manufacturer;
 use accel_core::pool::QUEUE_LABEL;
-use accel_kube::cache::{DEVICES_API, KUEUE_API};
+use accel_kube::cache::{DEVICES_API, KUEUE_API, RUNTIME_CLASS_API};
 use accel_nvidia::responder::{HOST_LIBRARY_DIR, NvidiaResponder, PRELOAD_LIBRARY};
 use serde_json::{Value, json};
 
@@ -358,6 +358,7 @@ fn the_webhooks_rbac_is_read_only_on_exactly_what_the_pool_lookup_reads() {
             (&format!("{}/resourceflavors", KUEUE_API.0), read),
             (&format!("{}/devices", DEVICES_API.0), read),
             ("/nodes", read),
+            (&format!("{}/runtimeclasses", RUNTIME_CLASS_API.0), read),
         ])
     );
 }
@@ -713,10 +714,13 @@ fn with_every_row_enabled_each_manufacturer_gets_one_daemonset_built_from_its_ro
 
 /// What each manufacturer's spec (`../shared/spec/<manufacturer>.md`, "DM DaemonSet" / "DM
 /// container") gives its daemon beside the host root: host paths (read-only or not), the Pod's
-/// own RuntimeClass, whether it shares the host's PID and IPC namespaces, and env.
+/// own RuntimeClass, whether it shares the host's PID and IPC namespaces, and env. Each mount
+/// carries its hostPath type (issue 42: every row's path has one): `Directory` where the node
+/// has it whenever the manufacturer's driver is there, `DirectoryOrCreate` for an SDK not every
+/// node has, whose absence must not keep the daemon from starting.
 struct SpecDaemon {
     manufacturer: Manufacturer,
-    mounts: &'static [(&'static str, bool)],
+    mounts: &'static [(&'static str, bool, &'static str)],
     runtime_class: Option<&'static str>,
     host_namespaces: bool,
     env: &'static [(&'static str, &'static str)],
@@ -742,7 +746,10 @@ const SPEC_DAEMONS: [SpecDaemon; 9] = [
     },
     SpecDaemon {
         manufacturer: Manufacturer::Ascend,
-        mounts: &[("/usr/local/Ascend", true), ("/usr/local/dcmi", true)],
+        mounts: &[
+            ("/usr/local/Ascend", true, "Directory"),
+            ("/usr/local/dcmi", true, "DirectoryOrCreate"),
+        ],
         runtime_class: None,
         host_namespaces: false,
         env: &[],
@@ -750,10 +757,10 @@ const SPEC_DAEMONS: [SpecDaemon; 9] = [
     SpecDaemon {
         manufacturer: Manufacturer::Cambricon,
         mounts: &[
-            ("/usr/local/neuware", true),
-            ("/dev", false),
-            ("/sys", false),
-            ("/tmp", false),
+            ("/usr/local/neuware", true, "Directory"),
+            ("/dev", false, "Directory"),
+            ("/sys", false, "Directory"),
+            ("/tmp", false, "Directory"),
         ],
         runtime_class: None,
         host_namespaces: true,
@@ -766,11 +773,11 @@ const SPEC_DAEMONS: [SpecDaemon; 9] = [
     SpecDaemon {
         manufacturer: Manufacturer::Hygon,
         mounts: &[
-            ("/opt/hyhal", true),
-            ("/opt/dtk", true),
-            ("/etc/dmi_mig_config", false),
-            ("/dev", false),
-            ("/sys", false),
+            ("/opt/hyhal", true, "Directory"),
+            ("/opt/dtk", true, "DirectoryOrCreate"),
+            ("/etc/dmi_mig_config", false, "DirectoryOrCreate"),
+            ("/dev", false, "Directory"),
+            ("/sys", false, "Directory"),
         ],
         runtime_class: None,
         host_namespaces: false,
@@ -778,7 +785,12 @@ const SPEC_DAEMONS: [SpecDaemon; 9] = [
     },
     SpecDaemon {
         manufacturer: Manufacturer::Iluvatar,
-        mounts: &[("/usr/local/corex", true)],
+        // Beyond the spec's daemon: the host's /tmp, where the sliced containers' shared lock
+        // directory /tmp/vgpulock is made (spec §4: "host /tmp/vgpulock", 0777).
+        mounts: &[
+            ("/usr/local/corex", true, "Directory"),
+            ("/tmp", false, "Directory"),
+        ],
         runtime_class: None,
         host_namespaces: true,
         env: &[
@@ -790,11 +802,11 @@ const SPEC_DAEMONS: [SpecDaemon; 9] = [
     SpecDaemon {
         manufacturer: Manufacturer::Metax,
         mounts: &[
-            ("/opt/mxdriver", true),
-            ("/opt/maca", true),
-            ("/dev", false),
-            ("/sys", false),
-            ("/tmp", false),
+            ("/opt/mxdriver", true, "Directory"),
+            ("/opt/maca", true, "DirectoryOrCreate"),
+            ("/dev", false, "Directory"),
+            ("/sys", false, "Directory"),
+            ("/tmp", false, "Directory"),
         ],
         runtime_class: None,
         host_namespaces: true,
@@ -813,9 +825,9 @@ const SPEC_DAEMONS: [SpecDaemon; 9] = [
     SpecDaemon {
         manufacturer: Manufacturer::Thead,
         mounts: &[
-            ("/usr/local/PPU_SDK", true),
-            ("/dev", false),
-            ("/sys", false),
+            ("/usr/local/PPU_SDK", true, "DirectoryOrCreate"),
+            ("/dev", false, "Directory"),
+            ("/sys", false, "Directory"),
         ],
         runtime_class: None,
         host_namespaces: false,
@@ -842,14 +854,17 @@ fn each_manufacturers_daemon_gets_what_its_spec_names() {
         let m = expected.manufacturer;
         let spec = pod_spec(&docs, "DaemonSet", &daemonset_name(m));
         let daemon = container(spec, "containers", "device-manager");
-        let mounts: BTreeMap<String, bool> = row_mounts(spec, daemon)
+        let mounts: BTreeMap<String, (bool, String)> = row_mounts(spec, daemon)
             .into_iter()
-            .map(|(path, (read_only, _))| (path, read_only))
+            .map(|(path, (read_only, source))| {
+                let kind = source["type"].as_str().unwrap_or("(none)").to_string();
+                (path, (read_only, kind))
+            })
             .collect();
-        let spec_mounts: BTreeMap<String, bool> = expected
+        let spec_mounts: BTreeMap<String, (bool, String)> = expected
             .mounts
             .iter()
-            .map(|(path, read_only)| (path.to_string(), *read_only))
+            .map(|(path, read_only, kind)| (path.to_string(), (*read_only, kind.to_string())))
             .collect();
         assert_eq!(mounts, spec_mounts, "{m}: mounts");
         assert_eq!(
@@ -1415,6 +1430,12 @@ fn every_setting_the_code_reads_has_a_value_and_reaches_both_components() {
     // sets the row, not the variables): checked against the rows below.
     let (rows, code): (BTreeSet<String>, BTreeSet<String>) =
         code.into_iter().partition(|name| from_a_row(name));
+    // A manufacturer's own daemon's settings come from its row too, and reach only that daemon
+    // (`a_rows_tools_path_reaches_its_own_daemon_only`).
+    let code: BTreeSet<String> = code
+        .into_iter()
+        .filter(|name| !from_a_daemon_row(name))
+        .collect();
     for name in &code {
         assert!(
             settings.get(name).is_some_and(|v| v.is_string()),
@@ -1478,6 +1499,72 @@ const ROW_SETTINGS: [(&str, &str); 4] = [
     ("ACCELERATABLE_RUNTIME_NAME", "runtimeName"),
     ("PARTITION_KIND", "partitionKind"),
 ];
+
+/// The settings of one manufacturer's daemon alone and the row field each comes from.
+const DAEMON_ROW_SETTINGS: [(&str, &str); 1] = [("TOOLS_PATH", "toolsPath")];
+
+/// Whether a setting is one of a manufacturer's daemon alone (`GPUSTACK_<MANUFACTURER>_TOOLS_PATH`).
+fn from_a_daemon_row(name: &str) -> bool {
+    Manufacturer::ALL.into_iter().any(|m| {
+        name.strip_prefix(&m.settings_prefix()).is_some_and(|rest| {
+            DAEMON_ROW_SETTINGS
+                .iter()
+                .any(|(suffix, _)| rest == *suffix)
+        })
+    })
+}
+
+/// A row's `toolsPath` is `GPUSTACK_<MANUFACTURER>_TOOLS_PATH` on that manufacturer's daemon and
+/// nowhere else (the worker runs no vendor tool; another manufacturer's daemon looks in its own
+/// places); a row without one passes nothing, and the binary's default places apply.
+#[test]
+fn a_rows_tools_path_reaches_its_own_daemon_only() {
+    let Some(helm) = helm() else { return };
+    let docs = render(
+        &helm,
+        &[
+            "global.manufacturers.cambricon.enabled=true",
+            "global.manufacturers.cambricon.toolsPath=/opt/cnmon/bin:/usr/bin",
+        ],
+    );
+    let env_of = |name: &str, kind: &str, container_name: &str| {
+        env(container(
+            pod_spec(&docs, kind, name),
+            "containers",
+            container_name,
+        ))
+    };
+    let cambricon = env_of(
+        &daemonset_name(Manufacturer::Cambricon),
+        "DaemonSet",
+        "device-manager",
+    );
+    assert_eq!(
+        cambricon
+            .get("GPUSTACK_CAMBRICON_TOOLS_PATH")
+            .map(|e| &e["value"]),
+        Some(&json!("/opt/cnmon/bin:/usr/bin"))
+    );
+    let nvidia = env_of(
+        &daemonset_name(Manufacturer::Nvidia),
+        "DaemonSet",
+        "device-manager",
+    );
+    let worker = env_of(WORKER, "Deployment", "worker");
+    for (who, env) in [
+        ("nvidia's daemon", &nvidia),
+        ("the worker", &worker),
+        ("cambricon's daemon", &cambricon),
+    ] {
+        let tools: Vec<&String> = env
+            .keys()
+            .filter(|k| k.ends_with("_TOOLS_PATH") && *k != "GPUSTACK_CAMBRICON_TOOLS_PATH")
+            .collect();
+        assert!(tools.is_empty(), "{who}: {tools:?}");
+    }
+    assert!(!worker.contains_key("GPUSTACK_CAMBRICON_TOOLS_PATH"));
+    assert!(!nvidia.contains_key("GPUSTACK_CAMBRICON_TOOLS_PATH"));
+}
 
 /// Whether a setting is one of a manufacturer's row (`GPUSTACK_<MANUFACTURER>_PCI_VENDOR_ID`, …).
 fn from_a_row(name: &str) -> bool {
@@ -2050,21 +2137,53 @@ fn staging_copies_new_libraries_keeps_current_ones_and_replaces_changed_ones_by_
     std::fs::remove_dir_all(&root).ok();
 }
 
+/// The image ships no vendor tool and no wrapper around one (issue 42): the daemon runs each
+/// manufacturer's tool as the host installed it, found under the host root and run inside it
+/// with the image's `chroot` (accel-host's `HostTools`). The runtime stage puts the binary and
+/// the staging script on the image's `PATH`, nothing else, on Debian (`sh`, `cp`, `cmp`,
+/// `chroot`); `deploy/image/` holds no file named after a vendor tool.
 #[test]
-fn the_nvidia_smi_wrapper_refuses_to_run_without_a_mounted_host_root() {
-    // Chrooting into "/" would find the wrapper itself on the PATH and call it for ever.
-    for root in ["/", "/no/such/host/root"] {
-        let output = Command::new("sh")
-            .arg(repo().join("deploy/image/nvidia-smi"))
-            .arg("-q")
-            .env("HOST_ROOT", root)
-            .output()
-            .expect("sh runs");
-        assert_eq!(output.status.code(), Some(127), "{root}: {output:?}");
-        let stderr = String::from_utf8_lossy(&output.stderr);
+fn the_image_carries_no_vendor_tool_and_can_enter_the_host_root() {
+    const VENDOR_TOOLS: [&str; 11] = [
+        "nvidia-smi",
+        "amd-smi",
+        "rocm-smi",
+        "npu-smi",
+        "cnmon",
+        "hy-smi",
+        "rocminfo",
+        "ixsmi",
+        "mx-smi",
+        "mthreads-gmi",
+        "ppu-smi",
+    ];
+    let dockerfile = std::fs::read_to_string(repo().join("Dockerfile")).expect("the Dockerfile");
+    let runtime = dockerfile
+        .split("\nFROM ")
+        .find(|stage| stage.contains(" AS runtime"))
+        .expect("a runtime stage");
+    assert!(
+        runtime.starts_with("debian:"),
+        "the runtime stage is Debian's, which has chroot: {}",
+        runtime.lines().next().unwrap_or_default()
+    );
+    let to_bin: Vec<&str> = runtime
+        .lines()
+        .filter(|l| l.starts_with("COPY ") && l.trim_end().ends_with("/usr/local/bin/"))
+        .collect();
+    assert_eq!(
+        to_bin,
+        ["COPY deploy/image/stage-libraries /usr/local/bin/"],
+        "only the staging script is copied into the image's bin"
+    );
+    for tool in VENDOR_TOOLS {
         assert!(
-            stderr.contains("is not a mounted host root"),
-            "{root}: {stderr}"
+            !runtime.contains(tool),
+            "the runtime stage names {tool}: the host's own runs, never the image's"
+        );
+        assert!(
+            !repo().join("deploy/image").join(tool).exists(),
+            "deploy/image/{tool}: no wrapper is shipped"
         );
     }
 }

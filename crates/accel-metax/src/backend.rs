@@ -14,7 +14,7 @@ use accel_backend::record::RecordPlan;
 use accel_backend::reset::Reset;
 use accel_backend::respond::{Responder, ResponderSetup};
 use accel_backend::slicing::SlicingLibrary;
-use accel_backend::{Backend, StateDirRule};
+use accel_backend::{Backend, HostToolDirs, StateDirRule};
 use accel_core::{Detection, Manufacturer, ManufacturerInventory};
 use accel_host::{Commands, Host};
 
@@ -37,6 +37,13 @@ pub fn backend() -> Backend {
         preflight: Some(Arc::new(crate::preflight::MetaxPreflight)),
         sampler: Some(Arc::new(crate::usage::MxSmiSampler)),
         record: record_plan(),
+        // The metax-driver package installs mx-smi in /opt/mxdriver/bin (off the host's PATH); MACA
+        // installs keep one in /opt/maca/bin.
+        tools: HostToolDirs {
+            programs: &["mx-smi"],
+            install_dirs: &["/opt/mxdriver/bin", "/opt/maca/bin"],
+            library_dirs: &["/opt/mxdriver/lib", "/opt/maca/lib"],
+        },
         state_dir: StateDirRule::Named,
         replay: None,
         replay_writes: Some(crate::sgpu::wrap),

@@ -10,20 +10,32 @@
 //! bus order; its DRM `card<N>` and `renderD<M>` minors are read apart, never one computed from
 //! the other (spec §2.2).
 //!
+//! **The identity queries are both of mx-smi's.** `mx-smi -L` names each GPU's UUID; the
+//! table lists the GPUs with their names and memory (which size the sliced family and name the
+//! product labels) and the ordinal a `-L` line without a bus id is joined by. A pass without
+//! either would put GPUs without identity, or without their memory, in place of the known
+//! ones, and the swap would drop every live grant.
+//!
 //! Answers: no MetaX function → `Ok(empty)`; functions but none bound to `metax` → `Ok(empty)`
-//! with a note; otherwise `Ok(list)`, whatever mx-smi did (its failure is a note).
+//! with a note; only virtual functions bound → `Ok(empty)` with notes; the driver there but
+//! mx-smi not installed, silent past its deadline, exiting non-zero, printing what cannot be
+//! read, or listing fewer GPUs than the kernel shows → `Err(NotMeasured)`, the reason a
+//! [`MxSmiFailure`] (the daemon keeps its last good inventory and its grants); otherwise
+//! `Ok(list)`.
 
-use std::time::Duration;
+use std::fmt;
 
 use accel_backend::Deadlines;
 use accel_backend::detect::Budget;
 use accel_core::Manufacturer;
-use accel_core::inventory::{Accelerator, Detection, DrmNodes, ManufacturerInventory, Source};
+use accel_core::inventory::{
+    Accelerator, DetectError, Detection, DrmNodes, ManufacturerInventory, Source,
+};
 use accel_host::drm;
 use accel_host::pci::{PCI_DEVICES_DIR, PciClassPrefixes, PciFunction, scan_pci};
-use accel_host::{Commands, Host, RunFailure, run_bounded};
+use accel_host::{Commands, Host, run_bounded};
 
-use crate::mxsmi::{self, MxSmiListed, MxSmiTable};
+use crate::mxsmi::{self, MxSmiError, MxSmiListed, MxSmiTable};
 
 /// MetaX's kernel module.
 pub const MODULE: &str = "metax";
@@ -32,9 +44,41 @@ pub const PCI_DRIVERS: &[&str] = &["METAX", "metax"];
 /// Where the driver's version is read.
 pub const DRIVER_VERSION_FILE: &str = "/sys/module/metax/version";
 
-/// The note for a host without mx-smi.
-pub const NO_MX_SMI: &str =
-    "mx-smi is not installed on the host: no GPU has a UUID, a name or its memory";
+/// Why mx-smi gave no answer the join can use: the pass is then not measured. Worded once, by
+/// its `Display`, which detector, doctor and tests use.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MxSmiFailure {
+    /// A query gave no answer: not installed (exit 127 included), no answer within its
+    /// deadline, a non-zero exit, or the pass's time spent before it could start. The words are
+    /// the bounded run's, which name the argv.
+    NoAnswer(String),
+    /// A query printed what its parser cannot read.
+    Unreadable(MxSmiError),
+    /// A query lists fewer GPUs than the kernel shows.
+    TooFew {
+        argv: &'static [&'static str],
+        listed: usize,
+        shown: usize,
+    },
+}
+
+impl fmt::Display for MxSmiFailure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            MxSmiFailure::NoAnswer(why) => f.write_str(why),
+            MxSmiFailure::Unreadable(e) => write!(f, "{e}"),
+            MxSmiFailure::TooFew {
+                argv,
+                listed,
+                shown,
+            } => write!(
+                f,
+                "{}: lists {listed} GPU(s) where the kernel shows {shown}",
+                argv.join(" ")
+            ),
+        }
+    }
+}
 
 /// What the detector is given.
 #[derive(Debug, Clone)]
@@ -77,34 +121,39 @@ pub struct Sources {
     pub driver_version_file: Option<String>,
     pub table: Option<MxSmiTable>,
     pub listed: Vec<MxSmiListed>,
+    /// Why mx-smi, asked because a function is bound to `metax`, gave no answer the join can
+    /// use.
+    pub mx_smi_failure: Option<MxSmiFailure>,
     pub notes: Vec<String>,
 }
 
-fn run(commands: &dyn Commands, argv: &[&str], deadline: Duration) -> Result<String, RunFailure> {
-    run_bounded(commands, argv, deadline).map(|out| out.stdout_text())
+/// Runs one mx-smi query within the pass's budget and parses what it printed.
+fn ask<T>(
+    commands: &dyn Commands,
+    budget: &Budget,
+    argv: &[&str],
+    parse: fn(&str) -> Result<T, MxSmiError>,
+) -> Result<T, MxSmiFailure> {
+    let deadline = budget
+        .next()
+        .map_err(|e| MxSmiFailure::NoAnswer(format!("{}: {e}", argv.join(" "))))?;
+    let out =
+        run_bounded(commands, argv, deadline).map_err(|e| MxSmiFailure::NoAnswer(e.to_string()))?;
+    parse(&out.stdout_text()).map_err(MxSmiFailure::Unreadable)
 }
 
+/// Runs mx-smi's two identity queries within the pass's budget; after a failed table, `-L` is
+/// not asked (the pass is not measured either way).
 fn ask_mx_smi(commands: &dyn Commands, deadlines: Deadlines, sources: &mut Sources) {
     let budget = Budget::start(deadlines);
-    let deadline = match budget.next() {
-        Ok(d) => d,
-        Err(e) => return sources.notes.push(format!("mx-smi: {e}")),
-    };
-    match run(commands, mxsmi::TABLE_ARGV, deadline) {
-        Ok(text) => match mxsmi::parse_table(&text) {
-            Ok(table) => sources.table = Some(table),
-            Err(e) => sources.notes.push(e.to_string()),
-        },
-        Err(RunFailure::NotInstalled { .. }) => return sources.notes.push(NO_MX_SMI.into()),
-        Err(e) => return sources.notes.push(e.to_string()),
-    }
-    let deadline = match budget.next() {
-        Ok(d) => d,
-        Err(e) => return sources.notes.push(format!("mx-smi -L: {e}")),
-    };
-    match run(commands, mxsmi::LIST_ARGV, deadline) {
-        Ok(text) => sources.listed = mxsmi::parse_list(&text),
-        Err(e) => sources.notes.push(e.to_string()),
+    let answered =
+        ask(commands, &budget, mxsmi::TABLE_ARGV, mxsmi::parse_table).and_then(|table| {
+            sources.table = Some(table);
+            ask(commands, &budget, mxsmi::LIST_ARGV, mxsmi::parse_list)
+        });
+    match answered {
+        Ok(listed) => sources.listed = listed,
+        Err(failure) => sources.mx_smi_failure = Some(failure),
     }
 }
 
@@ -146,11 +195,31 @@ pub fn read_sources(host: &dyn Host, commands: &dyn Commands, options: &DetectOp
 
 /// One detection pass over `host`.
 pub fn detect(host: &dyn Host, commands: &dyn Commands, options: &DetectOptions) -> Detection {
-    Ok(join(read_sources(host, commands, options)))
+    join(read_sources(host, commands, options))
 }
 
-/// The pure join: sources in, the section out.
-pub fn join(sources: Sources) -> ManufacturerInventory {
+/// Why mx-smi's answer cannot stand for the GPUs: its failure, or a query listing fewer GPUs
+/// than the `shown` physical functions bound to `metax`.
+pub fn unmeasured(sources: &Sources, shown: usize) -> Option<MxSmiFailure> {
+    if let Some(failure) = &sources.mx_smi_failure {
+        return Some(failure.clone());
+    }
+    let table = sources.table.as_ref()?;
+    [
+        (mxsmi::TABLE_ARGV, table.gpus.len()),
+        (mxsmi::LIST_ARGV, sources.listed.len()),
+    ]
+    .into_iter()
+    .find(|(_, listed)| *listed < shown)
+    .map(|(argv, listed)| MxSmiFailure::TooFew {
+        argv,
+        listed,
+        shown,
+    })
+}
+
+/// The pure join: sources in, the section out, or not measured ([`unmeasured`]).
+pub fn join(sources: Sources) -> Detection {
     let mut section = ManufacturerInventory::empty(Manufacturer::Metax);
     section.notes = sources.notes.clone();
     let mut kept: Vec<&MetaxFunction> = Vec::new();
@@ -178,7 +247,17 @@ pub fn join(sources: Sources) -> ManufacturerInventory {
                 "metax: {unbound} MetaX function(s) on the bus but none bound to the metax driver: install the MetaX driver"
             ));
         }
-        return section;
+        // Virtual functions alone: nothing to list, whatever mx-smi said.
+        section
+            .notes
+            .extend(sources.mx_smi_failure.iter().map(ToString::to_string));
+        return Ok(section);
+    }
+    if let Some(failure) = unmeasured(&sources, kept.len()) {
+        return Err(DetectError::NotMeasured {
+            manufacturer: Manufacturer::Metax,
+            reason: failure.to_string(),
+        });
     }
     let table = sources.table.as_ref();
     section.driver_version = sources
@@ -237,5 +316,5 @@ pub fn join(sources: Sources) -> ManufacturerInventory {
         }
         section.accelerators.push(a);
     }
-    section
+    Ok(section)
 }

@@ -3,14 +3,15 @@
 //! and [`Commands`] and changes nothing.
 //!
 //! Checks: `metax-driver` (MetaX functions bound to the `metax` driver), `mx-smi` (the table
-//! read within its deadline), `control-nodes` (`/dev/mxcd`, `/dev/mxnd`, `/dev/mxgd`),
+//! and `mx-smi -L` read within their deadlines, or why the pass is not measured), `control-nodes` (`/dev/mxcd`, `/dev/mxnd`, `/dev/mxgd`),
 //! `drm-nodes` (each detected card's `card<N>`/`renderD<M>` named and present: the responder
 //! leaves a missing one out, so the container would lack it), `unique-ids`.
 
 use accel_backend::doctor::Check;
+use accel_core::inventory::Detection;
 use accel_host::{Commands, Host};
 
-use crate::detector::{self, DetectOptions};
+use crate::detector::{self, DetectOptions, Sources};
 use crate::responder::CONTROL_NODES;
 
 /// Runs every check.
@@ -57,22 +58,8 @@ pub fn run(host: &dyn Host, commands: &dyn Commands, options: &DetectOptions) ->
             "install the MetaX driver (and the MXMACA SDK) on the node",
         )
     });
-    out.push(match &sources.table {
-        Some(table) => Check::ok(
-            "mx-smi",
-            format!("mx-smi lists {} GPU(s)", table.gpus.len()),
-        ),
-        None => Check::warn(
-            "mx-smi",
-            sources
-                .notes
-                .iter()
-                .find(|n| n.contains("mx-smi"))
-                .cloned()
-                .unwrap_or_else(|| "mx-smi did not answer".into()),
-            "install mx-smi on the host: without it no GPU has a UUID, a name or its memory",
-        ),
-    });
+    let detection = detector::join(sources.clone());
+    out.push(mx_smi(&sources, &detection));
     let missing: Vec<&str> = CONTROL_NODES
         .into_iter()
         .filter(|n| !host.exists(n))
@@ -89,9 +76,9 @@ pub fn run(host: &dyn Host, commands: &dyn Commands, options: &DetectOptions) ->
             "load the metax driver; containers are granted without the missing nodes",
         )
     });
-    let section = detector::join(sources);
+    let accelerators = detection.iter().flat_map(|section| &section.accelerators);
     let mut lacking = Vec::new();
-    for a in &section.accelerators {
+    for a in accelerators.clone() {
         let drm = a.drm.unwrap_or_default();
         match (drm.card, drm.render) {
             (Some(c), Some(r)) => {
@@ -109,7 +96,7 @@ pub fn run(host: &dyn Host, commands: &dyn Commands, options: &DetectOptions) ->
             "drm-nodes",
             format!(
                 "every one of {} GPU(s) has its card and render node",
-                section.accelerators.len()
+                accelerators.count()
             ),
         )
     } else {
@@ -119,10 +106,40 @@ pub fn run(host: &dyn Host, commands: &dyn Commands, options: &DetectOptions) ->
             "reload the metax driver; a container is granted without the missing nodes",
         )
     });
-    out.push(accel_backend::doctor::unique_ids(
-        &section,
-        "GPU",
-        "check `mx-smi -L` on the host; a GPU without a UUID is not granted",
-    ));
+    out.push(match &detection {
+        Ok(section) => accel_backend::doctor::unique_ids(
+            section,
+            "GPU",
+            "check `mx-smi -L` on the host; a GPU without a UUID is not granted",
+        ),
+        Err(_) => Check::warn(
+            "unique-ids",
+            "no detection to read the UUIDs from",
+            "fix the mx-smi check first",
+        ),
+    });
     out
+}
+
+/// `mx-smi`: the table's GPUs, or why the pass is not measured.
+fn mx_smi(sources: &Sources, detection: &Detection) -> Check {
+    match (detection, &sources.table) {
+        (Err(e), _) => Check::fail(
+            "mx-smi",
+            e.to_string(),
+            "check that `mx-smi` and `mx-smi -L` answer on the host (mx-smi installed, the metax driver loaded): until they do, a running daemon keeps its last detection",
+        ),
+        (Ok(_), Some(table)) => Check::ok(
+            "mx-smi",
+            format!("mx-smi lists {} GPU(s)", table.gpus.len()),
+        ),
+        (Ok(_), None) => Check::warn(
+            "mx-smi",
+            sources
+                .mx_smi_failure
+                .as_ref()
+                .map_or_else(|| "mx-smi did not answer".into(), ToString::to_string),
+            "install mx-smi on the host: without it no GPU has a UUID, a name or its memory",
+        ),
+    }
 }

@@ -12,7 +12,8 @@
 //! **`mx-smi -L`** is the only output that names a GPU's UUID. Its layout is not among the
 //! shared captures, so each line is read for what it plainly holds: a `GPU <n>` / `GPU#<n>`
 //! ordinal, a PCI address, and the word after `UUID` (`UUID: GPU-…`). A line without a UUID is
-//! skipped.
+//! skipped; a text that prints something but no line with a UUID is not `-L`'s output
+//! ([`MxSmiError::NoUuidLine`]).
 
 use accel_backend::text::{self, MemoryUnit, box_table, present, version_after};
 use accel_core::busid::BusId;
@@ -32,6 +33,9 @@ pub enum MxSmiError {
         "mx-smi: the output is not MetaX's (no MetaX banner, no MACA version; first line: {first_line:?})"
     )]
     NotMetax { first_line: String },
+    /// `mx-smi -L` printed text in which no line names a UUID.
+    #[error("mx-smi -L: no line names a GPU's UUID (first line: {first_line:?})")]
+    NoUuidLine { first_line: String },
 }
 
 /// One GPU row of the table.
@@ -143,10 +147,11 @@ fn ordinal(line: &str) -> Option<u32> {
     digits.parse().ok()
 }
 
-/// Reads `mx-smi -L`: the lines that name a UUID, in printed order.
-pub fn parse_list(text: &str) -> Vec<MxSmiListed> {
+/// Reads `mx-smi -L`: the lines that name a UUID, in printed order; a blank text is an empty
+/// list, a text that prints something but no such line is [`MxSmiError::NoUuidLine`].
+pub fn parse_list(text: &str) -> Result<Vec<MxSmiListed>, MxSmiError> {
     let cleaned = text::clean(text);
-    cleaned
+    let listed: Vec<MxSmiListed> = cleaned
         .lines()
         .filter_map(|line| {
             let lower = line.to_ascii_lowercase();
@@ -175,7 +180,13 @@ pub fn parse_list(text: &str) -> Vec<MxSmiListed> {
                 uuid,
             })
         })
-        .collect()
+        .collect();
+    if listed.is_empty() && !cleaned.trim().is_empty() {
+        return Err(MxSmiError::NoUuidLine {
+            first_line: first_line(&cleaned),
+        });
+    }
+    Ok(listed)
 }
 
 /// The major.minor of a version (`2.29.0.19` → `2.29`).
@@ -233,13 +244,25 @@ mod tests {
     fn list_lines_with_and_without_uuids() {
         let listed = parse_list(
             "GPU#0 MetaX C500 0000:0e:00.0 (UUID: GPU-3fd4ee8f-169c-6d31-f9dc-c2a90a441f1b)\nGPU#1 MetaX C500 0000:0f:00.0\n",
-        );
+        )
+        .unwrap();
         assert_eq!(listed.len(), 1);
         assert_eq!(listed[0].gpu, Some(0));
         assert_eq!(listed[0].uuid, "GPU-3fd4ee8f-169c-6d31-f9dc-c2a90a441f1b");
         assert_eq!(
             listed[0].bus_id.map(|b| b.sysfs()).as_deref(),
             Some("0000:0e:00.0")
+        );
+    }
+
+    #[test]
+    fn a_list_with_no_uuid_line_is_not_mx_smi_list() {
+        assert_eq!(parse_list("\n").unwrap(), Vec::new());
+        assert_eq!(
+            parse_list("GPU#1 MetaX C500 0000:0f:00.0\n").unwrap_err(),
+            MxSmiError::NoUuidLine {
+                first_line: "GPU#1 MetaX C500 0000:0f:00.0".into()
+            }
         );
     }
 

@@ -33,7 +33,7 @@ impl UsageSampler for MxSmiSampler {
             deadline,
             MISSING,
             (mxsmi::TABLE_ARGV, mxsmi::parse_table),
-            (mxsmi::LIST_ARGV, |t| Some(mxsmi::parse_list(t))),
+            (mxsmi::LIST_ARGV, |t| mxsmi::parse_list(t).ok()),
         )?;
         Ok(join(&table.gpus, &listed))
     }

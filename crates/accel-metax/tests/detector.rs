@@ -1,14 +1,27 @@
 //! The detector over the recorded MetaX hosts (`testdata/hosts/metax-*`): the facts joined by
 //! PCI address, DRM minors from either spelling of the module's PCI driver, a virtual function
-//! skipped, mx-smi missing or hanging, no driver, another vendor's host.
+//! skipped, no driver, another vendor's host, and mx-smi failing every way a live node's does
+//! (missing, hanging, exiting non-zero, unreadable, listing too few GPUs): a pass not measured,
+//! never GPUs without identity.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
 
 use accel_backend::Deadlines;
-use accel_core::ManufacturerInventory;
+use accel_core::inventory::DetectError;
+use accel_core::{Manufacturer, ManufacturerInventory};
 use accel_host::{FsHost, RecordedCommands};
 use accel_metax::detector::{self, DetectOptions};
+use accel_testkit::failing_tool::{ToolFailure, copy_with_failing_tool, fail_commands};
+
+/// The multi-card host the failures are made on.
+const EIGHT_GPUS: &str = "metax-8x-c500";
+
+/// Deadlines short enough for a hanging mx-smi to cost the test well under a second.
+const SHORT: Deadlines = Deadlines {
+    per_query: Duration::from_millis(300),
+    snapshot: Duration::from_millis(600),
+};
 
 fn detect_in(dir: &Path, options: &DetectOptions) -> ManufacturerInventory {
     let files = FsHost::new(dir.join("root"));
@@ -76,41 +89,76 @@ fn another_vendors_host_is_not_metaxs() {
     assert!(section.accelerators.is_empty() && section.notes.is_empty());
 }
 
-#[test]
-fn without_mx_smi_the_kernel_lists_the_gpus_but_none_can_be_granted() {
-    let dir = tempfile::tempdir().unwrap();
-    accel_testkit::copy_tree(&accel_testkit::recorded_host("metax-8x-c500"), dir.path()).unwrap();
-    std::fs::remove_dir_all(dir.path().join("commands")).unwrap();
-    let section = detect_in(dir.path(), &DetectOptions::default());
-    assert_eq!(section.accelerators.len(), 8);
-    assert!(
-        section
-            .accelerators
-            .iter()
-            .all(|a| a.uuid.is_none() && a.drm.is_some())
-    );
-    assert_eq!(section.notes[0], detector::NO_MX_SMI);
-}
-
-#[test]
-fn a_hanging_mx_smi_is_cut_at_its_deadline() {
-    let dir = tempfile::tempdir().unwrap();
-    accel_testkit::copy_tree(&accel_testkit::recorded_host("metax-8x-c500"), dir.path()).unwrap();
-    std::fs::write(dir.path().join("commands/mx-smi/delay-ms"), "600000\n").unwrap();
+/// The reason of a pass over `dir` that must not be measured, within the short deadlines.
+fn not_measured(dir: &Path) -> String {
+    let files = FsHost::new(dir.join("root"));
+    let commands = RecordedCommands::load(dir).unwrap();
     let options = DetectOptions {
-        deadlines: Deadlines {
-            per_query: Duration::from_millis(300),
-            snapshot: Duration::from_secs(2),
-        },
+        deadlines: SHORT,
         ..DetectOptions::default()
     };
     let started = Instant::now();
-    let section = detect_in(dir.path(), &options);
-    assert!(started.elapsed() < Duration::from_secs(10));
-    assert_eq!(section.accelerators.len(), 8);
+    let answer = detector::detect(&files, &commands, &options);
     assert!(
-        section.notes[0].contains("no answer within"),
-        "{:?}",
-        section.notes
+        started.elapsed() < Duration::from_secs(5),
+        "a hang was not cut"
+    );
+    match answer {
+        Err(DetectError::NotMeasured {
+            manufacturer,
+            reason,
+        }) => {
+            assert_eq!(manufacturer, Manufacturer::Metax);
+            reason
+        }
+        other => panic!("expected a pass not measured, got {other:?}"),
+    }
+}
+
+/// What a reason says for each failure, after the argv it names.
+fn says(failure: ToolFailure) -> &'static str {
+    match failure {
+        ToolFailure::Missing => ": mx-smi: not found",
+        ToolFailure::Hangs => ": no answer within 300ms, killed",
+        ToolFailure::ExitsNonZero => {
+            ": exited with status 1: Error: failed to initialize the management library"
+        }
+        ToolFailure::Unreadable => "(first line: \"*** stack smashing detected ***: terminated\")",
+    }
+}
+
+#[test]
+fn a_failing_mx_smi_is_a_pass_not_measured() {
+    for failure in ToolFailure::ALL {
+        let dir = copy_with_failing_tool(EIGHT_GPUS, "mx-smi", failure);
+        let reason = not_measured(dir.path());
+        assert!(reason.starts_with("mx-smi"), "{failure}: {reason}");
+        assert!(reason.contains(says(failure)), "{failure}: {reason}");
+    }
+}
+
+#[test]
+fn a_failing_mx_smi_list_alone_is_a_pass_not_measured() {
+    for failure in ToolFailure::ALL {
+        let dir = accel_testkit::copy_recorded(EIGHT_GPUS);
+        fail_commands(dir.path(), "mx-smi", failure, |argv| {
+            argv.get(1).map(String::as_str) == Some("-L")
+        });
+        let reason = not_measured(dir.path());
+        assert!(reason.starts_with("mx-smi -L: "), "{failure}: {reason}");
+        assert!(reason.contains(says(failure)), "{failure}: {reason}");
+    }
+}
+
+#[test]
+fn mx_smi_listing_fewer_uuids_than_the_bus_is_a_pass_not_measured() {
+    let dir = accel_testkit::copy_recorded(EIGHT_GPUS);
+    let list = dir.path().join("commands/mx-smi-list/stdout");
+    let text = std::fs::read_to_string(&list).unwrap();
+    let seven: String = text.lines().take(7).map(|l| format!("{l}\n")).collect();
+    std::fs::write(&list, seven).unwrap();
+    assert_eq!(
+        not_measured(dir.path()),
+        "mx-smi -L: lists 7 GPU(s) where the kernel shows 8"
     );
 }

@@ -12,7 +12,7 @@ use accel_backend::record::RecordPlan;
 use accel_backend::reset::Reset;
 use accel_backend::respond::{Responder, ResponderSetup};
 use accel_backend::slicing::SlicingLibrary;
-use accel_backend::{Backend, StateDirRule};
+use accel_backend::{Backend, HostToolDirs, StateDirRule};
 use accel_core::{Detection, Manufacturer, ManufacturerInventory};
 use accel_host::{Commands, Host};
 
@@ -39,6 +39,12 @@ pub fn backend() -> Backend {
         preflight: Some(Arc::new(crate::preflight::MthreadsPreflight)),
         sampler: Some(Arc::new(GmiSampler)),
         record: record_plan(),
+        // The MUSA driver installs mthreads-gmi in /usr/bin, on the host's own search path.
+        tools: HostToolDirs {
+            programs: &["mthreads-gmi"],
+            install_dirs: &[],
+            library_dirs: &[],
+        },
         state_dir: StateDirRule::Named,
         replay: None,
         replay_writes: None,

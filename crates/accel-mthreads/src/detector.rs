@@ -5,10 +5,16 @@
 //! A guest's virtual device is skipped (spec §2.1), named in a note. There is no runtime version
 //! (no MUSA version is read, spec §2.3).
 //!
-//! Answers: nothing on the bus, no node and no tool → `Ok(empty)`; the tool not installed →
-//! the kernel's boards, unnamed and not grantable; the tool installed and answering neither form
-//! → `Err` (the driver does not answer; the daemon keeps its last detection); GPUs listed →
-//! `Ok(list)`, every failed part a note.
+//! **The identity queries are both forms.** `-q` alone names each GPU's UUID; the table lists
+//! the GPUs with their device type (a guest's virtual device is told only there) and memory
+//! (which sizes the sliced family). Without either, a pass would put GPUs without identity, a
+//! virtual device as a card, or cards without memory in place of the known ones.
+//!
+//! Answers: nothing on the bus, no node and no tool → `Ok(empty)`; the driver there (functions
+//! or nodes on the host, or the table listing GPUs) but the tool not installed, or a form silent
+//! past its deadline, exiting non-zero, printing what cannot be read or listing fewer GPUs than
+//! the bus shows → `Err(NotMeasured)`, the reason every failure of the pass (the daemon keeps
+//! its last good inventory and its grants); GPUs listed → `Ok(list)`.
 
 use std::fmt;
 
@@ -38,6 +44,12 @@ pub const DRIVER_MODULE_DIR: &str = "/sys/module/mtgpu";
 pub enum Note {
     NoTool,
     ToolFailed(String),
+    /// A form lists fewer GPUs than the host shows.
+    TooFew {
+        argv: &'static [&'static str],
+        listed: usize,
+        shown: usize,
+    },
     NoUuid {
         index: u32,
         bus: Option<BusId>,
@@ -63,9 +75,18 @@ impl fmt::Display for Note {
         match self {
             Note::NoTool => write!(
                 f,
-                "mthreads-gmi is not installed on the host: boards from the PCI bus only, unnamed and not grantable"
+                "mthreads-gmi: not found: the MT driver's mthreads-gmi is not installed on the host"
             ),
             Note::ToolFailed(why) => write!(f, "mthreads-gmi: {why}"),
+            Note::TooFew {
+                argv,
+                listed,
+                shown,
+            } => write!(
+                f,
+                "mthreads-gmi: {}: lists {listed} GPU(s) where the host shows {shown}",
+                argv.join(" ")
+            ),
             Note::NoUuid { index, bus } => write!(
                 f,
                 "accelerator {index} ({}) reports no UUID, so it cannot be granted",
@@ -189,34 +210,59 @@ pub fn detect(host: &dyn Host, commands: &dyn Commands, options: &DetectOptions)
     join(&kernel, &ask_tool(commands, options.deadlines))
 }
 
-fn kernel_only(kernel: &Kernel, section: &mut ManufacturerInventory) {
-    for (index, f) in kernel.functions.iter().enumerate() {
-        let mut a = Accelerator::new(u32::try_from(index).unwrap_or(u32::MAX), Source::Driver);
-        a.bus_id = Some(f.bus_id);
-        a.numa_node = f.numa_node;
-        a.grantable = Grantable::Nothing;
-        section.accelerators.push(a);
+/// Why the pass is not measured, worded: the tool not installed, a form unanswered or
+/// unreadable (with every failure of the pass, in the order asked), or a form listing no GPU, or
+/// fewer than the bus shows.
+fn unmeasured(kernel: &Kernel, tool: &Tool) -> Option<String> {
+    if !tool.installed {
+        return Some(Note::NoTool.to_string());
     }
+    let mut notes = tool.notes.clone();
+    if let (Some(table), Some(query)) = (&tool.table, &tool.query) {
+        // The bus is the count to check against; nodes only tell that there is at least one GPU.
+        let shown = kernel
+            .functions
+            .len()
+            .max(kernel.card_nodes.len())
+            .max(table.gpus.len());
+        let too_few = [
+            (gmi::TABLE_ARGV, table.gpus.len()),
+            (gmi::QUERY_ARGV, query.len()),
+        ]
+        .into_iter()
+        .find(|(_, listed)| *listed < kernel.functions.len() || (*listed == 0 && shown > 0));
+        let (argv, listed) = too_few?;
+        notes.push(Note::TooFew {
+            argv,
+            listed,
+            shown,
+        });
+    }
+    Some(
+        notes
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join("; "),
+    )
 }
 
-/// The pure join: the kernel's view and the tool's answers in, the section out.
+/// The pure join: the kernel's view and the tool's answers in, the section out, or not measured
+/// where the host shows the driver ([`unmeasured`]).
 pub fn join(kernel: &Kernel, tool: &Tool) -> Detection {
     let m = Manufacturer::Mthreads;
     let mut section = ManufacturerInventory::empty(m);
     let mut notes = tool.notes.clone();
-    if tool.installed && tool.table.is_none() && tool.query.is_none() {
-        let why = notes
-            .iter()
-            .map(ToString::to_string)
-            .collect::<Vec<_>>()
-            .join("; ");
-        if !kernel.functions.is_empty() || !kernel.card_nodes.is_empty() {
+    if let Some(reason) = unmeasured(kernel, tool) {
+        let listed_by_table = tool.table.as_ref().is_some_and(|t| !t.gpus.is_empty());
+        if !kernel.functions.is_empty() || !kernel.card_nodes.is_empty() || listed_by_table {
             return Err(DetectError::NotMeasured {
                 manufacturer: m,
-                reason: why,
+                reason,
             });
         }
-        section.notes.push(why);
+        // No driver anywhere: the tool's failure is only a note.
+        section.notes.push(reason);
         return Ok(section);
     }
     section.driver_version = tool
@@ -225,24 +271,14 @@ pub fn join(kernel: &Kernel, tool: &Tool) -> Detection {
         .and_then(|t| t.driver_version.clone())
         .or_else(|| kernel.driver_version.clone());
     section.management_version = tool.table.as_ref().and_then(|t| t.tool_version.clone());
-    if !tool.installed {
-        notes.push(Note::NoTool);
-        kernel_only(kernel, &mut section);
-        section.notes = notes.iter().map(ToString::to_string).collect();
-        return Ok(section);
-    }
     let table: &[TableGpu] = tool
         .table
         .as_ref()
         .map(|t| t.gpus.as_slice())
         .unwrap_or_default();
     let query: &[QueryGpu] = tool.query.as_deref().unwrap_or_default();
-    let rows: Vec<(Option<u32>, Option<BusId>)> = if table.is_empty() {
-        query.iter().map(|g| (g.index, g.bus_id)).collect()
-    } else {
-        table.iter().map(|g| (g.index, g.bus_id)).collect()
-    };
-    for (tool_index, bus) in rows {
+    // The table's rows: only they tell a virtual device.
+    for (tool_index, bus) in table.iter().map(|g| (g.index, g.bus_id)) {
         let bus = bus.map(board);
         let matches = |b: Option<BusId>, i: Option<u32>| match bus {
             Some(_) => b.map(board) == bus,

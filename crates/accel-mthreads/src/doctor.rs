@@ -70,7 +70,7 @@ fn tool(commands: &dyn Commands, detection: &Detection) -> Check {
     match detection {
         Ok(_) if !commands.is_installed("mthreads-gmi") => Check::warn(
             NAME,
-            "mthreads-gmi is not installed: GPUs are not named, none can be granted",
+            "mthreads-gmi is not installed",
             "run the daemon under the mthreads RuntimeClass (the chart does), which brings the tool",
         ),
         Ok(section) => Check::ok(

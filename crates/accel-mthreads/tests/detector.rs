@@ -1,14 +1,27 @@
 //! The detector over the recorded Moore Threads hosts (`testdata/hosts/mthreads-*`): 8× S4000,
-//! one S5000, an S30 desktop, a missing and a hanging mthreads-gmi, a virtual device, a driver
-//! that does not answer, and another vendor's host.
+//! one S5000, an S30 desktop, a hanging mthreads-gmi, a virtual device, a driver that does not
+//! answer, another vendor's host, and mthreads-gmi failing every way a live node's does
+//! (missing, hanging, exiting non-zero, unreadable, listing too few GPUs), each form alone too:
+//! a pass not measured, never GPUs without identity.
 
 use std::path::Path;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use accel_backend::Deadlines;
+use accel_core::Manufacturer;
 use accel_core::inventory::{DetectError, Grantable};
 use accel_host::{FsHost, RecordedCommands};
 use accel_mthreads::detector::{self, DetectOptions};
+use accel_testkit::failing_tool::{ToolFailure, copy_with_failing_tool, fail_commands};
+
+/// The multi-card host the failures are made on.
+const EIGHT_GPUS: &str = "mthreads-8x-s4000";
+
+/// Deadlines short enough for a hanging mthreads-gmi to cost the test well under a second.
+const SHORT: Deadlines = Deadlines {
+    per_query: Duration::from_millis(300),
+    snapshot: Duration::from_millis(600),
+};
 
 fn detect_in(dir: &Path) -> accel_core::Detection {
     let files = FsHost::new(dir.join("root"));
@@ -81,33 +94,16 @@ fn a_virtual_device_is_skipped_with_a_note() {
 }
 
 #[test]
-fn without_the_tool_the_boards_are_listed_unnamed_and_not_granted() {
-    let dir = accel_testkit::copy_recorded("mthreads-8x-s4000");
-    std::fs::remove_dir_all(dir.path().join("commands")).unwrap();
-    std::fs::create_dir(dir.path().join("commands")).unwrap();
-    let section = detect_in(dir.path()).unwrap();
-    assert_eq!(section.accelerators.len(), 8);
-    assert!(
-        section
-            .accelerators
-            .iter()
-            .all(|a| a.grantable == Grantable::Nothing)
-    );
-    assert_eq!(
-        section.driver_version.as_deref(),
-        Some("2.7.0"),
-        "the module's version"
-    );
-}
-
-#[test]
-fn a_failed_report_leaves_the_table_s_gpus_without_uuids() {
+fn a_failed_report_on_a_desktop_is_a_pass_not_measured() {
     let dir = accel_testkit::copy_recorded("mthreads-s30-desktop");
     std::fs::write(dir.path().join("commands/q/status"), "1\n").unwrap();
-    let section = detect_in(dir.path()).unwrap();
-    assert_eq!(section.accelerators[0].uuid, None);
-    assert_eq!(section.accelerators[0].grantable, Grantable::Nothing);
-    assert_eq!(section.notes.len(), 2, "{:?}", section.notes);
+    match detect_in(dir.path()) {
+        Err(DetectError::NotMeasured { reason, .. }) => assert!(
+            reason.starts_with("mthreads-gmi: mthreads-gmi -q: exited with status 1"),
+            "{reason}"
+        ),
+        other => panic!("{other:?}"),
+    }
 }
 
 #[test]
@@ -158,5 +154,84 @@ fn another_vendors_host_has_no_moore_threads() {
             section.accelerators.is_empty() && section.notes.is_empty(),
             "{name}"
         );
+    }
+}
+
+/// The reason of a pass over `dir` that must not be measured, within the short deadlines.
+fn not_measured(dir: &Path) -> String {
+    let files = FsHost::new(dir.join("root"));
+    let commands = RecordedCommands::load(dir).unwrap();
+    let options = DetectOptions {
+        deadlines: SHORT,
+        ..DetectOptions::default()
+    };
+    let started = Instant::now();
+    let answer = detector::detect(&files, &commands, &options);
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "a hang was not cut"
+    );
+    match answer {
+        Err(DetectError::NotMeasured {
+            manufacturer,
+            reason,
+        }) => {
+            assert_eq!(manufacturer, Manufacturer::Mthreads);
+            reason
+        }
+        other => panic!("expected a pass not measured, got {other:?}"),
+    }
+}
+
+/// What a reason says for each failure of the form `argv` names.
+fn says(failure: ToolFailure, form: &str) -> String {
+    match failure {
+        ToolFailure::Missing if form == "mthreads-gmi" => "mthreads-gmi: not found".into(),
+        ToolFailure::Missing => format!("{form}: mthreads-gmi: not found"),
+        ToolFailure::Hangs => format!("{form}: no answer within 300ms, killed"),
+        ToolFailure::ExitsNonZero => format!(
+            "{form}: exited with status 1: Error: failed to initialize the management library"
+        ),
+        // The table's parser refuses the text; the report's reads no GPU in it.
+        ToolFailure::Unreadable if form == "mthreads-gmi" => {
+            "mthreads-gmi printed no GPU table (first line: \"*** stack smashing detected ***: terminated\")".into()
+        }
+        ToolFailure::Unreadable => format!("{form}: lists 0 GPU(s) where the host shows 8"),
+    }
+}
+
+#[test]
+fn a_failing_mthreads_gmi_is_a_pass_not_measured() {
+    for failure in ToolFailure::ALL {
+        let dir = copy_with_failing_tool(EIGHT_GPUS, "mthreads-gmi", failure);
+        let reason = not_measured(dir.path());
+        assert!(reason.starts_with("mthreads-gmi: "), "{failure}: {reason}");
+        assert!(
+            reason.contains(&says(failure, "mthreads-gmi")),
+            "{failure}: {reason}"
+        );
+    }
+}
+
+#[test]
+fn either_form_failing_alone_is_a_pass_not_measured() {
+    for (form, second) in [("mthreads-gmi", None), ("mthreads-gmi -q", Some("-q"))] {
+        for failure in ToolFailure::ALL {
+            let dir = accel_testkit::copy_recorded(EIGHT_GPUS);
+            fail_commands(dir.path(), "mthreads-gmi", failure, |argv| {
+                argv.get(1).map(String::as_str) == second
+            });
+            let reason = not_measured(dir.path());
+            let form_said = match (failure, second) {
+                // Alone, a missing table is an argv not recorded, not a tool not installed.
+                (ToolFailure::Missing, None) => "mthreads-gmi: mthreads-gmi: not found".into(),
+                _ => says(failure, form),
+            };
+            assert!(
+                reason.starts_with("mthreads-gmi: "),
+                "{form} {failure}: {reason}"
+            );
+            assert!(reason.contains(&form_said), "{form} {failure}: {reason}");
+        }
     }
 }

@@ -12,7 +12,7 @@ use accel_backend::record::RecordPlan;
 use accel_backend::reset::Reset;
 use accel_backend::respond::{EngineSource, InjectionStrategy, Responder, ResponderSetup};
 use accel_backend::slicing::SlicingLibrary;
-use accel_backend::{Backend, FaultKnowledge, StateDirRule};
+use accel_backend::{Backend, FaultKnowledge, HostToolDirs, StateDirRule};
 use accel_core::manufacturer::PciVendorId;
 use accel_core::{Detection, Manufacturer, ManufacturerInventory};
 use accel_host::Host;
@@ -45,6 +45,13 @@ pub fn backend() -> Backend {
         preflight: Some(preflight()),
         sampler: Some(Arc::new(SmiSampler)),
         record: record_plan(),
+        // nvidia-smi comes with the driver (/usr/bin); the GPU Operator's driver container puts it
+        // in /usr/local/nvidia/bin, WSL 2 in /usr/lib/wsl/lib.
+        tools: HostToolDirs {
+            programs: &["nvidia-smi"],
+            install_dirs: &["/usr/local/nvidia/bin", "/usr/lib/wsl/lib"],
+            library_dirs: &[],
+        },
         // Every NVIDIA node since the first release keeps its journal in the daemons' root:
         // an upgrade moves nothing.
         state_dir: StateDirRule::Root,

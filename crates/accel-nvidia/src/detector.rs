@@ -2,6 +2,15 @@
 //! detector contract (`Ok(empty)` when there is nothing to manage, `Err` when the pass could not
 //! measure; DESIGN.md, "Detector answers").
 //!
+//! **Identity.** Both layers name each GPU: procfs' `information` file carries its UUID, and
+//! `-q -x` (the identity query of layer 2) does. So a failing nvidia-smi (missing, hanging past
+//! its deadline, exiting non-zero, printing what is not a report) leaves every GPU procfs names
+//! at its index with its UUID, the failure a note (DESIGN.md, "Detector answers"). Where procfs
+//! cannot name every GPU it lists (an `information` file without a UUID, or unreadable), that
+//! failure is a pass not measured instead: the last good inventory and its grants stand. The
+//! optional queries give no GPU identity (`-L` adds MIG device UUIDs only); their failures are
+//! notes.
+//!
 //! Layer 2, the nvidia-smi snapshot, runs `-q -x` (required) and the optional queries, each
 //! bounded to 30 s and the whole snapshot to 60 s, at most six runs in all (seed 002). An
 //! optional query that fails or exits non-zero leaves its fields empty (topo exits 3 on WSL);
@@ -245,6 +254,19 @@ pub struct DetectOutcome {
     pub memory: Option<GpuMemory>,
 }
 
+/// Why a pass whose nvidia-smi failed (`smi`, its one-line failure) is not measured though
+/// procfs lists GPUs: `unnamed` of its `folders` GPU folders name no UUID; `notes` are procfs'
+/// own lines on the folders it could not read.
+fn procfs_cannot_name(smi: &str, unnamed: usize, folders: usize, notes: &[String]) -> String {
+    let mut reason =
+        format!("{smi}; procfs names no UUID for {unnamed} of its {folders} GPU folder(s)");
+    for note in notes {
+        reason.push_str("; ");
+        reason.push_str(note);
+    }
+    reason
+}
+
 /// Detects the host's NVIDIA GPUs.
 pub fn detect(host: &dyn Host, commands: &dyn Commands, options: DetectOptions) -> DetectOutcome {
     let not_measured = |reason: String| DetectError::NotMeasured {
@@ -256,17 +278,18 @@ pub fn detect(host: &dyn Host, commands: &dyn Commands, options: DetectOptions) 
     let layer2 = snapshot(commands, options.deadlines);
     let mut section = ManufacturerInventory::empty(Manufacturer::Nvidia);
 
-    let (driver_loaded, base_version, base, layer1_error) = match layer1 {
+    let (driver_loaded, base_version, base, unread, layer1_error) = match layer1 {
         Ok(layer) => {
             section.notes.extend(layer.notes);
             (
                 layer.driver_loaded,
                 layer.driver_version,
                 Some(layer.accelerators),
+                layer.unread,
                 None,
             )
         }
-        Err(e) => (true, None, None, Some(e.to_string())),
+        Err(e) => (true, None, None, 0, Some(e.to_string())),
     };
     // Seed 002: the memory records GPUs "after every enriched collection" only. A pass where
     // nvidia-smi failed carries procfs facts alone (no VRAM, serial, part number or compute
@@ -280,8 +303,27 @@ pub fn detect(host: &dyn Host, commands: &dyn Commands, options: DetectOptions) 
         Err(e) => {
             let reason = e.to_string();
             match base {
-                // Layer 1 enumerated (possibly zero GPUs): a measured answer, the failure kept
-                // as a note, facts nvidia-smi would have refreshed left as procfs shows them.
+                // Layer 1 enumerated GPUs it cannot all name: nvidia-smi, the other identity,
+                // failed, so the pass is not measured (the last good one's seats stand).
+                Some(accelerators)
+                    if driver_loaded
+                        && (unread > 0 || accelerators.iter().any(|a| a.uuid.is_none())) =>
+                {
+                    let unnamed = unread + accelerators.iter().filter(|a| a.uuid.is_none()).count();
+                    let reason = procfs_cannot_name(
+                        &reason,
+                        unnamed,
+                        accelerators.len() + unread,
+                        &section.notes,
+                    );
+                    return DetectOutcome {
+                        detection: Err(not_measured(reason)),
+                        memory: options.memory,
+                    };
+                }
+                // Layer 1 enumerated and named every GPU (possibly zero): a measured answer,
+                // the failure kept as a note, facts nvidia-smi would have refreshed left as
+                // procfs shows them, every GPU at its index with its UUID.
                 Some(accelerators) if driver_loaded => {
                     section.notes.push(reason);
                     enrich::Enriched {

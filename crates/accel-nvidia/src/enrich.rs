@@ -9,7 +9,8 @@
 //! - A GPU only nvidia-smi knows is appended with the next index (the WSL 2 case).
 //!
 //! Matching is by UUID, but two GPUs never collapse into one: masked captures repeat UUIDs, so a
-//! repeated UUID is matched by bus address as well and reported in the section's notes.
+//! repeated UUID is matched by bus address as well and reported in the section's notes. A GPU
+//! one layer names no UUID for matches the other layer's by bus address.
 
 use std::collections::BTreeMap;
 
@@ -95,7 +96,15 @@ fn find_match(base: &[Accelerator], taken: &[bool], candidate: &Accelerator) -> 
             return Some(at);
         }
         let bus_known = |i: &usize| base[*i].bus_id.is_some() && candidate.bus_id.is_some();
-        return by_uuid.into_iter().find(|i| !bus_known(i));
+        if let Some(at) = by_uuid.into_iter().find(|i| !bus_known(i)) {
+            return Some(at);
+        }
+        // A GPU procfs could not name (no UUID in its `information` file) is the one at the
+        // same bus address: never listed twice, once unnamed.
+        return (0..base.len())
+            .filter(free)
+            .filter(|i| base[*i].uuid.is_none())
+            .find(|i| same_bus(&base[*i]));
     }
     (0..base.len()).filter(free).find(|i| same_bus(&base[*i]))
 }
@@ -208,6 +217,29 @@ mod tests {
         assert_eq!(out.accelerators.len(), 2);
         assert_eq!(out.accelerators[1].index, 1);
         assert_eq!(out.accelerators[1].uuid.as_deref(), Some("GPU-w"));
+    }
+
+    #[test]
+    fn a_gpu_procfs_names_no_uuid_for_is_matched_by_bus_not_listed_twice() {
+        let mut unnamed = gpu(1, "", "0000:2a:00.0");
+        unnamed.uuid = None;
+        let out = enrich(
+            None,
+            vec![gpu(0, "GPU-a", "0000:18:00.0"), unnamed],
+            SnapshotSection {
+                accelerators: vec![
+                    gpu(0, "GPU-a", "00000000:18:00.0"),
+                    gpu(1, "GPU-b", "00000000:2A:00.0"),
+                ],
+                ..Default::default()
+            },
+        );
+        let seats: Vec<(u32, Option<&str>)> = out
+            .accelerators
+            .iter()
+            .map(|a| (a.index, a.uuid.as_deref()))
+            .collect();
+        assert_eq!(seats, [(0, Some("GPU-a")), (1, Some("GPU-b"))]);
     }
 
     #[test]

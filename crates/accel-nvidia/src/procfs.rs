@@ -144,6 +144,9 @@ pub struct ProcfsLayer {
     pub accelerators: Vec<Accelerator>,
     /// GPU folders that could not be read, one line each.
     pub notes: Vec<String>,
+    /// How many GPU folders gave no accelerator (an unreadable `information` file, no bus
+    /// location): GPUs the driver holds that this layer cannot name.
+    pub unread: usize,
 }
 
 /// Reads layer 1. A host with no `/proc/driver/nvidia` gives an empty layer with
@@ -184,15 +187,19 @@ pub fn collect(host: &dyn Host) -> Result<ProcfsLayer, ProcfsError> {
                     }
                     .to_string(),
                 );
+                layer.unread += 1;
                 continue;
             }
         };
         let bus = info.bus_location.or_else(|| entry.parse().ok());
         match bus {
             Some(bus) => found.push((bus, info)),
-            None => layer
-                .notes
-                .push(format!("{path}: no bus location, GPU skipped")),
+            None => {
+                layer
+                    .notes
+                    .push(format!("{path}: no bus location, GPU skipped"));
+                layer.unread += 1;
+            }
         }
     }
     found.sort_by_key(|(bus, _)| *bus);

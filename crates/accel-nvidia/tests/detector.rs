@@ -8,6 +8,7 @@ use std::time::Duration;
 use accel_core::inventory::{DetectError, Source};
 use accel_host::{FsHost, RecordedCommands};
 use accel_nvidia::detector::{self, Deadlines, DetectOptions};
+use accel_testkit::failing_tool::{ToolFailure, copy_with_failing_tool};
 
 /// A real `information` file (an NVIDIA L4), from the shared corpus.
 fn l4_information() -> String {
@@ -140,7 +141,7 @@ fn paravirtual_gpu_with_a_hung_tool_is_an_error() {
 }
 
 #[test]
-fn an_unreadable_information_file_is_a_note_not_a_crash() {
+fn an_unreadable_information_file_is_no_crash_and_without_nvidia_smi_no_measure() {
     let dir = tempfile::tempdir().unwrap();
     write(
         dir.path(),
@@ -153,16 +154,15 @@ fn an_unreadable_information_file_is_a_note_not_a_crash() {
             .join("root/proc/driver/nvidia/gpus/0000:71:00.0/information"),
     )
     .unwrap();
-    let section = detect(dir.path()).expect("one GPU still enumerated");
-    assert_eq!(section.accelerators.len(), 1);
-    assert!(
-        section
-            .notes
-            .iter()
-            .any(|n| n.contains("0000:71:00.0/information")),
-        "{:?}",
-        section.notes
-    );
+    // Without nvidia-smi, procfs cannot name the second GPU: the pass is not measured rather
+    // than a GPU dropped (issue 42 item 3), and the reason says both why.
+    match detect(dir.path()) {
+        Err(DetectError::NotMeasured { reason, .. }) => {
+            assert!(reason.starts_with(detector::NO_NVIDIA_SMI), "{reason}");
+            assert!(reason.contains("0000:71:00.0/information"), "{reason}");
+        }
+        other => panic!("expected NotMeasured, got {other:?}"),
+    }
 }
 
 #[test]
@@ -317,4 +317,99 @@ fn the_passthrough_memory_is_written_only_after_an_enriched_collection() {
         Some(&known),
         "a procfs-only pass must not overwrite what was remembered"
     );
+}
+
+/// Deadlines short enough that a hanging tool costs the test a fraction of a second.
+fn short() -> DetectOptions {
+    DetectOptions {
+        deadlines: Deadlines {
+            per_query: Duration::from_millis(300),
+            snapshot: Duration::from_millis(600),
+        },
+        ..DetectOptions::default()
+    }
+}
+
+fn detect_recorded(dir: &Path, options: DetectOptions) -> accel_core::inventory::Detection {
+    let host = FsHost::new(dir.join("root"));
+    let commands = RecordedCommands::load(dir).unwrap();
+    detector::detect(&host, &commands, options).detection
+}
+
+/// Each accelerator's index and identity: the seats a grant names.
+fn seats(section: &accel_core::ManufacturerInventory) -> Vec<(u32, Option<String>)> {
+    section
+        .accelerators
+        .iter()
+        .map(|a| (a.index, a.uuid.clone()))
+        .collect()
+}
+
+/// What the note says of each failure (seed 002's wording for a missing tool; else the
+/// `RunFailure` or parse error, naming the argv).
+fn says(failure: ToolFailure) -> &'static str {
+    match failure {
+        ToolFailure::Missing => detector::NO_NVIDIA_SMI,
+        ToolFailure::Hangs => "nvidia-smi -q -x: no answer within",
+        ToolFailure::ExitsNonZero => "nvidia-smi -q -x: exited with status 1: Error: failed",
+        ToolFailure::Unreadable => "nvidia-smi -q -x output is not XML",
+    }
+}
+
+/// Issue 42 item 3, where the kernel names every card (DESIGN.md, "Detector answers"): procfs'
+/// `information` files carry each GPU's UUID, so a failing nvidia-smi leaves every GPU at its
+/// index with its UUID, as the good pass had them, and the note says why.
+#[test]
+fn a_failing_nvidia_smi_leaves_the_seats_of_the_good_pass_and_names_the_tool() {
+    let good = detect_recorded(&recorded_host("hgx-h100-8gpu"), DetectOptions::default()).unwrap();
+    assert_eq!(good.accelerators.len(), 8);
+    for failure in ToolFailure::ALL {
+        let dir = copy_with_failing_tool("hgx-h100-8gpu", "nvidia-smi", failure);
+        let section = match detect_recorded(dir.path(), short()) {
+            Ok(section) => section,
+            Err(e) => panic!("{failure}: {e}"),
+        };
+        assert_eq!(seats(&section), seats(&good), "{failure}");
+        assert!(
+            section.notes.iter().any(|n| n.starts_with(says(failure))),
+            "{failure}: {:?}",
+            section.notes
+        );
+    }
+}
+
+/// Where procfs does not name every GPU (an `information` file without its UUID), nvidia-smi
+/// is the only identity: a failing nvidia-smi is then a pass not measured, never a GPU without
+/// an identity in place of the one the good pass named.
+#[test]
+fn without_procfs_uuids_a_failing_nvidia_smi_is_a_pass_not_measured() {
+    let strip = |dir: &Path| {
+        let gpus = dir.join("root/proc/driver/nvidia/gpus");
+        let first = std::fs::read_dir(&gpus).unwrap().next().unwrap().unwrap();
+        let path = first.path().join("information");
+        let text = std::fs::read_to_string(&path).unwrap();
+        let kept: String = text
+            .lines()
+            .filter(|l| !l.starts_with("GPU UUID"))
+            .map(|l| format!("{l}\n"))
+            .collect();
+        std::fs::write(&path, kept).unwrap();
+    };
+    let dir = accel_testkit::copy_recorded("hgx-h100-8gpu");
+    strip(dir.path());
+    let good = detect_recorded(dir.path(), DetectOptions::default()).unwrap();
+    assert!(
+        good.accelerators.iter().all(|a| a.uuid.is_some()),
+        "nvidia-smi names them"
+    );
+    for failure in ToolFailure::ALL {
+        let dir = copy_with_failing_tool("hgx-h100-8gpu", "nvidia-smi", failure);
+        strip(dir.path());
+        let detection = detect_recorded(dir.path(), short());
+        let Err(DetectError::NotMeasured { reason, .. }) = detection else {
+            panic!("{failure}: {detection:?}");
+        };
+        assert!(reason.contains(says(failure)), "{failure}: {reason}");
+        assert!(!reason.contains('\n'), "{failure}: one line: {reason}");
+    }
 }

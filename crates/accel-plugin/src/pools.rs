@@ -135,7 +135,7 @@ impl Pool {
         pools.push(build(
             offer.visibility_resource.clone(),
             PoolKind::Visibility,
-            seats.iter().filter(|s| s.grantable != Grantable::Nothing),
+            seats.iter().filter(|s| s.grantable.feeds_any()),
             |_| VISIBILITY_TOKENS_PER_ACCELERATOR,
         ));
         let partitioned: Vec<&Seat> = seats

@@ -3,7 +3,8 @@
 //! every family's answer is environment only — exactly `IX_VISIBLE_DEVICES=<UUIDs>` or
 //! `MTHREADS_VISIBLE_DEVICES=<IDs>`, no device node, no mount — and a slice adds, byte for byte
 //! as the specs' examples (§4.3 of each), HAMi-core's budgets and five mounts, or the two QoS
-//! variables. A sliced Iluvatar Pod without `runtimeClassName: iluvatar` is refused, saying why.
+//! variables. A sliced Iluvatar Pod without `runtimeClassName: iluvatar` is refused, saying why
+//! (and that the webhook attaches the class where it exists).
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -276,7 +277,7 @@ async fn a_sliced_iluvatar_pod_without_its_runtime_class_is_refused_saying_why()
     assert_eq!(err.code(), Code::FailedPrecondition);
     assert!(
         err.message().ends_with(
-            "a sliced Iluvatar Pod must run with runtimeClassName: iluvatar: the slice's libvgpu.so hooks corex's libcuda.so.1, which only ix-container-runtime puts in the container (Pod ns/pod-a runs under no runtimeClassName)"
+            "a sliced Iluvatar Pod must run with runtimeClassName: iluvatar: the slice's libvgpu.so hooks corex's libcuda.so.1, which only ix-container-runtime puts in the container (Pod ns/pod-a runs under no runtimeClassName; the webhook attaches iluvatar to a queued Pod only when a RuntimeClass iluvatar exists)"
         ),
         "{}",
         err.message()
@@ -296,6 +297,58 @@ async fn a_sliced_iluvatar_pod_without_its_runtime_class_is_refused_saying_why()
             .unwrap_err()
             .message()
             .ends_with("runs under \"runc\")")
+    );
+}
+
+/// The class the worker's mutating webhook leaves on the sliced Pod, given the RuntimeClasses
+/// that exist (seed 000's Pod, queued, naming none).
+fn class_after_the_webhook(existing: &[&str]) -> Option<String> {
+    let limits: serde_json::Map<String, serde_json::Value> = IX_HALF
+        .iter()
+        .map(|(k, v)| (k.to_string(), serde_json::Value::from(*v)))
+        .collect();
+    let submitted = serde_json::json!({"kind": "Pod", "metadata": {"name": "pod-a", "namespace": "ns",
+        "labels": {"kueue.x-k8s.io/queue-name": "corex"}},
+        "spec": {"containers": [{"name": "main", "resources": {"limits": limits}}]}});
+    let verdict = accel_core::admission::admit(
+        &submitted,
+        &accel_core::pool::Pool::unknown("not needed by a percentage budget"),
+        &existing.iter().copied().collect(),
+        &accel_core::resources::KeyGrammar::default(),
+        accel_core::admission::Phase::Both,
+    )
+    .unwrap();
+    assert!(verdict.allowed, "{:?}", verdict.message);
+    verdict.pod["spec"]["runtimeClassName"]
+        .as_str()
+        .map(str::to_string)
+}
+
+#[tokio::test]
+async fn a_sliced_iluvatar_pod_is_served_once_the_webhook_gave_it_the_existing_class() {
+    let rig = Rig::new(Manufacturer::Iluvatar, 32_768).await;
+    // The RuntimeClass exists: the webhook attaches it, and Allocate serves the slice.
+    let class = class_after_the_webhook(&["iluvatar"]);
+    assert_eq!(class.as_deref(), Some("iluvatar"));
+    rig.kubelet
+        .create(pod("a", class.as_deref(), &[("main", IX_HALF)]));
+    let a = rig.kubelet.admit("a").await.unwrap();
+    assert_eq!(
+        envs(&a, "main", "iluvatar.com/gpu.sliced")["CUDA_DEVICE_MEMORY_LIMIT_0"],
+        "16384m"
+    );
+    // It does not: nothing attached, and Allocate refuses as before, saying what was missing.
+    let class = class_after_the_webhook(&[]);
+    assert_eq!(class, None);
+    rig.kubelet
+        .create(pod("b", class.as_deref(), &[("main", IX_HALF)]));
+    let err = rig.kubelet.admit("b").await.unwrap_err();
+    assert!(
+        err.message().contains(
+            "the webhook attaches iluvatar to a queued Pod only when a RuntimeClass iluvatar exists"
+        ),
+        "{}",
+        err.message()
     );
 }
 

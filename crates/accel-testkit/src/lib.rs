@@ -2,12 +2,16 @@
 //! hosts are ([`shared_fixtures`], [`recorded_hosts`]), copying a tree with its links
 //! ([`copy_tree`], [`copy_recorded`]), the check that a corpus test covers exactly the files on
 //! disk ([`assert_same_files`]), and mutations of a real capture for "never panics" tests
-//! ([`mutate`]).
+//! ([`mutate`]), and a recorded host whose vendor tool fails the four ways a live node's does
+//! ([`failing_tool`]), and a live-looking root made from one, its tool a stand-in at a host path
+//! ([`live_root`]).
 //!
 //! Dev-only: a crate names it under `[dev-dependencies]`, never `[dependencies]` (this crate's
 //! test `only_dev_dependencies_name_the_kit` scans every manifest). Its functions panic with a
 //! message saying what is missing, as a test should.
 
+pub mod failing_tool;
+pub mod live_root;
 pub mod mutate;
 
 use std::collections::BTreeSet;

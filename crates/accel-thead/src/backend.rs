@@ -15,7 +15,7 @@ use accel_backend::record::RecordPlan;
 use accel_backend::reset::Reset;
 use accel_backend::respond::{Responder, ResponderSetup};
 use accel_backend::slicing::SlicingLibrary;
-use accel_backend::{Backend, StateDirRule};
+use accel_backend::{Backend, HostToolDirs, StateDirRule};
 use accel_core::{Detection, Manufacturer, ManufacturerInventory};
 use accel_host::{Commands, Host};
 
@@ -42,6 +42,13 @@ pub fn backend() -> Backend {
         preflight: Some(Arc::new(crate::preflight::TheadPreflight)),
         sampler: Some(Arc::new(PpuSmiSampler)),
         record: record_plan(),
+        // The PPU driver installs ppu-smi in /usr/local/bin; the PPU SDK keeps it under
+        // /usr/local/PPU_SDK with its libraries in lib64 (what its envsetup.sh exports).
+        tools: HostToolDirs {
+            programs: &["ppu-smi"],
+            install_dirs: &["/usr/local/PPU_SDK/ppu-smi/bin", "/usr/local/PPU_SDK/bin"],
+            library_dirs: &["/usr/local/PPU_SDK/lib64", "/usr/local/PPU_SDK/lib"],
+        },
         state_dir: StateDirRule::Named,
         replay: Some(crate::mig_replay::wrap),
         replay_writes: None,

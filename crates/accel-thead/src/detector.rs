@@ -5,8 +5,9 @@
 //!
 //! **Joins.** The table and `-L` are one tool's enumeration, joined by its index; `-q` and the
 //! PCI scan by bus address. **The ordinal** (`Accelerator::index`) is a compact counter over
-//! the cards that survive (a card without a UUID is skipped, as the described system skips a
-//! card whose UUID read fails), and is what the responder names `/dev/alixpu_ppu<ordinal>`
+//! the cards that survive (a card the tool answers for without a UUID is skipped, as the
+//! described system skips a card whose UUID read fails; the query itself failing is a pass not
+//! measured, below), and is what the responder names `/dev/alixpu_ppu<ordinal>`
 //! with; `minor_number` is `-q`'s `Minor Number`, which the responder compares with that node's
 //! kernel minor before any grant (spec §3). A skipped card shifts every later ordinal; the
 //! comparison is what catches that.
@@ -17,10 +18,21 @@
 //!
 //! **Health** is ECC only (spec §7): the table's `Volatile Uncorr. ECC` above zero.
 //!
+//! **The identity query** is the table (it enumerates the cards) with `-L` (each card's UUID;
+//! `-q`'s `PPU UUID` where `-L` gives none): the kernel numbers the cards but names none. So
+//! where the alixpu driver is evidently there (`/dev/alixpu`, `/sys/module/alixpu`, or a PPU
+//! bound to a driver), a table that is missing, hangs past its deadline, exits non-zero or
+//! prints what cannot be read, a table listing fewer cards than the `/dev/alixpu_ppu<N>` nodes,
+//! or `-L` failing where `-q` does not name every card, is a pass not measured
+//! ([`Unmeasured`]): the last good inventory and its grants stand, never "zero PPUs" and never
+//! a card skipped for it. `-L` answering without a card's UUID skips that card (a note). The
+//! MIG listings give no identity; their failures are notes.
+//!
 //! Answers: no T-Head function on the bus, no `/dev/alixpu` and no `ppu-smi` → `Ok(empty)`
-//! with no note (not a PPU host); `ppu-smi` saying the driver is not loaded, or missing →
-//! `Ok(empty)` with a note; the driver's node present but the table unreadable or hung → `Err`
-//! (the daemon keeps its last detection); cards listed → `Ok(list)`.
+//! with no note (not a PPU host); no driver (`ppu-smi` saying it is not loaded, or missing, and
+//! no sign of the driver in the kernel) → `Ok(empty)` with a note; the driver there but the
+//! identity query failing → `Err` (the daemon keeps its last detection); cards listed →
+//! `Ok(list)`.
 
 use std::fmt;
 use std::time::Duration;
@@ -42,8 +54,13 @@ use crate::devnode;
 use crate::mig::published_profile;
 use crate::smi::{self, ListedCard, Query, SmiError, SmiTable};
 
+/// The kernel module's folder: the driver is loaded.
+pub const MODULE_DIR: &str = "/sys/module/alixpu";
 /// The kernel module's version file (a fallback for the driver version).
 pub const MODULE_VERSION: &str = "/sys/module/alixpu/version";
+
+/// What a host without the tool is told.
+const NOT_INSTALLED: &str = "ppu-smi is not installed on the host (install the PPU SDK)";
 
 /// What the detector is given.
 #[derive(Debug, Clone)]
@@ -149,6 +166,46 @@ impl fmt::Display for Note {
     }
 }
 
+/// Why a pass is not measured, worded once (the reason of [`DetectError::NotMeasured`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Unmeasured {
+    /// The table gave no answer: its `RunFailure` or parse error (naming the argv), or that
+    /// the tool is not installed.
+    Table(String),
+    /// The table lists fewer cards than the kernel's per-card nodes.
+    FewerCards { listed: usize, nodes: usize },
+    /// `-L` failed (`why`, naming its argv) and `-q` names not every listed card: `query` is
+    /// `-q`'s own failure, when it failed too.
+    Unnamed {
+        why: String,
+        query: Option<String>,
+        cards: usize,
+    },
+}
+
+impl fmt::Display for Unmeasured {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Unmeasured::Table(why) => f.write_str(why),
+            Unmeasured::FewerCards { listed, nodes } => write!(
+                f,
+                "ppu-smi: lists {listed} card(s), but the kernel shows {nodes} {}<N> node(s)",
+                devnode::CARD_PREFIX
+            ),
+            Unmeasured::Unnamed {
+                why,
+                query: Some(query),
+                ..
+            } => write!(f, "{why}; {query}"),
+            Unmeasured::Unnamed {
+                why,
+                query: None,
+                cards,
+            } => write!(f, "{why}, and ppu-smi -q names no UUID for {cards} card(s)"),
+        }
+    }
+}
+
 /// What the tool said in one pass.
 #[derive(Debug, Default)]
 pub struct Sources {
@@ -162,6 +219,9 @@ pub struct Sources {
     pub mig_profiles: Option<String>,
     pub mig_placements: Option<String>,
     pub module_version: Option<String>,
+    /// Why `-L` and `-q` gave nothing, naming the argv (one line each).
+    pub list_failure: Option<String>,
+    pub query_failure: Option<String>,
     pub notes: Vec<Note>,
 }
 
@@ -174,10 +234,10 @@ fn call(
 ) -> Result<String, CallFailure> {
     let deadline: Duration = budget
         .next()
-        .map_err(|e| CallFailure::Other(e.to_string()))?;
+        .map_err(|e| CallFailure::Other(format!("{}: {e}", argv.join(" "))))?;
     match run_bounded(commands, argv, deadline) {
         Ok(out) => Ok(out.stdout_text()),
-        Err(RunFailure::NotInstalled { .. }) => Err(CallFailure::NotInstalled),
+        Err(e @ RunFailure::NotInstalled { .. }) => Err(CallFailure::NotInstalled(e.to_string())),
         Err(e) => {
             let said = e
                 .output()
@@ -193,9 +253,63 @@ fn call(
 
 #[derive(Debug)]
 enum CallFailure {
-    NotInstalled,
+    /// The `RunFailure`'s text.
+    NotInstalled(String),
     Smi(SmiError),
+    /// The `RunFailure`'s text, or the pass's time running out, naming the argv.
     Other(String),
+}
+
+impl CallFailure {
+    /// The failure in one line, naming the call.
+    fn text(&self) -> String {
+        match self {
+            CallFailure::NotInstalled(why) | CallFailure::Other(why) => why.clone(),
+            CallFailure::Smi(e) => e.to_string(),
+        }
+    }
+}
+
+/// Whether the kernel shows the alixpu driver: its control node, its module, or a PPU bound to
+/// a driver (not vfio-pci). Without it, a missing tool or one saying the driver is not loaded
+/// is a host with no driver, not a failed pass.
+fn driver_evident(host: &dyn Host, pci: &[PciFunction]) -> bool {
+    host.exists(devnode::CONTROL)
+        || host.exists(MODULE_DIR)
+        || pci
+            .iter()
+            .any(|f| f.driver.as_deref().is_some_and(|d| d != "vfio-pci"))
+}
+
+/// A listed card's UUID: `-L`'s by the tool's index, else `-q`'s by bus address.
+fn uuid_of(card: &smi::TableCard, list: &[ListedCard], query: Option<&Query>) -> Option<String> {
+    card.index
+        .and_then(|i| list.iter().find(|l| l.index == i))
+        .and_then(|l| l.uuid.clone())
+        .or_else(|| {
+            let bus = card.bus_id?;
+            query?
+                .cards
+                .iter()
+                .find(|q| q.bus_id == Some(bus))
+                .and_then(|q| q.uuid.clone())
+        })
+}
+
+/// Whether the identity query left listed cards without a UUID because `-L` failed.
+fn unnamed(sources: &Sources) -> Option<Unmeasured> {
+    let why = sources.list_failure.clone()?;
+    let table = sources.table.as_ref()?;
+    let cards = table
+        .cards
+        .iter()
+        .filter(|c| uuid_of(c, &sources.list, sources.query.as_ref()).is_none())
+        .count();
+    (cards > 0).then(|| Unmeasured::Unnamed {
+        why,
+        query: sources.query_failure.clone(),
+        cards,
+    })
 }
 
 /// Reads every source of one pass (the pass's budget spent across the calls).
@@ -224,6 +338,7 @@ pub fn read_sources(
     if sources.pci.is_empty() && !control && !installed {
         return Err(CallOutcome::NotAPpuHost);
     }
+    let driver = driver_evident(host, &sources.pci);
     let budget = Budget::start(options.deadlines);
     let (table, mig_rows) = match call(commands, &budget, smi::TABLE_ARGV).and_then(|t| {
         smi::parse_table(&t)
@@ -231,31 +346,48 @@ pub fn read_sources(
             .map_err(CallFailure::Smi)
     }) {
         Ok(read) => read,
-        Err(CallFailure::NotInstalled) => {
-            return Err(CallOutcome::empty(
-                &sources,
-                "ppu-smi is not installed on the host (install the PPU SDK)".into(),
-            ));
+        Err(CallFailure::NotInstalled(_)) if !driver => {
+            return Err(CallOutcome::empty(&sources, NOT_INSTALLED.into()));
         }
-        Err(CallFailure::Smi(e @ SmiError::DriverNotLoaded { .. })) => {
+        Err(CallFailure::NotInstalled(_)) => {
+            return Err(CallOutcome::Unmeasured(Unmeasured::Table(
+                NOT_INSTALLED.into(),
+            )));
+        }
+        Err(CallFailure::Smi(e @ SmiError::DriverNotLoaded { .. })) if !driver => {
             return Err(CallOutcome::empty(&sources, e.to_string()));
         }
-        Err(CallFailure::Smi(e)) => return Err(CallOutcome::Unmeasured(e.to_string())),
-        Err(CallFailure::Other(e)) => return Err(CallOutcome::Unmeasured(e)),
+        Err(e) => return Err(CallOutcome::Unmeasured(Unmeasured::Table(e.text()))),
     };
+    let nodes = devnode::count_cards(host);
+    if table.cards.len() < nodes {
+        return Err(CallOutcome::Unmeasured(Unmeasured::FewerCards {
+            listed: table.cards.len(),
+            nodes,
+        }));
+    }
     sources.table = Some(table);
     sources.mig_rows = mig_rows;
     match call(commands, &budget, smi::LIST_ARGV)
         .and_then(|t| smi::parse_list(&t).map_err(CallFailure::Smi))
     {
         Ok(list) => sources.list = list,
-        Err(e) => sources.notes.push(smi_note(" -L", e)),
+        Err(e) => {
+            sources.list_failure = Some(e.text());
+            sources.notes.push(smi_note(" -L", e));
+        }
     }
     match call(commands, &budget, smi::QUERY_ARGV)
         .and_then(|t| smi::parse_query(&t).map_err(CallFailure::Smi))
     {
         Ok(query) => sources.query = Some(query),
-        Err(e) => sources.notes.push(smi_note(" -q", e)),
+        Err(e) => {
+            sources.query_failure = Some(e.text());
+            sources.notes.push(smi_note(" -q", e));
+        }
+    }
+    if let Some(why) = unnamed(&sources) {
+        return Err(CallOutcome::Unmeasured(why));
     }
     // The MIG listings only where a card is in MIG mode (elsewhere the tool refuses them).
     let in_mig = |m: Option<MigMode>| m == Some(MigMode::Enabled);
@@ -291,7 +423,7 @@ pub fn read_sources(
 
 fn smi_note(args: &'static str, failure: CallFailure) -> Note {
     let reason = match failure {
-        CallFailure::NotInstalled => "not installed".to_string(),
+        CallFailure::NotInstalled(_) => "not installed".to_string(),
         CallFailure::Smi(e) => e.to_string(),
         CallFailure::Other(e) => e,
     };
@@ -311,8 +443,8 @@ pub enum CallOutcome {
         driver_version: Option<String>,
         why: String,
     },
-    /// Evidence of a driver but no enumeration.
-    Unmeasured(String),
+    /// Evidence of a driver but no enumeration, or none naming every card.
+    Unmeasured(Unmeasured),
 }
 
 impl CallOutcome {
@@ -364,9 +496,9 @@ pub fn detect(host: &dyn Host, commands: &dyn Commands, options: DetectOptions) 
             }
             Ok(section)
         }
-        Err(CallOutcome::Unmeasured(reason)) => Err(DetectError::NotMeasured {
+        Err(CallOutcome::Unmeasured(why)) => Err(DetectError::NotMeasured {
             manufacturer: m,
-            reason,
+            reason: why.to_string(),
         }),
     }
 }
@@ -416,10 +548,7 @@ pub fn join(sources: &Sources) -> ManufacturerInventory {
         let queried = card
             .bus_id
             .and_then(|b| query.cards.iter().find(|q| q.bus_id == Some(b)));
-        let Some(uuid) = listed
-            .and_then(|l| l.uuid.clone())
-            .or_else(|| queried.and_then(|q| q.uuid.clone()))
-        else {
+        let Some(uuid) = uuid_of(card, &sources.list, Some(&query)) else {
             notes.push(Note::NoUuid {
                 tool_index: card.index.unwrap_or(ordinal),
                 bus: card

@@ -21,6 +21,23 @@ pub fn card_node(ordinal: u32) -> String {
     format!("{CARD_PREFIX}{ordinal}")
 }
 
+/// How many per-card nodes (`/dev/alixpu_ppu<N>`) the kernel shows: the cards the driver
+/// holds (0 when `/dev` cannot be listed).
+pub fn count_cards(host: &dyn Host) -> usize {
+    let name = CARD_PREFIX.trim_start_matches("/dev/");
+    host.list("/dev")
+        .map(|entries| {
+            entries
+                .iter()
+                .filter(|e| {
+                    e.strip_prefix(name)
+                        .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+                })
+                .count()
+        })
+        .unwrap_or(0)
+}
+
 /// Why a node does not prove what it must.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum NodeError {

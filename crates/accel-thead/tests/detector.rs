@@ -9,6 +9,7 @@ use std::time::Duration;
 use accel_backend::Deadlines;
 use accel_core::inventory::{DetectError, Grantable, MigMode};
 use accel_host::{FsHost, RecordedCommands};
+use accel_testkit::failing_tool::{ToolFailure, copy_with_failing_tool, fail_commands};
 use accel_thead::detector::{self, DetectOptions, Note};
 use accel_thead::devnode;
 
@@ -380,5 +381,96 @@ fn the_sampler_reads_the_table_named_by_the_lists_uuids() {
     assert!(
         matches!(err, accel_backend::usage::SampleError::NoTool(_)),
         "{err}"
+    );
+}
+
+/// Deadlines short enough that a hanging tool costs the test a fraction of a second.
+fn short() -> DetectOptions {
+    DetectOptions {
+        deadlines: Deadlines {
+            per_query: Duration::from_millis(300),
+            snapshot: Duration::from_millis(600),
+        },
+        ..DetectOptions::default()
+    }
+}
+
+/// What the reason says of each failure (its `RunFailure` or parse error, naming the argv).
+fn says(failure: ToolFailure) -> &'static str {
+    match failure {
+        ToolFailure::Missing => "ppu-smi is not installed",
+        ToolFailure::Hangs => "ppu-smi: no answer within",
+        ToolFailure::ExitsNonZero => "ppu-smi: exited with status 1: Error: failed",
+        ToolFailure::Unreadable => "ppu-smi: not its output",
+    }
+}
+
+/// Issue 42 item 3: the UUID comes only from `ppu-smi`, so on a host whose alixpu driver is
+/// there a tool that is missing, hangs, exits non-zero or prints what cannot be read is a pass
+/// not measured — never zero PPUs, never PPUs without an identity.
+#[test]
+fn a_failing_ppu_smi_is_a_pass_not_measured_whichever_way_it_fails() {
+    for failure in ToolFailure::ALL {
+        let dir = copy_with_failing_tool("thead-16x-zw810e", "ppu-smi", failure);
+        let detection = detect_in(dir.path(), short());
+        let Err(DetectError::NotMeasured { reason, .. }) = detection else {
+            panic!("{failure}: {detection:?}");
+        };
+        assert!(reason.starts_with(says(failure)), "{failure}: {reason}");
+        assert!(!reason.contains('\n'), "{failure}: one line: {reason}");
+    }
+}
+
+/// The table enumerates, `-L` (else `-q`) names: with both identity queries failing, the
+/// cards the table lists have no UUID, and the pass is not measured rather than every card
+/// skipped.
+#[test]
+fn failing_identity_queries_are_a_pass_not_measured_not_cards_skipped() {
+    for failure in ToolFailure::ALL {
+        let dir = copy_of("thead-16x-zw810e");
+        fail_commands(dir.path(), "ppu-smi", failure, |argv| {
+            matches!(argv.get(1).map(String::as_str), Some("-L" | "-q"))
+        });
+        let detection = detect_in(dir.path(), short());
+        let Err(DetectError::NotMeasured { reason, .. }) = detection else {
+            panic!("{failure}: {detection:?}");
+        };
+        assert!(reason.starts_with("ppu-smi -L: "), "{failure}: {reason}");
+        assert!(!reason.contains('\n'), "{failure}: one line: {reason}");
+    }
+}
+
+/// A table listing fewer cards than the kernel's `/dev/alixpu_ppu<N>` nodes cannot be read as
+/// the host's PPUs.
+#[test]
+fn a_table_of_fewer_cards_than_the_kernel_shows_is_a_pass_not_measured() {
+    let dir = copy_of("thead-16x-zw810e");
+    std::fs::remove_file(dir.path().join("root/dev/alixpu_ppu15")).unwrap();
+    std::fs::remove_file(dir.path().join("root/dev/alixpu_ppu14")).unwrap();
+    assert_eq!(
+        detect_in(dir.path(), DetectOptions::default())
+            .unwrap()
+            .accelerators
+            .len(),
+        16,
+        "more cards than nodes is the node proof's business, not a failed pass"
+    );
+    let dir = copy_of("thead-16x-zw810e");
+    let path = dir.path().join("commands/table/stdout");
+    let text = std::fs::read_to_string(&path).unwrap();
+    // The banner and the header, down to its `+===` rule: a well-formed table of no card.
+    let end = text.find("+===").unwrap();
+    let end = end + text[end..].find('\n').unwrap() + 1;
+    let kept = &text[..end];
+    std::fs::write(&path, kept).unwrap();
+    let detection = detect_in(dir.path(), DetectOptions::default());
+    let Err(DetectError::NotMeasured { reason, .. }) = detection else {
+        panic!("{detection:?}");
+    };
+    assert!(
+        reason.starts_with(
+            "ppu-smi: lists 0 card(s), but the kernel shows 16 /dev/alixpu_ppu<N> node(s)"
+        ),
+        "{reason}"
     );
 }

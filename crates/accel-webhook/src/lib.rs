@@ -3,8 +3,9 @@
 //! Prometheus `/metrics`.
 //!
 //! The verdicts themselves live in `accel_core::admission`; this crate owns the wire (the review
-//! envelope, HTTP status codes, TLS with certificate reload) and asks for a queue's pool through
-//! one trait, [`PoolSource`], so it runs in tests without a cluster.
+//! envelope, HTTP status codes, TLS with certificate reload) and asks for a queue's pool and the
+//! RuntimeClasses that exist through one trait, [`PoolSource`], so it runs in tests without a
+//! cluster.
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 pub mod metrics;

@@ -1,10 +1,11 @@
 //! The AdmissionReview v1 envelope: reading a review from the wire and writing the response.
 //!
 //! This module owns what counts as a review and how a verdict travels back (`allowed`,
-//! `status.message`, a base64 JSON Patch). It is pure: bytes and a pool in, bytes out, every
-//! unreadable input an error naming what was wrong. It never panics on any input.
+//! `status.message`, a base64 JSON Patch, `warnings`). It is pure: bytes and what the caches know
+//! in, bytes out, every unreadable input an error naming what was wrong. It never panics on any
+//! input.
 
-use accel_core::admission::{self, Phase, Rule};
+use accel_core::admission::{self, Phase, Rule, RuntimeClasses};
 use accel_core::resources::KeyGrammar;
 use base64::Engine as _;
 use serde_json::{Value, json};
@@ -117,7 +118,12 @@ pub fn answer(
         .or_else(|| pod.pointer("/metadata/namespace").and_then(Value::as_str))
         .unwrap_or("default");
     let pool = pools.pool(namespace, queue);
-    match admission::admit(pod, &pool, grammar, phase) {
+    let runtime_classes = match phase {
+        // Only mutation attaches a RuntimeClass.
+        Phase::Validate => RuntimeClasses::none(),
+        Phase::Mutate | Phase::Both => pools.runtime_classes(),
+    };
+    match admission::admit(pod, &pool, &runtime_classes, grammar, phase) {
         Ok(verdict) => {
             let rules: Vec<Rule> = verdict.violations.iter().map(|v| v.rule).collect();
             let outcome = if verdict.allowed {
@@ -130,8 +136,12 @@ pub fn answer(
             } else {
                 &[]
             };
+            let mut body = response(uid, verdict.allowed, verdict.message.as_deref(), patch);
+            if !verdict.warnings.is_empty() {
+                body["response"]["warnings"] = json!(verdict.warnings);
+            }
             Ok(Answer {
-                body: response(uid, verdict.allowed, verdict.message.as_deref(), patch),
+                body,
                 outcome,
                 rules,
             })

@@ -93,3 +93,41 @@ pub fn fault_classifiers(
         .map(|f| f.classifier(vars))
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every program a backend runs (its record plan names them all) is one its row says where
+    /// to find on a host, and the row names no program it never runs: on a live node a tool
+    /// left out would be looked for in the image, where no vendor tool is.
+    #[test]
+    fn every_tool_a_backend_runs_is_found_through_its_row() {
+        for backend in all() {
+            let mut runs = backend.record.programs();
+            runs.sort_unstable();
+            let mut named: Vec<&str> = backend.tools.programs.to_vec();
+            named.sort_unstable();
+            assert_eq!(runs, named, "{}", backend.manufacturer);
+            let places = backend.tools.places();
+            assert_eq!(
+                &places.search[..accel_host::HOST_SEARCH_PATH.len()],
+                accel_host::HOST_SEARCH_PATH,
+                "{}: the host's own search path comes first",
+                backend.manufacturer
+            );
+            for dir in backend
+                .tools
+                .install_dirs
+                .iter()
+                .chain(backend.tools.library_dirs)
+            {
+                assert!(
+                    dir.starts_with('/') && !dir.ends_with('/'),
+                    "{}: {dir:?} is one absolute host directory",
+                    backend.manufacturer
+                );
+            }
+        }
+    }
+}

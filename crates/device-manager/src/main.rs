@@ -142,9 +142,9 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Detect(args) => cmd::detect::run(args, &settings),
         Command::Labels(args) => cmd::labels::run(args, &settings),
-        Command::Record(args) => cmd::record::run(args),
+        Command::Record(args) => cmd::record::run(args, &settings),
         Command::Xids(args) => cmd::xids::run(args),
-        Command::Monitor(args) => cmd::monitor::run(args),
+        Command::Monitor(args) => cmd::monitor::run(args, &settings),
         Command::Doctor(args) => cmd::doctor::run(args, &settings),
         Command::Preflight(args) => cmd::preflight::run(args, &settings),
         Command::Admit(args) => cmd::admit::run(args, &settings),

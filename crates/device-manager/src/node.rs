@@ -12,9 +12,11 @@ use accel_core::inventory::{Detection, Inventory};
 use accel_core::manufacturer::ManufacturerTable;
 use accel_host::pci::PciClassPrefixes;
 use accel_host::{
-    Commands, FsHost, FsWrites, Host, HostRoot, HostWrites, RecordedCommands, SystemCommands,
+    Commands, FsHost, FsWrites, Host, HostRoot, HostTools, HostWrites, RecordedCommands, ToolPlaces,
 };
 use anyhow::{Context, bail};
+
+use crate::settings::Settings;
 
 pub use accel_host::pci::PCI_CLASS_PREFIXES_ENV;
 
@@ -44,10 +46,10 @@ pub struct NodeArgs {
 impl NodeArgs {
     /// Opens the node and runs every detector over it (with `--pci-check`, gated by the
     /// configured vendor ids).
-    pub fn detect(&self, table: &ManufacturerTable) -> anyhow::Result<(Inventory, Vec<Detection>)> {
+    pub fn detect(&self, settings: &Settings) -> anyhow::Result<(Inventory, Vec<Detection>)> {
         let prefixes = class_prefixes(self.pci_class_prefixes.as_deref())?;
-        let mut node = Node::open(&self.host_root)?;
-        node.table = table.clone();
+        let mut node = Node::open_with(&self.host_root, settings.tool_places())?;
+        node.table = settings.manufacturers.clone();
         node.pci_gate = self.pci_check;
         let deadlines = Deadlines {
             per_query: Duration::from_secs(self.nvidia_smi_timeout),
@@ -74,11 +76,18 @@ pub struct Node {
 }
 
 impl Node {
-    /// Opens `--host-root DIR`: a recorded host when DIR carries the recording mark
-    /// (`recorded-host.json`, written by `record`), else a live root read with the real programs
-    /// (`/` on the node itself, or `/host` in a container that mounts it). The folder's shape
-    /// decides nothing: every Linux `/` holds `/root`.
+    /// Opens `--host-root DIR` with every manufacturer's tools looked for in their rows' default
+    /// places ([`Node::open_with`]).
     pub fn open(host_root: &Path) -> anyhow::Result<Node> {
+        Node::open_with(host_root, default_tool_places())
+    }
+
+    /// Opens `--host-root DIR`: a recorded host when DIR carries the recording mark
+    /// (`recorded-host.json`, written by `record`), else a live root whose manufacturers' tools
+    /// are found in `tools` under it and run inside it ([`HostTools`]: `/` on the node itself,
+    /// or `/host` in a container that mounts it). The folder's shape decides nothing: every
+    /// Linux `/` holds `/root`.
+    pub fn open_with(host_root: &Path, tools: Vec<ToolPlaces>) -> anyhow::Result<Node> {
         if !host_root.is_dir() {
             bail!(
                 "cannot read the host at {}: not a directory",
@@ -104,7 +113,7 @@ impl Node {
                     .filter_map(|b| b.replay)
                     .fold(replay, |commands, wrap| wrap(dir, commands))
             }
-            HostRoot::Live { .. } => Box::new(SystemCommands::new()),
+            HostRoot::Live { root } => Box::new(HostTools::new(root.clone(), tools)),
         };
         // Control-file writes: on a live node through this process's own `/` — the host root
         // is mounted read-only, and the chart mounts the host's /sys read-write at /sys for a
@@ -182,8 +191,17 @@ impl Node {
             detections.push(detection);
         }
         inventory.canonicalize();
+        inventory.withhold_unidentified();
         Ok((inventory, detections))
     }
+}
+
+/// Where every backend's tools are looked for when no setting says otherwise.
+pub fn default_tool_places() -> Vec<ToolPlaces> {
+    crate::backends::all()
+        .iter()
+        .map(|b| b.tools.places())
+        .collect()
 }
 
 /// Shows the faults the daemon recorded this boot (`<data-dir>/faults.json`) in the inventory's

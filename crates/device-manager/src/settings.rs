@@ -41,6 +41,14 @@ pub enum SettingsError {
     NotABool { name: &'static str, value: String },
     #[error("{name}={value:?}: expected an absolute path")]
     NotAnAbsolutePath { name: &'static str, value: String },
+    /// A tools search path with an entry that is not an absolute host directory.
+    #[error("{name}={value:?}: {source} (expected host directories separated by ':')")]
+    NotASearchPath {
+        name: String,
+        value: String,
+        #[source]
+        source: accel_host::commands::NotAHostDir,
+    },
 }
 
 /// Every setting the binary reads, parsed once.
@@ -63,6 +71,9 @@ pub struct Settings {
     pub group_id_with_memory: bool,
     /// `GPUSTACK_CONTAINERD_CONFIG_DIR` (a host path, read under the host root).
     pub containerd_config_dir: PathBuf,
+    /// `GPUSTACK_<MANUFACTURER>_TOOLS_PATH` of every manufacturer where it is set: the host
+    /// directories its tools are looked for in, replacing its row's default search path.
+    pub tools_path: BTreeMap<Manufacturer, Vec<String>>,
 }
 
 impl Default for Settings {
@@ -75,6 +86,7 @@ impl Default for Settings {
             data_dir: PathBuf::from(DEFAULT_DATA_DIR),
             group_id_with_memory: false,
             containerd_config_dir: PathBuf::from(DEFAULT_CONTAINERD_CONFIG_DIR),
+            tools_path: BTreeMap::new(),
         }
     }
 }
@@ -111,6 +123,21 @@ impl Settings {
                 *strategy = accel_plugin::settings::parse_strategy(&name, value)?;
             }
         }
+        let mut tools_path = BTreeMap::new();
+        for backend in crate::backends::all() {
+            let name = tools_path_env(backend.manufacturer);
+            let Some(value) = vars.get(&name).filter(|v| !v.trim().is_empty()) else {
+                continue;
+            };
+            let search = accel_host::commands::parse_search_path(value).map_err(|source| {
+                SettingsError::NotASearchPath {
+                    name: name.clone(),
+                    value: value.clone(),
+                    source,
+                }
+            })?;
+            tools_path.insert(backend.manufacturer, search);
+        }
         let fault_vars: BTreeMap<String, String> = crate::backends::fault_settings()
             .into_iter()
             .filter_map(|name| Some((name.to_string(), vars.get(name)?.clone())))
@@ -125,7 +152,23 @@ impl Settings {
             data_dir: path(DATA_DIR_ENV, DEFAULT_DATA_DIR)?,
             group_id_with_memory,
             containerd_config_dir: path(CONTAINERD_CONFIG_DIR_ENV, DEFAULT_CONTAINERD_CONFIG_DIR)?,
+            tools_path,
         })
+    }
+
+    /// Where each backend's tools are looked for on a host: its row's places, with the search
+    /// path `GPUSTACK_<MANUFACTURER>_TOOLS_PATH` gives where it is set.
+    pub fn tool_places(&self) -> Vec<accel_host::ToolPlaces> {
+        crate::backends::all()
+            .iter()
+            .map(|b| {
+                let places = b.tools.places();
+                match self.tools_path.get(&b.manufacturer) {
+                    Some(search) => places.searching(search.clone()),
+                    None => places,
+                }
+            })
+            .collect()
     }
 
     /// The injection strategy configured for `manufacturer`; `None` where its backend offers
@@ -181,6 +224,16 @@ impl Settings {
 pub fn injection_env(manufacturer: Manufacturer) -> String {
     format!(
         "GPUSTACK_{}_DEVICE_INJECTION_STRATEGY",
+        manufacturer.name().to_ascii_uppercase()
+    )
+}
+
+/// `GPUSTACK_<MANUFACTURER>_TOOLS_PATH`: the host directories, `PATH`-style, the
+/// manufacturer's tools are looked for in (replacing the host's search path and its row's
+/// install directories).
+pub fn tools_path_env(manufacturer: Manufacturer) -> String {
+    format!(
+        "GPUSTACK_{}_TOOLS_PATH",
         manufacturer.name().to_ascii_uppercase()
     )
 }

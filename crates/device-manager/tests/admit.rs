@@ -1,5 +1,6 @@
 //! `device-manager admit` as a user runs it: exit 0 allowed, 1 denied, 2 unreadable; text and
-//! JSON output; the message exactly the webhook's; the pool from `--pool`.
+//! JSON output; the message exactly the webhook's; the pool from `--pool`; the RuntimeClasses that
+//! exist from `--runtime-class`.
 
 use std::io::Write as _;
 use std::process::{Command, Output, Stdio};
@@ -33,6 +34,8 @@ fn admit_with(args: &[&str], stdin: &str, envs: &[(&str, &str)]) -> Output {
         .env_remove("ADMIT_POOL")
         .env_remove("ADMIT_PHASE")
         .env_remove("ADMIT_OUTPUT")
+        .env_remove("ADMIT_RUNTIME_CLASS")
+        .env_remove("GPUSTACK_ILUVATAR_ACCELERATABLE_RUNTIME_NAME")
         .env_remove("GPUSTACK_NVIDIA_ACCELERATABLE_RESOURCE_NAME")
         .envs(envs.iter().copied())
         .stdin(Stdio::piped())
@@ -214,4 +217,121 @@ fn resource_bases_can_be_overridden() {
         )],
     );
     assert_eq!(o.status.code(), Some(0), "{}", stdout(&o));
+}
+
+/// seed 000's sliced Iluvatar Pod, without `runtimeClassName` (the slice needs `iluvatar`).
+fn sliced_iluvatar() -> String {
+    pod(
+        "          iluvatar.com/gpu.sliced: \"1\"\n          iluvatar.com/gpu.sliced.memory-percentage: \"50\"\n",
+    )
+}
+
+fn runtime_class_ops(v: &Value) -> Vec<Value> {
+    v["patch"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|op| op["path"] == "/spec/runtimeClassName")
+        .cloned()
+        .collect()
+}
+
+#[test]
+fn the_runtime_class_is_attached_only_when_runtime_class_names_it() {
+    let o = admit(
+        &[
+            "-o",
+            "json",
+            "--runtime-class",
+            "nvidia",
+            "--runtime-class",
+            "iluvatar",
+            "-",
+        ],
+        &sliced_iluvatar(),
+    );
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let v: Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!(v["allowed"], true);
+    assert_eq!(
+        runtime_class_ops(&v),
+        [json!({"op": "add", "path": "/spec/runtimeClassName", "value": "iluvatar"})]
+    );
+    assert_eq!(v["pod"]["spec"]["runtimeClassName"], "iluvatar");
+
+    // Absent: the verdict of before, and nothing attached.
+    for args in [
+        &["-o", "json", "-"][..],
+        &["-o", "json", "--runtime-class", "nvidia", "-"],
+    ] {
+        let o = admit(args, &sliced_iluvatar());
+        assert_eq!(o.status.code(), Some(0));
+        let v: Value = serde_json::from_str(&stdout(&o)).unwrap();
+        assert!(runtime_class_ops(&v).is_empty(), "{args:?}: {}", v["patch"]);
+        assert!(v["pod"]["spec"].get("runtimeClassName").is_none());
+    }
+
+    // Text, the list comma-separated in the environment, as the flag's variable.
+    let o = admit_with(
+        &["-"],
+        &sliced_iluvatar(),
+        &[("ADMIT_RUNTIME_CLASS", "nvidia,iluvatar")],
+    );
+    assert_eq!(o.status.code(), Some(0));
+    assert!(
+        stdout(&o).contains("  add /spec/runtimeClassName \"iluvatar\"\n"),
+        "{}",
+        stdout(&o)
+    );
+
+    // An overridden runtime name is the one looked for.
+    let o = admit_with(
+        &[
+            "-o",
+            "json",
+            "--runtime-class",
+            "iluvatar",
+            "--runtime-class",
+            "corex",
+            "-",
+        ],
+        &sliced_iluvatar(),
+        &[("GPUSTACK_ILUVATAR_ACCELERATABLE_RUNTIME_NAME", "corex")],
+    );
+    let v: Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!(v["pod"]["spec"]["runtimeClassName"], "corex");
+}
+
+#[test]
+fn a_pods_own_runtime_class_is_kept_and_differing_classes_only_warn() {
+    let own = sliced_iluvatar().replace("spec:\n", "spec:\n  runtimeClassName: corex-debug\n");
+    let o = admit(&["-o", "json", "--runtime-class", "iluvatar", "-"], &own);
+    let v: Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert!(runtime_class_ops(&v).is_empty(), "{}", v["patch"]);
+    assert_eq!(v["pod"]["spec"]["runtimeClassName"], "corex-debug");
+
+    let mixed = pod("          iluvatar.com/gpu: \"1\"\n          nvidia.com/gpu: \"1\"\n");
+    let warning = "no runtimeClassName was attached: the Pod asks for accelerators of nvidia (RuntimeClass nvidia) and iluvatar (RuntimeClass iluvatar); set spec.runtimeClassName to the one its containers need";
+    let o = admit(
+        &["-o", "json", "--runtime-class", "iluvatar,nvidia", "-"],
+        &mixed,
+    );
+    assert_eq!(o.status.code(), Some(0), "not refused");
+    let v: Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!(v["patch"], json!([]));
+    assert_eq!(v["warnings"], json!([warning]));
+    let o = admit(&["--runtime-class", "iluvatar,nvidia", "-"], &mixed);
+    assert_eq!(
+        (o.status.code(), stdout(&o).as_str()),
+        (Some(0), "allowed\n")
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&o.stderr),
+        format!("Warning: {warning}\n")
+    );
 }

@@ -9,7 +9,7 @@ use std::process::Command;
 use serde_json::Value;
 
 mod support;
-use support::{hosts, path_with, stand_in_nvidia_smi};
+use support::{IMAGE_PATH, hosts, live_host};
 
 /// The GPUs of `hgx-h100-8gpu`, by index.
 const GPU0: &str = "GPU-63d1e50a-b952-d15c-0740-12bc14859142";
@@ -438,17 +438,21 @@ fn another_recorded_host_and_one_made_by_record_run_the_script() {
     );
     assert_eq!(step(&report, "restart")["restart"]["equal"], true);
 
-    // A recording `record` made of that host (nvidia-smi a stand-in answering from it).
-    let bin = tempfile::tempdir().unwrap();
-    stand_in_nvidia_smi(&host, bin.path());
-    let out = tempfile::tempdir().unwrap();
+    // A recording `record` made of that host, live (nvidia-smi a stand-in answering from it at
+    // its host path, run inside the root: that needs root, which CI has).
+    if !accel_testkit::live_root::skip_unless_chroot(
+        "another_recorded_host_and_one_made_by_record_run_the_script (record)",
+    ) {
+        return;
+    }
+    let (out, live) = live_host(&host, &[("nvidia-smi", "/usr/bin/nvidia-smi")]);
     let recording = out.path().join("my-node");
     let recorded = Command::new(env!("CARGO_BIN_EXE_device-manager"))
         .arg("record")
         .arg(&recording)
         .arg("--host-root")
-        .arg(host.join("root"))
-        .env("PATH", path_with(bin.path()))
+        .arg(&live)
+        .env("PATH", IMAGE_PATH)
         .env_remove("HOST_ROOT")
         .output()
         .unwrap();

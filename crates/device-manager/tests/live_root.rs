@@ -1,23 +1,23 @@
 //! A live root is read as a live root (issue: "On a real node nothing is detected"): a folder
 //! without the recording mark is never taken for a recording, whatever it holds — every Linux
-//! `/` holds `/root` — and its programs are the real ones found on `PATH`.
+//! `/` holds `/root` — and its programs are the host's own, found under the root in the
+//! manufacturer's places and run inside it, never the test machine's.
+//!
+//! Most tests here enter a live-looking root with `chroot`, as the daemon in its image does:
+//! they need root (CI runs as root) and say SKIPPED elsewhere.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-mod support;
-use support::{hosts, live_root_from, path_with, stand_in_nvidia_smi};
+use accel_testkit::live_root::skip_unless_chroot;
 
-/// A fresh work folder holding a live-looking root made from `recorded` (`live`) and a `bin`
-/// folder with a stand-in nvidia-smi answering from the recording.
-fn live_with_stand_in(recorded: &Path) -> (tempfile::TempDir, PathBuf, PathBuf) {
-    let work = tempfile::tempdir().unwrap();
-    let live = work.path().join("live");
-    live_root_from(recorded, &live);
-    let bin = work.path().join("bin");
-    std::fs::create_dir_all(&bin).unwrap();
-    stand_in_nvidia_smi(recorded, &bin);
-    (work, live, bin)
+mod support;
+use support::{IMAGE_PATH, hosts, live_host};
+
+/// A fresh work folder holding a live-looking root made from `recorded` with nvidia-smi a
+/// stand-in at `/usr/bin/nvidia-smi` inside it.
+fn live_with_stand_in(recorded: &Path) -> (tempfile::TempDir, PathBuf) {
+    live_host(recorded, &[("nvidia-smi", "/usr/bin/nvidia-smi")])
 }
 
 struct Run {
@@ -27,12 +27,15 @@ struct Run {
 }
 
 fn device_manager(args: &[&str], path: &str) -> Run {
+    device_manager_with(args, &[("PATH", path)])
+}
+
+/// The binary with only `env` in its environment: nothing of the test's own.
+fn device_manager_with(args: &[&str], env: &[(&str, &str)]) -> Run {
     let out = Command::new(env!("CARGO_BIN_EXE_device-manager"))
         .args(args)
-        .env("PATH", path)
-        .env_remove("HOST_ROOT")
-        .env_remove("DATA_DIR")
-        .env_remove("GPUSTACK_PCI_CLASS_PREFIXES")
+        .env_clear()
+        .envs(env.iter().copied())
         .output()
         .expect("device-manager runs");
     Run {
@@ -42,11 +45,14 @@ fn device_manager(args: &[&str], path: &str) -> Run {
     }
 }
 
-fn detect_json(args: &[&str], path: &str) -> serde_json::Value {
-    let run = device_manager(args, path);
+fn json_of(args: &[&str], run: Run) -> serde_json::Value {
     assert_eq!(run.status, 0, "{args:?}: {}", run.stderr);
     serde_json::from_str(&run.stdout)
         .unwrap_or_else(|e| panic!("{args:?}: not JSON ({e}): {}", run.stdout))
+}
+
+fn detect_json(args: &[&str], path: &str) -> serde_json::Value {
+    json_of(args, device_manager(args, path))
 }
 
 fn gpus(json: &serde_json::Value) -> Vec<serde_json::Value> {
@@ -58,35 +64,146 @@ fn gpus(json: &serde_json::Value) -> Vec<serde_json::Value> {
         .unwrap_or_default()
 }
 
+/// One recorded host of every manufacturer, and where its tools stand on the live-looking host:
+/// a usual host path, off the host's own search path where the vendor installs it there (Ascend's
+/// driver tools, HYHAL, CoreX, the MetaX driver, the PPU SDK), so only the manufacturer's row
+/// finds it.
+/// A manufacturer, its recorded host, and each of its tools with the host path it stands at.
+type LiveHost = (
+    &'static str,
+    &'static str,
+    &'static [(&'static str, &'static str)],
+);
+
+const NINE: [LiveHost; 9] = [
+    (
+        "nvidia",
+        "hgx-h100-8gpu",
+        &[("nvidia-smi", "/usr/bin/nvidia-smi")],
+    ),
+    (
+        "amd",
+        "amd-8x-mi300x",
+        &[("amd-smi", "/opt/rocm/bin/amd-smi")],
+    ),
+    (
+        "ascend",
+        "ascend-8x-910b2",
+        &[("npu-smi", "/usr/local/Ascend/driver/tools/npu-smi")],
+    ),
+    (
+        "cambricon",
+        "cambricon-8x-mlu370-cnmon-v5",
+        &[("cnmon", "/usr/bin/cnmon")],
+    ),
+    (
+        "hygon",
+        "hygon-4x-k100ai",
+        &[("hy-smi", "/opt/hyhal/bin/hy-smi")],
+    ),
+    (
+        "iluvatar",
+        "iluvatar-16x-bi-v150",
+        &[("ixsmi", "/usr/local/corex/bin/ixsmi")],
+    ),
+    (
+        "metax",
+        "metax-8x-c500",
+        &[("mx-smi", "/opt/mxdriver/bin/mx-smi")],
+    ),
+    (
+        "mthreads",
+        "mthreads-8x-s4000",
+        &[("mthreads-gmi", "/usr/bin/mthreads-gmi")],
+    ),
+    (
+        "thead",
+        "thead-16x-zw810e",
+        &[("ppu-smi", "/usr/local/PPU_SDK/ppu-smi/bin/ppu-smi")],
+    ),
+];
+
+/// Issue 42 item 2: for every manufacturer, a live-looking root built from one of its recorded
+/// hosts, read exactly as the image's DaemonSet reads it (`HOST_ROOT`, the image's `PATH`, no
+/// other variable), detects what the recorded host detects: the same accelerators with the same
+/// identities, every fact and note alike. The tool runs inside the root; the test machine has
+/// none of them.
 #[test]
-fn a_live_looking_root_is_read_with_the_real_programs() {
+fn every_manufacturer_reads_a_live_root_as_the_image_does() {
+    if !skip_unless_chroot("every_manufacturer_reads_a_live_root_as_the_image_does") {
+        return;
+    }
+    for (manufacturer, host, tools) in NINE {
+        let recorded = hosts().join(host);
+        let (_work, live) = live_host(&recorded, tools);
+        let args = ["detect", "-o", "json"];
+        let live_text = live.to_str().unwrap();
+        let got = json_of(
+            &args,
+            device_manager_with(&args, &[("HOST_ROOT", live_text), ("PATH", IMAGE_PATH)]),
+        );
+        let want = detect_json(
+            &[
+                "detect",
+                "--host-root",
+                recorded.to_str().unwrap(),
+                "-o",
+                "json",
+            ],
+            "/nonexistent",
+        );
+        let names: Vec<&str> = got["manufacturers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|m| m["name"].as_str())
+            .collect();
+        assert_eq!(names, [manufacturer], "{host}: {got}");
+        let listed = gpus(&got);
+        assert!(!listed.is_empty(), "{host}: {got}");
+        assert!(
+            listed.iter().all(|a| a["uuid"].is_string()),
+            "{host}: every accelerator has its identity: {got}"
+        );
+        assert_eq!(
+            got, want,
+            "{host}: the live read differs from the recording"
+        );
+    }
+}
+
+/// The same live root without the tool at any of its places: the tool is looked for on the
+/// host, never on this machine's `PATH` (a stand-in there does not count), and the operator is
+/// told which tool is missing. NVIDIA's procfs still lists the GPUs with their UUIDs.
+#[test]
+fn a_tool_only_this_machine_has_is_not_the_hosts() {
     let recorded = hosts().join("hgx-h100-8gpu");
-    let (_work, live, bin) = live_with_stand_in(&recorded);
-
-    let live_arg = live.to_str().unwrap();
-    let args = ["detect", "--host-root", live_arg, "-o", "json"];
-    let got = detect_json(&args, &path_with(&bin));
-    // The same node, replayed from its recording: the live read must say exactly the same.
-    let want = detect_json(
-        &[
-            "detect",
-            "--host-root",
-            recorded.to_str().unwrap(),
-            "-o",
-            "json",
-        ],
-        "/nonexistent",
-    );
-    assert_eq!(gpus(&got).len(), 8, "{got}");
-    assert_eq!(got, want);
-
-    // Without nvidia-smi on PATH the live root's procfs still lists the GPUs (read at the top of
-    // the root, not under its root/), and the missing program is said on stderr: programs are
-    // looked up for real, never replayed.
-    let run = device_manager(&args, "/nonexistent");
+    let work = tempfile::tempdir().unwrap();
+    let live = work.path().join("live");
+    accel_testkit::live_root::live_root_from(&recorded, &live);
+    let bin = work.path().join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    support::stand_in_nvidia_smi(&recorded, &bin);
+    let args = [
+        "detect",
+        "--host-root",
+        live.to_str().unwrap(),
+        "-o",
+        "json",
+    ];
+    let run = device_manager(&args, &support::path_with(&bin));
     assert_eq!(run.status, 0, "{}", run.stderr);
     let procfs_only: serde_json::Value = serde_json::from_str(&run.stdout).unwrap();
-    assert_eq!(gpus(&procfs_only).len(), 8, "{procfs_only}");
+    let listed = gpus(&procfs_only);
+    assert_eq!(listed.len(), 8, "{procfs_only}");
+    assert!(
+        listed.iter().all(|g| g["uuid"].is_string()),
+        "{procfs_only}"
+    );
+    assert!(
+        listed.iter().all(|g| g["memoryMiB"].is_null()),
+        "nvidia-smi did not run: {procfs_only}"
+    );
     assert!(
         run.stderr.contains("nvidia-smi not found"),
         "stderr: {}",
@@ -137,8 +254,8 @@ fn a_recording_without_its_mark_is_read_live_and_says_so() {
 }
 
 /// `detect --host-root /` on this machine: the boot id is read from `/proc`, not `/root/proc`
-/// (shown through the faults the daemon recorded for this boot), and nvidia-smi is the program
-/// on `PATH`.
+/// (shown through the faults the daemon recorded for this boot), and nvidia-smi is the one in
+/// the directory `GPUSTACK_NVIDIA_TOOLS_PATH` names (on the node itself the tool runs directly).
 #[test]
 fn detect_on_slash_reads_proc_not_root_proc() {
     let boot_path = Path::new("/proc/sys/kernel/random/boot_id");
@@ -152,17 +269,26 @@ fn detect_on_slash_reads_proc_not_root_proc() {
     let work = tempfile::tempdir().unwrap();
     let bin = work.path().join("bin");
     std::fs::create_dir_all(&bin).unwrap();
-    stand_in_nvidia_smi(&recorded, &bin);
+    support::stand_in_nvidia_smi(&recorded, &bin);
     let data = work.path().join("data");
     std::fs::create_dir_all(&data).unwrap();
+    let bin_text = bin.to_str().unwrap();
+    let env = [
+        ("PATH", IMAGE_PATH),
+        ("GPUSTACK_NVIDIA_TOOLS_PATH", bin_text),
+    ];
 
     let args = ["detect", "--host-root", "/", "-o", "json"];
-    let plain = detect_json(&args, &path_with(&bin));
+    assert!(
+        gpus(&detect_json(&args, IMAGE_PATH)).is_empty(),
+        "this machine has no nvidia-smi of its own"
+    );
+    let plain = json_of(&args, device_manager_with(&args, &env));
     let listed = gpus(&plain);
     assert_eq!(
         listed.len(),
         8,
-        "the stand-in nvidia-smi on PATH ran: {plain}"
+        "the stand-in nvidia-smi the setting names ran: {plain}"
     );
     let first = listed[0]["uuid"].as_str().unwrap().to_string();
     let bus = listed[0]["busId"].as_str().unwrap().to_string();
@@ -174,18 +300,16 @@ fn detect_on_slash_reads_proc_not_root_proc() {
                     "class": "hardware", "count": 1}]
     });
     std::fs::write(data.join("faults.json"), faults.to_string()).unwrap();
-    let with_data = detect_json(
-        &[
-            "detect",
-            "--host-root",
-            "/",
-            "--data-dir",
-            data.to_str().unwrap(),
-            "-o",
-            "json",
-        ],
-        &path_with(&bin),
-    );
+    let args = [
+        "detect",
+        "--host-root",
+        "/",
+        "--data-dir",
+        data.to_str().unwrap(),
+        "-o",
+        "json",
+    ];
+    let with_data = json_of(&args, device_manager_with(&args, &env));
     let gpu = &gpus(&with_data)[0];
     assert_eq!(gpu["uuid"], first.as_str());
     assert_eq!(
@@ -198,8 +322,11 @@ fn detect_on_slash_reads_proc_not_root_proc() {
 /// to vfio-pci), with the daemon's memory, exactly as on the recording.
 #[test]
 fn a_passed_through_gpu_is_found_in_a_live_roots_sysfs() {
+    if !skip_unless_chroot("a_passed_through_gpu_is_found_in_a_live_roots_sysfs") {
+        return;
+    }
     let recorded = hosts().join("passthrough-l4");
-    let (_work, live, bin) = live_with_stand_in(&recorded);
+    let (_work, live) = live_with_stand_in(&recorded);
     let detect = |root: &Path, path: &str| {
         let data = tempfile::tempdir().unwrap();
         std::fs::copy(
@@ -220,7 +347,7 @@ fn a_passed_through_gpu_is_found_in_a_live_roots_sysfs() {
             path,
         )
     };
-    let live_read = detect(&live, &path_with(&bin));
+    let live_read = detect(&live, IMAGE_PATH);
     let listed = gpus(&live_read);
     let passed = listed
         .iter()
@@ -237,8 +364,11 @@ fn a_passed_through_gpu_is_found_in_a_live_roots_sysfs() {
 /// root read as a recording would look) count for nothing.
 #[test]
 fn doctor_reads_a_live_roots_kmsg_kubelet_sockets_cdi_and_library() {
+    if !skip_unless_chroot("doctor_reads_a_live_roots_kmsg_kubelet_sockets_cdi_and_library") {
+        return;
+    }
     let recorded = hosts().join("hgx-h100-8gpu");
-    let (_work, live, bin) = live_with_stand_in(&recorded);
+    let (_work, live) = live_with_stand_in(&recorded);
     let inventory = detect_json(
         &[
             "detect",
@@ -247,7 +377,7 @@ fn doctor_reads_a_live_roots_kmsg_kubelet_sockets_cdi_and_library() {
             "-o",
             "json",
         ],
-        &path_with(&bin),
+        IMAGE_PATH,
     );
     let uuids: Vec<String> = gpus(&inventory)
         .iter()
@@ -299,7 +429,7 @@ fn doctor_reads_a_live_roots_kmsg_kubelet_sockets_cdi_and_library() {
                 "-o",
                 "json",
             ],
-            &path_with(&bin),
+            IMAGE_PATH,
         );
         let report: serde_json::Value = serde_json::from_str(&run.stdout)
             .unwrap_or_else(|e| panic!("doctor -o json ({e}): {}{}", run.stdout, run.stderr));

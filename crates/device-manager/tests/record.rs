@@ -1,12 +1,14 @@
-//! `device-manager record` round trip: a node whose nvidia-smi is a stand-in program answering
-//! from a recorded host is recorded, and `detect` on the recording says exactly what `detect`
-//! on the original says.
+//! `device-manager record` round trip: a live-looking node whose vendor tool is a stand-in
+//! answering from a recorded host (at its host path, run inside the root as the daemon runs it)
+//! is recorded, and `detect` on the recording says exactly what `detect` on the original says.
+//! Entering the root needs root (CI runs as root); elsewhere those tests say SKIPPED.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 mod support;
-use support::{hosts, path_with, stand_in};
+use accel_testkit::live_root::skip_unless_chroot;
+use support::{IMAGE_PATH, hosts, live_host};
 
 fn run(args: &[&str], path: &str) -> (i32, String, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_device-manager"))
@@ -23,15 +25,16 @@ fn run(args: &[&str], path: &str) -> (i32, String, String) {
     )
 }
 
-/// Records the recorded host `original`'s root as a live node whose `program` is a stand-in
-/// answering from the recording; the folder (kept alive by the guard) and the recording in it.
-fn record_with_stand_in(original: &Path, program: &str) -> (tempfile::TempDir, PathBuf) {
-    let bin = tempfile::tempdir().unwrap();
-    stand_in(original, bin.path(), program);
-    let path = path_with(bin.path());
-    let out = tempfile::tempdir().unwrap();
+/// Records the recorded host `original` as a live node whose `program` is a stand-in at
+/// `host_path` answering from the recording; the folder (kept alive by the guard), the live
+/// root and the recording.
+fn record_with_stand_in(
+    original: &Path,
+    program: &str,
+    host_path: &str,
+) -> (tempfile::TempDir, PathBuf, PathBuf) {
+    let (out, root) = live_host(original, &[(program, host_path)]);
     let recording = out.path().join("node");
-    let root = original.join("root");
     let (status, _, stderr) = run(
         &[
             "record",
@@ -39,17 +42,20 @@ fn record_with_stand_in(original: &Path, program: &str) -> (tempfile::TempDir, P
             "--host-root",
             root.to_str().unwrap(),
         ],
-        &path,
+        IMAGE_PATH,
     );
     assert_eq!(status, 0, "record failed: {stderr}");
-    (out, recording)
+    (out, root, recording)
 }
 
 #[test]
 fn a_recorded_node_detects_like_the_original() {
+    if !skip_unless_chroot("a_recorded_node_detects_like_the_original") {
+        return;
+    }
     let original = hosts().join("hgx-h100-8gpu");
-    let (_out, recording) = record_with_stand_in(&original, "nvidia-smi");
-    let root = original.join("root");
+    let (_out, root, recording) =
+        record_with_stand_in(&original, "nvidia-smi", "/usr/bin/nvidia-smi");
     assert!(recording.join("commands").is_dir());
     let mark: serde_json::Value = serde_json::from_str(
         &std::fs::read_to_string(recording.join("recorded-host.json")).unwrap(),
@@ -84,8 +90,12 @@ fn a_recorded_node_detects_like_the_original() {
 /// amd-smi query), and `detect` and `monitor` on the recording answer as on the original.
 #[test]
 fn an_amd_node_is_recorded_through_its_backends_plan() {
+    if !skip_unless_chroot("an_amd_node_is_recorded_through_its_backends_plan") {
+        return;
+    }
     let original = hosts().join("amd-8x-mi300x");
-    let (_out, recording) = record_with_stand_in(&original, "amd-smi");
+    let (_out, _root, recording) =
+        record_with_stand_in(&original, "amd-smi", "/opt/rocm/bin/amd-smi");
     assert!(
         recording
             .join("root/sys/class/kfd/kfd/topology/nodes")

@@ -1,6 +1,7 @@
 //! The mutating half: `.units` folded from the memory budget or the profile's VRAM into requests
 //! and limits (overwriting any client value), `.sliced.cores-percentage` written explicitly (100
-//! when omitted), and the shared pin (seed 003, "Shared"; DESIGN.md, "Resource keys and units").
+//! when omitted), the shared pin (seed 003, "Shared"; DESIGN.md, "Resource keys and units"), and
+//! the manufacturer's RuntimeClass where it exists ([`runtime_class`]).
 //!
 //! This module owns what the webhook adds to a Pod. It refuses a Pod only when the pool cannot
 //! tell it what it needs (the pin's group, a VRAM); a request that breaks a rule is left as it is
@@ -13,18 +14,30 @@ use crate::admission::pod::{ContainerView, PodView};
 use crate::admission::rules::{
     find, manufacturers, missing_pool_facts, percentage, profiles, shared_pin,
 };
+use crate::admission::runtime_class::{self, Attachment, RuntimeClasses};
 use crate::pool::Pool;
 use crate::quantity::parse_count;
 use crate::resources::{AcceleratorKey, KeyGrammar};
 use crate::units::{DEFAULT_CORES_PERCENTAGE, MemoryBudget, fold};
 
-/// The Pod after mutation, or the violations that stopped it.
+/// What mutation made of a Pod.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Mutation {
+    /// The Pod after mutation.
+    pub pod: Value,
+    /// What the client is told without the Pod being refused (a RuntimeClass not attached).
+    pub warnings: Vec<String>,
+}
+
+/// The Pod after mutation, or the violations that stopped it. `runtime_classes` are the
+/// RuntimeClasses that exist in the cluster.
 pub fn mutate(
     pod: &Value,
     view: &PodView,
     pool: &Pool,
+    runtime_classes: &RuntimeClasses,
     grammar: &KeyGrammar,
-) -> Result<Value, Vec<FieldError>> {
+) -> Result<Mutation, Vec<FieldError>> {
     let missing = missing_pool_facts(view, pool);
     if !missing.is_empty() {
         return Err(missing);
@@ -49,7 +62,14 @@ pub fn mutate(
             })?;
         }
     }
-    Ok(out)
+    let mut warnings = Vec::new();
+    let attachment = runtime_class::attachment(pod, view, runtime_classes, grammar);
+    match &attachment {
+        Attachment::Attach(class) => runtime_class::attach(&mut out, class),
+        Attachment::Nothing | Attachment::Ambiguous(_) => {}
+    }
+    warnings.extend(attachment.warning());
+    Ok(Mutation { pod: out, warnings })
 }
 
 /// The keys a container gets written, with their values.

@@ -565,6 +565,9 @@ impl Ledger {
                     Some("it is in MIG mode and feeds only partitions")
                 }
                 (Grantable::Nothing, _) => Some("it is passed through to a virtual machine"),
+                (Grantable::Unidentified, _) => {
+                    Some("its driver's tool names no identity (UUID) for it")
+                }
             };
             if let Some(why) = why {
                 return Err(Refusal::NotGrantable {

@@ -69,7 +69,7 @@ impl SystemCommands {
     }
 }
 
-fn is_executable(path: &Path) -> bool {
+pub(crate) fn is_executable(path: &Path) -> bool {
     std::fs::metadata(path)
         .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
         .unwrap_or(false)
@@ -145,11 +145,20 @@ struct Running {
     done: Receiver<()>,
 }
 
+/// What one program run is: the executable, its arguments, and the variables set for it (on
+/// top of this process's environment).
+pub(crate) struct Launch<'a> {
+    pub program: &'a Path,
+    pub args: Vec<&'a std::ffi::OsStr>,
+    pub env: Vec<(&'static str, OsString)>,
+}
+
 impl Running {
-    fn start(program: &Path, argv: &[&str]) -> std::io::Result<Running> {
-        let mut command = Command::new(program);
+    fn start(launch: &Launch<'_>) -> std::io::Result<Running> {
+        let mut command = Command::new(launch.program);
         command
-            .args(&argv[1..])
+            .args(&launch.args)
+            .envs(launch.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -231,48 +240,65 @@ impl Commands for SystemCommands {
                 program: program.to_string(),
             });
         };
-        let started_at = Instant::now();
-        let until = started_at.checked_add(deadline);
-        let io_error = |source| CommandError::Io {
-            argv: argv_text(argv),
-            source,
+        let launch = Launch {
+            program: &path,
+            args: argv[1..].iter().map(std::ffi::OsStr::new).collect(),
+            env: Vec::new(),
         };
-        let mut running = match Running::start(&path, argv) {
-            Ok(r) => r,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                return Err(CommandError::NotInstalled {
-                    program: program.to_string(),
-                });
-            }
-            Err(e) => return Err(io_error(e)),
-        };
-        // A deadline too far to represent is no deadline at all.
-        let until = until.unwrap_or_else(|| started_at + Duration::from_secs(u32::MAX.into()));
-        let exited = match running.wait_exit(until) {
-            Ok(exited) => exited,
-            Err(e) => {
-                running.stop(None);
-                return Err(io_error(e));
-            }
-        };
-        // Exited in time: its output is complete once both pipes closed, which a grandchild
-        // still holding them can delay past the deadline.
-        if let Some(status) = exited
-            && wait_readers(&running.done, 2, until)
-        {
-            return Ok(running.output(Some(status)));
-        }
-        let status = running.stop(exited);
-        Err(CommandError::TimedOut {
-            argv: argv_text(argv),
-            deadline,
-            partial: running.output(status),
-        })
+        run_launch(&launch, argv, deadline)
     }
 
     fn is_installed(&self, program: &str) -> bool {
         self.find_program(program).is_some()
     }
+}
+
+/// Runs `launch` within `deadline`, killing its process group when it overruns; `argv` is the
+/// command line the caller asked for, which every message names (a tool run inside the host
+/// root is still `npu-smi info`, not the `chroot` line that started it).
+pub(crate) fn run_launch(
+    launch: &Launch<'_>,
+    argv: &[&str],
+    deadline: Duration,
+) -> Result<CommandOutput, CommandError> {
+    let program = argv.first().copied().unwrap_or_default();
+    let started_at = Instant::now();
+    let until = started_at.checked_add(deadline);
+    let io_error = |source| CommandError::Io {
+        argv: argv_text(argv),
+        source,
+    };
+    let mut running = match Running::start(launch) {
+        Ok(r) => r,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Err(CommandError::NotInstalled {
+                program: program.to_string(),
+            });
+        }
+        Err(e) => return Err(io_error(e)),
+    };
+    // A deadline too far to represent is no deadline at all.
+    let until = until.unwrap_or_else(|| started_at + Duration::from_secs(u32::MAX.into()));
+    let exited = match running.wait_exit(until) {
+        Ok(exited) => exited,
+        Err(e) => {
+            running.stop(None);
+            return Err(io_error(e));
+        }
+    };
+    // Exited in time: its output is complete once both pipes closed, which a grandchild
+    // still holding them can delay past the deadline.
+    if let Some(status) = exited
+        && wait_readers(&running.done, 2, until)
+    {
+        return Ok(running.output(Some(status)));
+    }
+    let status = running.stop(exited);
+    Err(CommandError::TimedOut {
+        argv: argv_text(argv),
+        deadline,
+        partial: running.output(status),
+    })
 }
 
 #[cfg(test)]

@@ -1,13 +1,13 @@
-//! `device-manager admit [--pool FILE] [--phase mutate|validate|both] [-o text|json] POD.yaml|-`:
-//! the webhooks' verdict on a Pod, offline, exactly as the API server would get it (DESIGN.md's
-//! contract). Exit 0 allowed, 1 denied, 2 unreadable input.
+//! `device-manager admit [--pool FILE] [--runtime-class NAME…] [--phase mutate|validate|both]
+//! [-o text|json] POD.yaml|-`: the webhooks' verdict on a Pod, offline, exactly as the API server
+//! would get it (DESIGN.md's contract). Exit 0 allowed, 1 denied, 2 unreadable input.
 
 use std::io::Read as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use crate::settings::Settings;
-use accel_core::admission::{self, Phase};
+use accel_core::admission::{self, Phase, RuntimeClasses};
 use accel_core::pool::{Pool, QUEUE_LABEL};
 use anyhow::Context as _;
 use serde_json::Value;
@@ -33,10 +33,21 @@ pub struct Args {
     /// memoryMiB, count, profiles; any field may be absent). Without it the pool is unknown.
     #[arg(long, env = "ADMIT_POOL", value_name = "FILE")]
     pool: Option<PathBuf>,
+    /// A RuntimeClass that exists in the cluster (repeatable, or comma-separated): what the
+    /// webhook would learn from its watch. The mutating webhook attaches a manufacturer's runtime
+    /// name (`GPUSTACK_<MANUFACTURER>_ACCELERATABLE_RUNTIME_NAME`) only when it is one of these;
+    /// without any, none is attached.
+    #[arg(
+        long = "runtime-class",
+        env = "ADMIT_RUNTIME_CLASS",
+        value_name = "NAME",
+        value_delimiter = ','
+    )]
+    runtime_classes: Vec<String>,
     /// mutate, validate, or both (mutate, then validate the mutated Pod, as the API server does).
     #[arg(long, env = "ADMIT_PHASE", value_enum, default_value_t = PhaseArg::Both)]
     phase: PhaseArg,
-    /// text or json ({"allowed","message","patch","pod"}).
+    /// text or json ({"allowed","message","patch","pod"}, and "warnings" when there are some).
     #[arg(short = 'o', long = "output", env = "ADMIT_OUTPUT", value_enum, default_value_t = Output::Text)]
     output: Output,
     /// The Pod, YAML or JSON; `-` reads standard input.
@@ -90,7 +101,13 @@ pub fn run(args: Args, settings: &Settings) -> anyhow::Result<ExitCode> {
         PhaseArg::Validate => Phase::Validate,
         PhaseArg::Both => Phase::Both,
     };
-    let verdict = admission::admit(&pod, &pool, &grammar, phase)
+    let runtime_classes: RuntimeClasses = args
+        .runtime_classes
+        .iter()
+        .map(|name| name.trim())
+        .filter(|name| !name.is_empty())
+        .collect();
+    let verdict = admission::admit(&pod, &pool, &runtime_classes, &grammar, phase)
         .with_context(|| format!("cannot read the Pod {}", args.pod))?;
     match args.output {
         Output::Json => println!("{}", serde_json::to_string_pretty(&verdict)?),
@@ -109,6 +126,10 @@ pub fn run(args: Args, settings: &Settings) -> anyhow::Result<ExitCode> {
                     op.get("op").and_then(Value::as_str).unwrap_or(""),
                     op.get("path").and_then(Value::as_str).unwrap_or("")
                 );
+            }
+            // As kubectl shows the API server's warnings: on stderr, the verdict unchanged.
+            for warning in &verdict.warnings {
+                eprintln!("Warning: {warning}");
             }
         }
     }

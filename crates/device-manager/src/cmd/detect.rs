@@ -23,7 +23,7 @@ pub struct Args {
 }
 
 pub fn run(args: Args, settings: &Settings) -> anyhow::Result<ExitCode> {
-    let (inventory, detections) = args.node.detect(&settings.manufacturers)?;
+    let (inventory, detections) = args.node.detect(settings)?;
     let mut failed = false;
     for detection in &detections {
         match detection {
@@ -201,6 +201,7 @@ fn row(a: &Accelerator) -> [String; 11] {
             accel_core::inventory::Grantable::Nothing => {
                 format!("none ({:?})", a.source).to_lowercase()
             }
+            accel_core::inventory::Grantable::Unidentified => "none (no identity)".into(),
         },
         if a.healthy {
             "ok".into()

@@ -109,7 +109,7 @@ fn rdma_links(host: &dyn accel_host::Host) -> Option<accel_backend::doctor::Chec
 }
 
 pub fn run(args: Args, settings: &Settings) -> anyhow::Result<ExitCode> {
-    let mut node = Node::open(&args.host_root)?;
+    let mut node = Node::open_with(&args.host_root, settings.tool_places())?;
     node.table = settings.manufacturers.clone();
     let backend = match args.manufacturer {
         Some(m) => Some(crate::backends::backend(m)?),

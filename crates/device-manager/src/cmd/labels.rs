@@ -13,7 +13,7 @@ pub struct Args {
 }
 
 pub fn run(args: Args, settings: &Settings) -> anyhow::Result<ExitCode> {
-    let (inventory, detections) = args.node.detect(&settings.manufacturers)?;
+    let (inventory, detections) = args.node.detect(settings)?;
     let mut failed = false;
     for detection in &detections {
         if let Err(e) = detection {

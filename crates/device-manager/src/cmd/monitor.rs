@@ -17,6 +17,7 @@ use accel_core::Manufacturer;
 
 use super::Format;
 use crate::node::Node;
+use crate::settings::Settings;
 
 /// Arguments of `monitor`.
 #[derive(Debug, clap::Args)]
@@ -70,8 +71,8 @@ pub fn parse_period(text: &str) -> Result<Duration, String> {
     Ok(Duration::from_secs(seconds))
 }
 
-pub fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let node = Node::open(&args.host_root)?;
+pub fn run(args: Args, settings: &Settings) -> anyhow::Result<ExitCode> {
+    let node = Node::open_with(&args.host_root, settings.tool_places())?;
     let deadline = Duration::from_secs(args.query_timeout);
     let samplers = samplers(args.manufacturer)?;
     let mut taken = 0u64;

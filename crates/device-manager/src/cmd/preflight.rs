@@ -85,7 +85,7 @@ pub fn run(args: Args, settings: &Settings) -> anyhow::Result<ExitCode> {
         manufacturers = crate::backends::detectable();
     }
     let pci_classes = class_prefixes(args.pci_class_prefixes.as_deref())?;
-    let mut node = Node::open(&args.host_root)?;
+    let mut node = Node::open_with(&args.host_root, settings.tool_places())?;
     node.table = settings.manufacturers.clone();
     let options = Options {
         manufacturers: manufacturers.clone(),

@@ -17,8 +17,10 @@ use std::time::Duration;
 
 use accel_backend::record::RecordPlan;
 use accel_host::record::{CommandRecord, Recorder};
-use accel_host::{FsHost, Host, Mark, SystemCommands};
+use accel_host::{FsHost, Host, HostTools, Mark};
 use anyhow::Context;
+
+use crate::settings::Settings;
 
 /// Arguments of `record`.
 #[derive(Debug, clap::Args)]
@@ -53,7 +55,7 @@ const TREES: &[&str] = &[
 const DEVICE_NODES: &[&str] = &["dev/infiniband/rdma_cm"];
 const NUMBERED_DEVICES: &[&str] = &["infiniband/uverbs"];
 
-pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+pub fn run(args: Args, settings: &Settings) -> anyhow::Result<ExitCode> {
     let host = FsHost::new(&args.host_root);
     if !args.host_root.is_dir() {
         anyhow::bail!(
@@ -100,7 +102,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         }
     }
 
-    let commands = SystemCommands::new();
+    // The tools as the daemon runs them: found under the host root, run inside it.
+    let commands = HostTools::new(&args.host_root, settings.tool_places());
     let deadline = Duration::from_secs(args.command_timeout);
     let mut names = std::collections::BTreeSet::new();
     for plan in &plans {
@@ -120,7 +123,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
 /// Records a plan's commands; a program found missing skips its remaining command lines.
 fn record_commands(
     recorder: &mut Recorder,
-    commands: &SystemCommands,
+    commands: &HostTools,
     plan: &RecordPlan,
     deadline: Duration,
     names: &mut std::collections::BTreeSet<String>,

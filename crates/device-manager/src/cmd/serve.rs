@@ -269,11 +269,11 @@ impl Prepared {
         // node goes down).
         let lock = DataDirLock::acquire(&paths.data_dir, args.manufacturer)?;
         tracing::debug!("holding {}", lock.path().display());
-        let mut node = Node::open(&args.host_root)?;
+        let mut node = Node::open_with(&args.host_root, settings.tool_places())?;
         // The partitioner's own handle on the node's programs: a create never waits for a
         // detection pass holding the collector (a recorded host's MIG state is one file for both).
         let partition_commands: Arc<dyn accel_host::Commands> =
-            Arc::from(Node::open(&args.host_root)?.commands);
+            Arc::from(Node::open_with(&args.host_root, settings.tool_places())?.commands);
         node.table = settings.manufacturers.clone();
         node.pci_gate = !args.no_pci_check;
         if node.is_recorded() {

@@ -62,6 +62,8 @@ use metrics::{AcceleratorHealth, DaemonMetrics, PassOutcome};
 
 #[cfg(test)]
 mod amd_tests;
+#[cfg(test)]
+mod failing_tool_tests;
 pub mod loops;
 pub mod metrics;
 #[cfg(test)]
@@ -364,6 +366,10 @@ impl Daemon {
                         tracing::warn!(
                             "{manufacturer}: a pass found no accelerator; undetected, and what was held for it is dropped"
                         );
+                    }
+                    // A layer that failed leaves facts unread: they keep their last value.
+                    if state.detected_at.is_some() {
+                        fresh.keep_known(&state.inventory);
                     }
                     state.faults.apply(&mut fresh);
                     log_inventory(state.detected_at.is_none(), &state.inventory, &fresh);

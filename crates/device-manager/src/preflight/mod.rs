@@ -25,7 +25,7 @@ use accel_backend::preflight::{ContainerCli, Depth, NodeAccess, Preflight, State
 use accel_backend::respond::{Answer, Injection, Responder, ResponderSetup};
 use accel_backend::{Backend, Container, DetectRequest, Phase, Pod, slicing};
 use accel_core::Manufacturer;
-use accel_core::inventory::{Accelerator, Grantable, Inventory};
+use accel_core::inventory::{Accelerator, Inventory};
 use accel_core::ledger::units::mib_for_units;
 use accel_core::ledger::{Family, Seat};
 use accel_core::units::UNITS_PER_ACCELERATOR;
@@ -523,7 +523,7 @@ impl Pass<'_> {
         let names: Vec<String> = section
             .accelerators
             .iter()
-            .filter(|a| a.grantable != Grantable::Nothing)
+            .filter(|a| a.grantable.feeds_any())
             .map(accelerator_name)
             .collect();
         // A manufacturer whose backend has no preflight knowledge yet answers detection alone.
@@ -589,7 +589,7 @@ impl Pass<'_> {
         let count = section
             .accelerators
             .iter()
-            .filter(|a| a.grantable != Grantable::Nothing)
+            .filter(|a| a.grantable.feeds_any())
             .count();
         let notes = if section.notes.is_empty() {
             String::new()
@@ -736,7 +736,7 @@ impl Pass<'_> {
         for accelerator in section
             .accelerators
             .iter()
-            .filter(|a| a.grantable != Grantable::Nothing)
+            .filter(|a| a.grantable.feeds_any())
         {
             let name = accelerator_name(accelerator);
             let access = NodeAccess {

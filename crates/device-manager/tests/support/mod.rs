@@ -58,12 +58,25 @@ pub fn copy_tree(from: &Path, to: &Path) {
         .unwrap_or_else(|e| panic!("copy {} to {}: {e}", from.display(), to.display()));
 }
 
-/// A live-looking root made from a recorded host's files: what the node showed under `/` sits
-/// at the top (`proc/driver/nvidia/…`, `sys/…`, `dev/…`), beside an empty `root/` as on every
-/// Linux, and there is no recording mark and no `commands/`.
+/// The image's `PATH` (Debian's, as the Dockerfile's runtime stage has it): what the daemon in
+/// its DaemonSet runs with.
+pub const IMAGE_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+/// A live-looking root made from a recorded host's files ([`accel_testkit::live_root`]).
 pub fn live_root_from(recorded: &Path, into: &Path) {
-    copy_tree(&recorded.join("root"), into);
-    std::fs::create_dir_all(into.join("root")).unwrap();
-    assert!(!into.join("recorded-host.json").exists());
-    assert!(!into.join("commands").exists());
+    accel_testkit::live_root::live_root_from(recorded, into);
+}
+
+/// A fresh work folder holding `live`, a live-looking root made from `recorded` with a shell and,
+/// for each `(program, host path)` of `tools`, a stand-in at that path answering what the
+/// recording recorded: a node as the daemon in its image sees it at `HOST_ROOT`.
+pub fn live_host(recorded: &Path, tools: &[(&str, &str)]) -> (tempfile::TempDir, PathBuf) {
+    let work = tempfile::tempdir().unwrap();
+    let live = work.path().join("live");
+    accel_testkit::live_root::live_root_from(recorded, &live);
+    accel_testkit::live_root::install_shell(&live);
+    for (program, host_path) in tools {
+        accel_testkit::live_root::stand_in_tool(&live, recorded, program, host_path);
+    }
+    (work, live)
 }
