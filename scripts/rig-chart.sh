@@ -37,7 +37,6 @@ cp -a "$REPO/testdata/hosts/hgx-h100-8gpu" "$HOST"
 echo "stand-in preload library (rig-chart.sh)" > "$WORK/libvgpu.so"
 files=(--file "$BIN:/usr/local/bin/device-manager"
   --file "$REPO/deploy/image/stage-libraries:/usr/local/bin/stage-libraries"
-  --file "$REPO/deploy/image/nvidia-smi:/usr/local/bin/nvidia-smi"
   --file /bin/busybox:/bin/busybox --busybox-links
   --data "$WORK/libvgpu.so:/opt/gpustack/lib/cuda-13/libvgpu.so")
 for lib in $(ldd "$BIN" | grep -o '/[^ ]*'); do

@@ -9,5 +9,6 @@ fuzz_target!(|data: &[u8]| {
     let _ = accel_cambricon::cnmon::parse_info(&text);
     let _ = accel_metax::mxsmi::parse_table(&text);
     let _ = accel_metax::mxsmi::parse_list(&text);
+    let _ = accel_metax::count_ecc::parse_count_ecc(&text);
     let _ = accel_metax::mxsmi::family(&text);
 });

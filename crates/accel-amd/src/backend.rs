@@ -98,8 +98,18 @@ fn amd_faults(
 pub struct AmdDoctor;
 
 impl Doctor for AmdDoctor {
+    /// A KFD topology alone is not AMD's driver: Hygon's DCUs run KFD too. AMD's driver shows
+    /// as a KFD GPU node of one of AMD's vendor ids.
     fn driver_shown(&self, host: &dyn Host) -> bool {
-        host.exists(crate::kfd::TOPOLOGY_DIR)
+        let amd = Manufacturer::Amd.default_pci_vendor_ids();
+        crate::kfd::read_topology(host, crate::kfd::TOPOLOGY_DIR)
+            .ok()
+            .flatten()
+            .is_some_and(|nodes| {
+                nodes
+                    .iter()
+                    .any(|n| n.is_gpu() && n.vendor_id().is_some_and(|v| amd.contains(&v)))
+            })
     }
 
     fn run(&self, host: &dyn Host, commands: &dyn Commands, options: &Options) -> Report {
@@ -109,6 +119,7 @@ impl Doctor for AmdDoctor {
             options.deadlines,
             &format!("/{}", options.library_dir.trim_start_matches('/')),
             &options.arch,
+            options.kmsg.as_deref(),
         ))
     }
 }

@@ -8,12 +8,15 @@
 //! only), `device-nodes` (every detected accelerator's `/dev/dri/card<N>` and `renderD<M>` on the
 //! host, the responder's precondition for passing them to a container), `unique-ids`
 //! (an accelerator without one cannot be granted), `partitions` (a partitioned board is not
-//! served), `slicing-library` (`<library-dir>/amd/libvrocm.so` staged; none on arm64).
+//! served), `slicing-library` (`<library-dir>/amd/libvrocm.so` staged; none on arm64), and the
+//! health source, `kmsg`: AMD health is the kernel log's amdgpu faults (`crate::kmsg`), so the
+//! check says whether the log the daemon reads is readable; amd-smi's ECC counts and bad-page
+//! state are not read as health, and the row says so.
 
 use accel_backend::Deadlines;
 use accel_backend::doctor::{Check, Status};
 use accel_core::inventory::ManufacturerInventory;
-use accel_host::{Commands, Host, run_bounded};
+use accel_host::{Commands, Host, KMSG_PATH, run_bounded};
 
 use crate::backend::vrocm_built_for;
 use crate::detector::{self, AMD_SMI_VERSION, DetectOptions};
@@ -30,13 +33,15 @@ fn check(name: &'static str, status: Status, reason: String, action: Option<&str
 }
 
 /// Runs every check. `library_dir` is the host path the shim is staged under (its `amd/`);
-/// `arch` the CPU architecture the daemon's image is built for.
+/// `arch` the CPU architecture the daemon's image is built for; `kmsg` the kernel log when it
+/// is not `dev/kmsg` under the host root (`--kmsg-path`).
 pub fn run(
     host: &dyn Host,
     commands: &dyn Commands,
     deadlines: Deadlines,
     library_dir: &str,
     arch: &str,
+    kmsg: Option<&std::path::Path>,
 ) -> Vec<Check> {
     let mut checks = Vec::new();
     let amdgpu_cards = drm::read_bound_cards(host, drm::CLASS_DIR, drm::DRIVER).len();
@@ -196,7 +201,38 @@ pub fn run(
             Some("stage libvrocm.so, rocm-monitor and rocm-cumask-check there yourself (the image does not ship them)"),
         )
     });
+    checks.push(kmsg_check(host, kmsg));
     checks
+}
+
+/// `kmsg`: the kernel log the daemon reads amdgpu's faults from, the one AMD health source.
+fn kmsg_check(host: &dyn Host, kmsg: Option<&std::path::Path>) -> Check {
+    const NAME: &str = "kmsg";
+    let (path, shown) = match kmsg {
+        Some(path) => (path.to_path_buf(), path.display().to_string()),
+        None => (host.root().join(KMSG_PATH), "/dev/kmsg".to_string()),
+    };
+    let counters = "amd-smi's ECC counts and bad-page state are not read as health";
+    match std::fs::File::open(&path) {
+        Ok(_) => check(
+            NAME,
+            Status::Ok,
+            format!(
+                "{shown} is readable: amdgpu's RAS errors, GPU resets, ring timeouts and page faults are watched ({counters})"
+            ),
+            None,
+        ),
+        Err(e) => check(
+            NAME,
+            Status::Warn,
+            format!(
+                "{shown}: {e}: amdgpu's faults cannot be watched, and they are AMD's one health source ({counters})"
+            ),
+            Some(
+                "mount /dev/kmsg into the DaemonSet's container and give it CAP_SYSLOG (or run it privileged)",
+            ),
+        ),
+    }
 }
 
 /// Every detected accelerator's DRM nodes present on the host.

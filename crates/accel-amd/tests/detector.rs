@@ -361,3 +361,18 @@ fn without_kernel_unique_ids_a_failing_amd_smi_is_a_pass_not_measured() {
         assert!(!reason.contains('\n'), "{failure}: one line: {reason}");
     }
 }
+
+/// `doctor` picks AMD on a host whose KFD shows an AMD GPU, never on a Hygon host, whose DCUs
+/// run KFD too (a plain `doctor` there is Hygon's).
+#[test]
+fn amds_driver_shows_only_through_an_amd_kfd_node() {
+    use accel_backend::doctor::Doctor;
+    let shown = |name: &str| {
+        let host = FsHost::new(accel_testkit::recorded_host(name).join("root"));
+        accel_amd::backend::AmdDoctor.driver_shown(&host)
+    };
+    assert!(shown("amd-8x-mi300x"));
+    assert!(shown("amd-rocm-smi-only-rx7800xt"));
+    assert!(!shown("hygon-4x-k100ai"));
+    assert!(!shown("hgx-h100-8gpu"));
+}

@@ -5,7 +5,7 @@
 //! partitioner (Ascend has no partition family), no kernel-log faults (no capture exists).
 
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use accel_backend::detect::{DetectRequest, Detector, StateError};
 use accel_backend::doctor::{Doctor, Options, Report};
@@ -40,16 +40,8 @@ pub fn backend() -> Backend {
         record: record_plan(),
         // The driver package installs npu-smi in /usr/local/sbin and /usr/local/bin and keeps it in
         // its tools directory; its libraries are in the driver's lib64 tree (the installer also
-        // registers them with ldconfig).
-        tools: HostToolDirs {
-            programs: &["npu-smi"],
-            install_dirs: &["/usr/local/Ascend/driver/tools"],
-            library_dirs: &[
-                "/usr/local/Ascend/driver/lib64",
-                "/usr/local/Ascend/driver/lib64/common",
-                "/usr/local/Ascend/driver/lib64/driver",
-            ],
-        },
+        // registers them with ldconfig). The tree is `<CANN_HOME>/driver`.
+        tools: env_tool_dirs(),
         state_dir: StateDirRule::Named,
         replay: Some(crate::share::wrap),
         replay_writes: None,
@@ -60,16 +52,80 @@ pub fn backend() -> Backend {
 pub const RESET_REFUSAL: &str = "Ascend NPUs are not reset by the device manager: drain the node \
      and reset the chip with `npu-smi set -t reset -i <card> -c <chip>` by hand, or reboot";
 
-/// What `record` captures of an Ascend node: the driver's and CANN's version files, the
-/// control nodes and the numbered `/dev/davinci<N>`, and the node-wide `npu-smi` queries (the
-/// per-chip `-t` queries depend on the table and are recorded by hand, see the hosts' NOTES).
+/// The default places of `npu-smi` and its libraries (`CANN_HOME` unset).
+pub const DEFAULT_TOOLS: HostToolDirs = HostToolDirs {
+    programs: &["npu-smi"],
+    install_dirs: &["/usr/local/Ascend/driver/tools"],
+    library_dirs: &[
+        "/usr/local/Ascend/driver/lib64",
+        "/usr/local/Ascend/driver/lib64/common",
+        "/usr/local/Ascend/driver/lib64/driver",
+    ],
+};
+
+/// A string kept for the life of the process (the seam's rows hold `&'static` paths; each is
+/// made once, from the daemon's environment).
+fn kept(text: String) -> &'static str {
+    Box::leak(text.into_boxed_str())
+}
+
+/// The places of `npu-smi` under `roots`: [`DEFAULT_TOOLS`], or with `CANN_HOME` set the same
+/// driver tree under it (`<CANN_HOME>/driver/tools`, `<CANN_HOME>/driver/lib64…`), where
+/// spec §1.1 looks for the driver's library.
+pub fn tool_dirs(roots: &kernel::InstallRoots) -> HostToolDirs {
+    if roots.cann_home.is_none() {
+        return DEFAULT_TOOLS;
+    }
+    let driver = roots.driver_dir();
+    let dirs = |subdirs: &[&str]| -> &'static [&'static str] {
+        let dirs: Vec<&'static str> = subdirs
+            .iter()
+            .map(|sub| kept(format!("{driver}/{sub}")))
+            .collect();
+        Box::leak(dirs.into_boxed_slice())
+    };
+    HostToolDirs {
+        programs: DEFAULT_TOOLS.programs,
+        install_dirs: dirs(&["tools"]),
+        library_dirs: dirs(&["lib64", "lib64/common", "lib64/driver"]),
+    }
+}
+
+/// [`tool_dirs`] under the daemon's environment, worked out once.
+fn env_tool_dirs() -> HostToolDirs {
+    static DIRS: OnceLock<HostToolDirs> = OnceLock::new();
+    *DIRS.get_or_init(|| tool_dirs(&kernel::InstallRoots::from_env()))
+}
+
+/// What `record` captures of an Ascend node: the driver's and CANN's version files (where the
+/// daemon's environment puts them, [`kernel::InstallRoots`]), the control nodes and the
+/// numbered `/dev/davinci<N>`, and the node-wide `npu-smi` queries (the per-chip `-t` queries
+/// depend on the table and are recorded by hand, see the hosts' NOTES).
 pub fn record_plan() -> RecordPlan {
+    static FILES: OnceLock<Vec<&'static str>> = OnceLock::new();
+    let files = FILES.get_or_init(|| record_files(&kernel::InstallRoots::from_env()));
+    record_plan_of(files.clone())
+}
+
+/// The version files `record` captures under `roots`, root-relative.
+pub fn record_files(roots: &kernel::InstallRoots) -> Vec<&'static str> {
     let mut files: Vec<&'static str> = vec![kernel::DRIVER_VERSION_FILE.trim_start_matches('/')];
     files.extend(
         kernel::CANN_VERSION_FILES
             .iter()
             .map(|f| f.trim_start_matches('/')),
     );
+    let chosen = std::iter::once(roots.driver_version_file()).chain(roots.cann_version_files());
+    for file in chosen {
+        let file = file.trim_start_matches('/');
+        if !files.contains(&file) {
+            files.push(kept(file.to_string()));
+        }
+    }
+    files
+}
+
+fn record_plan_of(files: Vec<&'static str>) -> RecordPlan {
     RecordPlan {
         files,
         trees: vec![],
@@ -103,6 +159,7 @@ impl Detector for AscendDetector {
             deadlines: request.deadlines,
             vendor_ids: request.vendor_ids.iter().map(|id| id.vendor).collect(),
             pci_classes: request.pci_classes.clone(),
+            roots: kernel::InstallRoots::from_env(),
         };
         Ok(detector::detect(request.host, request.commands, options))
     }
@@ -114,15 +171,17 @@ pub struct AscendDoctor;
 
 impl Doctor for AscendDoctor {
     fn driver_shown(&self, host: &dyn Host) -> bool {
-        host.exists(kernel::DRIVER_DIR) || !kernel::read_davinci(host).is_empty()
+        host.exists(&kernel::InstallRoots::from_env().driver_dir())
+            || !kernel::read_davinci(host).is_empty()
     }
 
     fn run(&self, host: &dyn Host, commands: &dyn Commands, options: &Options) -> Report {
-        Report::of(crate::doctor::run(
+        Report::of(crate::doctor::run_under(
             host,
             commands,
             options.deadlines,
             &format!("/{}", options.library_dir.trim_start_matches('/')),
+            &kernel::InstallRoots::from_env(),
         ))
     }
 }

@@ -2,13 +2,17 @@
 //! `/dev/davinci<N>`, the control nodes, the driver's and CANN's version files), then
 //! `npu-smi` (`info`, `info -m`, and per chip `-t board` for the die id, `-t phyid-remap` for
 //! the physical id where the table does not print it, per NPU `-t common` for the AI cores,
-//! and `-t ecc` with `-t ecc-enable` per NPU, or per chip where an NPU has several), every call
-//! bounded by the pass's [`Budget`] — then one pure join ([`join`]).
+//! `-t ecc` with `-t ecc-enable` per NPU, or per chip where an NPU has several, and `-t health`
+//! per chip), every call bounded by the pass's [`Budget`] — then one pure join ([`join`]).
 //!
-//! **Health** (spec/ascend.md §7): ECC is the only signal. A chip is judged by its HBM
-//! counters, or its DDR ones where it has no HBM (310-class cards); it is unhealthy when ECC is
-//! enabled and it counts single- or double-bit errors. A failed ECC read counts as healthy (the
-//! pass notes which chips were not read).
+//! **Health**, two sources. ECC (spec/ascend.md §7): a chip is judged by its HBM counters, or
+//! its DDR ones where it has no HBM (310-class cards); it is unhealthy when ECC is enabled and
+//! it counts single- or double-bit errors. A failed ECC read counts as healthy (the pass notes
+//! which chips were not read). The health state (`-t health`, addendum A5, read by
+//! [`crate::health`]): `Alarm` and `Critical` take the chip out of service, the reason naming
+//! the state, its codes and texts and what to do; `Warning` is a note only; a query that fails or
+//! a state that says nothing (`UNKNOWN`, `NA`) leaves the chip's health state unknown — never a
+//! healthy reading, so the daemon keeps the last one (`reported_faults` stays `None`).
 //!
 //! **What an accelerator is.** One compute chip (a die on A3): what `/dev/davinci<N>` and the
 //! runtime number. It carries `[physical id, card id, chip index]` (spec/ascend.md §1.3) as its
@@ -47,6 +51,7 @@ use accel_core::inventory::{
 use accel_host::pci::{PciClassPrefixes, PciFunction};
 use accel_host::{Commands, Host, RunFailure, run_bounded};
 
+use crate::health::{self as state, ChipHealth, ChipName, Verdict};
 use crate::kernel;
 use crate::npusmi::{self, Board, ChipMap, EccMemory, InfoChip, InfoError, InfoTable, Layout};
 use crate::soc::{self, Family};
@@ -97,6 +102,18 @@ pub enum Note {
         npu: u32,
         chip: u32,
     },
+    /// `-t health` reports `Warning` (a minor alarm): the chip stays in service.
+    HealthWarning {
+        chip: ChipName,
+        detail: String,
+    },
+    /// The health state of some chips was not read (the query failed, or it said nothing).
+    /// Named by chip only: why is `doctor`'s `health-state` row (the failure's wording is the
+    /// tool's, and a note must read alike however the tool failed).
+    HealthUnread {
+        chips: usize,
+        first: ChipName,
+    },
     /// The pass ran out of its time.
     OutOfTime(String),
 }
@@ -133,6 +150,14 @@ impl fmt::Display for Note {
             Note::EccFlagUnread { npu, chip } => write!(
                 f,
                 "NPU {npu} chip {chip}: ECC errors counted but `npu-smi info -t ecc-enable` did not say ECC is enabled, so the rule (errors while enabled) leaves it in service"
+            ),
+            Note::HealthWarning { chip, detail } => write!(
+                f,
+                "{chip}: npu-smi reports Health Warning ({detail}): a minor alarm, the chip stays in service; check it with `npu-smi info -t health`"
+            ),
+            Note::HealthUnread { chips, first } => write!(
+                f,
+                "npu-smi info -t health: no health state read for {chips} chip(s) (first {first}); their health state is unknown, so each keeps its last reading (`doctor` says why)"
             ),
             Note::OutOfTime(why) => write!(f, "npu-smi: {why}"),
         }
@@ -175,6 +200,9 @@ pub struct DetectOptions {
     pub vendor_ids: Vec<u16>,
     /// The PCI classes scanned (`GPUSTACK_PCI_CLASS_PREFIXES`).
     pub pci_classes: PciClassPrefixes,
+    /// Where the driver and the CANN toolkit are installed (`CANN_HOME`,
+    /// `ASCEND_TOOLKIT_HOME`; unset: the fixed paths).
+    pub roots: kernel::InstallRoots,
 }
 
 impl Default for DetectOptions {
@@ -183,6 +211,7 @@ impl Default for DetectOptions {
             deadlines: Deadlines::default(),
             vendor_ids: vec![0x19e5],
             pci_classes: PciClassPrefixes::default(),
+            roots: kernel::InstallRoots::default(),
         }
     }
 }
@@ -215,6 +244,8 @@ pub struct Sources {
     pub cores: BTreeMap<(u32, u32), u32>,
     /// `-t ecc` and `-t ecc-enable` per (NPU, chip).
     pub ecc: BTreeMap<(u32, u32), EccTexts>,
+    /// `-t health` per (NPU, chip): what it printed, or why it printed nothing.
+    pub health: BTreeMap<(u32, u32), Result<String, String>>,
     pub notes: Vec<Note>,
 }
 
@@ -316,8 +347,8 @@ pub fn read_sources(host: &dyn Host, commands: &dyn Commands, options: &DetectOp
             })
             .unwrap_or_default(),
         davinci: kernel::read_davinci(host),
-        driver_version: kernel::read_driver_version(host),
-        cann_version: kernel::read_cann_version(host),
+        driver_version: kernel::read_driver_version_in(host, &options.roots),
+        cann_version: kernel::read_cann_version_in(host, &options.roots),
         ..Sources::default()
     };
     if !commands.is_installed("npu-smi") {
@@ -356,6 +387,8 @@ pub fn read_sources(host: &dyn Host, commands: &dyn Commands, options: &DetectOp
     };
     let keys = chip_keys(&table);
     let v2 = table.layout == Layout::NpuId;
+    // Spec addendum A1: V1 addresses a chip by `-c`, V2 has no `-c`.
+    let chip_addressed = generation(&table) == Generation::V1;
     s.info = Some(Ok(table.clone()));
     // The 950's tool may have no chip map: its absence is no news there.
     match ask(
@@ -422,6 +455,11 @@ pub fn read_sources(host: &dyn Host, commands: &dyn Commands, options: &DetectOp
             let counts = asked(npusmi::ecc_argv(npu, addressed), &mut s.notes);
             let enable = asked(npusmi::ecc_enable_argv(npu, addressed), &mut s.notes);
             s.ecc.insert((npu, *chip), EccTexts { counts, enable });
+            let health = asked(
+                npusmi::health_argv(npu, chip_addressed.then_some(*chip)),
+                &mut s.notes,
+            );
+            s.health.insert((npu, *chip), health);
         }
     }
     s
@@ -495,6 +533,42 @@ fn ecc_of(texts: &EccTexts, hbm: bool) -> Result<Ecc, String> {
     })
 }
 
+/// The health state `-t health` printed for a chip, or why there is none (the query's failure,
+/// naming its argv, or the reader's).
+pub fn health_reading(s: &Sources, npu: u32, chip: u32) -> Result<ChipHealth, String> {
+    match s.health.get(&(npu, chip)) {
+        Some(Ok(text)) => state::parse_health(text).map_err(|e| e.to_string()),
+        Some(Err(why)) => Err(why.clone()),
+        None => Err("npu-smi info -t health: not asked".into()),
+    }
+}
+
+/// What the chip's health state gives the health rule (`reported_faults`: `Some` when read,
+/// holding the reason when it takes the chip out), and its note; `Err` when there is no state to
+/// judge by (the rule then has nothing from this source, and the last reading stands).
+fn health_state_of(
+    s: &Sources,
+    who: ChipName,
+    notes: &mut Vec<Note>,
+) -> Result<Vec<String>, String> {
+    let reading = health_reading(s, who.npu, who.chip)?;
+    match reading.verdict() {
+        Verdict::InService => Ok(Vec::new()),
+        Verdict::Warns => {
+            notes.push(Note::HealthWarning {
+                chip: who,
+                detail: reading.detail(),
+            });
+            Ok(Vec::new())
+        }
+        Verdict::OutOfService => Ok(vec![state::reason(who, &reading)]),
+        Verdict::Unknown => Err(format!(
+            "{who}: npu-smi reports Health {}",
+            reading.printed()
+        )),
+    }
+}
+
 /// The pure join: sources in, the inventory section out.
 pub fn join(mut s: Sources) -> Detection {
     let m = Manufacturer::Ascend;
@@ -548,6 +622,7 @@ pub fn join(mut s: Sources) -> Detection {
     let logic_is_physical = !s.davinci.is_empty() && logic_ids == s.davinci;
     let mut used_logic = false;
     let mut ecc_unread: Vec<String> = Vec::new();
+    let mut health_unread: Vec<ChipName> = Vec::new();
     let mut accelerators = Vec::new();
     for chip in &table.chips {
         let Some(npu) = chip.npu else { continue };
@@ -626,6 +701,14 @@ pub fn join(mut s: Sources) -> Detection {
             },
             None => ecc_unread.push("not asked".into()),
         }
+        let who = ChipName {
+            npu,
+            chip: index_in_card,
+        };
+        match health_state_of(&s, who, &mut notes) {
+            Ok(faults) => a.reported_faults = Some(faults),
+            Err(_) => health_unread.push(who),
+        }
         health::assess(&mut a, &[]);
         a.physical_indexes = vec![
             physical,
@@ -645,6 +728,12 @@ pub fn join(mut s: Sources) -> Detection {
         notes.push(Note::EccUnread {
             chips: ecc_unread.len(),
             first: first.clone(),
+        });
+    }
+    if let Some(first) = health_unread.first() {
+        notes.push(Note::HealthUnread {
+            chips: health_unread.len(),
+            first: *first,
         });
     }
     let mut section = ManufacturerInventory::empty(m);

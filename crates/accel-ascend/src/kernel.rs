@@ -27,6 +27,79 @@ pub const CANN_VERSION_FILES: [&str; 4] = [
     "/usr/local/Ascend/ascend-toolkit/latest/runtime/share/info/runtime/version.info",
 ];
 
+/// `ASCEND_TOOLKIT_HOME`: the CANN toolkit's home, whose `version.info` names the runtime
+/// (spec §1.6, §9).
+pub const TOOLKIT_HOME_ENV: &str = "ASCEND_TOOLKIT_HOME";
+/// `CANN_HOME`: the Ascend install root the driver's library is searched under (spec §1.1,
+/// §9; default `/usr/local/Ascend`): the driver's tree is `<it>/driver`.
+pub const CANN_HOME_ENV: &str = "CANN_HOME";
+/// `CANN_HOME`'s default.
+pub const DEFAULT_CANN_HOME: &str = "/usr/local/Ascend";
+/// The toolkit's version files under its home, in the order spec §1.6 reads them.
+pub const TOOLKIT_VERSION_FILES: [&str; 2] = ["version.info", "share/info/runtime/version.info"];
+
+/// Where the daemon's environment says Ascend is installed (host paths, read under the host
+/// root): `ASCEND_TOOLKIT_HOME` and `CANN_HOME`, each `None` when unset or empty, and then
+/// the fixed paths of today's reads stand.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct InstallRoots {
+    /// `ASCEND_TOOLKIT_HOME`.
+    pub toolkit_home: Option<String>,
+    /// `CANN_HOME`.
+    pub cann_home: Option<String>,
+}
+
+/// A root variable's value: trimmed, a trailing `/` dropped, `None` when empty.
+fn root_value(value: Option<String>) -> Option<String> {
+    let value = value?;
+    let value = value.trim();
+    if value.is_empty() {
+        return None;
+    }
+    let trimmed = value.trim_end_matches('/');
+    Some(if trimmed.is_empty() { "/" } else { trimmed }.to_string())
+}
+
+impl InstallRoots {
+    /// The roots the variables give (`var` answers a variable's value).
+    pub fn from_vars(var: impl Fn(&str) -> Option<String>) -> InstallRoots {
+        InstallRoots {
+            toolkit_home: root_value(var(TOOLKIT_HOME_ENV)),
+            cann_home: root_value(var(CANN_HOME_ENV)),
+        }
+    }
+
+    /// The roots of this process's environment (the chart row's `env` sets them).
+    pub fn from_env() -> InstallRoots {
+        InstallRoots::from_vars(|name| std::env::var(name).ok())
+    }
+
+    /// The driver's install tree, `<CANN_HOME>/driver`.
+    pub fn driver_dir(&self) -> String {
+        let home = self.cann_home.as_deref().unwrap_or(DEFAULT_CANN_HOME);
+        format!("{}/driver", home.trim_end_matches('/'))
+    }
+
+    /// The driver's version file, `<CANN_HOME>/driver/version.info`.
+    pub fn driver_version_file(&self) -> String {
+        format!("{}/version.info", self.driver_dir())
+    }
+
+    /// The toolkit's version files, in the order they are read: with `ASCEND_TOOLKIT_HOME`
+    /// set, `<it>/version.info` then `<it>/share/info/runtime/version.info` (spec §1.6: the
+    /// variable decides the home); unset, today's [`CANN_VERSION_FILES`] (the spec's two
+    /// default homes, `/usr/local/Ascend/cann` then `…/ascend-toolkit/latest/runtime`).
+    pub fn cann_version_files(&self) -> Vec<String> {
+        match &self.toolkit_home {
+            Some(home) => TOOLKIT_VERSION_FILES
+                .iter()
+                .map(|f| format!("{}/{f}", home.trim_end_matches('/')))
+                .collect(),
+            None => CANN_VERSION_FILES.iter().map(|f| f.to_string()).collect(),
+        }
+    }
+}
+
 /// The numbers of the `/dev/davinci<N>` nodes a listing of `/dev` holds.
 pub fn parse_davinci_names<'a>(names: impl IntoIterator<Item = &'a str>) -> BTreeSet<u32> {
     names
@@ -64,17 +137,27 @@ pub fn parse_version_info(text: &str) -> Option<String> {
     })
 }
 
-/// The driver's version from its install tree.
+/// The driver's version from its install tree (`CANN_HOME` unset).
 pub fn read_driver_version(host: &dyn Host) -> Option<String> {
-    host.read_to_string(DRIVER_VERSION_FILE)
+    read_driver_version_in(host, &InstallRoots::default())
+}
+
+/// The driver's version from its install tree under `roots`.
+pub fn read_driver_version_in(host: &dyn Host, roots: &InstallRoots) -> Option<String> {
+    host.read_to_string(&roots.driver_version_file())
         .ok()
         .and_then(|t| parse_version_info(&t))
 }
 
 /// The CANN runtime's version as `major.minor` (`8.5.0` → `8.5`), from the first toolkit file
-/// that names one.
+/// that names one (`ASCEND_TOOLKIT_HOME` unset).
 pub fn read_cann_version(host: &dyn Host) -> Option<String> {
-    CANN_VERSION_FILES.iter().find_map(|p| {
+    read_cann_version_in(host, &InstallRoots::default())
+}
+
+/// The CANN runtime's version under `roots` ([`InstallRoots::cann_version_files`]).
+pub fn read_cann_version_in(host: &dyn Host, roots: &InstallRoots) -> Option<String> {
+    roots.cann_version_files().iter().find_map(|p| {
         host.read_to_string(p)
             .ok()
             .and_then(|t| parse_version_info(&t))
@@ -124,5 +207,36 @@ mod tests {
         assert_eq!(major_minor("8.5.0").as_deref(), Some("8.5"));
         assert_eq!(major_minor("9.1.RC1").as_deref(), Some("9.1"));
         assert_eq!(major_minor("rc"), None);
+    }
+
+    #[test]
+    fn install_roots_from_the_environment() {
+        let vars = |pairs: &'static [(&'static str, &'static str)]| {
+            move |name: &str| {
+                pairs
+                    .iter()
+                    .find(|(k, _)| *k == name)
+                    .map(|(_, v)| v.to_string())
+            }
+        };
+        let unset = InstallRoots::from_vars(vars(&[]));
+        assert_eq!(unset, InstallRoots::default());
+        assert_eq!(unset.driver_version_file(), DRIVER_VERSION_FILE);
+        assert_eq!(unset.driver_dir(), DRIVER_DIR);
+        assert_eq!(unset.cann_version_files(), CANN_VERSION_FILES);
+        let set = InstallRoots::from_vars(vars(&[
+            (TOOLKIT_HOME_ENV, "/opt/cann/8.5/ "),
+            (CANN_HOME_ENV, "/opt/Ascend"),
+        ]));
+        assert_eq!(
+            set.cann_version_files(),
+            [
+                "/opt/cann/8.5/version.info",
+                "/opt/cann/8.5/share/info/runtime/version.info"
+            ]
+        );
+        assert_eq!(set.driver_version_file(), "/opt/Ascend/driver/version.info");
+        let empty = InstallRoots::from_vars(vars(&[(TOOLKIT_HOME_ENV, " "), (CANN_HOME_ENV, "")]));
+        assert_eq!(empty, InstallRoots::default());
     }
 }

@@ -8,6 +8,7 @@
 pub mod backend;
 pub mod detector;
 pub mod doctor;
+pub mod health;
 pub mod kernel;
 pub mod npuconfig;
 pub mod npusmi;

@@ -9,6 +9,7 @@
 //! - `npu-smi info -t <type> -i <npu> [-c <chip>]`: `key : value` blocks ([`Blocks`]), read for
 //!   the facts that live only there: the die id (`-t board`), the physical id
 //!   (`-t phyid-remap`), AI cores (`-t common`) and the container-share flag (`-t device-share`).
+//!   `-t health` has its own reader ([`crate::health`]): its texts run over several lines.
 //!
 //! Parsers take text and never log; nothing here runs a program.
 
@@ -77,6 +78,14 @@ pub fn ecc_argv(npu: u32, chip: Option<u32>) -> Vec<String> {
 /// `npu-smi info -t ecc-enable -i <npu> [-c <chip>]`: whether ECC is enabled.
 pub fn ecc_enable_argv(npu: u32, chip: Option<u32>) -> Vec<String> {
     npu_or_chip_argv("ecc-enable", npu, chip)
+}
+
+/// `npu-smi info -t health`: the chip's health state, its error codes and their texts
+/// (spec/ascend.md addendum A5). A V1 driver is asked chip by chip (`-i <npu> -c <chip>`, as the
+/// real 910A capture was taken); a V2 (950) one by NPU alone (`-i <npu>`, its manual's form:
+/// V2 has no `-c`).
+pub fn health_argv(npu: u32, chip: Option<u32>) -> Vec<String> {
+    npu_or_chip_argv("health", npu, chip)
 }
 
 /// `npu-smi info -t device-share -i <card> -c <chip>`: the container-share flag.

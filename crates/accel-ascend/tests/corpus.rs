@@ -7,7 +7,7 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 use accel_ascend::npusmi::{self, InfoTable, Layout};
-use accel_ascend::{kernel, soc};
+use accel_ascend::{health, kernel, soc};
 use accel_backend::text;
 
 fn fixtures() -> PathBuf {
@@ -45,9 +45,14 @@ enum Reader {
     Info,
     /// `npu-smi info -m`.
     Mapping,
-    /// `npu-smi info -t common|usages|board|health|ecc|ecc-enable|spod-info`: the generic
-    /// `key : value` blocks.
+    /// `npu-smi info -t common|usages|board|spod-info`: the generic `key : value` blocks.
     Blocks,
+    /// `npu-smi info -t health`: its own reader (`accel_ascend::health`).
+    Health,
+    /// `npu-smi info -t ecc`: the counters each memory's rule reads (HBM and DDR).
+    Ecc,
+    /// `npu-smi info -t ecc-enable`.
+    EccEnable,
     /// `npu-smi info -t topo` (a matrix; read by `accel_backend::text::column_table`).
     Topology,
     /// `ls /dev/davinci*` and friends.
@@ -110,20 +115,18 @@ const EXPECTED: &[(&str, Reader)] = &[
         "npu-smi/canndriver-950doc__atlas350-info-t-board-i0-mainboard-1p-doc-example.txt",
         Reader::Blocks,
     ),
-    // Issue 43 (health) will read ECC; the generic blocks until then.
     (
         "npu-smi/canndriver-950doc__atlas350-info-t-ecc-enable-doc-example.txt",
-        Reader::Blocks,
+        Reader::EccEnable,
     ),
-    // Issue 43 (health).
     (
         "npu-smi/canndriver-950doc__atlas350-info-t-ecc-i0-hbm-only-doc-example.txt",
-        Reader::Blocks,
+        Reader::Ecc,
     ),
-    // Issue 43 (health) will read `-t health`; the generic blocks until then.
+    // HAZARDS 17: the 950's `Health` label after its `NPU ID` line.
     (
         "npu-smi/canndriver-950doc__atlas350-info-t-health-i0-doc-example.txt",
-        Reader::Blocks,
+        Reader::Health,
     ),
     // Issue 45 (Ascend A5 topology): the 950 card's refusal, one line without a colon.
     (
@@ -205,16 +208,14 @@ const EXPECTED: &[(&str, Reader)] = &[
         "npu-smi/mindcluster-faultdiag__910a-info-t-board-lost-device-invalid-card-id.txt",
         Reader::Blocks,
     ),
-    // Issue 43 (health) will read `-t health`; the generic blocks until then, which split the
-    // multi-line `Error Information` (HAZARDS 18) and drop its blank-label lines.
+    // HAZARDS 18: every code and every text, the blank-label lines after empty lines too.
     (
         "npu-smi/mindcluster-faultdiag__910a-info-t-health-i0-c0-alarm-3-error-codes-multiline.txt",
-        Reader::Blocks,
+        Reader::Health,
     ),
-    // Issue 43 (health).
     (
         "npu-smi/mindcluster-faultdiag__910a-info-t-health-i0-c0-health-status-ok.txt",
-        Reader::Blocks,
+        Reader::Health,
     ),
     (
         "npu-smi/mindcluster-faultdiag__910a-info-t-usages-i0-ddr-and-hbm.txt",
@@ -240,10 +241,9 @@ const EXPECTED: &[(&str, Reader)] = &[
         "npu-smi/mindcluster-faultdiag__a3-server40-info-t-spod-info-dev12-from-log-L19.txt",
         Reader::Blocks,
     ),
-    // Issue 43 (health).
     (
         "npu-smi/mindclusterdocs__910a-info-t-ecc-ddr-hbm-chip-id-doc-example.txt",
-        Reader::Blocks,
+        Reader::Ecc,
     ),
     (
         "npu-smi/paddledocs__2x-910b2c-npu-smi23.0.rc3-info-noprocs.txt",
@@ -278,6 +278,24 @@ fn read_unit(rel: &str, reader: Reader) -> serde_json::Value {
         Reader::Blocks | Reader::HccnTool => {
             serde_json::to_value(npusmi::parse_blocks(&text)).unwrap()
         }
+        Reader::Health => match health::parse_health(&text) {
+            Ok(h) => serde_json::json!({ "reading": h, "verdict": format!("{:?}", h.verdict()) }),
+            Err(e) => serde_json::json!({ "error": e.to_string() }),
+        },
+        Reader::Ecc => {
+            let counts = |memory| {
+                let c = npusmi::parse_ecc(&text, memory);
+                serde_json::json!({ "singleBit": c.single_bit, "doubleBit": c.double_bit })
+            };
+            serde_json::json!({
+                "hbm": counts(npusmi::EccMemory::Hbm),
+                "ddr": counts(npusmi::EccMemory::Ddr),
+            })
+        }
+        Reader::EccEnable => serde_json::json!({
+            "hbm": npusmi::parse_ecc_enable(&text, npusmi::EccMemory::Hbm),
+            "ddr": npusmi::parse_ecc_enable(&text, npusmi::EccMemory::Ddr),
+        }),
         Reader::Topology => {
             let t = text::column_table(&text, &["CPU Affinity"]).unwrap();
             let rows: Vec<_> = t
@@ -490,4 +508,31 @@ fn hazard_16_die_ids_keep_the_libraries_rendering() {
             Some(soc::Family::F910B)
         );
     }
+}
+
+/// HAZARDS 17 and 18: `Health Status` (V1) and `Health` after `NPU ID` (the 950) read alike;
+/// a faulted chip's three codes sit on one line and its three texts on three, the last two under
+/// blank labels after empty lines — all kept.
+#[test]
+fn hazard_17_both_health_labels_and_18_texts_over_several_lines() {
+    let v1 = health::parse_health(&read(
+        "npu-smi/mindcluster-faultdiag__910a-info-t-health-i0-c0-health-status-ok.txt",
+    ))
+    .unwrap();
+    let v2 = health::parse_health(&read(
+        "npu-smi/canndriver-950doc__atlas350-info-t-health-i0-doc-example.txt",
+    ))
+    .unwrap();
+    assert_eq!(v1.state, Some(health::HealthState::Ok));
+    assert_eq!((v1.npu, v2.npu), (None, Some(0)));
+    assert_eq!(v2.state, v1.state);
+    let alarm = health::parse_health(&read(
+        "npu-smi/mindcluster-faultdiag__910a-info-t-health-i0-c0-alarm-3-error-codes-multiline.txt",
+    ))
+    .unwrap();
+    assert_eq!(alarm.state, Some(health::HealthState::Alarm));
+    assert_eq!(alarm.codes.len(), 3);
+    assert_eq!(alarm.texts.len(), 3);
+    assert!(alarm.texts[2].ends_with("event state=Heartbeat Lost."));
+    assert_eq!(alarm.verdict(), health::Verdict::OutOfService);
 }

@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use accel_ascend::detector::{self, DetectOptions, Generation, Note};
+use accel_ascend::health::ChipName;
 use accel_backend::Deadlines;
 use accel_core::inventory::{DetectError, Detection};
 use accel_host::{FsHost, RecordedCommands};
@@ -53,9 +54,17 @@ fn eight_910b2_carry_the_die_ids_the_driver_library_renders() {
     assert_eq!(section.driver_version.as_deref(), Some("25.5.1"));
     assert_eq!(section.runtime_version.as_deref(), Some("8.5"));
     assert_eq!(section.management_version.as_deref(), Some("25.5.1"));
+    // The recording holds no `-t health` answer: every chip's state is unknown, and said so.
     assert_eq!(
         section.notes,
-        [Note::Generation(Generation::V1).to_string()]
+        [
+            Note::Generation(Generation::V1).to_string(),
+            Note::HealthUnread {
+                chips: 8,
+                first: ChipName { npu: 0, chip: 0 }
+            }
+            .to_string()
+        ]
     );
 }
 
@@ -131,7 +140,14 @@ fn the_950_is_v2_without_a_driver_version() {
     assert_eq!(section.runtime_version.as_deref(), Some("9.0"));
     assert_eq!(
         section.notes,
-        [Note::Generation(Generation::V2).to_string()]
+        [
+            Note::Generation(Generation::V2).to_string(),
+            Note::HealthUnread {
+                chips: 2,
+                first: ChipName { npu: 0, chip: 0 }
+            }
+            .to_string()
+        ]
     );
 }
 
@@ -403,5 +419,364 @@ fn a_table_of_fewer_chips_than_the_kernel_shows_is_a_pass_not_measured() {
             "npu-smi info: lists 0 chip(s), but the kernel shows 8 /dev/davinci node(s)"
         ),
         "{e}"
+    );
+}
+
+/// The labels of a recorded host's detection.
+fn labels_of(name: &str) -> std::collections::BTreeMap<String, String> {
+    accel_core::labels::labels(&accel_core::Inventory {
+        manufacturers: vec![detect(name)],
+    })
+}
+
+/// spec/ascend.md §1.6: the group id is `NormalizeName` of the chip name, the maker's prefix
+/// dropped whether or not a separator follows it, on every generation: A3 prints its chips as
+/// `Ascend910`, the 950 generation as `Ascend950PR`; the `.product` label keeps the chip name.
+#[test]
+fn every_generations_group_id_is_the_chip_name_without_the_makers_prefix() {
+    let key = |id: &str| format!("acceleratable.feature.gpustack.ai/ascend-{id}");
+    for (host, id, product, count) in [
+        ("ascend-a3-2dies", "910", "Ascend910", "4"),
+        ("ascend-950pr-v2", "950pr", "Ascend950PR", "2"),
+        ("ascend-8x-910b2", "910b2", "910B2", "8"),
+        ("ascend-8x-910a-npu-smi24", "910a", "910A", "8"),
+        ("ascend-310p-2chips-gapped", "310p3", "310P3", "8"),
+    ] {
+        let labels = labels_of(host);
+        assert_eq!(
+            labels.get(&key(id)).map(String::as_str),
+            Some("true"),
+            "{host}: {labels:#?}"
+        );
+        assert_eq!(labels[&format!("{}.product", key(id))], product, "{host}");
+        assert_eq!(labels[&format!("{}.count", key(id))], count, "{host}");
+        assert!(
+            !labels.keys().any(|k| k.contains("ascend-ascend")),
+            "{host}: {labels:#?}"
+        );
+    }
+}
+
+/// Moves a copied host's toolkit and driver trees to the roots the variables name.
+fn host_installed_elsewhere(name: &str) -> tempfile::TempDir {
+    let dir = copy_host(name);
+    let root = dir.path().join("root");
+    std::fs::create_dir_all(root.join("opt/cann")).unwrap();
+    std::fs::rename(
+        root.join("usr/local/Ascend/ascend-toolkit/latest/runtime"),
+        root.join("opt/cann/8.5"),
+    )
+    .unwrap();
+    std::fs::create_dir_all(root.join("opt/Ascend")).unwrap();
+    std::fs::rename(
+        root.join("usr/local/Ascend/driver"),
+        root.join("opt/Ascend/driver"),
+    )
+    .unwrap();
+    dir
+}
+
+/// spec/ascend.md §1.6 and §9: `ASCEND_TOOLKIT_HOME` is the toolkit's home
+/// (`<it>/version.info`, then `<it>/share/info/runtime/version.info`) and `CANN_HOME` the
+/// install root the driver's tree is under; both host paths, read under the host root.
+#[test]
+fn the_install_roots_the_environment_names_give_the_versions() {
+    let dir = host_installed_elsewhere("ascend-8x-910b2");
+    let unset = detect_in(dir.path(), DetectOptions::default()).unwrap();
+    assert_eq!(unset.runtime_version, None, "nothing at the fixed paths");
+    assert_eq!(unset.driver_version, None);
+    let roots = accel_ascend::kernel::InstallRoots::from_vars(|name| match name {
+        "ASCEND_TOOLKIT_HOME" => Some("/opt/cann/8.5".into()),
+        "CANN_HOME" => Some("/opt/Ascend".into()),
+        _ => None,
+    });
+    let set = detect_in(
+        dir.path(),
+        DetectOptions {
+            roots,
+            ..DetectOptions::default()
+        },
+    )
+    .unwrap();
+    assert_eq!(set.runtime_version.as_deref(), Some("8.5"));
+    assert_eq!(set.driver_version.as_deref(), Some("25.5.1"));
+    assert_eq!(set.accelerators.len(), 8);
+}
+
+/// The toolkit's second file is read where its home has no `version.info`; a home the variable
+/// names is the only one read (the fixed paths are not fallen back to).
+#[test]
+fn the_toolkit_home_is_read_in_the_specs_order_and_alone() {
+    let dir = copy_host("ascend-8x-910b2");
+    let root = dir.path().join("root");
+    let info = root.join("opt/cann/share/info/runtime");
+    std::fs::create_dir_all(&info).unwrap();
+    std::fs::write(info.join("version.info"), "Version=9.1.RC1\n").unwrap();
+    let under = |home: &str| {
+        let home = home.to_string();
+        let roots = accel_ascend::kernel::InstallRoots::from_vars(move |name| {
+            (name == "ASCEND_TOOLKIT_HOME").then(|| home.clone())
+        });
+        detect_in(
+            dir.path(),
+            DetectOptions {
+                roots,
+                ..DetectOptions::default()
+            },
+        )
+        .unwrap()
+        .runtime_version
+    };
+    assert_eq!(under("/opt/cann").as_deref(), Some("9.1"));
+    std::fs::write(root.join("opt/cann/version.info"), "Version=9.0.0\n").unwrap();
+    assert_eq!(
+        under("/opt/cann/").as_deref(),
+        Some("9.0"),
+        "version.info first"
+    );
+    assert_eq!(
+        under("/opt/elsewhere"),
+        None,
+        "no fallback to the fixed paths"
+    );
+    // Unset: today's reads, the fixed toolkit paths.
+    assert_eq!(
+        detect_in(dir.path(), DetectOptions::default())
+            .unwrap()
+            .runtime_version
+            .as_deref(),
+        Some("8.5")
+    );
+}
+
+/// `CANN_HOME` moves the driver's tree, and so where `npu-smi` and its libraries are looked for
+/// on the host (spec §1.1 searches the driver's library under it); unset, the fixed tree.
+#[test]
+fn cann_home_moves_where_npu_smi_is_looked_for() {
+    use accel_ascend::backend::{DEFAULT_TOOLS, tool_dirs};
+    use accel_ascend::kernel::InstallRoots;
+    assert_eq!(tool_dirs(&InstallRoots::default()), DEFAULT_TOOLS);
+    let moved = tool_dirs(&InstallRoots {
+        cann_home: Some("/opt/Ascend".into()),
+        ..InstallRoots::default()
+    });
+    assert_eq!(moved.programs, ["npu-smi"]);
+    assert_eq!(moved.install_dirs, ["/opt/Ascend/driver/tools"]);
+    assert_eq!(
+        moved.library_dirs,
+        [
+            "/opt/Ascend/driver/lib64",
+            "/opt/Ascend/driver/lib64/common",
+            "/opt/Ascend/driver/lib64/driver"
+        ]
+    );
+}
+
+/// The recorded host whose NPU 0 chip 0 answers `-t health` with the real `Alarm` capture.
+const ALARM_HOST: &str = "ascend-8x-910a-npu0-health-alarm";
+
+/// The reason the real capture gives: the state, the three codes, the three texts (the two
+/// after blank labels too, HAZARDS 18) and what to do.
+const ALARM_REASON: &str = "npu-smi reports Health Alarm for NPU 0 chip 0 (error codes A4025021 8C03A000 8C084E00: ascend_monitor adda heart beat lost error; node type=process-manager, sensor type=General Software, event state=The process start failed or exit abnormally; node type=adda, sensor type=Heartbeat Sensor, event state=Heartbeat Lost.): drain the node, look the error codes up in Huawei's fault reference and reset the chip (`npu-smi set -t reset`) or reboot; it returns to service once npu-smi reports it OK or Warning";
+
+/// Issue 43: `npu-smi info -t health`'s `Alarm` takes its chip out of service, naming every code
+/// and text; the chips answering `OK` stay in, and nothing is noted when every chip was read.
+#[test]
+fn a_health_alarm_takes_its_chip_out_naming_every_code_and_text() {
+    let section = detect(ALARM_HOST);
+    assert_eq!(section.accelerators.len(), 8);
+    let sick: Vec<(Vec<u32>, Vec<String>)> = section
+        .accelerators
+        .iter()
+        .filter(|a| !a.healthy)
+        .map(|a| (a.physical_indexes.clone(), a.health_reasons.clone()))
+        .collect();
+    assert_eq!(sick, [(vec![0, 0, 0], vec![ALARM_REASON.to_string()])]);
+    assert!(
+        section.accelerators[1..]
+            .iter()
+            .all(|a| a.reported_faults == Some(Vec::new())),
+        "OK is a reading: the others are stated healthy"
+    );
+    assert!(
+        !section.notes.iter().any(|n| n.contains("-t health")),
+        "{:?}",
+        section.notes
+    );
+}
+
+/// Where spec §7 is silent: `Warning` (a minor alarm) only warns — a note naming the chip, its
+/// codes and texts; `Critical` is out like `Alarm`; a reading that clears (`OK`) brings the chip
+/// back.
+#[test]
+fn a_warning_only_warns_critical_is_out_and_a_cleared_reading_brings_the_chip_back() {
+    let dir = copy_host(ALARM_HOST);
+    rewrite(dir.path(), "health-0-0", ": Alarm", ": Warning");
+    let section = detect_in(dir.path(), DetectOptions::default()).unwrap();
+    assert!(section.accelerators.iter().all(|a| a.healthy));
+    let warning = Note::HealthWarning {
+        chip: ChipName { npu: 0, chip: 0 },
+        detail: "error codes A4025021 8C03A000 8C084E00: ascend_monitor adda heart beat lost error; node type=process-manager, sensor type=General Software, event state=The process start failed or exit abnormally; node type=adda, sensor type=Heartbeat Sensor, event state=Heartbeat Lost.".into(),
+    };
+    assert!(
+        section.notes.contains(&warning.to_string()),
+        "{:?}",
+        section.notes
+    );
+    assert!(
+        warning
+            .to_string()
+            .starts_with("NPU 0 chip 0: npu-smi reports Health Warning (error codes A4025021")
+    );
+
+    rewrite(dir.path(), "health-0-0", ": Warning", ": Critical");
+    let section = detect_in(dir.path(), DetectOptions::default()).unwrap();
+    assert!(!section.accelerators[0].healthy);
+    assert!(
+        section.accelerators[0].health_reasons[0].starts_with("npu-smi reports Health Critical for NPU 0 chip 0 (error codes A4025021 8C03A000 8C084E00: "),
+        "{:?}",
+        section.accelerators[0].health_reasons
+    );
+
+    // The alarm clears: npu-smi answers OK (no codes), and the chip is back.
+    let ok = std::fs::read_to_string(dir.path().join("commands/health-1-0/stdout")).unwrap();
+    std::fs::write(dir.path().join("commands/health-0-0/stdout"), ok).unwrap();
+    let section = detect_in(dir.path(), DetectOptions::default()).unwrap();
+    assert!(section.accelerators.iter().all(|a| a.healthy));
+}
+
+/// A health query that fails (any of the four ways) or that says nothing (`UNKNOWN`) is a note,
+/// and the chip's health is unknown — not a healthy reading: the daemon keeps the last one, so a
+/// chip out of service stays out while its tool does not answer.
+#[test]
+fn a_failing_health_query_leaves_the_chips_health_unknown_never_healthy() {
+    let sick = detect(ALARM_HOST);
+    for failure in ToolFailure::ALL {
+        let dir = copy_host(ALARM_HOST);
+        fail_commands(dir.path(), "npu-smi", failure, |argv| {
+            argv.iter().any(|a| a == "health") && argv.get(5).map(String::as_str) == Some("0")
+        });
+        let section = detect_in(dir.path(), short()).unwrap();
+        let chip = &section.accelerators[0];
+        assert_eq!(chip.reported_faults, None, "{failure}: no reading");
+        let unread = Note::HealthUnread {
+            chips: 1,
+            first: ChipName { npu: 0, chip: 0 },
+        };
+        assert!(
+            section.notes.contains(&unread.to_string()),
+            "{failure}: {:?}",
+            section.notes
+        );
+        // What the daemon does with it: the last reading (out of service) stands.
+        let mut now = accel_core::Inventory {
+            manufacturers: vec![section],
+        };
+        now.keep_known(&accel_core::Inventory {
+            manufacturers: vec![sick.clone()],
+        });
+        let mut chip = now.manufacturers[0].accelerators[0].clone();
+        accel_core::health::assess(&mut chip, &[]);
+        assert_eq!(chip.health_reasons, [ALARM_REASON], "{failure}");
+    }
+
+    let dir = copy_host(ALARM_HOST);
+    rewrite(dir.path(), "health-0-0", ": Alarm", ": UNKNOWN");
+    let section = detect_in(dir.path(), DetectOptions::default()).unwrap();
+    assert_eq!(section.accelerators[0].reported_faults, None);
+    assert!(
+        section.notes.contains(
+            &Note::HealthUnread {
+                chips: 1,
+                first: ChipName { npu: 0, chip: 0 }
+            }
+            .to_string()
+        ),
+        "{:?}",
+        section.notes
+    );
+}
+
+/// The health query is asked per chip in the driver's addressing: V1 by `-i <npu> -c <chip>`
+/// (the alarm host's recordings), the 950 (V2, no `-c`) by `-i <npu>` — here answered for NPU 0
+/// with the 950 manual's `Health : OK` example; a chip no recording answers is noted unread.
+#[test]
+fn the_health_query_is_asked_in_each_generations_addressing() {
+    let dir = copy_host("ascend-950pr-v2");
+    let answer = dir.path().join("commands/health-0");
+    std::fs::create_dir_all(&answer).unwrap();
+    std::fs::write(answer.join("argv"), "npu-smi\ninfo\n-t\nhealth\n-i\n0\n").unwrap();
+    std::fs::copy(
+        accel_testkit::shared_fixtures("ascend")
+            .join("npu-smi/canndriver-950doc__atlas350-info-t-health-i0-doc-example.txt"),
+        answer.join("stdout"),
+    )
+    .unwrap();
+    let v2 = detect_in(dir.path(), DetectOptions::default()).unwrap();
+    assert_eq!(v2.accelerators[0].reported_faults, Some(Vec::new()));
+    assert_eq!(v2.accelerators[1].reported_faults, None);
+    assert!(
+        v2.notes.contains(
+            &Note::HealthUnread {
+                chips: 1,
+                first: ChipName { npu: 1, chip: 0 }
+            }
+            .to_string()
+        ),
+        "{:?}",
+        v2.notes
+    );
+    let v1 = detect("ascend-310p-2chips-gapped");
+    assert!(
+        v1.accelerators
+            .iter()
+            .all(|a| a.healthy && a.reported_faults.is_none())
+    );
+}
+
+/// Issue 43 item 5: doctor says which health sources it read on the node, a row each — the
+/// health state naming the chip it takes out, ECC, and the kernel log it does not watch.
+#[test]
+fn doctor_names_each_health_source_and_the_chip_it_takes_out() {
+    use accel_backend::doctor::Status;
+    let doctor = |dir: &Path| {
+        let host = FsHost::new(dir.join("root"));
+        let commands = RecordedCommands::load(dir).unwrap();
+        accel_ascend::doctor::run(&host, &commands, Deadlines::default(), "/lib")
+    };
+    let checks = doctor(&host(ALARM_HOST));
+    let row = |checks: &[accel_backend::doctor::Check], name: &str| {
+        checks
+            .iter()
+            .find(|c| c.name == name)
+            .unwrap_or_else(|| panic!("no {name} row: {checks:?}"))
+            .clone()
+    };
+    let state = row(&checks, "health-state");
+    assert_eq!(state.status, Status::Warn);
+    assert!(
+        state.reason.starts_with(
+            "npu-smi info -t health read for 8 of 8 chip(s); out of service: NPU 0 chip 0 Alarm (error codes A4025021 8C03A000 8C084E00: "
+        ),
+        "{}",
+        state.reason
+    );
+    let ecc = row(&checks, "health-ecc");
+    assert_eq!(
+        (ecc.status, ecc.reason.as_str()),
+        (
+            Status::Ok,
+            "npu-smi info -t ecc read for 8 of 8 chip(s), ECC enabled on 8: no error counted"
+        )
+    );
+    assert_eq!(row(&checks, "health-kernel-log").status, Status::Ok);
+
+    // A host that records no health answer: the row says none was read, and why.
+    let checks = doctor(&host("ascend-8x-910a-npu-smi24"));
+    let state = row(&checks, "health-state");
+    assert_eq!(state.status, Status::Warn);
+    assert_eq!(
+        state.reason,
+        "npu-smi info -t health read for 0 of 8 chip(s); not read for 8 chip(s) (first NPU 0 chip 0: npu-smi info -t health -i 0 -c 0: npu-smi: not found)"
     );
 }

@@ -4,7 +4,7 @@
 
 use std::sync::OnceLock;
 
-use accel_ascend::{kernel, npuconfig, npusmi, soc};
+use accel_ascend::{health, kernel, npuconfig, npusmi, soc};
 use proptest::prelude::*;
 
 fn corpus() -> &'static [Vec<u8>] {
@@ -26,6 +26,9 @@ fn read_all(s: &str) {
     let _ = npusmi::parse_phy_id(s);
     let _ = npusmi::parse_aicores(s, 0);
     let _ = npusmi::parse_share(s);
+    let _ = health::parse_health(s);
+    let _ = npusmi::parse_ecc(s, npusmi::EccMemory::Hbm);
+    let _ = npusmi::parse_ecc_enable(s, npusmi::EccMemory::Ddr);
     let _ = npusmi::count_listed(s);
     let _ = npusmi::die_identity(s);
     let _ = kernel::parse_version_info(s);
@@ -53,6 +56,9 @@ fn fragments() -> impl Strategy<Value = String> {
         ),
         Just("0      1      -      Mcu\n".to_string()),
         Just("Chip ID                        : 0\n".to_string()),
+        Just("\tHealth Status                  : Alarm\n".to_string()),
+        Just("\t                               : node type=adda\n".to_string()),
+        Just("Error Code : A4025021 8C03A000\n".to_string()),
         Just("VDie ID : FFFFFFFFF 0 \n".to_string()),
         Just("Device-share Status : True\n".to_string()),
         Just("dcmi model initialized failed ret is -8020\n".to_string()),

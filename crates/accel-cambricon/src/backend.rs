@@ -2,7 +2,8 @@
 //! gated on the configured PCI vendor ids), the responder ([`crate::responder`]) and doctor.
 //! No slicing library (sMLU slices are driver objects, and this build does not make them), no
 //! partitioner (Cambricon has no partition family), no fault reader (the described system
-//! reads none for Cambricon: health rests on detection).
+//! reads none for Cambricon, and no `cambricon_drv` kernel line was ever captured): health
+//! rests on what cnmon prints, read by the detector ([`crate::health`]).
 
 use std::sync::Arc;
 

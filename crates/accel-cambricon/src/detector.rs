@@ -10,6 +10,10 @@
 //! and `CAMBRICON_VISIBLE_DEVICES` lists. A card whose ordinal is unknown keeps `None` and
 //! cannot be answered for (the responder refuses, naming it).
 //!
+//! **Health** is read from the same two queries, no third call ([`crate::health`]): `cnmon
+//! info`'s `Health State`, ECC counters and page retirement, the table's `Ecc-Error` column.
+//! The detector applies the health rule, so `detect` shows it as the daemon does.
+//!
 //! **The identity queries are both of cnmon's.** The table enumerates the cards and gives each
 //! its `Card` ordinal (the device index its nodes are named by); `cnmon info` gives each its
 //! UUID. Neither has a stand-in: without them the cards have no identity, and a pass that put
@@ -33,6 +37,7 @@ use accel_host::pci::{PciClassPrefixes, PciFunction, scan_pci};
 use accel_host::{Commands, Host, run_bounded};
 
 use crate::cnmon::{self, CnmonCard, CnmonError, CnmonInfo, CnmonTable};
+use crate::health::{self, CardName};
 use crate::nodes;
 
 /// The kernel module whose `version` names the driver (`/sys/module/cambricon_drv/version`).
@@ -247,7 +252,9 @@ fn row_of<'a>(
     (None, false)
 }
 
-fn info_of(info: &[CnmonInfo], bus: Option<BusId>, card: Option<u32>) -> Option<&CnmonInfo> {
+/// The `cnmon info` block of a card: by address, else by cnmon's ordinal where the block
+/// prints no address.
+pub fn info_of(info: &[CnmonInfo], bus: Option<BusId>, card: Option<u32>) -> Option<&CnmonInfo> {
     info.iter()
         .find(|i| bus.is_some() && i.bus_id == bus)
         .or_else(|| {
@@ -351,6 +358,18 @@ pub fn join(sources: Sources) -> Detection {
                 "accelerator {index} ({bus}): cnmon info reports no UUID, so it cannot be granted"
             ));
         }
+        let who = CardName {
+            card: a.minor_number,
+            bus: a.bus_id,
+        };
+        let reading = health::read(index, who, info, row);
+        a.ecc = reading.ecc;
+        a.remapped_rows = reading.remapped_rows;
+        a.reported_faults = reading.reported_faults;
+        section
+            .notes
+            .extend(reading.warnings.iter().map(ToString::to_string));
+        accel_core::health::assess(&mut a, &[]);
         section.accelerators.push(a);
     }
     if by_position {

@@ -38,6 +38,11 @@ fn expectations() -> Vec<(&'static str, Expectation)> {
                 (Some(0), Some(23308))
             );
             assert_eq!(c.mode, None, "5.10.10 prints SR-IOV there, not Mode");
+            // Item 2: Ecc-Error N/A on this board, kept as printed and no count.
+            assert_eq!(
+                (c.ecc_error.as_deref(), c.ecc_errors()),
+                (Some("N/A"), None)
+            );
         }),
         (V4_3X, |t| {
             // HAZARDS.md item 1: the old header, a per-card Driver column, no Bus-Id.
@@ -50,6 +55,7 @@ fn expectations() -> Vec<(&'static str, Expectation)> {
                 assert_eq!(c.driver_version.as_deref(), Some("4.20.11"));
                 // Item 4 and 6: a blank after the slash; the total is not a round number.
                 assert_eq!(c.memory_total_mib, Some(23308), "not the vMemory total");
+                assert_eq!(c.ecc_error.as_deref(), Some("N/A"), "item 2");
             }
         }),
         (V5_8X_REDACTED, |t| {
@@ -61,6 +67,8 @@ fn expectations() -> Vec<(&'static str, Expectation)> {
                 assert_eq!(c.memory_total_mib, None);
                 assert_eq!(c.memory_used_mib, Some(0));
                 assert_eq!(c.mode.as_deref(), Some("FULL"));
+                // Item 2: Ecc-Error `0` on this board, a count.
+                assert_eq!(c.ecc_errors(), Some(0));
             }
             assert_eq!(
                 t.cards[7].bus_id.map(|b| b.sysfs()).as_deref(),

@@ -114,6 +114,157 @@ fn a_card_whose_node_is_missing_is_named() {
     );
 }
 
+/// The recorded host where card 3 is "In Problem" (issue 43).
+const CARD3_IN_PROBLEM: &str = "cambricon-8x-mlu370-card3-in-problem";
+const CARD3_REASON: &str = "cnmon reports Health State \"In Problem\" for card 3 (0000:73:00.0): drain the node and check the card with cnmon info";
+
+/// Each accelerator's health as (healthy, reasons).
+fn health(section: &ManufacturerInventory) -> Vec<(bool, Vec<String>)> {
+    section
+        .accelerators
+        .iter()
+        .map(|a| (a.healthy, a.health_reasons.clone()))
+        .collect()
+}
+
+/// `cnmon info`'s text of a copied host, edited.
+fn edit_info(dir: &Path, edit: impl FnOnce(String) -> String) {
+    let path = dir.join("commands/cnmon-info/stdout");
+    let text = std::fs::read_to_string(&path).unwrap();
+    std::fs::write(&path, edit(text)).unwrap();
+}
+
+/// Adds `lines` to card `card`'s `cnmon info` block (after its bus id).
+fn add_to_card(text: &str, card: u32, lines: &str) -> String {
+    let start = text.find(&format!("Card {card}\n")).unwrap();
+    let at = start + text[start..].find("PCIe Bus Id").unwrap();
+    let at = at + text[at..].find('\n').unwrap() + 1;
+    format!("{}{lines}{}", &text[..at], &text[at..])
+}
+
+#[test]
+fn a_card_in_problem_leaves_service_and_the_others_stay() {
+    let section = detect(CARD3_IN_PROBLEM);
+    assert_eq!(section.accelerators.len(), 8);
+    assert!(section.notes.is_empty(), "{:?}", section.notes);
+    let mut want = vec![(true, Vec::new()); 8];
+    want[3] = (false, vec![CARD3_REASON.to_string()]);
+    assert_eq!(health(&section), want);
+    let card3 = &section.accelerators[3];
+    assert_eq!(
+        card3.uuid.as_deref(),
+        Some("MLU-3f9c03e1-7a52-4c0b-9d1e-5b3a0c7e0003")
+    );
+    assert_eq!(card3.reported_faults, Some(vec![CARD3_REASON.to_string()]));
+    // Read and healthy is a reading; not printed at all (the healthy copy) is none.
+    assert_eq!(section.accelerators[0].reported_faults, Some(Vec::new()));
+    let unread = detect(EIGHT_CARDS);
+    assert!(
+        unread
+            .accelerators
+            .iter()
+            .all(|a| a.healthy && a.reported_faults.is_none() && a.ecc.is_none())
+    );
+}
+
+#[test]
+fn a_health_state_that_clears_brings_the_card_back() {
+    let dir = accel_testkit::copy_recorded(CARD3_IN_PROBLEM);
+    let options = DetectOptions::default();
+    assert!(!detect_in(dir.path(), &options).accelerators[3].healthy);
+    edit_info(dir.path(), |t| t.replace("In Problem", "Good"));
+    let section = detect_in(dir.path(), &options);
+    assert_eq!(health(&section), vec![(true, Vec::new()); 8]);
+    // A driver state other than Running takes the card out too (the vendor's pair), and
+    // cnmon's `N/A` reads nothing: the card is not "healthy by reading".
+    edit_info(dir.path(), |t| {
+        let card2 = t.find("Card 2\n").unwrap();
+        let running = card2 + t[card2..].find("Running").unwrap();
+        let t = format!(
+            "{}Reset Error{}",
+            &t[..running],
+            &t[running + "Running".len()..]
+        );
+        // Card 0's item, as cnmon prints it when it cannot read the health.
+        t.replacen(
+            "  Health State\n    Device                       : Good\n    Driver                       : Running\n",
+            "  Health State : N/A\n",
+            1,
+        )
+    });
+    let section = detect_in(dir.path(), &options);
+    assert_eq!(
+        section.accelerators[2].health_reasons,
+        [
+            "cnmon reports driver state \"Reset Error\" for card 2 (0000:6f:00.0), not Running: drain the node, check the card with cnmon info and reload the Cambricon driver or reboot"
+        ]
+    );
+    let card0 = &section.accelerators[0];
+    assert_eq!((card0.healthy, &card0.reported_faults), (true, &None));
+}
+
+#[test]
+fn uncorrected_ecc_and_retirement_in_cnmon_info_take_a_card_out_and_the_column_only_warns() {
+    let dir = accel_testkit::copy_recorded(CARD3_IN_PROBLEM);
+    edit_info(dir.path(), |t| {
+        let t = add_to_card(
+            &t,
+            5,
+            "  DDR ECC Err Count\n    Corrected Err                : 12\n    Uncorrected Err              : 2\n",
+        );
+        let t = add_to_card(
+            &t,
+            6,
+            "  Retired Pages\n    is Pending                   : Yes\n    is Failed                    : No\n",
+        );
+        add_to_card(
+            &t,
+            7,
+            "  DDR ECC Err Count\n    Corrected Err                : 40\n    Uncorrected Err              : 0\n",
+        )
+    });
+    // The table's Ecc-Error counts errors on card 1 (none in cnmon info) and on card 7 (whose
+    // cnmon info says they were all corrected).
+    let table = dir.path().join("commands/cnmon/stdout");
+    let text = std::fs::read_to_string(&table).unwrap();
+    let text = text
+        .replace(
+            "0000:53:00.0 | 0%                N/A |",
+            "0000:53:00.0 | 0%                  4 |",
+        )
+        .replace(
+            "0000:D3:00.0 | 0%                N/A |",
+            "0000:D3:00.0 | 0%                 40 |",
+        );
+    std::fs::write(&table, text).unwrap();
+    let section = detect_in(dir.path(), &DetectOptions::default());
+    let reasons: Vec<Vec<String>> = section
+        .accelerators
+        .iter()
+        .map(|a| a.health_reasons.clone())
+        .collect();
+    assert_eq!(reasons[5], ["2 uncorrectable volatile ECC errors"]);
+    assert_eq!(
+        reasons[6],
+        [
+            "cnmon reports a page retirement pending for card 6 (0000:cf:00.0): drain the node and reset the card (reload the Cambricon driver or reboot) so the pages are retired"
+        ]
+    );
+    assert!(section.accelerators[7].healthy, "corrected errors only");
+    assert!(section.accelerators[1].healthy, "the column only warns");
+    assert_eq!(
+        section.notes,
+        [
+            "accelerator 1: cnmon's Ecc-Error column counts 4 ECC error(s) on card 1 (0000:53:00.0) without saying whether they were corrected, and cnmon info gives no uncorrected count: the card stays in service; check it with cnmon info"
+        ]
+    );
+    let ecc = section.accelerators[7].ecc.as_ref().unwrap();
+    assert_eq!(
+        (ecc.volatile_uncorrected, ecc.volatile_corrected),
+        (Some(0), Some(40))
+    );
+}
+
 /// The reason of a pass over `dir` that must not be measured, within the short deadlines.
 fn not_measured(dir: &Path) -> String {
     let files = FsHost::new(dir.join("root"));

@@ -3,7 +3,7 @@
 
 use std::sync::OnceLock;
 
-use accel_cambricon::cnmon;
+use accel_cambricon::{cnmon, health};
 use proptest::prelude::*;
 
 fn corpus() -> &'static [Vec<u8>] {
@@ -14,8 +14,17 @@ fn corpus() -> &'static [Vec<u8>] {
 }
 
 fn read_all(s: &str) {
-    let _ = cnmon::parse_table(s);
-    let _ = cnmon::parse_info(s);
+    let table = cnmon::parse_table(s).ok();
+    if let Ok(blocks) = cnmon::parse_info(s) {
+        for (i, block) in blocks.iter().enumerate() {
+            let who = health::CardName {
+                card: block.card,
+                bus: block.bus_id,
+            };
+            let row = table.as_ref().and_then(|t| t.cards.get(i));
+            let _ = health::read(0, who, Some(block), row);
+        }
+    }
     let _ = cnmon::major_minor(s);
 }
 
@@ -32,6 +41,14 @@ fn fragments() -> impl Strategy<Value = String> {
         Just("UUID : ".to_string()),
         Just("PCIe Bus Id : 0000:".to_string()),
         Just("Product Name : ".to_string()),
+        Just("Health State".to_string()),
+        Just("Health State : N/A\n".to_string()),
+        Just("  Device : In Problem\n".to_string()),
+        Just("  Driver : Reset Error\n".to_string()),
+        Just("Good (Running)".to_string()),
+        Just("Uncorrected Err : ".to_string()),
+        Just("is Pending : Yes\n".to_string()),
+        Just("Pending Rows : ".to_string()),
         Just(" | ".to_string()),
         Just("\n".to_string()),
         Just("\0".to_string()),

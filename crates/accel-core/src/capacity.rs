@@ -4,8 +4,11 @@
 //!
 //! `.sliced.units` and `.partitioned.units` are Σ 1,600,000 per accelerator;
 //! `.sliced.memory-percentage` Σ 100; `.sliced.memory-mib` Σ VRAM MiB;
-//! `.sliced.cores-percentage` Σ slice count × 100 (compute is over-committed across slices, the
-//! slot count is what binds); each partition profile key Σ (allocated + remaining).
+//! `.sliced.cores-percentage` Σ slice count × 100 where the manufacturer over-commits compute
+//! across slices (the slot count is what binds), and Σ 100 where it does not
+//! ([`Manufacturer::cores_percentage_overcommit`]: one card's cores percentages sum to at most
+//! 100, so the scheduler never admits compute that Allocate refuses); each partition profile key
+//! Σ (allocated + remaining).
 //!
 //! Pure: it reads the ledger's seats and the partition counts the caller gives, and says which
 //! keys are ours so a publisher can remove the ones that went. It never touches the Node.
@@ -29,7 +32,8 @@ const WHOLE_PERCENT: u64 = UNITS_PER_ACCELERATOR / UNITS_PER_PERCENT;
 /// passed-through accelerator counts nowhere. A key with nothing behind it is absent, not 0, so a
 /// node without that family never advertises it. `.sliced.memory-mib` sums the VRAM the driver
 /// reported; an accelerator whose VRAM is unknown adds nothing (an understated capacity schedules
-/// less, it never over-commits).
+/// less, it never over-commits). `.sliced.cores-percentage` is 100 per slot where the
+/// manufacturer over-commits compute across slices, else 100 per accelerator.
 pub fn node_capacity<'a>(
     grammar: &KeyGrammar,
     manufacturer: Manufacturer,
@@ -64,9 +68,14 @@ pub fn node_capacity<'a>(
             key(AcceleratorKey::SlicedMemoryPercentage),
             sliced * WHOLE_PERCENT,
         );
+        let cores = if manufacturer.cores_percentage_overcommit() {
+            slots
+        } else {
+            sliced
+        };
         out.insert(
             key(AcceleratorKey::SlicedCoresPercentage),
-            slots * WHOLE_PERCENT,
+            cores * WHOLE_PERCENT,
         );
         if let Some(mib) = vram {
             out.insert(key(AcceleratorKey::SlicedMemoryMib), mib);
@@ -206,15 +215,57 @@ mod tests {
                 ]),
             ),
             (
-                "Hygon: four slots each",
+                "Hygon: four slots each, disjoint CU masks: 100 cores a card",
                 Manufacturer::Hygon,
-                vec![seat(0, Whole, Some(65536), 4)],
+                vec![
+                    seat(0, Whole, Some(65536), 4),
+                    seat(1, Whole, Some(65536), 4),
+                ],
                 vec![],
                 expect(&[
-                    ("hygon.com/dcu.sliced.units", 1_600_000),
-                    ("hygon.com/dcu.sliced.memory-percentage", 100),
-                    ("hygon.com/dcu.sliced.memory-mib", 65536),
-                    ("hygon.com/dcu.sliced.cores-percentage", 400),
+                    ("hygon.com/dcu.sliced.units", 3_200_000),
+                    ("hygon.com/dcu.sliced.memory-percentage", 200),
+                    ("hygon.com/dcu.sliced.memory-mib", 131_072),
+                    ("hygon.com/dcu.sliced.cores-percentage", 200),
+                ]),
+            ),
+            (
+                "MetaX: a hard compute quota, 100 cores a card whatever its 16 slots",
+                Manufacturer::Metax,
+                vec![
+                    seat(0, Whole, Some(65536), 16),
+                    seat(1, Whole, Some(65536), 16),
+                ],
+                vec![],
+                expect(&[
+                    ("metax-tech.com/gpu.sliced.units", 3_200_000),
+                    ("metax-tech.com/gpu.sliced.memory-percentage", 200),
+                    ("metax-tech.com/gpu.sliced.memory-mib", 131_072),
+                    ("metax-tech.com/gpu.sliced.cores-percentage", 200),
+                ]),
+            ),
+            (
+                "Moore Threads: a weight that sums to 100 a card",
+                Manufacturer::Mthreads,
+                vec![seat(0, Whole, Some(49152), 16)],
+                vec![],
+                expect(&[
+                    ("mthreads.com/gpu.sliced.units", 1_600_000),
+                    ("mthreads.com/gpu.sliced.memory-percentage", 100),
+                    ("mthreads.com/gpu.sliced.memory-mib", 49152),
+                    ("mthreads.com/gpu.sliced.cores-percentage", 100),
+                ]),
+            ),
+            (
+                "Ascend over-commits: 100 a slot",
+                Manufacturer::Ascend,
+                vec![seat(0, Whole, Some(65536), 63)],
+                vec![],
+                expect(&[
+                    ("huawei.com/npu.sliced.units", 1_600_000),
+                    ("huawei.com/npu.sliced.memory-percentage", 100),
+                    ("huawei.com/npu.sliced.memory-mib", 65536),
+                    ("huawei.com/npu.sliced.cores-percentage", 6300),
                 ]),
             ),
             (
@@ -227,6 +278,29 @@ mod tests {
         ];
         for (name, m, seats, profiles, want) in cases {
             assert_eq!(caps(m, &seats, &profiles), want, "{name}");
+        }
+    }
+
+    /// Every manufacturer: the node's cores capacity is what Allocate can honour, 100 a card
+    /// where one card's cores percentages sum to at most 100, 100 a slot where they may not.
+    #[test]
+    fn cores_capacity_follows_each_manufacturers_overcommit() {
+        let table = crate::manufacturer::ManufacturerTable::default();
+        let grammar = KeyGrammar::default();
+        for (m, row) in table.rows() {
+            let seats = [
+                seat(0, Grantable::Whole, Some(1024), 4),
+                seat(1, Grantable::Whole, Some(1024), 4),
+                seat(2, Grantable::Whole, Some(1024), 0),
+            ];
+            let got = node_capacity(&grammar, m, &seats, &BTreeMap::new());
+            let cores = got[&grammar.accelerator_key(m, AcceleratorKey::SlicedCoresPercentage)];
+            let want = if row.cores_percentage_overcommit {
+                800
+            } else {
+                200
+            };
+            assert_eq!(cores, want, "{m}");
         }
     }
 

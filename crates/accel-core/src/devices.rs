@@ -126,11 +126,21 @@ pub struct DevicesAccelerator {
     pub partition_profiles: BTreeMap<String, PartitionProfile>,
 }
 
-/// `logicalSliced`: how many logical slices an accelerator hosts at most.
+/// `logicalSliced`: how many logical slices an accelerator hosts at most, and whether their
+/// cores percentages may add up past 100 (the specs' `{count, coresPercentageOvercommit}`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(rename_all = "camelCase")]
 pub struct LogicalSliced {
     pub count: u32,
+    /// Whether compute is over-committed across the slices: true where a slice's cores cap is
+    /// a per-process limit or a mask that may overlap; false where the slices' cores
+    /// percentages on this accelerator sum to at most 100, so the node's
+    /// `.sliced.cores-percentage` capacity counts 100 for it, not 100 a slot. The
+    /// manufacturer's fact (`Manufacturer::cores_percentage_overcommit`); always written, read
+    /// as false when absent.
+    #[serde(default)]
+    pub cores_percentage_overcommit: bool,
 }
 
 /// One partition profile an accelerator can host.
@@ -227,15 +237,21 @@ pub fn groups_with(
                 runtime_version: section.runtime_version.clone(),
                 family: first.and_then(|a| a.architecture.clone()),
                 compute_capability: first.and_then(|a| a.compute_capability.clone()),
-                accelerators: members.iter().map(|a| accelerator(a, slices)).collect(),
+                accelerators: members
+                    .iter()
+                    .map(|a| accelerator(a, slices, m.cores_percentage_overcommit()))
+                    .collect(),
             }
         })
         .collect()
 }
 
-fn accelerator(a: &Accelerator, slices: Option<u32>) -> DevicesAccelerator {
+fn accelerator(a: &Accelerator, slices: Option<u32>, overcommit: bool) -> DevicesAccelerator {
     let logical_sliced = match (a.grantable, slices) {
-        (Grantable::Whole, Some(count)) if count > 0 => Some(LogicalSliced { count }),
+        (Grantable::Whole, Some(count)) if count > 0 => Some(LogicalSliced {
+            count,
+            cores_percentage_overcommit: overcommit,
+        }),
         _ => None,
     };
     DevicesAccelerator {

@@ -4,7 +4,9 @@
 //! An accelerator is unhealthy when it shows a failed or pending row remap, or uncorrectable
 //! volatile ECC errors — or, where the manufacturer's rule says so
 //! ([`crate::inventory::Ecc::corrected_is_fault`], Ascend), ECC errors of either kind while ECC
-//! is enabled. Kernel-log faults (hardware-class XIDs this boot) are added by the node daemon's
+//! is enabled —, or when the manufacturer's tool itself states a fault
+//! ([`crate::inventory::Accelerator::reported_faults`], worded by its crate: Cambricon's
+//! `Health State`). Kernel-log faults (hardware-class XIDs this boot) are added by the node daemon's
 //! fault record, which passes them in; application-class XIDs never take a GPU out of
 //! service. Pure: it reads the facts and names every reason.
 
@@ -37,6 +39,9 @@ pub fn counter_reasons(accelerator: &Accelerator) -> Vec<String> {
             }
         }
         None => {}
+    }
+    if let Some(reported) = &accelerator.reported_faults {
+        reasons.extend(reported.iter().cloned());
     }
     reasons
 }
@@ -92,6 +97,31 @@ mod tests {
         assess(&mut a, &["Xid 79: GPU has fallen off the bus".into()]);
         assert_eq!(a.health_reasons.len(), 2);
         assert!(!a.healthy);
+    }
+
+    /// What the vendor's tool states is passed through as worded, after the counters; stated
+    /// healthy (`Some` and empty) or not stated (`None`) adds nothing.
+    #[test]
+    fn a_fault_the_tool_reports_fails_the_rule_as_worded() {
+        let mut a = Accelerator::new(0, Source::Driver);
+        a.reported_faults = Some(Vec::new());
+        assess(&mut a, &[]);
+        assert!(a.healthy);
+        a.reported_faults = Some(vec!["cnmon reports Health State \"In Problem\"".into()]);
+        a.ecc = Some(Ecc {
+            volatile_uncorrected: Some(1),
+            ..Ecc::default()
+        });
+        assess(&mut a, &["Xid 79: fallen off".into()]);
+        assert!(!a.healthy);
+        assert_eq!(
+            a.health_reasons,
+            [
+                "1 uncorrectable volatile ECC errors",
+                "cnmon reports Health State \"In Problem\"",
+                "Xid 79: fallen off"
+            ]
+        );
     }
 
     /// Ascend's rule: single-bit errors count too, and only while ECC is enabled.

@@ -155,6 +155,14 @@ pub struct Accelerator {
     pub excluded: Option<bool>,
     pub ecc: Option<Ecc>,
     pub remapped_rows: Option<RemappedRows>,
+    /// What the manufacturer's own tool states about the accelerator's health in words of its
+    /// own, not as a counter (Cambricon's `Health State` "In Problem", a driver state other than
+    /// running, a page retirement pending): each entry one reason, worded by the
+    /// manufacturer's crate, that the health rule passes through
+    /// ([`crate::health::counter_reasons`]). `None` when the tool stated nothing readable (the
+    /// last reading is then kept, as for the counters); `Some` and empty when it read healthy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reported_faults: Option<Vec<String>>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub mig_devices: Vec<MigDevice>,
     /// The hardware partition profiles the accelerator offers, with their placements (MIG
@@ -249,6 +257,7 @@ impl Accelerator {
             excluded: None,
             ecc: None,
             remapped_rows: None,
+            reported_faults: None,
             mig_devices: Vec::new(),
             partition_profiles: Vec::new(),
             nvlinks: Vec::new(),
@@ -319,6 +328,7 @@ impl Accelerator {
         );
         keep(&mut self.ecc, &last.ecc, &mut kept);
         keep(&mut self.remapped_rows, &last.remapped_rows, &mut kept);
+        keep(&mut self.reported_faults, &last.reported_faults, &mut kept);
         keep_all(
             &mut self.physical_indexes,
             &last.physical_indexes,
@@ -462,7 +472,8 @@ impl Inventory {
     /// UUID, every fact this pass left absent — product, memory, NUMA node, bus address,
     /// architecture, compute capability, cores, brand, serial, firmware, part number, device
     /// minor, persistence mode, driver model, GSP firmware, exclusion, DRM nodes, compute
-    /// geometry and partitioning, ECC and row-remap counters, the driver's own numbers,
+    /// geometry and partitioning, ECC and row-remap counters, the health the vendor's tool
+    /// states (`reported_faults`), the driver's own numbers,
     /// links and peers, MIG devices and profiles, the MIG mode — takes its last value, and each manufacturer's versions likewise. A fact this pass read is never
     /// replaced, and health is not touched. An accelerator whose MIG mode was kept is classified
     /// again, so a MIG card does not turn whole because its tool was silent. Each section that
@@ -676,6 +687,34 @@ mod tests {
         again.manufacturers[0].notes.clear();
         assert_eq!(again.keep_known(&now), 0);
         assert!(again.manufacturers[0].notes.is_empty());
+    }
+
+    /// The health the vendor's tool states is a fact like a counter: unread, it keeps the last
+    /// reading (a card out of service stays out); read healthy, it replaces it.
+    #[test]
+    fn a_stated_fault_stands_until_the_tool_states_otherwise() {
+        let mut sick = gpu(0, "MLU-a");
+        sick.reported_faults = Some(vec!["cnmon reports Health State \"In Problem\"".into()]);
+        let last = Inventory {
+            manufacturers: vec![ManufacturerInventory {
+                accelerators: vec![sick.clone()],
+                ..ManufacturerInventory::empty(Manufacturer::Cambricon)
+            }],
+        };
+        let pass = |reported: Option<Vec<String>>| {
+            let mut a = gpu(0, "MLU-a");
+            a.reported_faults = reported;
+            let mut now = Inventory {
+                manufacturers: vec![ManufacturerInventory {
+                    accelerators: vec![a],
+                    ..ManufacturerInventory::empty(Manufacturer::Cambricon)
+                }],
+            };
+            now.keep_known(&last);
+            now.manufacturers[0].accelerators[0].reported_faults.clone()
+        };
+        assert_eq!(pass(None), sick.reported_faults);
+        assert_eq!(pass(Some(Vec::new())), Some(Vec::new()));
     }
 
     #[test]

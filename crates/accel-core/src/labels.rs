@@ -25,9 +25,12 @@ pub const NAME_MAX: usize = 63;
 /// `${aKey}.${suffix}` fits [`NAME_MAX`].
 const LONGEST_SUFFIX: usize = ".product".len();
 
-/// The model id of a product name: lower-cased, spaces to dashes, only `[a-z0-9-_.]` kept, the
-/// manufacturer's own prefix dropped ("NVIDIA H100 80GB HBM3" → `h100-80gb-hbm3`), and a suffix
-/// its group ids leave out ([`Manufacturer::product_suffixes`]: Hygon's `K100_AI` → `k100`).
+/// The model id of a product name, as the described system's `NormalizeName` forms it:
+/// lower-cased, spaces to dashes, only `[a-z0-9-_.]` kept, a run of separators (`-`, `_`, `.`)
+/// kept as its first one, and the manufacturer's own prefix dropped wherever the name starts
+/// with it — followed by a separator or not ("NVIDIA H100 80GB HBM3" → `h100-80gb-hbm3`, Ascend's
+/// A3 chip `Ascend910` → `910`) — then a suffix its group ids leave out
+/// ([`Manufacturer::product_suffixes`]: Hygon's `K100_AI` → `k100`).
 pub fn model_id(manufacturer: Manufacturer, product: &str) -> String {
     let lowered: String = product
         .trim()
@@ -36,13 +39,17 @@ pub fn model_id(manufacturer: Manufacturer, product: &str) -> String {
         .map(|c| if c.is_whitespace() { '-' } else { c })
         .filter(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, '-' | '_' | '.'))
         .collect();
-    let mut id = collapse_dashes(&lowered);
-    for prefix in manufacturer.product_prefixes() {
-        let prefix = prefix.replace(' ', "-");
-        if let Some(rest) = id.strip_prefix(&format!("{prefix}-")) {
-            id = rest.to_string();
+    let mut id = collapse_separators(&lowered);
+    // `NormalizeName` empties its buffer each time it equals the prefix, so a prefix printed
+    // twice (`Ascend Ascend910`) goes twice; a separator after it is never kept.
+    while let Some(rest) = manufacturer.product_prefixes().iter().find_map(|prefix| {
+        id.strip_prefix(prefix.replace(' ', "-").as_str())
+            .map(|rest| rest.trim_start_matches(['-', '_', '.']))
+    }) {
+        if rest.len() == id.len() {
             break;
         }
+        id = rest.to_string();
     }
     for suffix in manufacturer.product_suffixes() {
         if let Some(rest) = id.strip_suffix(suffix).filter(|r| !r.is_empty()) {
@@ -130,6 +137,20 @@ pub fn memory_quantity(mib: u64) -> String {
     }
     let rounded = (mib + scale / 2) / scale;
     format!("{rounded}{}", UNITS[unit])
+}
+
+/// A run of separators (`-`, `_`, `.`) kept as its first one (`NormalizeName`'s rule:
+/// `a_-b` → `a_b`).
+fn collapse_separators(text: &str) -> String {
+    let separator = |c: char| matches!(c, '-' | '_' | '.');
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        if separator(c) && out.ends_with(separator) {
+            continue;
+        }
+        out.push(c);
+    }
+    out
 }
 
 fn collapse_dashes(text: &str) -> String {
@@ -271,6 +292,39 @@ mod tests {
             "nvidia-geforce-rtx-4080-super"
         );
         assert_eq!(model_key(n, "NVIDIA  (R) weird/GPU™"), "nvidia-r-weirdgpu");
+    }
+
+    /// spec/ascend.md §1.6: `NormalizeName` drops the maker's prefix wherever the name starts
+    /// with it, separator or not, so every generation's chip name gives the spec's group id.
+    #[test]
+    fn ascend_group_ids_drop_the_prefix_of_every_generation() {
+        let a = Manufacturer::Ascend;
+        for (chip, key) in [
+            ("910B2", "ascend-910b2"),
+            ("910B4", "ascend-910b4"),
+            ("310P3", "ascend-310p3"),
+            ("910A", "ascend-910a"),
+            // A3 (910_93) prints its chip as `Ascend910`, the 950 generation as `Ascend950PR`.
+            ("Ascend910", "ascend-910"),
+            ("Ascend950PR", "ascend-950pr"),
+            ("Ascend 910A", "ascend-910a"),
+            ("Ascend-910B2", "ascend-910b2"),
+            ("AscendAscend910", "ascend-910"),
+            // `_` is kept, as `NormalizeName` keeps it (spec §1.6's [UNSURE]).
+            ("910_9391", "ascend-910_9391"),
+            ("Ascend", "ascend"),
+        ] {
+            assert_eq!(model_key(a, chip), key, "{chip}");
+        }
+    }
+
+    #[test]
+    fn a_run_of_separators_keeps_its_first() {
+        let n = Manufacturer::Nvidia;
+        assert_eq!(model_key(n, "A_-B"), "nvidia-a_b");
+        assert_eq!(model_key(n, "A.-_B"), "nvidia-a.b");
+        assert_eq!(model_key(n, "A - B"), "nvidia-a-b");
+        assert_eq!(model_key(n, "NVIDIA-_H100"), "nvidia-h100");
     }
 
     #[test]

@@ -1,5 +1,6 @@
 //! The manufacturers table: each supported manufacturer's name and constants (PCI vendor ids,
-//! resource base, runtime class, partition kind, logical slice count), with the described
+//! resource base, runtime class, partition kind, logical slice count, whether compute is
+//! over-committed across slices), with the described
 //! system's per-manufacturer overrides (`GPUSTACK_<MANUFACTURER>_PCI_VENDOR_ID`,
 //! `…_ACCELERATABLE_RESOURCE_NAME`, `…_ACCELERATABLE_RUNTIME_NAME`, `…_PARTITION_KIND`).
 //! This is the one place these facts live; nothing else spells a vendor id or a resource base.
@@ -189,6 +190,11 @@ pub struct Constants {
     pub partition_kind: Option<String>,
     /// Logical slices one accelerator hosts at most; `None`: no sliced family.
     pub slice_count: Option<u32>,
+    /// Whether the slices on one accelerator may ask for more than 100 cores percent together
+    /// (`logicalSliced.coresPercentageOvercommit`; [`Manufacturer::cores_percentage_overcommit`]).
+    /// Not a setting: the vendor's isolation decides it. It decides the node's
+    /// `.sliced.cores-percentage` capacity (`crate::capacity`).
+    pub cores_percentage_overcommit: bool,
 }
 
 impl Manufacturer {
@@ -225,6 +231,36 @@ impl Manufacturer {
             },
             partition_kind: crate::resources::partition_kind(self).map(str::to_string),
             slice_count: slices_per_accelerator(self),
+            cores_percentage_overcommit: self.cores_percentage_overcommit(),
+        }
+    }
+
+    /// Whether the cores percentages of the slices on one accelerator may add up past 100
+    /// (`status.logicalSliced.coresPercentageOvercommit` of each spec, §2.4 or its equal): true
+    /// where the compute cap is a per-process limit or a mask that may overlap, false where it
+    /// is a hard per-card partition or a share of a whole, so the percentages on one card sum to
+    /// at most 100.
+    pub fn cores_percentage_overcommit(self) -> bool {
+        match self {
+            // No spec page records NVIDIA's flag; HAMi-core's SM limit is a per-process cap, as
+            // on Iluvatar and T-Head, whose specs record `true` for the same library.
+            Manufacturer::Nvidia => true,
+            // spec/amd.md §2: `{count: 128, coresPercentageOvercommit: true}`, CU masks may overlap.
+            Manufacturer::Amd => true,
+            // spec/ascend.md §5.1: `{count: 63, coresPercentageOvercommit: true}`.
+            Manufacturer::Ascend => true,
+            // spec/cambricon.md §2.4: false, compute is a hard per-card partition.
+            Manufacturer::Cambricon => false,
+            // spec/hygon.md §1.5: false, CU masks are disjoint.
+            Manufacturer::Hygon => false,
+            // spec/iluvatar.md §2.4: `{count: 100, coresPercentageOvercommit: true}`.
+            Manufacturer::Iluvatar => true,
+            // spec/metax.md §2.4: false, the fixed-share compute quota is a hard partition.
+            Manufacturer::Metax => false,
+            // spec/mthreads.md §2.4: false, compute is a relative weight, not over-committed.
+            Manufacturer::Mthreads => false,
+            // spec/thead.md §1.2: `{count: 128, coresPercentageOvercommit: true}`.
+            Manufacturer::Thead => true,
         }
     }
 
@@ -509,6 +545,40 @@ mod table_tests {
             ]
         );
         assert_eq!(ManufacturerTable::from_vars(&BTreeMap::new()), Ok(table));
+    }
+
+    #[test]
+    fn cores_overcommit_is_each_specs_flag() {
+        // Each spec's `logicalSliced.coresPercentageOvercommit` (NVIDIA's by HAMi-core, as
+        // Iluvatar's and T-Head's): false where one card's cores percentages sum to at most 100.
+        let table = ManufacturerTable::default();
+        let over: Vec<(Manufacturer, bool)> = table
+            .rows()
+            .map(|(m, row)| (m, row.cores_percentage_overcommit))
+            .collect();
+        assert_eq!(
+            over,
+            [
+                (Manufacturer::Nvidia, true),
+                (Manufacturer::Amd, true),
+                (Manufacturer::Ascend, true),
+                (Manufacturer::Cambricon, false),
+                (Manufacturer::Hygon, false),
+                (Manufacturer::Iluvatar, true),
+                (Manufacturer::Metax, false),
+                (Manufacturer::Mthreads, false),
+                (Manufacturer::Thead, true),
+            ]
+        );
+        // No setting changes it (the name built, not spelled: see the next test).
+        let hygon_base = format!(
+            "{}{RESOURCE_NAME_SUFFIX}",
+            Manufacturer::Hygon.settings_prefix()
+        );
+        let renamed =
+            ManufacturerTable::from_vars(&vars(&[(hygon_base.as_str(), "example.com/dcu")]))
+                .unwrap();
+        assert!(!renamed.get(Manufacturer::Hygon).cores_percentage_overcommit);
     }
 
     #[test]

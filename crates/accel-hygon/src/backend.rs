@@ -65,10 +65,10 @@ pub const RESET_REFUSAL: &str = "Hygon DCUs are not reset by the device manager 
 /// the multi-instance registry, the DTK's version files, the control and DRM nodes, and every
 /// query the detector and doctor run.
 pub fn record_plan() -> RecordPlan {
-    let mut files: Vec<&'static str> = detector::RUNTIME_VERSION_FILES
-        .iter()
-        .map(|f| f.trim_start_matches('/'))
-        .collect();
+    static FILES: std::sync::OnceLock<Vec<&'static str>> = std::sync::OnceLock::new();
+    let mut files = FILES
+        .get_or_init(|| version_files_to_record(&crate::dtk::RocmHome::from_env()))
+        .clone();
     files.extend(["sys/module/hycu/version", "sys/module/hydcu/version"]);
     RecordPlan {
         files,
@@ -112,9 +112,26 @@ impl Detector for HygonDetector {
             deadlines: request.deadlines,
             vendor_ids: request.vendor_ids.iter().map(|id| id.vendor).collect(),
             pci_classes: request.pci_classes.clone(),
+            rocm_home: crate::dtk::RocmHome::from_env(),
         };
         Ok(detector::detect(request.host, request.commands, options))
     }
+}
+
+/// The runtime version files `record` captures, root-relative: the fixed ones, and those under
+/// the home `ROCM_HOME`/`ROCM_PATH` names (each made once for the process).
+pub fn version_files_to_record(home: &crate::dtk::RocmHome) -> Vec<&'static str> {
+    let mut files: Vec<&'static str> = detector::RUNTIME_VERSION_FILES
+        .iter()
+        .map(|f| f.trim_start_matches('/'))
+        .collect();
+    for file in home.version_files() {
+        let file = file.trim_start_matches('/');
+        if !files.contains(&file) {
+            files.push(Box::leak(file.to_string().into_boxed_str()));
+        }
+    }
+    files
 }
 
 /// Hygon's doctor behind the seam.

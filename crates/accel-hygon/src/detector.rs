@@ -24,6 +24,12 @@
 //! and its grants stand, never a DCU dropped for it. `rocminfo` and `hy-smi mig` give no
 //! identity; their failures are notes.
 //!
+//! **Health**, two sources, either taking a DCU out of service: the kernel's UMC counter
+//! (`ras/umc_err_count`, spec §7: uncorrectable errors above 0) and `hy-smi --healthcheck`
+//! (addendum H5, read by [`crate::health`], joined by bus id: any status but `Healthy`). A
+//! counter the driver does not expose, a health check that fails or names no line for a DCU,
+//! leaves that source unknown for it — never a healthy reading (the daemon keeps the last one).
+//!
 //! Answers: no Hygon function on the bus and no Hygon KFD node → `Ok(empty)`; functions the
 //! driver does not enumerate (no KFD node, no tool answer) → `Err` (the daemon keeps its last
 //! detection); DCUs found → `Ok(list)`, unless the identity query failed where the kernel names
@@ -46,24 +52,17 @@ use accel_host::kfd::{self, KfdBoard};
 use accel_host::pci::{PciClassPrefixes, PciFunction};
 use accel_host::{Commands, Host, RunFailure, run_bounded};
 
+use crate::dtk;
+use crate::health::{self, HealthcheckLine};
 use crate::hysmi::{self, SmiCard, SmiDocument};
 use crate::mig;
 use crate::module;
 use crate::registry::{self, NodeMode};
 use crate::rocminfo::{self, HsaAgent};
 
-/// Where the DTK's version is read (`<home>/.info/version…`, spec §1.4; DTK installs at
-/// `/opt/dtk`, a stock ROCm layout at `/opt/rocm`).
-pub const RUNTIME_VERSION_FILES: &[&str] = &[
-    "/opt/dtk/.info/version",
-    "/opt/dtk/.info/version-rocm",
-    "/opt/dtk/.info/version-dev",
-    "/opt/dtk/.info/version-libs",
-    "/opt/rocm/.info/version",
-    "/opt/rocm/.info/version-rocm",
-    "/opt/rocm/.info/version-dev",
-    "/opt/rocm/.info/version-libs",
-];
+/// Where the DTK's version is read when neither `ROCM_HOME` nor `ROCM_PATH` is set
+/// (`<home>/.info/version…`, spec §1.4; [`dtk::RocmHome`]).
+pub const RUNTIME_VERSION_FILES: &[&str] = dtk::DEFAULT_VERSION_FILES;
 
 /// Neither identity tool is installed.
 const NO_TOOL: &str = "neither hy-smi nor rocm-smi is installed";
@@ -76,6 +75,9 @@ pub struct DetectOptions {
     pub vendor_ids: Vec<u16>,
     /// The PCI classes the bus scan keeps.
     pub pci_classes: PciClassPrefixes,
+    /// The ROCm (DTK) home the runtime version is read under (`ROCM_HOME`, else `ROCM_PATH`;
+    /// unset: the fixed paths).
+    pub rocm_home: dtk::RocmHome,
 }
 
 impl Default for DetectOptions {
@@ -84,6 +86,7 @@ impl Default for DetectOptions {
             deadlines: Deadlines::default(),
             vendor_ids: vec![0x1d94],
             pci_classes: PciClassPrefixes::default(),
+            rocm_home: dtk::RocmHome::default(),
         }
     }
 }
@@ -117,6 +120,12 @@ pub enum Note {
     NoProfiles { bus: String, why: &'static str },
     /// Cards of one group list a profile differently.
     GroupDisagrees { product: String, name: String },
+    /// `hy-smi --healthcheck` gave no reading (it failed, or printed text that is not its
+    /// answer). Why is `doctor`'s `health-check` row: the failure's wording is the tool's, and a
+    /// note must read alike however the tool failed.
+    HealthcheckUnread,
+    /// `hy-smi --healthcheck` names no line for some DCUs.
+    HealthcheckMissing { dcus: usize, first: String },
 }
 
 impl fmt::Display for Note {
@@ -160,6 +169,13 @@ impl fmt::Display for Note {
             Note::NoProfiles { bus, why } => {
                 write!(f, "DCU {bus} is in MIG mode but {why}: it feeds no family")
             }
+            Note::HealthcheckUnread => f.write_str(
+                "hy-smi --healthcheck: no health check read; every DCU's health check is unknown, so each keeps its last reading (`doctor --manufacturer hygon` says why)",
+            ),
+            Note::HealthcheckMissing { dcus, first } => write!(
+                f,
+                "hy-smi --healthcheck: no line for {dcus} DCU(s) (first {first}); their health check is unknown, so each keeps its last reading"
+            ),
             Note::NotBound { functions } => write!(
                 f,
                 "{functions} Hygon PCI function(s) on the bus, but neither hycu nor hydcu binds them"
@@ -239,6 +255,9 @@ pub struct Sources {
     /// The kernel's UMC error counters by board (`<device>/ras/umc_err_count`), where the
     /// driver exposes them.
     pub ras: BTreeMap<BusId, UmcErrors>,
+    /// `hy-smi --healthcheck`: what it printed, or why it printed nothing; `None` when `hy-smi`
+    /// is not installed (or the pass had no time left to ask).
+    pub healthcheck: Option<Result<String, String>>,
     pub notes: Vec<Note>,
 }
 
@@ -283,7 +302,7 @@ pub fn read_sources(host: &dyn Host, commands: &dyn Commands, options: &DetectOp
     let mut sources = Sources {
         driver: module::loaded(host),
         driver_version: module::read_version(host),
-        runtime_version: runtime_version(host),
+        runtime_version: dtk::read_runtime_version(host, &options.rocm_home),
         mode: Some(registry::read_mode(host)),
         ..Sources::default()
     };
@@ -337,15 +356,6 @@ pub fn read_sources(host: &dyn Host, commands: &dyn Commands, options: &DetectOp
     sources
 }
 
-fn runtime_version(host: &dyn Host) -> Option<String> {
-    RUNTIME_VERSION_FILES.iter().find_map(|p| {
-        let text = host.read_to_string(p).ok()?;
-        let version = accel_backend::text::dotted_version(text.trim())?;
-        let mut parts = version.split(['.', '-']);
-        Some(format!("{}.{}", parts.next()?, parts.next()?))
-    })
-}
-
 fn ask_tools(commands: &dyn Commands, options: &DetectOptions, sources: &mut Sources) {
     let budget = Budget::start(options.deadlines);
     if ask_identity(commands, &budget, sources).is_err() {
@@ -370,6 +380,14 @@ fn ask_tools(commands: &dyn Commands, options: &DetectOptions, sources: &mut Sou
                 Err(e) => sources.notes.push(Note::ToolFailed(e.to_string())),
             }
         }
+    }
+    if commands.is_installed(hysmi::HEALTHCHECK[0]) {
+        sources.healthcheck = Some(match budget.next() {
+            Ok(deadline) => run_bounded(commands, hysmi::HEALTHCHECK, deadline)
+                .map(|out| out.stdout_text())
+                .map_err(|e| e.to_string()),
+            Err(e) => Err(format!("{}: {e}", hysmi::HEALTHCHECK.join(" "))),
+        });
     }
     if commands.is_installed(rocminfo::ARGV[0])
         && let Ok(deadline) = budget.next()
@@ -572,6 +590,8 @@ pub fn join(sources: Sources) -> Detection {
             dcus: buses.len(),
         });
     }
+    let checked = healthcheck_lines(&sources, &mut notes);
+    let mut unchecked: Vec<String> = Vec::new();
     let mut seen: BTreeMap<String, usize> = BTreeMap::new();
     for (position, bus) in buses.iter().enumerate() {
         let kfd = sources.boards.iter().find(|b| b.bus_id == *bus);
@@ -584,7 +604,20 @@ pub fn join(sources: Sources) -> Detection {
             continue;
         };
         let index = u32::try_from(section.accelerators.len()).unwrap_or(u32::MAX);
+        let check = match &checked {
+            Some(lines) => {
+                let line = health::line_for(lines, *bus);
+                if line.is_none() {
+                    unchecked.push(bus.sysfs());
+                }
+                line
+            }
+            None => None,
+        };
         let mut a = accelerator(index, *bus, id, kfd, card, &sources, mig);
+        // Addendum H5: the tool's health check, `Some` only when it names this DCU.
+        a.reported_faults = check.map(|line| line.fault(*bus).into_iter().collect());
+        accel_core::health::assess(&mut a, &[]);
         let uuid = a.uuid.clone().unwrap_or_default();
         if let Some(&other) = seen.get(&uuid) {
             notes.push(Note::SharedUniqueId { uuid });
@@ -596,6 +629,12 @@ pub fn join(sources: Sources) -> Detection {
             seen.insert(uuid, section.accelerators.len());
         }
         section.accelerators.push(a);
+    }
+    if let Some(first) = unchecked.first() {
+        notes.push(Note::HealthcheckMissing {
+            dcus: unchecked.len(),
+            first: first.clone(),
+        });
     }
     section.accelerators.retain(|a| a.uuid.is_some());
     for (i, a) in section.accelerators.iter_mut().enumerate() {
@@ -665,7 +704,16 @@ fn offer_profiles(
         }
         a.partition_profiles = kept;
     }
-    withhold_disagreements(section, notes);
+    // Spec §6.1: a profile the cards of one group (product and memory) disagree on is
+    // withheld from all of them.
+    notes.extend(
+        listing::withhold_disagreements(&mut section.accelerators)
+            .into_iter()
+            .map(|d| Note::GroupDisagrees {
+                product: d.product.unwrap_or_else(|| "unnamed".into()),
+                name: d.profile,
+            }),
+    );
     // The card's compute units are the most one offered profile spans.
     for a in &mut section.accelerators {
         let spanned = a
@@ -682,79 +730,15 @@ fn offer_profiles(
     }
 }
 
-/// Spec §6.1: the cards of one group (product and memory) must agree on a profile; a profile
-/// one card lists differently from another of its group (or not at all) is withheld from every
-/// card of the group, with a note naming it. A card offered no profile at all (its own note
-/// says why) takes no part.
-fn withhold_disagreements(section: &mut ManufacturerInventory, notes: &mut Vec<Note>) {
-    let key = |a: &Accelerator| (a.product.clone(), a.memory_mib);
-    let groups: Vec<(Option<String>, Option<u64>)> = {
-        let mut g: Vec<_> = section.accelerators.iter().map(key).collect();
-        g.sort();
-        g.dedup();
-        g
+/// `hy-smi --healthcheck`'s lines; `None` (with a note when it was asked) when there are none to
+/// judge by.
+fn healthcheck_lines(sources: &Sources, notes: &mut Vec<Note>) -> Option<Vec<HealthcheckLine>> {
+    let read = match sources.healthcheck.as_ref()? {
+        Ok(text) => health::parse_healthcheck(text).map_err(|e| e.to_string()),
+        Err(why) => Err(why.clone()),
     };
-    for group in groups {
-        let members: Vec<usize> = section
-            .accelerators
-            .iter()
-            .enumerate()
-            .filter(|(_, a)| {
-                key(a) == group
-                    && a.mig_mode == Some(MigMode::Enabled)
-                    && !a.partition_profiles.is_empty()
-            })
-            .map(|(i, _)| i)
-            .collect();
-        let mut names: Vec<String> = members
-            .iter()
-            .flat_map(|&i| section.accelerators[i].partition_profiles.iter())
-            .map(|p| p.name.clone())
-            .collect();
-        names.sort();
-        names.dedup();
-        for name in names {
-            let listed: Vec<Option<&accel_core::inventory::PartitionProfile>> = members
-                .iter()
-                .map(|&i| {
-                    section.accelerators[i]
-                        .partition_profiles
-                        .iter()
-                        .find(|p| p.name == name)
-                })
-                .collect();
-            let agree = listed
-                .iter()
-                .all(|p| p.is_some() && p.map(same_shape) == listed[0].map(same_shape));
-            if agree {
-                continue;
-            }
-            notes.push(Note::GroupDisagrees {
-                product: group.0.clone().unwrap_or_else(|| "unnamed".into()),
-                name: name.clone(),
-            });
-            for &i in &members {
-                section.accelerators[i]
-                    .partition_profiles
-                    .retain(|p| p.name != name);
-            }
-        }
-    }
-}
-
-/// What cards of a group must agree on about a profile: id, memory, instances, CUs,
-/// placements (the free count is each card's own).
-type Shape = (u32, Option<u64>, Option<u32>, Option<u32>, Vec<(u32, u32)>);
-
-/// A profile's [`Shape`].
-fn same_shape(p: &accel_core::inventory::PartitionProfile) -> Shape {
-    (
-        p.id,
-        p.memory_mib,
-        p.instances_total,
-        p.multiprocessors,
-        p.placements.iter().map(|x| (x.start, x.size)).collect(),
-    )
+    read.inspect_err(|_| notes.push(Note::HealthcheckUnread))
+        .ok()
 }
 
 fn is_hygon_driver(f: &PciFunction) -> bool {
@@ -803,6 +787,13 @@ fn accelerator(
             .and_then(|g| g.name.clone())
             .filter(|n| n.starts_with("gfx"))
     });
+    // Spec §1.3 step 9: the HSA ASIC family, known only where the kernel fixes it for the
+    // target ([`dtk::asic_family`]); absent otherwise.
+    a.architecture = a
+        .compute_capability
+        .as_deref()
+        .and_then(dtk::asic_family)
+        .map(String::from);
     a.cores = kfd
         .and_then(KfdBoard::compute_units)
         .or_else(|| agent.and_then(|g| g.compute_units));
@@ -827,7 +818,6 @@ fn accelerator(
         ..Ecc::default()
     });
     a.classify_grantable();
-    accel_core::health::assess(&mut a, &[]);
     a
 }
 

@@ -8,14 +8,21 @@
 //! answering its JSON query within the deadline, else the `rocm-smi` fork), `mig-mode` (the
 //! node's multi-instance mode read from the registry) and `mig-registry` (in MIG mode: a
 //! `dev<N>` file for each card, and no empty directory in `ci/`, which a runtime leaves when
-//! asked to bind a missing file and which then fails forever).
+//! asked to bind a missing file and which then fails forever), then one row per health source:
+//! `health-umc-ecc` (the kernel's `ras/umc_err_count`, spec §7) and `health-check` (`hy-smi
+//! --healthcheck`, addendum H5), each saying for how many DCUs it was read, which it could not
+//! read, and which DCUs it takes out of service. A DCU out of service warns (the daemon already
+//! keeps it out); it fails nothing. `health-kernel-log` says the kernel log is not watched.
 
 use accel_backend::Deadlines;
 use accel_backend::detect::Budget;
 use accel_backend::doctor::Check;
+use accel_core::busid::BusId;
 use accel_host::kfd;
 use accel_host::{Commands, Host, run_bounded};
 
+use crate::detector::{self, DetectOptions, Sources};
+use crate::health;
 use crate::hysmi;
 use crate::module;
 use crate::registry::{self, NodeMode};
@@ -32,6 +39,152 @@ pub fn run(host: &dyn Host, commands: &dyn Commands, deadlines: Deadlines) -> Ve
         mig_mode(host),
         mig_registry(host),
     ]
+    .into_iter()
+    .chain(health_checks(host, commands, deadlines))
+    .collect()
+}
+
+/// The health sources' rows, read by one detection pass.
+fn health_checks(host: &dyn Host, commands: &dyn Commands, deadlines: Deadlines) -> Vec<Check> {
+    let options = DetectOptions {
+        deadlines,
+        ..DetectOptions::default()
+    };
+    let sources = detector::read_sources(host, commands, &options);
+    let dcus: Vec<BusId> = match detector::join(sources.clone()) {
+        Ok(section) => section
+            .accelerators
+            .iter()
+            .filter_map(|a| a.bus_id)
+            .collect(),
+        Err(_) => Vec::new(),
+    };
+    if dcus.is_empty() {
+        return ["health-umc-ecc", "health-check", "health-kernel-log"]
+            .into_iter()
+            .map(|name| {
+                Check::warn(
+                    name,
+                    "no DCU detected to read health from",
+                    "fix the hygon-driver and hy-smi checks first",
+                )
+            })
+            .collect();
+    }
+    vec![
+        umc_ecc(&sources, &dcus),
+        healthcheck(&sources, &dcus),
+        health_kernel_log(),
+    ]
+}
+
+/// `health-kernel-log`: no Hygon kernel-log line is known as a fault, so none is watched.
+fn health_kernel_log() -> Check {
+    Check::ok(
+        "health-kernel-log",
+        "not watched: no hycu/hydcu fault line has been captured (spec §7 watches no kernel log or RAS event), so the UMC counter and hy-smi's health check are the DCU's health sources",
+    )
+}
+
+/// `health-umc-ecc`: the kernel's UMC error counter, per detected DCU (spec §7).
+fn umc_ecc(sources: &Sources, dcus: &[BusId]) -> Check {
+    const NAME: &str = "health-umc-ecc";
+    let read: Vec<(BusId, detector::UmcErrors)> = dcus
+        .iter()
+        .filter_map(|bus| sources.ras.get(bus).map(|c| (*bus, *c)))
+        .collect();
+    let out: Vec<String> = read
+        .iter()
+        .filter_map(|(bus, c)| {
+            let ue = c.uncorrectable.filter(|n| *n > 0)?;
+            Some(format!("DCU {} ({ue} uncorrectable)", bus.sysfs()))
+        })
+        .collect();
+    let reason = format!(
+        "{} read for {} of {} DCU(s)",
+        detector::UMC_ERR_COUNT,
+        read.len(),
+        dcus.len()
+    );
+    if !out.is_empty() {
+        return Check::warn(
+            NAME,
+            format!("{reason}; out of service: {}", out.join(", ")),
+            "drain the node, reset those DCUs (reload the driver) or reboot; replace a card whose errors recur",
+        );
+    }
+    if read.len() < dcus.len() {
+        return Check::warn(
+            NAME,
+            format!(
+                "{reason}: the driver exposes no UMC counter for the others, so their uncorrectable memory errors are not seen"
+            ),
+            "a hycu/hydcu build with RAS support exposes <device>/ras/umc_err_count; until then only hy-smi --healthcheck watches those cards",
+        );
+    }
+    Check::ok(NAME, format!("{reason}: no uncorrectable error"))
+}
+
+/// `health-check`: `hy-smi --healthcheck`, joined to each detected DCU by bus id (addendum H5).
+fn healthcheck(sources: &Sources, dcus: &[BusId]) -> Check {
+    const NAME: &str = "health-check";
+    let lines = match &sources.healthcheck {
+        None => {
+            return Check::warn(
+                NAME,
+                "hy-smi is not installed: no health check is read",
+                "install hyhal (hy-smi) on the host; the UMC counter alone watches the cards",
+            );
+        }
+        Some(Err(why)) => {
+            return Check::warn(
+                NAME,
+                format!("not read: {why}"),
+                "run `hy-smi --healthcheck` on the host; a DCU whose health check is not read keeps its last reading",
+            );
+        }
+        Some(Ok(text)) => match health::parse_healthcheck(text) {
+            Ok(lines) => lines,
+            Err(e) => {
+                return Check::warn(
+                    NAME,
+                    format!("not read: {e}"),
+                    "run `hy-smi --healthcheck` on the host; a DCU whose health check is not read keeps its last reading",
+                );
+            }
+        },
+    };
+    let (mut read, mut out, mut missing) = (0, Vec::new(), Vec::new());
+    for bus in dcus {
+        match health::line_for(&lines, *bus) {
+            Some(line) if line.healthy() => read += 1,
+            Some(line) => {
+                read += 1;
+                out.push(format!("DCU {} \"{}\"", bus.sysfs(), line.status));
+            }
+            None => missing.push(bus.sysfs()),
+        }
+    }
+    let mut reason = format!(
+        "hy-smi --healthcheck read for {read} of {} DCU(s)",
+        dcus.len()
+    );
+    let mut actions = Vec::new();
+    if !out.is_empty() {
+        reason.push_str(&format!("; out of service: {}", out.join(", ")));
+        actions.push(
+            "drain the node and check those cards with `hy-smi --healthcheck` and `hy-smi --showrasinfo`; each returns to service once hy-smi reports it Healthy",
+        );
+    }
+    if !missing.is_empty() {
+        reason.push_str(&format!("; no line for {}", missing.join(", ")));
+        actions.push("a DCU the health check names no line for keeps its last reading");
+    }
+    if actions.is_empty() {
+        Check::ok(NAME, format!("{reason}: every DCU Healthy"))
+    } else {
+        Check::warn(NAME, reason, actions.join("; "))
+    }
 }
 
 fn hygon_nodes(host: &dyn Host) -> usize {

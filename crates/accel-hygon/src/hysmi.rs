@@ -47,6 +47,8 @@ pub const ROCM_SMI_JSON: &[&str] = &[
 ];
 /// The plain table.
 pub const HY_SMI_TABLE: &[&str] = &["hy-smi"];
+/// The health check, one line per card (spec/hygon.md addendum H5; read by [`crate::health`]).
+pub const HEALTHCHECK: &[&str] = &["hy-smi", "--healthcheck"];
 /// The JSON queries, in the order they are asked.
 pub const JSON_QUERIES: [&[&str]; 2] = [HY_SMI_JSON, ROCM_SMI_JSON];
 

@@ -10,6 +10,8 @@
 pub mod backend;
 pub mod detector;
 pub mod doctor;
+pub mod dtk;
+pub mod health;
 pub mod hysmi;
 pub mod mig;
 pub mod mig_replay;

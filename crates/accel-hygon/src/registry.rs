@@ -46,12 +46,21 @@ pub fn parse_dev(text: &str) -> Option<BusId> {
     text.lines().next()?.trim().parse().ok()
 }
 
+/// Why the registry could not be listed, naming it by its host path (not the path this
+/// process reached it by, which is the host root's and says nothing of the node).
+fn unreadable(e: &accel_host::HostError) -> String {
+    match e {
+        accel_host::HostError::Io { source, .. } => format!("{DIR}: {source}"),
+        other => format!("{DIR}: {other}"),
+    }
+}
+
 /// Reads the mode.
 pub fn read_mode(host: &dyn Host) -> NodeMode {
     let names = match host.list(DIR) {
         Ok(names) => names,
         Err(e) if e.is_not_found() => return NodeMode::Off,
-        Err(e) => return NodeMode::Unknown(format!("{DIR}: {e}")),
+        Err(e) => return NodeMode::Unknown(unreadable(&e)),
     };
     let devs: Vec<(u32, &String)> = names
         .iter()

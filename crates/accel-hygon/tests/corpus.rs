@@ -5,7 +5,7 @@
 
 use std::path::{Path, PathBuf};
 
-use accel_hygon::{hysmi, rocminfo};
+use accel_hygon::{health, hysmi, rocminfo};
 
 fn fixtures() -> PathBuf {
     accel_testkit::shared_fixtures("hygon")
@@ -39,7 +39,7 @@ fn expectations() -> Vec<&'static str> {
         "HAZARDS.md",
         "dev/gpustack-5337__bw150-ll-dev-dri-in-container-irc-group-excerpt.txt",
         "hy-smi/gpustack-2032__k100ai-hy-smi-json-truncated-excerpt.txt",
-        // No parser yet: issue 43 (health) will read `hy-smi --healthcheck` (HAZARDS 12).
+        // `hy-smi --healthcheck`, read by `accel_hygon::health` (HAZARDS 12).
         "hy-smi/hygonai-hcu-dcgm__hy-smi-healthcheck-one-card-line-source-comment-example.txt",
         "hy-smi/paddlenlp__4x-k100ai-dtk24.04.1-hy-smi-mode-column.txt",
         // No parser yet for `hy-virtual -show-device-info` (HAZARDS 13).
@@ -81,7 +81,7 @@ fn every_capture_has_expectations_and_meets_them() {
                 insta::assert_debug_snapshot!(name, accel_host::drm::listed_char_devices(&text))
             }
             "hy-smi" if file.contains("healthcheck") => {
-                insta::assert_debug_snapshot!(name, unparsed(&text))
+                insta::assert_debug_snapshot!(name, health::parse_healthcheck(&text))
             }
             "hy-virtual" => insta::assert_debug_snapshot!(name, unparsed(&text)),
             "hy-smi" | "rocm-smi" if file.contains("json") => {
@@ -172,4 +172,21 @@ fn the_dri_listing_reads_whatever_the_group_is_called() {
     ));
     assert_eq!(nodes.len(), 9);
     assert_eq!(nodes[8], ("card8".to_string(), 226, 8));
+}
+
+/// HAZARDS 12: the address in a `--healthcheck` line holds colons itself, so the line is read by
+/// its words, not split on `:`; `Healthy` is the one status known.
+#[test]
+fn hazard_12_the_health_check_keeps_its_colon_bearing_address() {
+    let lines = health::parse_healthcheck(&read(&fixtures().join(
+        "hy-smi/hygonai-hcu-dcgm__hy-smi-healthcheck-one-card-line-source-comment-example.txt",
+    )))
+    .unwrap();
+    assert_eq!(lines.len(), 1);
+    assert_eq!(lines[0].card, Some(0));
+    assert_eq!(
+        lines[0].bus.map(|b| b.sysfs()).as_deref(),
+        Some("0000:09:00.0")
+    );
+    assert!(lines[0].healthy());
 }

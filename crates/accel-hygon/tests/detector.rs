@@ -16,6 +16,12 @@ fn host(name: &str) -> PathBuf {
     accel_testkit::recorded_host(name)
 }
 
+/// The note of a recording that holds no `hy-smi --healthcheck` answer (every recorded host
+/// but the one made for issue 43): the health check is unknown, and said so.
+fn unchecked() -> String {
+    detector::Note::HealthcheckUnread.to_string()
+}
+
 fn detect_in(dir: &Path, options: DetectOptions) -> accel_core::Detection {
     let files = FsHost::new(dir.join("root"));
     let commands = RecordedCommands::load(dir).unwrap();
@@ -42,7 +48,7 @@ fn four_k100_ai_are_named_by_unique_id_with_their_drm_pairs() {
             .iter()
             .all(|a| a.grantable == Grantable::Whole)
     );
-    assert!(section.notes.is_empty(), "{:?}", section.notes);
+    assert_eq!(section.notes, [unchecked()]);
 }
 
 #[test]
@@ -79,7 +85,10 @@ fn a_mig_node_serves_partitions_only_and_says_so() {
     );
     assert_eq!(
         section.notes,
-        vec![detector::Note::MigEnabled { cards: 8 }.to_string()]
+        vec![
+            detector::Note::MigEnabled { cards: 8 }.to_string(),
+            unchecked()
+        ]
     );
     // Spec §6.1's measured BW card, from hy-smi mig -lgip/-lgipp: profiles, their CU and
     // instance counts, placements (the card's 80 CUs are the most one profile spans).
@@ -399,4 +408,342 @@ fn without_kfd_unique_ids_a_failing_hy_smi_is_a_pass_not_measured() {
         );
         assert!(!reason.contains('\n'), "{failure}: one line: {reason}");
     }
+}
+
+/// Spec §1.2 and §1.5 ("mode unreadable"): a registry that cannot be read leaves the node's
+/// multi-instance mode unknown, and then neither slicing family is published — no logical
+/// slices, no partitions — while the cards keep their whole-card identity
+/// (docs/manufacturers/hygon.md, "MIG mode").
+#[test]
+fn an_unreadable_registry_leaves_the_mode_unknown_and_publishes_no_slicing_family() {
+    use accel_backend::slicing::SlicingLibrary;
+    use accel_hygon::backend::VdevLedger;
+    let section = detect_in(
+        &host("hygon-4x-k100ai-registry-unreadable"),
+        DetectOptions::default(),
+    )
+    .unwrap();
+    assert_eq!(section.accelerators.len(), 4);
+    assert_eq!(
+        section.notes,
+        [
+            "could not read the node's multi-instance mode (/etc/dmi_mig_config: Not a directory (os error 20)), so neither slicing family is published".to_string(),
+            unchecked()
+        ]
+    );
+    for a in &section.accelerators {
+        assert_eq!(a.mig_mode, None, "{:?}", a.uuid);
+        assert_eq!(
+            a.grantable,
+            Grantable::Whole,
+            "whole cards are still served"
+        );
+        assert!(a.partition_profiles.is_empty());
+    }
+    assert_eq!(
+        VdevLedger.runtime_major(&section),
+        None,
+        "no logical slices where the mode is unknown"
+    );
+    // The same node with its registry readable (and empty: not in MIG mode) slices.
+    let readable = detect_in(&host("hygon-4x-k100ai"), DetectOptions::default()).unwrap();
+    assert_eq!(VdevLedger.runtime_major(&readable), Some(0));
+    // The labels are the readable node's: the cards are still whole cards.
+    let labels = |section| {
+        accel_core::labels::labels(&accel_core::Inventory {
+            manufacturers: vec![section],
+        })
+    };
+    assert_eq!(labels(section), labels(readable));
+}
+
+/// A copy of the K100_AI host with the DTK's version file at `<dir>/.info/version` under the
+/// host root.
+fn host_with_dtk_at(dir: &str, version: &str) -> tempfile::TempDir {
+    let copy = accel_testkit::copy_recorded("hygon-4x-k100ai");
+    let info = copy
+        .path()
+        .join("root")
+        .join(dir.trim_start_matches('/'))
+        .join(".info");
+    std::fs::create_dir_all(&info).unwrap();
+    std::fs::write(info.join("version"), format!("{version}\n")).unwrap();
+    copy
+}
+
+fn runtime_under(dir: &Path, home: accel_hygon::dtk::RocmHome) -> Option<String> {
+    detect_in(
+        dir,
+        DetectOptions {
+            rocm_home: home,
+            ..DetectOptions::default()
+        },
+    )
+    .unwrap()
+    .runtime_version
+}
+
+/// Spec §1.1 and §1.4: the runtime version is read under `ROCM_HOME`, else `ROCM_PATH` (a host
+/// path, read under the host root): `<home>/.info/version…`, then `dirname(home)/.info/…`;
+/// neither set, the fixed `/opt/dtk`, `/opt/rocm` paths as before.
+#[test]
+fn the_rocm_home_the_environment_names_gives_the_runtime_version() {
+    use accel_hygon::dtk::RocmHome;
+    let copy = host_with_dtk_at("/opt/dtk-24.04.3", "24.04.3-rc1");
+    let vars = |pairs: &'static [(&'static str, &'static str)]| {
+        RocmHome::from_vars(|name| {
+            pairs
+                .iter()
+                .find(|(k, _)| *k == name)
+                .map(|(_, v)| v.to_string())
+        })
+    };
+    assert_eq!(
+        runtime_under(copy.path(), vars(&[])),
+        None,
+        "unset: the fixed paths"
+    );
+    assert_eq!(
+        runtime_under(copy.path(), vars(&[("ROCM_PATH", "/opt/dtk-24.04.3")])).as_deref(),
+        Some("24.04")
+    );
+    // The home's parent is read after the home: a home one level below the install.
+    assert_eq!(
+        runtime_under(copy.path(), vars(&[("ROCM_HOME", "/opt/dtk-24.04.3/rocm")])).as_deref(),
+        Some("24.04")
+    );
+    // ROCM_HOME wins over ROCM_PATH.
+    assert_eq!(
+        runtime_under(
+            copy.path(),
+            vars(&[
+                ("ROCM_HOME", "/opt/nothing/here"),
+                ("ROCM_PATH", "/opt/dtk-24.04.3")
+            ])
+        ),
+        None
+    );
+    // Unset, the DTK's fixed home is read as before.
+    let fixed = host_with_dtk_at("/opt/dtk", "25.04.1");
+    assert_eq!(
+        runtime_under(fixed.path(), RocmHome::default()).as_deref(),
+        Some("25.04")
+    );
+}
+
+/// Spec §1.3 step 9: `.family` is the HSA ASIC family name, absent when unknown. It is known
+/// only for a gfx target whose family the kernel fixes (a Z100's `gfx906`: Arctic Islands);
+/// the K100's `gfx928` and the BW's `gfx936`, Hygon's own, have none in any source.
+#[test]
+fn the_family_label_is_the_asic_family_only_where_it_is_known() {
+    let labels = |section| {
+        accel_core::labels::labels(&accel_core::Inventory {
+            manufacturers: vec![section],
+        })
+    };
+    let k100 = detect_in(&host("hygon-4x-k100ai"), DetectOptions::default()).unwrap();
+    assert!(k100.accelerators.iter().all(|a| a.architecture.is_none()));
+    assert!(
+        !labels(k100).keys().any(|k| k.ends_with(".family")),
+        "gfx928: no family"
+    );
+    let copy = accel_testkit::copy_recorded("hygon-4x-k100ai");
+    let nodes = copy.path().join("root/sys/class/kfd/kfd/topology/nodes");
+    for node in std::fs::read_dir(&nodes).unwrap() {
+        let properties = node.unwrap().path().join("properties");
+        let text = std::fs::read_to_string(&properties).unwrap();
+        std::fs::write(
+            &properties,
+            text.replace("gfx_target_version 90208", "gfx_target_version 90006"),
+        )
+        .unwrap();
+    }
+    let z100_like = detect_in(copy.path(), DetectOptions::default()).unwrap();
+    let a = &z100_like.accelerators[0];
+    assert_eq!(a.compute_capability.as_deref(), Some("gfx906"));
+    assert_eq!(a.architecture.as_deref(), Some("Arctic Islands"));
+    assert_eq!(
+        labels(z100_like)["acceleratable.feature.gpustack.ai/hygon-k100.family"],
+        "Arctic-Islands"
+    );
+}
+
+/// The recorded host whose DCU 2 counts uncorrectable UMC errors, with a health check for all.
+const SICK_HOST: &str = "hygon-4x-k100ai-dcu2-umc-uncorrectable";
+
+/// Issue 43: on the recorded sick host, DCU 2 is out of service by its UMC counter, the others
+/// are in; the health check names every DCU `Healthy`, so there is nothing to note.
+#[test]
+fn the_sick_host_takes_dcu_2_out_and_reads_every_health_check() {
+    let section = detect_in(&host(SICK_HOST), DetectOptions::default()).unwrap();
+    let health: Vec<(bool, Vec<String>)> = section
+        .accelerators
+        .iter()
+        .map(|a| (a.healthy, a.health_reasons.clone()))
+        .collect();
+    assert_eq!(
+        health,
+        [
+            (true, vec![]),
+            (true, vec![]),
+            (
+                false,
+                vec!["2 uncorrectable volatile ECC errors".to_string()]
+            ),
+            (true, vec![]),
+        ]
+    );
+    assert!(
+        section
+            .accelerators
+            .iter()
+            .all(|a| a.reported_faults == Some(Vec::new())),
+        "every DCU's health check read Healthy"
+    );
+    assert!(section.notes.is_empty(), "{:?}", section.notes);
+}
+
+/// Rewrites the sick host's health check, replacing `from` by `to`.
+fn healthcheck(dir: &Path, from: &str, to: &str) {
+    let path = dir.join("commands/hy-smi-healthcheck/stdout");
+    let text = std::fs::read_to_string(&path).unwrap();
+    assert!(text.contains(from), "{text}");
+    std::fs::write(&path, text.replace(from, to)).unwrap();
+}
+
+/// Addendum H5: `hy-smi --healthcheck`, joined by bus id, takes out a DCU whose status is
+/// anything but `Healthy` (Hygon's own exporter counts only `Healthy` as healthy), quoting the
+/// word; a reading that clears brings it back. (`Warning` is a word made up for the test: no
+/// status but `Healthy` has been seen.)
+#[test]
+fn a_health_check_other_than_healthy_takes_its_dcu_out_until_it_clears() {
+    let dir = accel_testkit::copy_recorded(SICK_HOST);
+    healthcheck(
+        dir.path(),
+        "0000:0c:00.0         : Healthy",
+        "0000:0c:00.0         : Warning",
+    );
+    let section = detect_in(dir.path(), DetectOptions::default()).unwrap();
+    let dcu1 = &section.accelerators[1];
+    assert_eq!(
+        dcu1.bus_id.map(|b| b.sysfs()).as_deref(),
+        Some("0000:0c:00.0")
+    );
+    assert_eq!(
+        dcu1.health_reasons,
+        [
+            "hy-smi --healthcheck reports \"Warning\" for DCU 0000:0c:00.0: drain the node and check the card with `hy-smi --healthcheck` and `hy-smi --showrasinfo`; it returns to service once hy-smi reports it Healthy"
+        ]
+    );
+    healthcheck(
+        dir.path(),
+        "0000:0c:00.0         : Warning",
+        "0000:0c:00.0         : Healthy",
+    );
+    let section = detect_in(dir.path(), DetectOptions::default()).unwrap();
+    assert!(section.accelerators[1].healthy);
+}
+
+/// A health check that fails (any of the four ways) or names no line for a DCU leaves that DCU's
+/// health check unknown — a note, never a healthy reading (`reported_faults` stays `None`, so
+/// the daemon keeps the last reading); the UMC counter still judges on its own.
+#[test]
+fn a_failing_or_silent_health_check_leaves_the_dcus_unknown_never_healthy() {
+    for failure in ToolFailure::ALL {
+        let dir = accel_testkit::copy_recorded(SICK_HOST);
+        accel_testkit::failing_tool::fail_commands(dir.path(), "hy-smi", failure, |argv| {
+            argv.iter().any(|a| a == "--healthcheck")
+        });
+        let section = detect_in(dir.path(), short()).unwrap();
+        assert_eq!(section.accelerators.len(), 4, "{failure}");
+        assert!(
+            section
+                .accelerators
+                .iter()
+                .all(|a| a.reported_faults.is_none()),
+            "{failure}"
+        );
+        assert!(
+            !section.accelerators[2].healthy,
+            "{failure}: the UMC counter still judges"
+        );
+        assert!(
+            section.notes.contains(&unchecked()),
+            "{failure}: {:?}",
+            section.notes
+        );
+    }
+    let dir = accel_testkit::copy_recorded(SICK_HOST);
+    healthcheck(
+        dir.path(),
+        "HCU[3]          : Bus Id : 0000:8d:00.0         : Healthy\n",
+        "",
+    );
+    let section = detect_in(dir.path(), DetectOptions::default()).unwrap();
+    assert_eq!(section.accelerators[3].reported_faults, None);
+    assert_eq!(
+        section.notes,
+        [detector::Note::HealthcheckMissing {
+            dcus: 1,
+            first: "0000:8d:00.0".into()
+        }
+        .to_string()]
+    );
+}
+
+/// Issue 43 item 5: doctor says which health sources it read on the node, a row each — the UMC
+/// counter naming the DCU it takes out, the health check, and the kernel log it does not watch.
+#[test]
+fn doctor_names_each_health_source_and_the_dcu_it_takes_out() {
+    use accel_backend::doctor::{Check, Status};
+    let doctor = |name: &str| {
+        let dir = host(name);
+        let files = FsHost::new(dir.join("root"));
+        let commands = RecordedCommands::load(&dir).unwrap();
+        accel_hygon::doctor::run(&files, &commands, Deadlines::default())
+    };
+    let row = |checks: &[Check], name: &str| {
+        checks
+            .iter()
+            .find(|c| c.name == name)
+            .unwrap_or_else(|| panic!("no {name} row: {checks:?}"))
+            .clone()
+    };
+    let checks = doctor(SICK_HOST);
+    let umc = row(&checks, "health-umc-ecc");
+    assert_eq!(
+        (umc.status, umc.reason.as_str()),
+        (
+            Status::Warn,
+            "ras/umc_err_count read for 4 of 4 DCU(s); out of service: DCU 0000:8a:00.0 (2 uncorrectable)"
+        )
+    );
+    let check = row(&checks, "health-check");
+    assert_eq!(
+        (check.status, check.reason.as_str()),
+        (
+            Status::Ok,
+            "hy-smi --healthcheck read for 4 of 4 DCU(s): every DCU Healthy"
+        )
+    );
+    assert_eq!(row(&checks, "health-kernel-log").status, Status::Ok);
+
+    // The host that records neither: both rows say so.
+    let checks = doctor("hygon-4x-k100ai");
+    let umc = row(&checks, "health-umc-ecc");
+    assert_eq!(umc.status, Status::Warn);
+    assert!(
+        umc.reason
+            .starts_with("ras/umc_err_count read for 0 of 4 DCU(s): "),
+        "{}",
+        umc.reason
+    );
+    let check = row(&checks, "health-check");
+    assert_eq!(
+        (check.status, check.reason.as_str()),
+        (
+            Status::Warn,
+            "not read: hy-smi --healthcheck: hy-smi: not found"
+        )
+    );
 }

@@ -4,7 +4,7 @@
 
 use std::sync::OnceLock;
 
-use accel_hygon::{detector, hysmi, module, registry, rocminfo, vdev};
+use accel_hygon::{detector, health, hysmi, module, registry, rocminfo, vdev};
 use proptest::prelude::*;
 
 fn corpus() -> &'static [Vec<u8>] {
@@ -28,6 +28,7 @@ fn read_all(s: &str) {
     let _ = registry::dev_index(s);
     let _ = module::parse_version(s);
     let _ = detector::parse_umc_err_count(s);
+    let _ = health::parse_healthcheck(s);
     if let Ok(conf) = vdev::parse(s) {
         assert_eq!(
             vdev::parse(&vdev::render(&conf)).map(|c| c.cu_mask),
@@ -40,6 +41,8 @@ fn fragments() -> impl Strategy<Value = String> {
     let piece = prop_oneof![
         Just("{".to_string()),
         Just("ue: 18446744073709551616\n".to_string()),
+        Just("HCU[0]          : Bus Id : 0000:09:00.0         : Healthy\n".to_string()),
+        Just("DCU[4294967296]:Bus Id:ff:ff.f:\n".to_string()),
         Just("}".to_string()),
         Just(", \"card1\": {".to_string()),
         Just("\"card0\": {\"Unique ID\": \"ffffffffffffffff\"".to_string()),

@@ -5,7 +5,12 @@
 //! `runtime-class` (ix-container-runtime in a Pod's path: the engine's default, or the
 //! RuntimeClass handler; without it `IX_VISIBLE_DEVICES` grants nothing, silently) and
 //! `slicing-library` (HAMi-core's CUDA-12 `libvgpu.so` and its `ld.so.preload` staged in the
-//! flat `<library-dir>/iluvatar/`).
+//! flat `<library-dir>/iluvatar/`), and the health sources, none of which prints a signal
+//! (`docs/manufacturers/iluvatar.md`, "Health"; what was searched is in
+//! `testdata/captures/iluvatar/SOURCES.md`): `health-ecc` (ixsmi prints no ECC error count or
+//! health state; the health bitmask is IXML's) and `kernel-log` (no fault line of the driver
+//! is known), so health rests on detection. Both are `ok`: nothing on the node would change
+//! them.
 
 use std::path::Path;
 
@@ -44,7 +49,31 @@ pub fn run(host: &dyn Host, commands: &dyn Commands, options: &Options) -> Repor
             },
         ),
         library(host, &options.library_dir),
+        health_ecc(&detection),
+        kernel_log(),
     ])
+}
+
+/// `health-ecc`: ixsmi prints no health signal, so nothing takes a GPU out but detection.
+fn health_ecc(detection: &Detection) -> Check {
+    let gpus = match detection {
+        Ok(section) => format!("{} GPU(s)", section.accelerators.len()),
+        Err(_) => "the GPUs".to_string(),
+    };
+    Check::ok(
+        "health-ecc",
+        format!(
+            "not read: health rests on detection for {gpus}: ixsmi prints no ECC error count or health state (its query form refuses ecc.errors fields; the health bitmask is IXML's ixmlDeviceGetHealth, a library call), so no reading takes a GPU out of service"
+        ),
+    )
+}
+
+/// `kernel-log`: the driver's kernel log is not a health source here.
+fn kernel_log() -> Check {
+    Check::ok(
+        "kernel-log",
+        "not watched: no fault line of the iluvatar driver is known (none captured)",
+    )
 }
 
 fn driver(kernel: &Kernel) -> Check {

@@ -126,6 +126,10 @@ fn the_crd_is_cluster_scoped_with_a_status_subresource_and_a_structural_schema()
             "spec.groups[].accelerators[].{field}"
         );
     }
+    // The specs' `logicalSliced = {count, coresPercentageOvercommit}`.
+    let sliced = &accelerator["logicalSliced"]["properties"];
+    assert_eq!(sliced["count"]["type"], "integer");
+    assert_eq!(sliced["coresPercentageOvercommit"]["type"], "boolean");
     let allocation = &schema["status"]["properties"]["accelerators"]["items"]["properties"];
     for field in [
         "mode",

@@ -82,14 +82,19 @@ pub const RESET_REFUSAL: &str = "MetaX accelerators are not reset by the device 
      the node and reset the GPU with mx-smi by hand, or reboot";
 
 /// What `record` captures of a MetaX node: the module's version and its driver listing (each
-/// card's `drm/` minors), the control and DRM nodes, and the two mx-smi queries.
+/// card's `drm/` minors), the control and DRM nodes, and the three mx-smi queries (the table,
+/// `-L`, the ECC counts).
 pub fn record_plan() -> RecordPlan {
     RecordPlan {
         files: vec![detector::DRIVER_VERSION_FILE.trim_start_matches('/')],
         trees: vec!["sys/module/metax/drivers"],
         device_nodes: vec!["dev/mxcd", "dev/mxnd", "dev/mxgd"],
         numbered_devices: vec!["dri/card", "dri/renderD"],
-        commands: vec![crate::mxsmi::TABLE_ARGV, crate::mxsmi::LIST_ARGV],
+        commands: vec![
+            crate::mxsmi::TABLE_ARGV,
+            crate::mxsmi::LIST_ARGV,
+            crate::count_ecc::COUNT_ECC_ARGV,
+        ],
     }
 }
 

@@ -12,9 +12,22 @@
 //!
 //! **The identity queries are both of mx-smi's.** `mx-smi -L` names each GPU's UUID; the
 //! table lists the GPUs with their names and memory (which size the sliced family and name the
-//! product labels) and the ordinal a `-L` line without a bus id is joined by. A pass without
+//! product labels; a name is taken in the library's form, `MetaX C500` → `MXC500`,
+//! [`mxsmi::model_name`]) and the ordinal a `-L` line without a bus id is joined by. A pass without
 //! either would put GPUs without identity, or without their memory, in place of the known
 //! ones, and the swap would drop every live grant.
+//!
+//! **Health** (spec §6: unhealthy iff MXSML's DRAM uncorrectable count is above 0). After the
+//! identity queries the pass asks `mx-smi --count-ecc` ([`count_ecc`]), the tool's print of that
+//! library call, and each GPU's block (by PCI address, else the tool's ordinal) fills the
+//! accelerator's `ecc` — `DRAM Uncorrectable` its uncorrected count, `DRAM Correctable` its
+//! corrected one; neither printed is `ecc: None`, never a 0 — and the shared health rule
+//! (`accel_core::health`) decides, in `detect` as in the daemon. The count is the driver's, held
+//! until the GPU is reset or the node reboots (the retired-page count outlives a reboot): each
+//! pass reads it afresh, so a restarted daemon finds the GPU still out and a reset or a reboot
+//! brings it back; nothing goes to `faults.json`. What only warns — pages retired for
+//! double-bit errors, uncorrectable SRAM errors, a count not printed, a query that failed — is
+//! an [`EccNote`]; a failed query never fails the pass (spec: a failed read is healthy).
 //!
 //! Answers: no MetaX function → `Ok(empty)`; functions but none bound to `metax` → `Ok(empty)`
 //! with a note; only virtual functions bound → `Ok(empty)` with notes; the driver there but
@@ -28,13 +41,15 @@ use std::fmt;
 use accel_backend::Deadlines;
 use accel_backend::detect::Budget;
 use accel_core::Manufacturer;
+use accel_core::busid::BusId;
 use accel_core::inventory::{
-    Accelerator, DetectError, Detection, DrmNodes, ManufacturerInventory, Source,
+    Accelerator, DetectError, Detection, DrmNodes, Ecc, ManufacturerInventory, Source,
 };
 use accel_host::drm;
 use accel_host::pci::{PCI_DEVICES_DIR, PciClassPrefixes, PciFunction, scan_pci};
 use accel_host::{Commands, Host, run_bounded};
 
+use crate::count_ecc::{self, EccCounts};
 use crate::mxsmi::{self, MxSmiError, MxSmiListed, MxSmiTable};
 
 /// MetaX's kernel module.
@@ -124,7 +139,57 @@ pub struct Sources {
     /// Why mx-smi, asked because a function is bound to `metax`, gave no answer the join can
     /// use.
     pub mx_smi_failure: Option<MxSmiFailure>,
+    /// `mx-smi --count-ecc`'s blocks, or why there are none (the failure's words, which name
+    /// the argv); `None` when it was not asked (no identity to join it to).
+    pub ecc: Option<Result<Vec<EccCounts>, String>>,
     pub notes: Vec<String>,
+}
+
+/// What the ECC counts tell beyond the health rule, worded once: detect's notes and doctor's
+/// `health-ecc` check use it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EccNote {
+    /// `mx-smi --count-ecc` gave no reading (the words name the argv and the failure).
+    Unread(String),
+    /// The reading has no block for this accelerator.
+    NoBlock { index: u32, bus: BusId },
+    /// Blocks that print no DRAM uncorrectable count (the 2.2.9 capture prints none).
+    NoDramCount { unread: usize, total: usize },
+    /// Pages retired for double-bit errors: the memory is already mapped out and the count
+    /// outlives a reboot, so it warns and the GPU stays in service.
+    RetiredPages { index: u32, bus: BusId, pages: u64 },
+    /// Uncorrectable SRAM errors: counted by MXSML, but spec §6's rule reads DRAM only.
+    SramUncorrectable { index: u32, bus: BusId, errors: u64 },
+}
+
+impl fmt::Display for EccNote {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            EccNote::Unread(why) => write!(
+                f,
+                "{why}: no ECC count is read this pass, so a GPU with uncorrectable DRAM errors stays in service"
+            ),
+            EccNote::NoBlock { index, bus } => write!(
+                f,
+                "accelerator {index} ({}): mx-smi --count-ecc prints no block for it, so its ECC errors are not read",
+                bus.sysfs()
+            ),
+            EccNote::NoDramCount { unread, total } => write!(
+                f,
+                "mx-smi --count-ecc prints no DRAM Uncorrectable count for {unread} of {total} GPU(s), so their uncorrectable DRAM errors are not seen"
+            ),
+            EccNote::RetiredPages { index, bus, pages } => write!(
+                f,
+                "accelerator {index} ({}): {pages} page(s) retired for double-bit ECC errors (mx-smi --count-ecc); it stays in service: replace it if the count keeps growing",
+                bus.sysfs()
+            ),
+            EccNote::SramUncorrectable { index, bus, errors } => write!(
+                f,
+                "accelerator {index} ({}): {errors} uncorrectable SRAM ECC error(s) (mx-smi --count-ecc); spec §6 takes a GPU out for DRAM errors only, so it stays in service: reset it or reboot if its workloads fail",
+                bus.sysfs()
+            ),
+        }
+    }
 }
 
 /// Runs one mx-smi query within the pass's budget and parses what it printed.
@@ -152,9 +217,88 @@ fn ask_mx_smi(commands: &dyn Commands, deadlines: Deadlines, sources: &mut Sourc
             ask(commands, &budget, mxsmi::LIST_ARGV, mxsmi::parse_list)
         });
     match answered {
-        Ok(listed) => sources.listed = listed,
+        Ok(listed) => {
+            sources.listed = listed;
+            sources.ecc = Some(ask_ecc(commands, &budget));
+        }
         Err(failure) => sources.mx_smi_failure = Some(failure),
     }
+}
+
+/// Runs `mx-smi --count-ecc` within the pass's budget; a failure is its words, never the pass's.
+fn ask_ecc(commands: &dyn Commands, budget: &Budget) -> Result<Vec<EccCounts>, String> {
+    let argv = count_ecc::COUNT_ECC_ARGV;
+    let deadline = budget
+        .next()
+        .map_err(|e| format!("{}: {e}", argv.join(" ")))?;
+    let out = run_bounded(commands, argv, deadline).map_err(|e| e.to_string())?;
+    count_ecc::parse_count_ecc(&out.stdout_text()).map_err(|e| e.to_string())
+}
+
+/// The `--count-ecc` block of the GPU at `bus`: by PCI address, else by the tool's ordinal
+/// (`gpu`, the table row's) for a block that prints no bus id.
+pub fn ecc_block(sources: &Sources, bus: BusId, gpu: Option<u32>) -> Option<&EccCounts> {
+    let blocks = sources.ecc.as_ref()?.as_ref().ok()?;
+    blocks.iter().find(|b| b.bus_id == Some(bus)).or_else(|| {
+        let gpu = gpu?;
+        blocks
+            .iter()
+            .find(|b| b.bus_id.is_none() && b.gpu == Some(gpu))
+    })
+}
+
+/// The DRAM counts as the health rule reads them (spec §6: the uncorrectable one decides);
+/// `None` when the block prints neither.
+fn ecc_of(counts: &EccCounts) -> Option<Ecc> {
+    (counts.dram_uncorrectable.is_some() || counts.dram_correctable.is_some()).then(|| Ecc {
+        volatile_uncorrected: counts.dram_uncorrectable,
+        volatile_corrected: counts.dram_correctable,
+        ..Ecc::default()
+    })
+}
+
+/// The table row's ordinal of the GPU at `bus`.
+fn ordinal_at(sources: &Sources, bus: BusId) -> Option<u32> {
+    let table = sources.table.as_ref()?;
+    table.gpus.iter().find(|g| g.bus_id == Some(bus))?.gpu
+}
+
+/// What the ECC counts tell of `section`'s accelerators beyond the health rule.
+pub fn ecc_notes(sources: &Sources, section: &ManufacturerInventory) -> Vec<EccNote> {
+    let mut notes = Vec::new();
+    match &sources.ecc {
+        None => return notes,
+        Some(Err(why)) => return vec![EccNote::Unread(why.clone())],
+        Some(Ok(_)) => {}
+    }
+    let mut no_dram = 0;
+    for a in &section.accelerators {
+        let Some(bus) = a.bus_id else { continue };
+        let index = a.index;
+        let Some(block) = ecc_block(sources, bus, ordinal_at(sources, bus)) else {
+            notes.push(EccNote::NoBlock { index, bus });
+            continue;
+        };
+        if block.dram_uncorrectable.is_none() {
+            no_dram += 1;
+        }
+        if let Some(pages) = block.retired_double_bit.filter(|n| *n > 0) {
+            notes.push(EccNote::RetiredPages { index, bus, pages });
+        }
+        if let Some(errors) = block.sram_uncorrectable.filter(|n| *n > 0) {
+            notes.push(EccNote::SramUncorrectable { index, bus, errors });
+        }
+    }
+    if no_dram > 0 {
+        notes.insert(
+            0,
+            EccNote::NoDramCount {
+                unread: no_dram,
+                total: section.accelerators.len(),
+            },
+        );
+    }
+    notes
 }
 
 /// Reads every source of `host`.
@@ -286,7 +430,7 @@ pub fn join(sources: Sources) -> Detection {
         let mut a = Accelerator::new(index, Source::Driver);
         a.bus_id = Some(bus);
         a.numa_node = f.pci.numa_node;
-        a.product = row.and_then(|r| r.name.clone());
+        a.product = row.and_then(|r| r.name.as_deref()).map(mxsmi::model_name);
         a.memory_mib = row.and_then(|r| r.memory_total_mib);
         a.uuid = listed.map(|l| l.uuid.clone());
         a.architecture = a
@@ -314,7 +458,11 @@ pub fn join(sources: Sources) -> Detection {
                 "accelerator {index} ({bdf}): mx-smi -L reports no UUID, so it cannot be granted"
             ));
         }
+        a.ecc = ecc_block(&sources, bus, row.and_then(|r| r.gpu)).and_then(ecc_of);
+        accel_core::health::assess(&mut a, &[]);
         section.accelerators.push(a);
     }
+    let notes = ecc_notes(&sources, &section);
+    section.notes.extend(notes.iter().map(ToString::to_string));
     Ok(section)
 }

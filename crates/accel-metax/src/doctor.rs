@@ -5,13 +5,17 @@
 //! Checks: `metax-driver` (MetaX functions bound to the `metax` driver), `mx-smi` (the table
 //! and `mx-smi -L` read within their deadlines, or why the pass is not measured), `control-nodes` (`/dev/mxcd`, `/dev/mxnd`, `/dev/mxgd`),
 //! `drm-nodes` (each detected card's `card<N>`/`renderD<M>` named and present: the responder
-//! leaves a missing one out, so the container would lack it), `unique-ids`.
+//! leaves a missing one out, so the container would lack it), `unique-ids`, and the health
+//! sources: `health-ecc` (`mx-smi --count-ecc`, spec §6's one: for how many GPUs the DRAM
+//! uncorrectable count was read, which GPUs it takes out of service, what only warns — retired
+//! pages, SRAM errors — and what was not read; a GPU out of service warns, the daemon already
+//! keeps it out) and `kernel-log` (not watched: no fault line of the `metax` driver is known).
 
 use accel_backend::doctor::Check;
 use accel_core::inventory::Detection;
 use accel_host::{Commands, Host};
 
-use crate::detector::{self, DetectOptions, Sources};
+use crate::detector::{self, DetectOptions, EccNote, Sources};
 use crate::responder::CONTROL_NODES;
 
 /// Runs every check.
@@ -118,7 +122,92 @@ pub fn run(host: &dyn Host, commands: &dyn Commands, options: &DetectOptions) ->
             "fix the mx-smi check first",
         ),
     });
+    out.push(health_ecc(&sources, &detection));
+    out.push(kernel_log());
     out
+}
+
+/// `health-ecc`: what `mx-smi --count-ecc` gave for each detected GPU.
+fn health_ecc(sources: &Sources, detection: &Detection) -> Check {
+    const NAME: &str = "health-ecc";
+    let section = match detection {
+        Ok(section) if !section.accelerators.is_empty() => section,
+        _ => {
+            return Check::warn(
+                NAME,
+                "no GPU detected to read ECC counts for",
+                "fix the metax-driver and mx-smi checks first",
+            );
+        }
+    };
+    let notes = detector::ecc_notes(sources, section);
+    if let Some(unread) = notes.iter().find(|n| matches!(n, EccNote::Unread(_))) {
+        return Check::warn(
+            NAME,
+            unread.to_string(),
+            "check `mx-smi --count-ecc` on the host (a release without the option cannot count)",
+        );
+    }
+    let total = section.accelerators.len();
+    let read = section
+        .accelerators
+        .iter()
+        .filter(|a| {
+            a.ecc
+                .as_ref()
+                .and_then(|e| e.volatile_uncorrected)
+                .is_some()
+        })
+        .count();
+    let mut reason =
+        format!("mx-smi --count-ecc: DRAM uncorrectable count read for {read} of {total} GPU(s)");
+    let out: Vec<String> = section
+        .accelerators
+        .iter()
+        .filter(|a| !a.healthy)
+        .map(|a| {
+            let bus = a.bus_id.map_or_else(|| "no bus id".into(), |b| b.sysfs());
+            format!("GPU {} ({bus}): {}", a.index, a.health_reasons.join("; "))
+        })
+        .collect();
+    if !out.is_empty() {
+        reason.push_str(&format!("; out of service: {}", out.join(", ")));
+    }
+    for note in &notes {
+        reason.push_str(&format!("; {note}"));
+    }
+    if !out.is_empty() {
+        Check::warn(
+            NAME,
+            reason,
+            "drain the node and reset those GPUs with mx-smi by hand, or reboot; replace one whose count comes back",
+        )
+    } else if notes
+        .iter()
+        .any(|n| matches!(n, EccNote::NoDramCount { .. } | EccNote::NoBlock { .. }))
+    {
+        Check::warn(
+            NAME,
+            reason,
+            "check `mx-smi --count-ecc` on the host: until it prints each GPU's DRAM Uncorrectable count, a GPU with such errors stays in service",
+        )
+    } else if !notes.is_empty() {
+        Check::warn(
+            NAME,
+            reason,
+            "watch those GPUs' counts with `mx-smi --count-ecc`; they stay in service",
+        )
+    } else {
+        Check::ok(NAME, format!("{reason}, none above 0"))
+    }
+}
+
+/// `kernel-log`: the `metax` driver's kernel log is not a health source here.
+fn kernel_log() -> Check {
+    Check::ok(
+        "kernel-log",
+        "not watched: no fault line of the metax driver is known (none captured), so health rests on mx-smi --count-ecc",
+    )
 }
 
 /// `mx-smi`: the table's GPUs, or why the pass is not measured.

@@ -6,6 +6,7 @@
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 pub mod backend;
+pub mod count_ecc;
 pub mod detector;
 pub mod doctor;
 pub mod mxsmi;

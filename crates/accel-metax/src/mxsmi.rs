@@ -202,6 +202,34 @@ pub fn major_minor(version: &str) -> Option<String> {
     }
 }
 
+/// The product name as MetaX's library names the model (`MXSML`'s `DeviceName`, spec §2.3:
+/// `MXC500`), whatever the tool's release prints: `mx-smi` 2.1.6 prints `MXC550`, 2.1.12
+/// `MetaX C500` (HAZARDS.md item 3), one model either way. A name printed as `MetaX <model>`
+/// becomes `MX<model>` (`MetaX C500` → `MXC500`, `MetaX MXC550` → `MXC550`); any other is kept
+/// as printed. The group id and the `.product` label follow from it, so two nodes of one model
+/// never split into two pools.
+pub fn model_name(printed: &str) -> String {
+    let trimmed = printed.trim();
+    let Some(model) = trimmed
+        .get(..5)
+        .filter(|word| word.eq_ignore_ascii_case("metax"))
+        .and_then(|_| trimmed.get(5..))
+        .filter(|rest| rest.starts_with(char::is_whitespace))
+        .map(str::trim)
+        .filter(|model| !model.is_empty())
+    else {
+        return trimmed.to_string();
+    };
+    if model
+        .get(..2)
+        .is_some_and(|mx| mx.eq_ignore_ascii_case("mx"))
+    {
+        model.to_string()
+    } else {
+        format!("MX{model}")
+    }
+}
+
 /// MetaX's family for a product name, case-insensitively (`MXC500`, `MetaX C500` → `MXC`;
 /// `N…` → `MXN`, `G…` → `MXG`): the described system's patterns are case-sensitive and so
 /// never match a real name; this build matches them without case (issue 30).
@@ -229,6 +257,19 @@ pub fn family(name: &str) -> Option<&'static str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn model_names_are_the_librarys_whatever_the_release() {
+        assert_eq!(model_name("MetaX C500"), "MXC500");
+        assert_eq!(model_name("MXC500"), "MXC500");
+        assert_eq!(model_name("MetaX C550"), "MXC550");
+        assert_eq!(model_name("MXC550"), "MXC550");
+        assert_eq!(model_name(" MetaX  N260 "), "MXN260");
+        assert_eq!(model_name("metax MXC600-A"), "MXC600-A");
+        assert_eq!(model_name("MetaX"), "MetaX");
+        assert_eq!(model_name("MetaXC500"), "MetaXC500");
+        assert_eq!(model_name("Moffett S30"), "Moffett S30");
+    }
 
     #[test]
     fn families_without_case() {

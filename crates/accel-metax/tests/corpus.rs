@@ -1,10 +1,12 @@
-//! The captured MetaX corpus: every file in `../shared/fixtures/metax/` read by the parser it
-//! is for, with what it must yield. The folder missing fails; a file on disk without an
-//! expectation here fails; an expectation without its file fails.
+//! The captured MetaX corpus: every file in `../shared/fixtures/metax/`, and in this
+//! repository's `testdata/captures/metax/` (captures its health reading relies on), read by the
+//! parser it is for, with what it must yield. The folder missing fails; a file on disk without
+//! an expectation here fails; an expectation without its file fails.
 
 use std::path::PathBuf;
 
-use accel_metax::mxsmi::{self, MxSmiTable};
+use accel_metax::count_ecc::{self, EccCounts};
+use accel_metax::mxsmi::{self, MxSmiListed, MxSmiTable};
 
 fn fixtures() -> PathBuf {
     accel_testkit::shared_fixtures("metax")
@@ -85,4 +87,76 @@ fn another_vendors_mx_smi_is_refused() {
         mxsmi::parse_table("no table\n"),
         Err(mxsmi::MxSmiError::NoTable { .. })
     ));
+}
+
+/// `testdata/captures/metax/` (SOURCES.md there).
+fn repo_captures() -> PathBuf {
+    accel_testkit::workspace_root().join("testdata/captures/metax")
+}
+
+fn capture(name: &str) -> String {
+    let path = repo_captures().join("mx-smi").join(name);
+    String::from_utf8_lossy(&std::fs::read(&path).unwrap()).into_owned()
+}
+
+type CaptureCheck = fn(&str);
+
+fn repo_expectations() -> Vec<(&'static str, CaptureCheck)> {
+    vec![
+        (
+            "kcover__8x-c500-mx-smi2.2.9-count-ecc-excerpt.txt",
+            |text| {
+                // The one ECC print captured: GPU 0's block, the preamble skipped; the two items
+                // it prints read by section and words, the DRAM counts not printed stay none.
+                let blocks = count_ecc::parse_count_ecc(text).unwrap();
+                assert_eq!(
+                    blocks,
+                    [EccCounts {
+                        gpu: Some(0),
+                        bus_id: Some("0000:08:00.0".parse().unwrap()),
+                        sram_correctable: Some(0),
+                        retired_double_bit: Some(0),
+                        ..EccCounts::default()
+                    }]
+                );
+            },
+        ),
+        ("kcover__8x-c500-mx-smi2.2.9-list-excerpt.txt", |text| {
+            // `mx-smi -L` as 2.2.9 prints it: the ordinal, the bus id and the UUID read
+            // around the model and the `Available` state.
+            let listed = mxsmi::parse_list(text).unwrap();
+            assert_eq!(
+                listed,
+                [
+                    MxSmiListed {
+                        gpu: Some(0),
+                        bus_id: Some("0000:08:00.0".parse().unwrap()),
+                        uuid: "GPU-e702f06b-bbd6-bc06-5196-90a5554a24ba".into(),
+                    },
+                    MxSmiListed {
+                        gpu: Some(7),
+                        bus_id: Some("0000:3c:00.0".parse().unwrap()),
+                        uuid: "GPU-0e715b45-bcef-1500-e2db-752724095700".into(),
+                    },
+                ]
+            );
+        }),
+    ]
+}
+
+#[test]
+fn every_repo_capture_is_read_as_expected() {
+    let expectations = repo_expectations();
+    accel_testkit::assert_folder_covered(
+        &repo_captures().join("mx-smi"),
+        expectations.iter().map(|(n, _)| n),
+    );
+    accel_testkit::assert_same_files(
+        "testdata/captures/metax",
+        accel_testkit::file_names(&repo_captures()),
+        ["SOURCES.md", "mx-smi"],
+    );
+    for (name, check) in expectations {
+        check(&capture(name));
+    }
 }

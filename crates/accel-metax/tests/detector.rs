@@ -36,15 +36,30 @@ fn detect(name: &str) -> ManufacturerInventory {
     )
 }
 
+/// The notes but the ECC query's: the 2.1.x hosts record no `mx-smi --count-ecc`, which
+/// `tests/health.rs` covers.
+fn identity_notes(section: &ManufacturerInventory) -> Vec<&str> {
+    section
+        .notes
+        .iter()
+        .map(String::as_str)
+        .filter(|n| !n.starts_with("mx-smi --count-ecc: "))
+        .collect()
+}
+
 #[test]
 fn eight_c500_with_minors_from_the_upper_case_listing() {
     let section = detect("metax-8x-c500");
     assert_eq!(section.accelerators.len(), 8);
-    assert!(section.notes.is_empty(), "{:?}", section.notes);
+    assert!(identity_notes(&section).is_empty(), "{:?}", section.notes);
     assert_eq!(section.driver_version.as_deref(), Some("2.12.13"));
     assert_eq!(section.runtime_version.as_deref(), Some("2.29"));
     for (i, a) in section.accelerators.iter().enumerate() {
-        assert_eq!(a.product.as_deref(), Some("MetaX C500"));
+        assert_eq!(
+            a.product.as_deref(),
+            Some("MXC500"),
+            "mx-smi 2.1.12 prints `MetaX C500`; the model is the library's `MXC500`"
+        );
         assert_eq!(a.memory_mib, Some(65536));
         assert_eq!(
             a.architecture.as_deref(),
@@ -65,7 +80,7 @@ fn eight_mxc550_under_the_lower_case_listing_and_the_virtual_function_skipped() 
     let section = detect("metax-8x-c550");
     assert_eq!(section.accelerators.len(), 8);
     assert_eq!(
-        section.notes,
+        identity_notes(&section),
         ["0000:2a:00.1: skipping virtual function device"]
     );
     assert_eq!(section.driver_version.as_deref(), Some("2.5.014"));
@@ -73,6 +88,41 @@ fn eight_mxc550_under_the_lower_case_listing_and_the_virtual_function_skipped() 
     assert_eq!(a.product.as_deref(), Some("MXC550"));
     assert_eq!(a.architecture.as_deref(), Some("MXC"));
     assert_eq!(a.drm.unwrap().render, Some(128));
+}
+
+/// spec/metax.md §2.3: the group id is `NormalizeName` of the library's device name
+/// (`MXC500` → `metax-mxc500`), and the `.product` label that name. `mx-smi` releases print a
+/// model `MetaX C500` or `MXC550`: either way one model is one group, so two nodes of it never
+/// split into two pools (InstanceType presets and Kueue flavors key on the group).
+#[test]
+fn one_model_is_one_group_id_whatever_the_mx_smi_release() {
+    let labels = |name: &str| {
+        accel_core::labels::labels(&accel_core::Inventory {
+            manufacturers: vec![detect(name)],
+        })
+    };
+    let c500 = labels("metax-8x-c500");
+    let key = "acceleratable.feature.gpustack.ai/metax-mxc500";
+    assert_eq!(c500.get(key).map(String::as_str), Some("true"), "{c500:?}");
+    assert_eq!(c500[&format!("{key}.product")], "MXC500");
+    assert_eq!(c500[&format!("{key}.count")], "8");
+    let c550 = labels("metax-8x-c550");
+    let key = "acceleratable.feature.gpustack.ai/metax-mxc550";
+    assert_eq!(c550.get(key).map(String::as_str), Some("true"), "{c550:?}");
+    assert_eq!(c550[&format!("{key}.product")], "MXC550");
+    // A C550 node whose tool prints the `MetaX C550` spelling joins the same group.
+    let mut older = detect("metax-8x-c550");
+    for a in &mut older.accelerators {
+        a.product = Some(accel_metax::mxsmi::model_name("MetaX C550"));
+    }
+    let older = accel_core::labels::labels(&accel_core::Inventory {
+        manufacturers: vec![older],
+    });
+    assert_eq!(
+        older.get(key).map(String::as_str),
+        Some("true"),
+        "{older:?}"
+    );
 }
 
 #[test]

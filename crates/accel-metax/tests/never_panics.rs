@@ -2,19 +2,26 @@
 
 use std::sync::OnceLock;
 
-use accel_metax::mxsmi;
+use accel_metax::{count_ecc, mxsmi};
 use proptest::prelude::*;
 
 fn corpus() -> &'static [Vec<u8>] {
     static CORPUS: OnceLock<Vec<Vec<u8>>> = OnceLock::new();
     CORPUS.get_or_init(|| {
-        accel_testkit::read_captures(&accel_testkit::shared_fixtures("metax"), &["mx-smi"])
+        let mut corpus =
+            accel_testkit::read_captures(&accel_testkit::shared_fixtures("metax"), &["mx-smi"]);
+        corpus.extend(accel_testkit::read_captures(
+            &accel_testkit::workspace_root().join("testdata/captures/metax"),
+            &["mx-smi"],
+        ));
+        corpus
     })
 }
 
 fn read_all(s: &str) {
     let _ = mxsmi::parse_table(s);
     let _ = mxsmi::parse_list(s);
+    let _ = count_ecc::parse_count_ecc(s);
     let _ = mxsmi::major_minor(s);
     let _ = mxsmi::family(s);
 }
@@ -36,6 +43,11 @@ fn fragments() -> impl Strategy<Value = String> {
         Just("| 0   MetaX C500  | 0000:0e:00.0 | 0% |\n".to_string()),
         Just("826/65536 MiB".to_string()),
         Just("GPU#".to_string()),
+        Just("GPU#1  MXC500  0000:0f:00.0\n".to_string()),
+        Just("    ECC Errors\n".to_string()),
+        Just("    Retired Pages\n".to_string()),
+        Just("        DRAM Uncorrectable                        : ".to_string()),
+        Just("        Double Bit ECC : ".to_string()),
         Just("(UUID: ".to_string()),
         Just("0000:".to_string()),
         Just(" | ".to_string()),

@@ -5,6 +5,15 @@
 //! A guest's virtual device is skipped (spec §2.1), named in a note. There is no runtime version
 //! (no MUSA version is read, spec §2.3).
 //!
+//! **Health** (spec §6): unhealthy iff the uncorrected volatile DRAM ECC counter is above 0,
+//! and only where it was read. The counter comes from the `-q` report the pass already runs
+//! (`gmi::GmiEcc`, no third call) into the accelerator's `ecc`, and the shared health rule
+//! (`accel_core::health`) decides, in `detect` as in the daemon. A GPU whose report prints no
+//! counter has no ECC reading (`ecc: None`), never a 0. The counter is the driver's, held until
+//! the GPU is reset or the driver reloaded: each pass reads it afresh, so a restarted daemon
+//! finds the GPU still out and a reset or a reboot brings it back; nothing goes to
+//! `faults.json`.
+//!
 //! **The identity queries are both forms.** `-q` alone names each GPU's UUID; the table lists
 //! the GPUs with their device type (a guest's virtual device is told only there) and memory
 //! (which sizes the sliced family). Without either, a pass would put GPUs without identity, a
@@ -24,13 +33,13 @@ use accel_backend::vendor_runtime::{board, bus_functions, numbered_nodes};
 use accel_core::Manufacturer;
 use accel_core::busid::BusId;
 use accel_core::inventory::{
-    Accelerator, DetectError, Detection, Grantable, ManufacturerInventory, Source,
+    Accelerator, DetectError, Detection, Ecc, Grantable, ManufacturerInventory, Source,
 };
 use accel_core::manufacturer::PciVendorId;
 use accel_host::pci::{PciClassPrefixes, PciFunction};
 use accel_host::{Commands, Host, run_bounded};
 
-use crate::gmi::{self, GmiTable, QueryGpu, TableGpu};
+use crate::gmi::{self, GmiEcc, GmiTable, QueryGpu, TableGpu};
 
 /// The per-card device nodes (`/dev/mtgpu.<N>`), as a prefix under `/dev`.
 pub const CARD_NODE_PREFIX: &str = "mtgpu.";
@@ -203,11 +212,18 @@ pub fn ask_tool(commands: &dyn Commands, deadlines: Deadlines) -> Tool {
 /// One detection pass.
 pub fn detect(host: &dyn Host, commands: &dyn Commands, options: &DetectOptions) -> Detection {
     let kernel = read_kernel(host, options);
+    // A tool that is not installed is asked nothing.
+    answer(&kernel, &ask_tool(commands, options.deadlines))
+}
+
+/// The pass's answer from what was read: nothing on the host and no tool is an empty answer,
+/// else [`join`]. Doctor reads the same answers, so the tool runs once.
+pub fn answer(kernel: &Kernel, tool: &Tool) -> Detection {
     let evidence = !kernel.functions.is_empty() || !kernel.card_nodes.is_empty();
-    if !evidence && !commands.is_installed(gmi::TABLE_ARGV[0]) {
+    if !evidence && !tool.installed {
         return Ok(ManufacturerInventory::empty(Manufacturer::Mthreads));
     }
-    join(&kernel, &ask_tool(commands, options.deadlines))
+    join(kernel, tool)
 }
 
 /// Why the pass is not measured, worded: the tool not installed, a form unanswered or
@@ -245,6 +261,18 @@ fn unmeasured(kernel: &Kernel, tool: &Tool) -> Option<String> {
             .collect::<Vec<_>>()
             .join("; "),
     )
+}
+
+/// The report's DRAM counters as the health rule reads them (spec §6: the volatile
+/// uncorrected one decides).
+fn ecc_of(ecc: &GmiEcc) -> Ecc {
+    Ecc {
+        volatile_uncorrected: ecc.volatile_uncorrected,
+        volatile_corrected: ecc.volatile_corrected,
+        aggregate_uncorrected: ecc.aggregate_uncorrected,
+        aggregate_corrected: ecc.aggregate_corrected,
+        ..Ecc::default()
+    }
 }
 
 /// The pure join: the kernel's view and the tool's answers in, the section out, or not measured
@@ -317,6 +345,8 @@ pub fn join(kernel: &Kernel, tool: &Tool) -> Detection {
                 bus: a.bus_id,
             });
         }
+        a.ecc = q.and_then(|g| g.ecc.as_ref()).map(ecc_of);
+        accel_core::health::assess(&mut a, &[]);
         section.accelerators.push(a);
     }
     for f in &kernel.functions {

@@ -10,6 +10,16 @@
 //! rows it has. The `-q` report is read by key, case-insensitively, under the spellings nvidia-smi's
 //! `-q` uses for the same facts; no capture of it with provenance exists (SOURCES.md), so a
 //! key it spells otherwise gives `None`, never a guess.
+//!
+//! **ECC in `-q`** (spec §6: health is the uncorrected volatile DRAM ECC counter, MTML's
+//! `mtmlMemoryGetEccErrorCounter(UNCORRECTED, VOLATILE_ECC, DRAM)`). A counter is read by the
+//! words of its label and of the section headings above it (by indentation): `Volatile` or
+//! `Aggregate`; `DRAM` or `Device Memory`; `Uncorrectable`/`Uncorrected` or `Double Bit`,
+//! `Correctable`/`Corrected` or `Single Bit` — nvidia-smi's `ECC Errors › Volatile › DRAM
+//! Uncorrectable` and its older `Volatile › Double Bit › Device Memory` alike. A counter that
+//! says neither volatile nor aggregate, or names no DRAM (SRAM, a total, retired pages), is not
+//! read; `N/A` is no count; one counter printed twice (per memory stack) adds up. A GPU whose
+//! section prints none of them has no ECC reading (`QueryGpu::ecc` is `None`).
 
 use accel_backend::text::{self, MemoryUnit, Record};
 use accel_core::busid::BusId;
@@ -55,6 +65,9 @@ pub struct TableGpu {
     pub memory_used_mib: Option<u64>,
     pub memory_total_mib: Option<u64>,
     pub temperature_c: Option<f64>,
+    /// `ECC Mode` as printed (`On-die, EDC` on the S5000, `N/A` on the S4000), `None` where the
+    /// row has no such cell (a trimmed capture).
+    pub ecc_mode: Option<String>,
 }
 
 impl TableGpu {
@@ -93,6 +106,7 @@ fn table_gpu(r: &Record) -> TableGpu {
         memory_used_mib: used,
         memory_total_mib: total,
         temperature_c: r.get("Temp").and_then(text::celsius),
+        ecc_mode: r.raw("ECC Mode").map(str::to_string),
     }
 }
 
@@ -131,6 +145,76 @@ pub struct QueryGpu {
     pub name: Option<String>,
     pub bus_id: Option<BusId>,
     pub cores: Option<u32>,
+    /// The DRAM ECC counters, `None` when the section prints none.
+    pub ecc: Option<GmiEcc>,
+}
+
+/// A GPU's DRAM ECC counters in the `-q` report, each `None` when not printed as a count.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct GmiEcc {
+    pub volatile_uncorrected: Option<u64>,
+    pub volatile_corrected: Option<u64>,
+    pub aggregate_uncorrected: Option<u64>,
+    pub aggregate_corrected: Option<u64>,
+}
+
+/// Which DRAM ECC counter a label stands for, read from its words and its headings' (all
+/// lower case); `None` for anything else.
+fn ecc_counter<'a>(ecc: &'a mut GmiEcc, context: &str) -> Option<&'a mut Option<u64>> {
+    let dram = context.contains("dram") || context.contains("device memory");
+    if !dram {
+        return None;
+    }
+    let uncorrected = context.contains("uncorr") || context.contains("double bit");
+    let corrected = !uncorrected && (context.contains("corr") || context.contains("single bit"));
+    let volatile = context.contains("volatile");
+    let aggregate = context.contains("aggregate");
+    match (volatile, aggregate, uncorrected, corrected) {
+        (true, false, true, _) => Some(&mut ecc.volatile_uncorrected),
+        (true, false, _, true) => Some(&mut ecc.volatile_corrected),
+        (false, true, true, _) => Some(&mut ecc.aggregate_uncorrected),
+        (false, true, _, true) => Some(&mut ecc.aggregate_corrected),
+        _ => None,
+    }
+}
+
+/// The section headings open above a line, by indentation: a heading is closed by any line
+/// indented no deeper than it.
+#[derive(Debug, Default)]
+struct Headings(Vec<(usize, String)>);
+
+impl Headings {
+    fn at(&mut self, indent: usize) {
+        self.0.retain(|(at, _)| *at < indent);
+    }
+
+    fn open(&mut self, indent: usize, heading: &str) {
+        self.0.push((indent, heading.trim().to_ascii_lowercase()));
+    }
+
+    /// The headings and `key`, lower case, one string.
+    fn context(&self, key: &str) -> String {
+        let mut words: Vec<&str> = self.0.iter().map(|(_, h)| h.as_str()).collect();
+        let key = key.to_ascii_lowercase();
+        words.push(&key);
+        words.join(" ")
+    }
+}
+
+/// Reads one ECC counter line into `gpu`; false when the line is no DRAM ECC counter.
+fn ecc_line(gpu: &mut QueryGpu, context: &str, value: Option<&str>) -> bool {
+    let mut ecc = gpu.ecc.take().unwrap_or_default();
+    let taken = match ecc_counter(&mut ecc, context) {
+        Some(slot) => {
+            if let Some(n) = value.and_then(text::whole) {
+                *slot = Some(slot.unwrap_or(0).saturating_add(n));
+            }
+            true
+        }
+        None => false,
+    };
+    gpu.ecc = (ecc != GmiEcc::default()).then_some(ecc);
+    taken
 }
 
 const UUID_KEYS: &[&str] = &["GPU UUID", "UUID"];
@@ -156,13 +240,41 @@ fn section_header(line: &str) -> Option<(Option<u32>, Option<BusId>)> {
         .map(|bus| (None, Some(bus)))
 }
 
+/// Reads one identity line into the GPU it belongs to; a second UUID key opens the next GPU
+/// where the report has no `GPU …` lines.
+fn identity_line(gpus: &mut Vec<QueryGpu>, key: &str, value: Option<&str>) {
+    if is_key(key, UUID_KEYS) && gpus.last().is_none_or(|g| g.uuid.is_some()) {
+        gpus.push(QueryGpu::default());
+    }
+    let Some(gpu) = gpus.last_mut() else {
+        return;
+    };
+    if is_key(key, UUID_KEYS) {
+        gpu.uuid = value.map(str::to_string);
+    } else if is_key(key, NAME_KEYS) {
+        gpu.name = gpu.name.take().or(value.map(str::to_string));
+    } else if is_key(key, BUS_KEYS) {
+        gpu.bus_id = gpu.bus_id.or(value.and_then(|v| v.parse().ok()));
+    } else if is_key(key, INDEX_KEYS) {
+        gpu.index = gpu.index.or(whole_u32(value));
+    } else if is_key(key, CORE_KEYS) {
+        gpu.cores = gpu.cores.or(whole_u32(value));
+    }
+}
+
 /// Reads the `-q` report: a GPU's section opens at a `GPU <bus id|index>` line, or at a second
 /// UUID key where the report has no such lines. `Err` when no line is a `key : value` pair.
 pub fn parse_query(text: &str) -> Result<Vec<QueryGpu>, GmiError> {
     let clean = text::clean(text);
     let mut gpus: Vec<QueryGpu> = Vec::new();
     let mut pairs = 0usize;
+    let mut headings = Headings::default();
     for line in clean.lines() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let indent = line.len() - line.trim_start().len();
+        headings.at(indent);
         if let Some((index, bus)) = section_header(line) {
             gpus.push(QueryGpu {
                 index,
@@ -172,6 +284,7 @@ pub fn parse_query(text: &str) -> Result<Vec<QueryGpu>, GmiError> {
             continue;
         }
         let Some((key, value)) = line.split_once(':') else {
+            headings.open(indent, line);
             continue;
         };
         let (key, value) = (key.trim(), value.trim());
@@ -179,24 +292,21 @@ pub fn parse_query(text: &str) -> Result<Vec<QueryGpu>, GmiError> {
             continue;
         }
         pairs += 1;
-        let value = text::present(value);
-        if is_key(key, UUID_KEYS) && gpus.last().is_none_or(|g| g.uuid.is_some()) {
-            gpus.push(QueryGpu::default());
-        }
-        let Some(gpu) = gpus.last_mut() else {
+        // `ECC Errors:` opens a section; a known key left blank is still that key.
+        let known = [UUID_KEYS, NAME_KEYS, BUS_KEYS, INDEX_KEYS, CORE_KEYS]
+            .iter()
+            .any(|keys| is_key(key, keys));
+        if value.is_empty() && !known {
+            headings.open(indent, key);
             continue;
-        };
-        if is_key(key, UUID_KEYS) {
-            gpu.uuid = value.map(str::to_string);
-        } else if is_key(key, NAME_KEYS) {
-            gpu.name = gpu.name.take().or(value.map(str::to_string));
-        } else if is_key(key, BUS_KEYS) {
-            gpu.bus_id = gpu.bus_id.or(value.and_then(|v| v.parse().ok()));
-        } else if is_key(key, INDEX_KEYS) {
-            gpu.index = gpu.index.or(whole_u32(value));
-        } else if is_key(key, CORE_KEYS) {
-            gpu.cores = gpu.cores.or(whole_u32(value));
         }
+        let value = text::present(value);
+        if let Some(gpu) = gpus.last_mut()
+            && ecc_line(gpu, &headings.context(key), value)
+        {
+            continue;
+        }
+        identity_line(&mut gpus, key, value);
     }
     if pairs == 0 {
         return Err(GmiError::NotReport {
@@ -238,6 +348,60 @@ mod tests {
             parse_query("mthreads-gmi did not output anything!\n").map_err(|e| e.to_string()),
             Err("mthreads-gmi -q printed no `key : value` report (first line: \"mthreads-gmi did not output anything!\")".into())
         );
+    }
+
+    fn ecc_of(text: &str) -> Vec<Option<GmiEcc>> {
+        parse_query(text)
+            .unwrap()
+            .into_iter()
+            .map(|g| g.ecc)
+            .collect()
+    }
+
+    /// nvidia-smi's layout of the section, which `-q` is assembled in: the volatile DRAM
+    /// counters, the aggregate ones apart, SRAM and retired pages not read.
+    #[test]
+    fn the_dram_ecc_counters_are_read_under_their_headings() {
+        let text = "GPU 00000000:4c:00.0\n    GPU UUID : u\n    ECC Mode\n        Current : Enable\n    ECC Errors\n        Volatile\n            SRAM Uncorrectable : 5\n            DRAM Correctable : 3\n            DRAM Uncorrectable : 2\n        Aggregate\n            DRAM Correctable : 30\n            DRAM Uncorrectable : 4\n    Retired Pages\n        Double Bit ECC : 7\n    GPU Cores : 8192\n";
+        let gpus = parse_query(text).unwrap();
+        assert_eq!(
+            gpus[0].ecc,
+            Some(GmiEcc {
+                volatile_uncorrected: Some(2),
+                volatile_corrected: Some(3),
+                aggregate_uncorrected: Some(4),
+                aggregate_corrected: Some(30),
+            })
+        );
+        assert_eq!(gpus[0].cores, Some(8192), "the section ends at its indent");
+    }
+
+    #[test]
+    fn other_ecc_layouts_and_what_is_no_count() {
+        // nvidia-smi's older layout: the kind as a heading, the memory as the label.
+        let old = "GPU 0\n  UUID : u\n  ECC Errors\n    Volatile\n      Double Bit\n        Device Memory : 1\n        Total : 9\n      Single Bit\n        Device Memory : 6\n";
+        assert_eq!(
+            ecc_of(old),
+            [Some(GmiEcc {
+                volatile_uncorrected: Some(1),
+                volatile_corrected: Some(6),
+                ..GmiEcc::default()
+            })]
+        );
+        // A flat label with every word, headings ending in a colon, a count per stack added.
+        let flat = "GPU 0\nUUID : u\nECC Errors:\nVolatile DRAM Uncorrected : 1\nVolatile DRAM Uncorrected : 2\n";
+        assert_eq!(
+            ecc_of(flat)[0].as_ref().unwrap().volatile_uncorrected,
+            Some(3)
+        );
+        // N/A, a counter of no stated kind, or none at all: no reading.
+        for text in [
+            "GPU 0\n UUID : u\n ECC Errors\n  Volatile\n   DRAM Uncorrectable : N/A\n",
+            "GPU 0\n UUID : u\n ECC Errors\n  DRAM Uncorrectable : 2\n",
+            "GPU 0\n UUID : u\n",
+        ] {
+            assert_eq!(ecc_of(text), [None], "{text}");
+        }
     }
 
     #[test]

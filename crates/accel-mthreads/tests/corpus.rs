@@ -64,6 +64,15 @@ fn hazard_3_memory_is_used_of_total_and_the_driver_keeps_its_suffix() {
 }
 
 #[test]
+fn hazard_4_the_ecc_mode_keeps_its_comma_and_n_a_is_kept_as_printed() {
+    let s5000 = read("vllmomni-pr2337__s5000-gmi2.3.2-driver3.3.5-server-perf-ecc-excerpt.txt");
+    assert_eq!(s5000.gpus[0].ecc_mode.as_deref(), Some("On-die, EDC"));
+    assert_eq!(s5000.gpus[2].ecc_mode, None, "the excerpt stops before it");
+    let s4000 = read("torchmusa-87__s4000-gmi1.14.0-driver2.7.0-excerpt.txt");
+    assert_eq!(s4000.gpus[0].ecc_mode.as_deref(), Some("N/A"));
+}
+
+#[test]
 fn hazard_5_a_trimmed_capture_gives_the_rows_it_has() {
     let t = read("torchmusa-134__s30-gmi2.0.0-driver3.1.0-user-trimmed.txt");
     assert_eq!(t.gpus.len(), 1);

@@ -64,6 +64,102 @@ fn an_s5000_keeps_its_driver_suffix_and_an_s30_its_trimmed_row() {
     assert_eq!(s30.accelerators[0].memory_mib, Some(4096));
 }
 
+/// The recorded host where GPU 2 has uncorrected DRAM ECC errors (issue 43).
+const GPU2_ECC: &str = "mthreads-3x-s5000-gpu2-ecc";
+
+fn health(section: &accel_core::ManufacturerInventory) -> Vec<(bool, Vec<String>)> {
+    section
+        .accelerators
+        .iter()
+        .map(|a| (a.healthy, a.health_reasons.clone()))
+        .collect()
+}
+
+#[test]
+fn uncorrected_volatile_dram_ecc_takes_the_gpu_out_and_the_others_stay() {
+    let section = detect_in(&host(GPU2_ECC)).unwrap();
+    assert!(section.notes.is_empty(), "{:?}", section.notes);
+    assert_eq!(
+        health(&section),
+        [
+            (true, vec![]),
+            (true, vec![]),
+            (
+                false,
+                vec!["2 uncorrectable volatile ECC errors".to_string()]
+            ),
+        ]
+    );
+    let sick = &section.accelerators[2];
+    assert_eq!(
+        sick.uuid.as_deref(),
+        Some("1ed50002-0000-4000-8000-00000004c000")
+    );
+    let ecc = sick.ecc.as_ref().unwrap();
+    assert_eq!(
+        (ecc.volatile_uncorrected, ecc.aggregate_uncorrected),
+        (Some(2), Some(2))
+    );
+    assert_eq!(
+        section.accelerators[0]
+            .ecc
+            .as_ref()
+            .unwrap()
+            .volatile_uncorrected,
+        Some(0)
+    );
+    // A report without the section (every other recorded host) reads no ECC: no fault, no 0.
+    let unread = detect_in(&host("mthreads-8x-s4000")).unwrap();
+    assert!(
+        unread
+            .accelerators
+            .iter()
+            .all(|a| a.healthy && a.ecc.is_none())
+    );
+}
+
+#[test]
+fn a_counter_that_reads_0_again_brings_the_gpu_back_and_only_the_volatile_one_counts() {
+    let dir = accel_testkit::copy_recorded(GPU2_ECC);
+    let report = dir.path().join("commands/q/stdout");
+    let text = std::fs::read_to_string(&report).unwrap();
+    assert!(!detect_in(dir.path()).unwrap().accelerators[2].healthy);
+    // After a reset the volatile counter starts again; the aggregate one keeps its count.
+    let volatile = text.find("            DRAM Uncorrectable : 2").unwrap();
+    let reset = format!(
+        "{}            DRAM Uncorrectable : 0{}",
+        &text[..volatile],
+        &text[volatile + "            DRAM Uncorrectable : 2".len()..]
+    );
+    std::fs::write(&report, &reset).unwrap();
+    let section = detect_in(dir.path()).unwrap();
+    assert_eq!(health(&section), vec![(true, vec![]); 3]);
+    assert_eq!(
+        section.accelerators[2]
+            .ecc
+            .as_ref()
+            .unwrap()
+            .aggregate_uncorrected,
+        Some(2)
+    );
+    // Read as N/A, the counter is no reading: not a fault, and not a 0.
+    std::fs::write(
+        &report,
+        text.replace("Uncorrectable : 2", "Uncorrectable : N/A"),
+    )
+    .unwrap();
+    let section = detect_in(dir.path()).unwrap();
+    assert!(section.accelerators[2].healthy);
+    assert_eq!(
+        section.accelerators[2]
+            .ecc
+            .as_ref()
+            .unwrap()
+            .volatile_uncorrected,
+        None
+    );
+}
+
 #[test]
 fn a_virtual_device_is_skipped_with_a_note() {
     let dir = accel_testkit::copy_recorded("mthreads-8x-s4000");

@@ -6,7 +6,11 @@
 //! display functions in sysfs against the GPUs nvidia-smi lists), `gpu-host` (a WSL 2
 //! paravirtual GPU), `/dev/kmsg`, the kubelet's sockets, the CDI specs, the preload library
 //! for the CUDA major, the NVML library's version (`nvidia-smi --version`), MIG GPU instances
-//! subdivided into several compute instances (`mig-layout`). Per-GPU diagnosis (`--gpus`): every check of every listed GPU; a GPU
+//! subdivided into several compute instances (`mig-layout`), and the health sources: the
+//! counters `-q -x` gave the health rule (`health-counters`: for how many GPUs the volatile ECC
+//! counters and the row-remap state were read, which GPUs they take out of service — a warning,
+//! the daemon already keeps them out) and the kernel log XIDs are read from (`kmsg`). Per-GPU
+//! diagnosis (`--gpus`): every check of every listed GPU; a GPU
 //! passes only when all its checks pass. This module reads the host through [`Host`] and
 //! [`Commands`]; it changes nothing.
 
@@ -54,6 +58,10 @@ pub fn run(host: &dyn Host, commands: &dyn Commands, options: &Options) -> Repor
     checks.push(versions_check(host, &snapshot, nvml.as_deref()));
     checks.push(mig_layout_check(&snapshot));
     checks.push(persistence_check(&snapshot));
+    checks.push(health_counters_check(
+        &snapshot,
+        driver_present || !bus.is_empty(),
+    ));
     checks.push(bus_check(&bus, &snapshot, paravirtual));
     checks.push(host_check(
         host,
@@ -281,6 +289,85 @@ fn persistence_check(snapshot: &Result<Snapshot, SnapshotError>) -> Check {
         format!("persistence mode off on GPU {}", off.join(", ")),
         "run nvidia-persistenced (or nvidia-smi -pm 1), so the driver stays initialised between jobs",
     )
+}
+
+/// `health-counters`: what `nvidia-smi -q -x` gave the health rule (seed 002, "Healthy"), GPU
+/// by GPU: the volatile ECC counters (not printed where ECC is off or unsupported) and the
+/// row-remap state (not printed before Ampere), and the GPUs they take out of service.
+fn health_counters_check(snapshot: &Result<Snapshot, SnapshotError>, gpu_expected: bool) -> Check {
+    const NAME: &str = "health-counters";
+    if matches!(snapshot, Err(SnapshotError::NotInstalled)) && !gpu_expected {
+        return Check::ok(NAME, "no NVIDIA GPU on this node: no counters to read");
+    }
+    let Ok(s) = snapshot else {
+        return Check::warn(
+            NAME,
+            "not read: nvidia-smi -q -x gave no report, so the GPUs' ECC counters and row remaps are not seen",
+            "fix the nvidia-smi check first",
+        );
+    };
+    let gpus = &s.section.accelerators;
+    let total = gpus.len();
+    if total == 0 {
+        return Check::ok(NAME, "no GPU to read ECC counters and row remaps for");
+    }
+    let ecc_read = gpus
+        .iter()
+        .filter(|a| {
+            a.ecc
+                .as_ref()
+                .is_some_and(|e| e.volatile_uncorrected.is_some())
+        })
+        .count();
+    let ecc_off = gpus
+        .iter()
+        .filter(|a| {
+            a.ecc
+                .as_ref()
+                .is_some_and(|e| e.volatile_uncorrected.is_none())
+        })
+        .filter(|a| a.ecc.as_ref().and_then(|e| e.enabled) == Some(false))
+        .count();
+    let remap_read = gpus
+        .iter()
+        .filter(|a| {
+            a.remapped_rows
+                .as_ref()
+                .is_some_and(|r| r.pending.is_some() || r.failure.is_some())
+        })
+        .count();
+    let mut reason = format!(
+        "nvidia-smi -q -x: volatile ECC counters read for {ecc_read} of {total} GPU(s), row-remap state for {remap_read} of {total}"
+    );
+    if ecc_off > 0 {
+        reason.push_str(&format!("; ECC is off on {ecc_off} (nothing to count)"));
+    }
+    let ecc_none = total - ecc_read - ecc_off;
+    if ecc_none > 0 {
+        reason.push_str(&format!(
+            "; {ecc_none} print(s) no ECC counter (N/A: the board or its driver has none)"
+        ));
+    }
+    let out: Vec<String> = gpus
+        .iter()
+        .filter_map(|a| {
+            let reasons = health::counter_reasons(a);
+            let bus = a
+                .bus_id
+                .map_or_else(|| "no bus id".into(), |b| b.to_string());
+            (!reasons.is_empty())
+                .then(|| format!("GPU {} ({bus}): {}", a.index, reasons.join("; ")))
+        })
+        .collect();
+    if out.is_empty() {
+        Check::ok(NAME, format!("{reason}; none fails the health rule"))
+    } else {
+        Check::warn(
+            NAME,
+            format!("{reason}; out of service: {}", out.join(", ")),
+            "drain those GPUs and reset them (device-manager reset GPU-…); replace one whose errors come back",
+        )
+    }
 }
 
 /// NVIDIA display functions (class 0x03xxxx) on the PCI bus, with their drivers.

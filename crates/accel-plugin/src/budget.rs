@@ -14,7 +14,7 @@ pub fn slice_budget(
 ) -> Result<(u64, u32), accel_core::units::UnitsError> {
     use accel_core::units::{MemoryBudget, UNITS_PER_ACCELERATOR, fold};
     let get = |suffix: &str| container.and_then(|c| c.count(&format!("{resource}.{suffix}")));
-    let cores = get("cores-percentage").map_or(100, |c| c.min(100) as u32);
+    let cores = slice_cores(container, resource);
     let units = if let Some(p) = get("memory-percentage") {
         fold(MemoryBudget::Percentage(p), vram_mib)?
     } else if let Some(m) = get("memory-mib") {
@@ -28,6 +28,14 @@ pub fn slice_budget(
         UNITS_PER_ACCELERATOR
     };
     Ok((units, cores))
+}
+
+/// A container's sliced cores percentage: the one it asks, capped at 100, else 100 (the
+/// seed's default). It does not depend on the accelerator, as the units do.
+pub fn slice_cores(container: Option<&Container>, resource: &str) -> u32 {
+    container
+        .and_then(|c| c.count(&format!("{resource}.cores-percentage")))
+        .map_or(100, |c| c.min(100) as u32)
 }
 
 #[cfg(test)]

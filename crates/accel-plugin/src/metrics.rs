@@ -175,6 +175,8 @@ impl From<&Refusal> for RefusalReason {
             Refusal::PartitionShape { .. } => RefusalReason::Empty,
             Refusal::NotOffered { .. } => RefusalReason::NotGrantable,
             Refusal::PlacementTaken { .. } => RefusalReason::NoRoom,
+            // No room for the slice's compute, as `NoRoom` is none for its VRAM.
+            Refusal::NoCompute { .. } => RefusalReason::NoRoom,
         }
     }
 }

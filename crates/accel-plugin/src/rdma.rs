@@ -4,6 +4,13 @@
 //!
 //! - Endpoints: an SR-IOV PF with VFs serves only its VFs (partitioned); any other interface
 //!   serves itself (exclusive and shared). An endpoint with no RDMA device name is never offered.
+//!   **Decision** (spec §8.1's [INFER]): a VF without a netdev (its `name` is `""` in the
+//!   record) is named in its tokens by its PCI address, the identity the spec keys a VF by
+//!   where it has no name (first-seen, preflight rows): `eth2:0000:03:00.2:0000`, which
+//!   [`parse_token`] reads back (the endpoint is what lies between the first and the last
+//!   colon). The described system put the empty name there, an id its own parser refuses
+//!   (`group/device cannot be empty`), so such a VF was advertised and never allocatable. A VF
+//!   with neither a name nor an address is not offered.
 //! - A token carries its endpoint's NUMA node (a VF's own, else its PF's); a `failed` link makes
 //!   the endpoint's tokens Unhealthy, never withdrawn.
 //! - Allocate (first container request): the endpoint's `/dev/infiniband/uverbs<N>` each, and
@@ -98,7 +105,7 @@ impl RdmaMode {
 pub struct RdmaEndpoint {
     /// The interface (the PF for a VF).
     pub interface: String,
-    /// The endpoint's name: the interface's, or the VF's netdev.
+    /// The endpoint's name: the interface's, or the VF's netdev, else the VF's PCI address.
     pub endpoint: String,
     pub rdma_device: String,
     /// The NUMA nodes of its tokens (a VF's own, else its PF's); empty: no topology.
@@ -139,7 +146,13 @@ pub fn endpoints(mode: RdmaMode, interfaces: &[DeviceInterface]) -> Vec<RdmaEndp
         };
         if partitioned {
             for vf in &i.virtual_functions {
-                if vf.rdma_device.is_empty() {
+                // A VF with no netdev is named by its PCI address (see the module).
+                let name = if vf.name.is_empty() {
+                    &vf.pci_bus_id
+                } else {
+                    &vf.name
+                };
+                if vf.rdma_device.is_empty() || name.is_empty() {
                     continue;
                 }
                 let numa = if vf.numa_affinity.is_empty() {
@@ -149,7 +162,7 @@ pub fn endpoints(mode: RdmaMode, interfaces: &[DeviceInterface]) -> Vec<RdmaEndp
                 };
                 out.push(RdmaEndpoint {
                     interface: i.name.clone(),
-                    endpoint: vf.name.clone(),
+                    endpoint: name.clone(),
                     rdma_device: vf.rdma_device.clone(),
                     numa: numa_nodes(numa),
                     healthy: healthy(&vf.link),
@@ -739,5 +752,46 @@ mod tests {
         );
         assert!(parse_token("eth0").is_err());
         assert!(parse_token("eth0:eth0:63").is_err());
+    }
+
+    /// Spec §8.1's [INFER]: a VF without a netdev is never advertised with an empty token part
+    /// Allocate then refuses; it is named by its PCI address, and its tokens resolve back to it.
+    #[test]
+    fn a_vf_without_a_netdev_is_named_by_its_pci_address() {
+        use accel_core::interfaces::DeviceInterfaceVirtualFunction;
+        let vf = |name: &str, bus: &str, rdma: &str| DeviceInterfaceVirtualFunction {
+            name: name.into(),
+            pci_bus_id: bus.into(),
+            rdma: !rdma.is_empty(),
+            rdma_device: rdma.into(),
+            ..DeviceInterfaceVirtualFunction::default()
+        };
+        let interfaces = [DeviceInterface {
+            name: "eth2".into(),
+            bus: "pci".into(),
+            pci_bus_id: "0000:03:00.0".into(),
+            sriov: true,
+            virtual_functions: vec![
+                vf("eth2v0", "0000:03:00.1", "mlx5_2"),
+                vf("", "0000:03:00.2", "mlx5_3"),
+                // Neither a name nor an address, or no RDMA device: not offered.
+                vf("", "", "mlx5_4"),
+                vf("", "0000:03:00.3", ""),
+            ],
+            ..DeviceInterface::default()
+        }];
+        let list = device_list(RdmaMode::Partitioned, &interfaces);
+        let ids: Vec<&str> = list.iter().map(|d| d.id.as_str()).collect();
+        assert_eq!(ids, ["eth2:eth2v0:0000", "eth2:0000:03:00.2:0000"]);
+        let served = endpoints(RdmaMode::Partitioned, &interfaces);
+        for id in ids {
+            let (interface, endpoint) = parse_token(id).unwrap();
+            let found = served
+                .iter()
+                .find(|e| e.interface == interface && e.endpoint == endpoint)
+                .unwrap_or_else(|| panic!("{id} names no endpoint"));
+            assert!(!found.rdma_device.is_empty());
+        }
+        assert_eq!(served[1].rdma_device, "mlx5_3");
     }
 }

@@ -40,7 +40,7 @@ use crate::api::deviceplugin::device_plugin_server::DevicePlugin;
 use crate::api::deviceplugin::registration_client::RegistrationClient;
 use crate::api::podresources::ListPodResourcesResponse;
 use crate::api::podresources::pod_resources_lister_client::PodResourcesListerClient;
-use crate::budget::slice_budget;
+use crate::budget::{slice_budget, slice_cores};
 use crate::identify::IdentifyError;
 use crate::journal::{Entry, Journal, JournalError};
 use crate::metrics::{Attribution, PluginMetrics, RefusalReason, Refuse, ResourceMetrics};
@@ -164,6 +164,10 @@ pub struct Offer {
     /// `<kind>` of `<base>.partitioned.<kind>-<profile>` (`GPUSTACK_<MANUFACTURER>_PARTITION_KIND`,
     /// `mig` for NVIDIA); `None`: the manufacturer has no partitioned family.
     pub partition_kind: Option<String>,
+    /// The slices on one accelerator may ask for more than 100 cores percent together (the
+    /// manufacturers table's `cores_percentage_overcommit`); false: the ledger counts each
+    /// slice's cores percentage on its accelerator ([`Policy::cores_overcommit`]).
+    pub cores_percentage_overcommit: bool,
 }
 
 impl Offer {
@@ -185,6 +189,7 @@ impl Offer {
             sliced: true,
             partitioned: true,
             partition_kind: accel_core::resources::partition_kind(manufacturer).map(str::to_string),
+            cores_percentage_overcommit: manufacturer.cores_percentage_overcommit(),
         }
     }
 }
@@ -282,6 +287,7 @@ impl DevicePlugins {
             release_terminated_pods: config.settings.release_terminated_pods,
             slice_gate: config.settings.sliced_allocate_gate,
             slices_held_until_gone: config.responder.holds_slices_until_pod_gone(),
+            cores_overcommit: config.offer.cores_percentage_overcommit,
         };
         let (journal, replay) = Journal::open(&config.data_dir)?;
         let pod_resources =
@@ -833,6 +839,7 @@ impl Shared {
             size,
             // Only a slice's fit depends on its container; it is read per accelerator below.
             slice_units: 0,
+            cores_percentage: None,
         };
         let accelerators = if family == Family::Sliced {
             self.preferred_slice(pool, &placing).await
@@ -891,8 +898,17 @@ impl Shared {
                         )
                         .0
                     };
+                    // The cores percentage is the container's own on every accelerator (only
+                    // the units fold against each one's VRAM), as Allocate charges it.
+                    let placing = Request {
+                        cores_percentage: Some(slice_cores(
+                            pod.container(&key.container),
+                            &pool.resource,
+                        )),
+                        ..placing.clone()
+                    };
                     (
-                        placement::prefer_by(&state.ledger, placing, &units_on),
+                        placement::prefer_by(&state.ledger, &placing, &units_on),
                         false,
                     )
                 },

@@ -14,6 +14,14 @@
 //! kubelet offers them in no order (a Go set's iteration): [`Kubelet::shuffle_available`] makes
 //! the emulator do the same, so a plugin that reads meaning into which token it was handed (a
 //! partition token naming the GPU the partition lands on, found on the rig) is caught here.
+//!
+//! What the plugin does in the background (a deleted Pod's release, the kubelet's word on a
+//! grant made from the Pod watch, the token lists after either, a reclaim pass) lands a moment
+//! later, later still on a loaded machine: a test waits for the state it needs with the waits
+//! here ([`wait_until`], [`wait_read`], [`wait_ledger`], [`wait_released`],
+//! [`Kubelet::wait_free`], [`Kubelet::wait_devices`], [`Kubelet::wait_lists`],
+//! [`CommandLog::wait_runs`]), each bounded by [`WAIT`] and failing with what did not happen,
+//! never for a fixed time.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -22,7 +30,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use accel_core::inventory::Grantable;
-use accel_core::ledger::Seat;
+use accel_core::ledger::{Ledger, Seat};
+use accel_host::{CommandError, CommandOutput, Commands};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tonic::{Request, Response, Status};
@@ -35,7 +44,89 @@ use crate::api::podresources::pod_resources_lister_server::{
     PodResourcesLister, PodResourcesListerServer,
 };
 use crate::pods::{Container, LookupError, MemoryPods, Phase, Pod, PodLookup, PodSource};
+use crate::service::DevicePlugins;
 use crate::socket;
+
+/// How long a wait of the test kit gives the state it waits for before failing: ample for a
+/// machine whose cores are all busy with other work (docs/TESTING.md), and only ever spent
+/// when the state never comes.
+pub const WAIT: Duration = Duration::from_secs(30);
+
+/// How often [`wait_until`] and [`wait_ledger`] look again.
+const LOOK_AGAIN: Duration = Duration::from_millis(10);
+
+/// Waits until `check` holds, looking again every few milliseconds; after [`WAIT`] fails
+/// naming `what` (the state that never came: "Pod a's record dropped"). For a state nothing
+/// signals (a file, the host's partitions); the ledger and the token lists have their own
+/// waits, woken by their changes.
+pub async fn wait_until(what: &str, mut check: impl FnMut() -> bool) {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while !check() {
+        if tokio::time::Instant::now() >= deadline {
+            panic!("{what}: not within {WAIT:?}");
+        }
+        tokio::time::sleep(LOOK_AGAIN).await;
+    }
+}
+
+/// [`wait_until`] for a state `look` reads (the host's partitions, a record on disk): answers
+/// the first one `done` holds for; the failure shows the last one read.
+pub async fn wait_read<T: std::fmt::Debug>(
+    what: &str,
+    mut look: impl FnMut() -> T,
+    done: impl Fn(&T) -> bool,
+) -> T {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let now = look();
+        if done(&now) {
+            return now;
+        }
+        if tokio::time::Instant::now() >= deadline {
+            panic!("{what}: not within {WAIT:?}; last seen: {now:?}");
+        }
+        tokio::time::sleep(LOOK_AGAIN).await;
+    }
+}
+
+/// Waits until `check` holds for the plugins' ledger: looked at on every grant, release and
+/// health change the plugins announce, and every 50 ms besides (not every change is announced:
+/// the rebuild at the Pod watch's first sync is not). After [`WAIT`] fails naming `what` and the
+/// grants the ledger holds.
+pub async fn wait_ledger(plugins: &DevicePlugins, what: &str, check: impl Fn(&Ledger) -> bool) {
+    let handle = plugins.handle();
+    let mut changes = handle.changes();
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        changes.borrow_and_update();
+        if handle.with_ledger(&check) {
+            return;
+        }
+        if tokio::time::Instant::now() >= deadline {
+            let held: Vec<String> = handle
+                .ledger()
+                .grants()
+                .keys()
+                .map(ToString::to_string)
+                .collect();
+            panic!("{what}: not within {WAIT:?}; the ledger holds {held:?}");
+        }
+        if let Ok(Err(_)) = tokio::time::timeout(LOOK_AGAIN * 5, changes.changed()).await {
+            // The plugins stopped: nothing will tick again, look on the clock alone.
+            tokio::time::sleep(LOOK_AGAIN).await;
+        }
+    }
+}
+
+/// Waits until the plugins hold no grant of Pod `uid`: its deletion or finish has been seen by
+/// the Pod watcher, a grant made from the watch's answer has been confirmed by the kubelet,
+/// and the reconciler has released it (or, for a partition, its instance is reclaimed).
+pub async fn wait_released(plugins: &DevicePlugins, uid: &str) {
+    wait_ledger(plugins, &format!("Pod {uid}'s grants released"), |ledger| {
+        !ledger.grants().keys().any(|k| k.pod_uid == uid)
+    })
+    .await;
+}
 
 /// The UUID the scenario tests and benchmarks give synthetic GPU `i`.
 pub fn gpu_uuid(i: u32) -> String {
@@ -97,6 +188,10 @@ struct Plugin {
     /// Whether its ListAndWatch stream is still open: a plugin that stopped is waited for
     /// again, as the kubelet marks its endpoint stopped until it registers anew.
     open: Arc<AtomicBool>,
+    /// Its socket: one that is gone (a plugin that stopped removes its own) is waited for
+    /// again, as the kubelet drops an endpoint whose socket is removed, even before the stream
+    /// is seen to end.
+    socket: PathBuf,
 }
 
 #[derive(Default)]
@@ -117,6 +212,8 @@ struct Inner {
     timings: Mutex<Vec<CallTiming>>,
     /// How many pod-resources List calls were answered.
     lists: watch::Sender<usize>,
+    /// pod-resources List calls are refused ([`Kubelet::fail_lists`]).
+    lists_fail: AtomicBool,
     /// Plugin calls (GetPreferredAllocation, Allocate) in flight now.
     calls_in_flight: std::sync::atomic::AtomicUsize,
     /// pod-resources List calls answered while a plugin call was in flight: the plugin asked
@@ -217,6 +314,7 @@ impl Kubelet {
             registrations: watch::channel(0).0,
             timings: Mutex::new(Vec::new()),
             lists: watch::channel(0).0,
+            lists_fail: AtomicBool::new(false),
             calls_in_flight: std::sync::atomic::AtomicUsize::new(0),
             lists_in_calls: std::sync::atomic::AtomicUsize::new(0),
             shuffle: Mutex::new(None),
@@ -337,13 +435,33 @@ impl Kubelet {
             .load(std::sync::atomic::Ordering::SeqCst)
     }
 
+    /// Waits until the kubelet has answered `count` pod-resources List calls in all (the
+    /// plugin asked it, by itself, who holds a grant's devices).
+    pub async fn wait_lists(&self, count: usize) {
+        let mut rx = self.inner.lists.subscribe();
+        if tokio::time::timeout(WAIT, rx.wait_for(|n| *n >= count))
+            .await
+            .is_err()
+        {
+            panic!(
+                "the plugin did not ask the kubelet's pod-resources within {WAIT:?} ({} List calls answered, {count} expected)",
+                self.lists()
+            );
+        }
+    }
+
+    /// Refuses every pod-resources List (`true`, Unavailable, as a kubelet that is restarting
+    /// does) or answers again (`false`). While refused, nothing the plugin granted from its Pod
+    /// watch's answer alone is confirmed or moved: a test holds a grant in that state to look
+    /// at it, instead of racing the plugin's check a few milliseconds after the grant.
+    pub fn fail_lists(&self, fail: bool) {
+        self.inner.lists_fail.store(fail, Ordering::SeqCst);
+    }
+
     /// Waits until every resource has registered and listed its tokens.
     pub async fn wait_for(&self, resources: &[&str]) {
-        if !self
-            .until_registered(resources, Duration::from_secs(10))
-            .await
-        {
-            panic!("plugins for {resources:?} did not register within 10 s");
+        if !self.until_registered(resources, WAIT).await {
+            panic!("plugins for {resources:?} did not register within {WAIT:?}");
         }
     }
 
@@ -374,10 +492,9 @@ impl Kubelet {
             let ready = {
                 let books = self.inner.books();
                 resources.iter().all(|r| {
-                    books
-                        .plugins
-                        .get(*r)
-                        .is_some_and(|p| p.open.load(Ordering::SeqCst) && ready(p))
+                    books.plugins.get(*r).is_some_and(|p| {
+                        p.open.load(Ordering::SeqCst) && p.socket.exists() && ready(p)
+                    })
                 })
             };
             if ready {
@@ -412,12 +529,48 @@ impl Kubelet {
         if !self.inner.books().plugins.contains_key(resource) {
             panic!("{resource} is not registered");
         }
-        if !self
-            .until_devices(resource, check, Duration::from_secs(10))
-            .await
-        {
+        if !self.until_devices(resource, check, WAIT).await {
             panic!("{resource}: the token list never reached the expected state");
         }
+    }
+
+    /// Waits until at least `count` tokens of `resource` are Healthy and held by no Pod the
+    /// kubelet has: what admitting a Pod that asks for them needs. A Pod deleted or finished
+    /// gives its tokens back to the kubelet at once, but the plugin hears of it through its
+    /// Pod watch and tells the kubelet through ListAndWatch a moment later (a token another
+    /// family's grant held turns Healthy only then).
+    pub async fn wait_free(&self, resource: &str, count: usize) {
+        // What the kubelet holds changes only by the test's own calls, made before this one.
+        let taken = self.taken(resource);
+        let free = |devices: &[dp::Device]| {
+            devices
+                .iter()
+                .filter(|d| d.health == "Healthy" && !taken.contains(&d.id))
+                .count()
+        };
+        if !self
+            .until_devices(resource, |d| free(d) >= count, WAIT)
+            .await
+        {
+            panic!(
+                "{resource}: {count} Healthy free tokens did not show within {WAIT:?} (the kubelet sees {}): the release waited for never reached it",
+                free(&self.devices(resource))
+            );
+        }
+    }
+
+    /// The tokens of `resource` held by the Pods the kubelet has.
+    fn taken(&self, resource: &str) -> BTreeSet<String> {
+        let books = self.inner.books();
+        books
+            .allocated
+            .iter()
+            .filter(|(uid, _)| books.active.contains(*uid))
+            .flat_map(|(_, containers)| containers.values())
+            .filter_map(|by_resource| by_resource.get(resource))
+            .flatten()
+            .cloned()
+            .collect()
     }
 
     /// Waits at most `within` until `check` holds for a resource's token list; answers whether
@@ -551,18 +704,7 @@ impl Kubelet {
         plugin: &mut Plugin,
         count: usize,
     ) -> Result<Vec<String>, Status> {
-        let taken: BTreeSet<String> = {
-            let books = self.inner.books();
-            books
-                .allocated
-                .iter()
-                .filter(|(uid, _)| books.active.contains(*uid))
-                .flat_map(|(_, containers)| containers.values())
-                .filter_map(|by_resource| by_resource.get(resource))
-                .flatten()
-                .cloned()
-                .collect()
-        };
+        let taken = self.taken(resource);
         let mut available: Vec<String> = plugin
             .devices
             .borrow()
@@ -739,7 +881,7 @@ impl Registration for RegistrationService {
         let inner = self.inner.clone();
         // Like the kubelet, dial the plugin after answering the registration.
         tokio::spawn(async move {
-            let Ok(channel) = socket::connect(path).await else {
+            let Ok(channel) = socket::connect(path.clone()).await else {
                 return;
             };
             let mut client = DevicePluginClient::new(channel);
@@ -761,6 +903,7 @@ impl Registration for RegistrationService {
                     devices: rx,
                     listed,
                     open: open.clone(),
+                    socket: path,
                 },
             );
             while let Ok(Some(list)) = stream.message().await {
@@ -785,6 +928,11 @@ impl PodResourcesLister for PodResourcesService {
         &self,
         _: Request<pr::ListPodResourcesRequest>,
     ) -> Result<Response<pr::ListPodResourcesResponse>, Status> {
+        if self.inner.lists_fail.load(Ordering::SeqCst) {
+            return Err(Status::unavailable(
+                "the emulated kubelet refuses pod-resources List",
+            ));
+        }
         self.inner.lists.send_modify(|n| *n += 1);
         if self
             .inner
@@ -923,7 +1071,7 @@ impl PodWatch {
     /// Waits until the plugin has subscribed to the watch's changes `count` times in all.
     pub async fn wait_for_subscriptions(&self, count: usize) {
         let mut rx = self.state.subscriptions.subscribe();
-        if tokio::time::timeout(Duration::from_secs(10), rx.wait_for(|n| *n >= count))
+        if tokio::time::timeout(WAIT, rx.wait_for(|n| *n >= count))
             .await
             .is_err()
         {
@@ -966,5 +1114,81 @@ impl PodSource for PodWatch {
             Ok(self.api.get(namespace, name))
         };
         Box::pin(std::future::ready(answer))
+    }
+}
+
+/// One program run through a [`CommandLog`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Run {
+    /// Its argv joined by spaces (`nvidia-smi -q -x -i 0`).
+    pub argv: String,
+    /// Whether it ran and exited 0.
+    pub success: bool,
+}
+
+impl Run {
+    /// Whether its argv holds `words` in a row (`run.has("-q -x -i 0")`).
+    pub fn has(&self, words: &str) -> bool {
+        format!(" {} ", self.argv).contains(&format!(" {words} "))
+    }
+}
+
+/// The node's programs as a test sees them run: every call is passed on to the wrapped
+/// [`Commands`] and recorded, so a test waits until the plugin has looked (a reclaim pass's
+/// process listing, a destroy the driver refused, an unowned-instance pass's listing) instead
+/// of sleeping for as long as that usually takes.
+pub struct CommandLog {
+    inner: Arc<dyn Commands>,
+    runs: watch::Sender<Vec<Run>>,
+}
+
+impl CommandLog {
+    /// Records every call made through it to `inner`.
+    pub fn over(inner: Arc<dyn Commands>) -> Arc<CommandLog> {
+        Arc::new(CommandLog {
+            inner,
+            runs: watch::channel(Vec::new()).0,
+        })
+    }
+
+    /// How many runs so far `matching` holds for.
+    pub fn count(&self, matching: impl Fn(&Run) -> bool) -> usize {
+        self.runs.borrow().iter().filter(|r| matching(r)).count()
+    }
+
+    /// Waits until `matching` holds for `count` runs in all; after [`WAIT`] fails naming
+    /// `what` (the look that never came) and the last runs.
+    pub async fn wait_runs(&self, what: &str, matching: impl Fn(&Run) -> bool, count: usize) {
+        let mut rx = self.runs.subscribe();
+        let seen = tokio::time::timeout(
+            WAIT,
+            rx.wait_for(|runs| runs.iter().filter(|r| matching(r)).count() >= count),
+        )
+        .await;
+        if seen.is_err() {
+            let runs = self.runs.borrow();
+            let last: Vec<&str> = runs.iter().rev().take(8).map(|r| r.argv.as_str()).collect();
+            panic!("{what}: not within {WAIT:?} (last runs, newest first: {last:?})");
+        }
+    }
+}
+
+impl Commands for CommandLog {
+    fn run(&self, argv: &[&str], deadline: Duration) -> Result<CommandOutput, CommandError> {
+        let answer = self.inner.run(argv, deadline);
+        let run = Run {
+            argv: argv.join(" "),
+            success: answer.as_ref().is_ok_and(CommandOutput::success),
+        };
+        self.runs.send_modify(|runs| runs.push(run));
+        answer
+    }
+
+    fn is_installed(&self, program: &str) -> bool {
+        self.inner.is_installed(program)
+    }
+
+    fn search_note(&self, program: &str) -> Option<String> {
+        self.inner.search_note(program)
     }
 }

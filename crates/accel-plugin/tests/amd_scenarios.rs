@@ -331,14 +331,7 @@ async fn a_restarted_daemon_places_new_windows_around_the_running_ones() {
 
     // Pod a is deleted while the daemon is down.
     let rig = rig.restarted(|kubelet| kubelet.delete("a")).await;
-    let settled = async {
-        while rig.plugins.ledger().grants().len() != 1 {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    };
-    tokio::time::timeout(Duration::from_secs(5), settled)
-        .await
-        .expect("the restart's reconcile releases the gone Pod's grant");
+    testing::wait_released(&rig.plugins, "a").await;
     assert_eq!(
         rig.responder.windows_on("GPU-5c88007d760374f3"),
         [(12, 23)].into_iter().collect(),

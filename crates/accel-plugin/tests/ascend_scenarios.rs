@@ -50,7 +50,12 @@ fn accelerators(host: &Path) -> Vec<Accelerator> {
 impl Rig {
     /// The plugins on a copy of the 310P host; `refuse`: chips whose flag write fails.
     async fn new(refuse: &[&str]) -> Rig {
-        let host = accel_testkit::copy_recorded(HOST);
+        Rig::on(HOST, 8, refuse).await
+    }
+
+    /// The plugins on a copy of the recorded host `name`, which has `chips` chips.
+    async fn on(name: &str, chips: usize, refuse: &[&str]) -> Rig {
+        let host = accel_testkit::copy_recorded(name);
         let state = ShareState {
             refuse: refuse.iter().map(|s| s.to_string()).collect(),
             ..ShareState::default()
@@ -63,7 +68,7 @@ impl Rig {
         let dir = tempfile::tempdir().unwrap();
         let kubelet = Kubelet::start(&dir.path().join("kubelet"), MemoryPods::new()).await;
         let accelerators = accelerators(host.path());
-        assert_eq!(accelerators.len(), 8);
+        assert_eq!(accelerators.len(), chips);
         let seats: Vec<Seat> = accelerators
             .iter()
             .map(|a| Seat::from_accelerator(a, 63))
@@ -109,6 +114,14 @@ impl Rig {
             kubelet,
             plugins,
         }
+    }
+
+    /// How many flag writes the replay saw (none recorded: none).
+    fn flags_written(&self) -> u32 {
+        std::fs::read_to_string(self.host.path().join(share::STATE_FILE))
+            .ok()
+            .and_then(|t| serde_json::from_str::<ShareState>(&t).ok())
+            .map_or(0, |s| s.writes)
     }
 
     fn flags(&self) -> ShareState {
@@ -297,6 +310,104 @@ async fn a_slice_writes_npu_info_config_byte_for_byte() {
     assert!(
         rig.flags().on.contains(&"1:0".to_string()),
         "slices need the flag too"
+    );
+}
+
+/// spec §5.3: a retried Allocate of a slice reuses the virtual id in the container's own
+/// `npu_info.config` (when it names the same physical chip), even where a lower one has come
+/// free meanwhile; a new container takes the lowest free.
+#[tokio::test]
+async fn a_retried_slice_keeps_its_virtual_id() {
+    let rig = Rig::new(&[]).await;
+    let pods = rig.dir.path().join("data/pods");
+    let config = |pod: &str| {
+        std::fs::read_to_string(
+            pods.join(pod)
+                .join("c-main/etc/enpu/vcann-rt/npu_info.config"),
+        )
+        .unwrap_or_default()
+    };
+    let virtual_id = |pod: &str| {
+        config(pod)
+            .lines()
+            .find_map(|l| l.strip_prefix("virtual-npu-id=").map(str::to_string))
+    };
+    for uid in ["a", "b", "c"] {
+        rig.kubelet.create(pod(uid, &[("main", SLICE)]));
+    }
+    rig.kubelet.admit("a").await.unwrap();
+    rig.kubelet.admit("b").await.unwrap();
+    let c = rig.kubelet.admit("c").await.unwrap();
+    for (uid, id) in [("a", "0"), ("b", "1"), ("c", "2")] {
+        assert!(
+            config(uid).starts_with("physical-npu-id=2\n"),
+            "{uid}: {}",
+            config(uid)
+        );
+        assert_eq!(virtual_id(uid).as_deref(), Some(id), "{uid}");
+    }
+    // a goes: its file with it, so 0 is free on the chip again.
+    rig.kubelet.delete("a");
+    let wait = async {
+        while pods.join("a").exists() || rig.plugins.ledger().grants().len() != 2 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(10), wait)
+        .await
+        .expect("a's grant and working directory are reclaimed");
+    // The kubelet retries c's Allocate: the same answer, the same virtual id (not the free 0).
+    let held = rig.kubelet.held("c", "main", SLICED);
+    let again = rig.kubelet.allocate_raw(SLICED, held).await.unwrap();
+    assert_eq!(again.container_responses[0], c["main"][SLICED]);
+    assert_eq!(virtual_id("c").as_deref(), Some("2"), "{}", config("c"));
+    assert_eq!(virtual_id("b").as_deref(), Some("1"));
+    assert_eq!(rig.plugins.ledger().grants().len(), 2, "charged once");
+    // A new slice takes the lowest free id.
+    rig.kubelet.create(pod("d", &[("main", SLICE)]));
+    rig.kubelet.admit("d").await.unwrap();
+    assert_eq!(virtual_id("d").as_deref(), Some("0"), "{}", config("d"));
+}
+
+/// On the 950 (V2) generation `ASCEND_VISIBLE_DEVICES` names the dcmi logic id (the card id,
+/// `physicalIndexes[1]`), never the physical id, in every family; a slice's `npu_info.config`
+/// still keys on the physical id (spec §4.1, §5.3). The host's physical ids are 4 and 5, its
+/// logic ids 0 and 1.
+#[tokio::test]
+async fn the_950_names_its_logic_ids_and_its_slice_config_the_physical_id() {
+    let rig = Rig::on("ascend-950pr-v2-remapped", 2, &[]).await;
+    let chips = accelerators(rig.host.path());
+    assert_eq!(
+        chips
+            .iter()
+            .map(|a| a.physical_indexes.clone())
+            .collect::<Vec<_>>(),
+        [[4, 0, 0], [5, 1, 0]]
+    );
+    rig.kubelet.create(pod("a", &[("main", &[(NPU, "2")])]));
+    let a = rig.kubelet.admit("a").await.unwrap();
+    assert_eq!(envs(&a, "main", NPU), visible("0,1"));
+    // A slice, on a rig of its own (the exclusive grant holds both chips).
+    let rig = Rig::on("ascend-950pr-v2-remapped", 2, &[]).await;
+    rig.kubelet.create(pod("c", &[("main", SLICE)]));
+    let c = rig.kubelet.admit("c").await.unwrap();
+    let logic = envs(&c, "main", SLICED)["ASCEND_VISIBLE_DEVICES"].clone();
+    let physical = if logic == "0" { 4 } else { 5 };
+    assert!(logic == "0" || logic == "1", "{logic}");
+    let config = std::fs::read_to_string(
+        rig.dir
+            .path()
+            .join("data/pods/c/c-main/etc/enpu/vcann-rt/npu_info.config"),
+    )
+    .unwrap();
+    assert!(
+        config.starts_with(&format!("physical-npu-id={physical}\nvirtual-npu-id=0\n")),
+        "{config}"
+    );
+    assert_eq!(
+        rig.flags_written(),
+        0,
+        "a V2 driver declares no flag to write"
     );
 }
 

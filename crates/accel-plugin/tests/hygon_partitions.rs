@@ -8,11 +8,9 @@
 //! deletion reclaims it (CI, then GI), leaving an instance the driver says is in use for a later
 //! pass (spec §6.5).
 
-use std::time::Duration;
-
 use accel_core::inventory::Accelerator;
 use accel_host::{Commands, Host};
-use accel_plugin::testing::Admission;
+use accel_plugin::testing::{Admission, Run};
 
 #[path = "support/partition_rig.rs"]
 mod partition_rig;
@@ -162,8 +160,17 @@ async fn a_partition_the_driver_says_is_in_use_is_left_for_a_later_pass() {
         .uuid
         .clone()
         .unwrap();
+    let refused = |run: &Run| run.has("-dci") && !run.success;
+    let before = rig.runs(refused);
     rig.kubelet.delete("c");
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // The reclaim has tried, and the driver said in use.
+    rig.wait_runs(
+        "the driver refused to destroy c's instance",
+        before,
+        1,
+        refused,
+    )
+    .await;
     assert_eq!(rig.state().instances.len(), 1, "destroyed while in use");
     assert!(rig.marker("c", &card).exists(), "its marker is kept");
     let plugins = rig.plugins();

@@ -3,6 +3,9 @@
 //! device nodes and mounts spec/hygon.md §4 and §5.3 state (no environment); two slices take
 //! disjoint CU masks and distinct pipe ids in their `vdev.conf`, a fifth slice on a card is
 //! refused, and a malformed `vdev.conf` under the pods directory fails the allocation by name.
+//! The node's `.sliced.cores-percentage` capacity (100 a DCU) keeps off the node the slice whose
+//! compute Allocate would refuse, and the ledger's count of each DCU's cores sends a slice the
+//! capacity admits to the DCU whose compute can hold it.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -352,4 +355,161 @@ async fn the_sidecar_gets_the_owners_nodes_and_no_ledger_file() {
     assert_eq!(mounts(&admission, "sshd", VISIBILITY), vec![hyhal()]);
     assert!(!rig.pods_dir().join("a/c-sshd").exists());
     assert_eq!(rig.plugins.ledger().grants().len(), 1);
+}
+
+/// A slice of `memory` % VRAM and `cores` % compute, as the webhook leaves it (`.units` folded).
+fn slice_of(memory: u64, cores: u64) -> Vec<(String, String)> {
+    vec![
+        (SLICED.into(), "1".into()),
+        (
+            "hygon.com/dcu.sliced.memory-percentage".into(),
+            memory.to_string(),
+        ),
+        (
+            "hygon.com/dcu.sliced.cores-percentage".into(),
+            cores.to_string(),
+        ),
+        (
+            "hygon.com/dcu.sliced.units".into(),
+            (memory * 16_000).to_string(),
+        ),
+    ]
+}
+
+/// What the scheduler does with a sliced Pod on this node: it fits when every budget key it
+/// asks for, added to what the bound Pods ask, stays within the node's capacity as
+/// `accel_core::capacity::node_capacity` publishes it for the rig's seats.
+struct Scheduler {
+    capacity: std::collections::BTreeMap<String, u64>,
+    bound: Vec<Vec<(String, String)>>,
+}
+
+impl Scheduler {
+    fn new() -> Scheduler {
+        let slices =
+            accel_core::ledger::units::slices_per_accelerator(Manufacturer::Hygon).unwrap();
+        let seats: Vec<Seat> = accelerators()
+            .iter()
+            .map(|a| Seat::from_accelerator(a, slices))
+            .collect();
+        let capacity = accel_core::capacity::node_capacity(
+            &accel_core::resources::KeyGrammar::default(),
+            Manufacturer::Hygon,
+            &seats,
+            &std::collections::BTreeMap::new(),
+        );
+        Scheduler {
+            capacity,
+            bound: Vec::new(),
+        }
+    }
+
+    fn fits(&self, limits: &[(String, String)]) -> bool {
+        limits.iter().all(|(key, _)| {
+            let Some(capacity) = self.capacity.get(key) else {
+                return true; // a key the plugins serve (the token): 4 a DCU, never short here
+            };
+            let asked: u64 = self
+                .bound
+                .iter()
+                .chain(std::iter::once(&limits.to_vec()))
+                .flatten()
+                .filter(|(k, _)| k == key)
+                .map(|(_, v)| v.parse::<u64>().unwrap())
+                .sum();
+            asked <= *capacity
+        })
+    }
+}
+
+/// Capacity and Allocate say the same thing on Hygon (disjoint CU masks, issue 44 item 3): the
+/// node's `.sliced.cores-percentage` is 100 a DCU, so the slice the scheduler would still place
+/// is granted and the one whose compute no DCU has left is kept off the node by the scheduler —
+/// the one Allocate refuses: the ledger, which counts each DCU's cores percent, offers it no DCU
+/// and refuses it on whichever the kubelet picks (behind the ledger the responder would refuse it
+/// for its CU masks, `insufficient free compute units`). With 100 a slot (800 here) the scheduler
+/// would bind that Pod and the kubelet fail it at admission.
+#[tokio::test]
+async fn the_cores_capacity_admits_exactly_the_slices_allocate_grants() {
+    let rig = Rig::new(ALL_NODES).await;
+    let mut scheduler = Scheduler::new();
+    assert_eq!(
+        scheduler.capacity["hygon.com/dcu.sliced.cores-percentage"], 200,
+        "100 a DCU, not 100 a slot"
+    );
+    // The first DCU whole, then the second's compute with half its VRAM: both DCUs' CUs taken,
+    // VRAM and slots left on the second.
+    for (uid, memory, cores) in [("a", 100, 100), ("b", 50, 100), ("c", 10, 10)] {
+        let limits = slice_of(memory, cores);
+        let borrowed: Vec<(&str, &str)> = limits
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        let admits = scheduler.fits(&limits);
+        rig.kubelet.create(pod(uid, &[("main", &borrowed)]));
+        let allocated = rig.kubelet.admit(uid).await;
+        match &allocated {
+            Ok(_) => scheduler.bound.push(limits),
+            // No DCU fits it, so the hint offers none and the kubelet picks a token: the
+            // ledger refuses it on the first DCU for its VRAM, on the second for its compute.
+            Err(e) => assert!(
+                [
+                    "accelerator 0 (GPU-7137d9b2a08a4841) has 0 units left; the slice needs 160000",
+                    "accelerator 1 (GPU-7137d9debec858c1) has 100 of its 100 cores percent taken; the slice needs 10",
+                ]
+                .iter()
+                .any(|refusal| e.message().ends_with(refusal)),
+                "{uid}: {}",
+                e.message()
+            ),
+        }
+        assert_eq!(
+            admits,
+            allocated.is_ok(),
+            "{uid} ({memory} % VRAM, {cores} % cores): the scheduler {} it, Allocate {}",
+            if admits { "places" } else { "keeps it off" },
+            if allocated.is_ok() {
+                "grants"
+            } else {
+                "refuses"
+            }
+        );
+    }
+    assert!(
+        !rig.pods_dir()
+            .join("c/c-main/etc/vdev/docker/vdev0.conf")
+            .exists(),
+        "no record written for the refused slice"
+    );
+}
+
+/// Where capacity and placement used to disagree (issue 44 item 3): the node-wide cores capacity
+/// (200) places a second slice of 50 % cores beside one of 100 %, and the second DCU has every CU
+/// free. Slices pack onto the most-used DCU that fits, and the ledger counts a Hygon DCU's cores
+/// percent (`Policy::cores_overcommit` is false, from the manufacturers table): the first DCU has
+/// no compute left, so the hint points the kubelet at the second, and Allocate grants it there.
+#[tokio::test]
+async fn a_slice_the_cores_capacity_admits_goes_where_its_compute_fits() {
+    let rig = Rig::new(ALL_NODES).await;
+    let mut scheduler = Scheduler::new();
+    for (uid, memory, cores) in [("a", 50, 100), ("b", 25, 50)] {
+        let limits = slice_of(memory, cores);
+        let borrowed: Vec<(&str, &str)> = limits
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        assert!(
+            scheduler.fits(&limits),
+            "{uid}: the node's capacity places it"
+        );
+        rig.kubelet.create(pod(uid, &[("main", &borrowed)]));
+        let allocated = rig.kubelet.admit(uid).await;
+        assert!(
+            allocated.is_ok(),
+            "{uid}: {:?}",
+            allocated.err().map(|e| e.message().to_string())
+        );
+        scheduler.bound.push(limits);
+    }
+    assert!(rig.vdev_conf("b").starts_with("PciBusId: 0000:0c:00.0"));
 }

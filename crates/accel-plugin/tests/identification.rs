@@ -395,49 +395,16 @@ async fn a_refused_slice_is_logged_naming_the_pod_container_and_reason() {
     );
 }
 
-/// The common path: an exclusive Allocate the watch can attribute answers without asking the
-/// kubelet (it is asked right after, to confirm the container); a slice, whose answer depends on
-/// its container, asks on the path of its hint and of its Allocate. No direct read of the API
-/// server, no wait on the watch.
+/// The common path: a slice, whose answer depends on its container, asks the kubelet on the path
+/// of its hint and of its Allocate; an exclusive Allocate the watch can attribute answers without
+/// asking (the kubelet is asked right after, to confirm the container). No direct read of the
+/// API server, no wait on the watch. The slice goes first: once an exclusive grant waits for the
+/// kubelet's word, the plugin's own List may land during any later call and count as its.
 #[tokio::test]
 async fn the_common_path_lists_once_per_call_and_reads_no_pod_directly() {
     let rig = Rig::new(seats(8), Settings::default()).await;
     let subscribed = rig.watch.subscriptions();
-    let lists = rig.kubelet.lists();
-    rig.kubelet.create(pod("a", 1, &[(GPU, "1")]));
-    rig.kubelet.admit("a").await.unwrap();
-    assert_eq!(
-        (
-            rig.attributed(Attribution::Watch),
-            rig.attributed(Attribution::Kubelet)
-        ),
-        (1, 0),
-        "an exclusive Allocate the watch attributes answers before asking the kubelet"
-    );
-    rig.plugins.verify_grants().await;
-    // The background verifier may have started its own confirmation of "a" before this one
-    // finished; its list, delayed on a loaded machine, would arrive during b's calls and count
-    // as theirs. Wait until the kubelet has been asked nothing for a while.
-    let mut seen = rig.kubelet.lists();
-    let mut quiet = 0;
-    while quiet < 6 {
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-        let now = rig.kubelet.lists();
-        quiet = if now == seen { quiet + 1 } else { 0 };
-        seen = now;
-    }
     let on_path = rig.kubelet.lists_in_calls();
-    assert!(
-        rig.kubelet.lists() > lists,
-        "the kubelet is asked after the answer, to confirm the container"
-    );
-    assert_eq!(
-        rig.plugins
-            .ledger()
-            .grant(&GrantKey::new("a", "main"))
-            .map(|g| g.device_ids.len()),
-        Some(1)
-    );
     rig.kubelet.create(pod("b", 2, &slice("30")));
     rig.kubelet.admit("b").await.unwrap();
     assert_eq!(
@@ -446,6 +413,27 @@ async fn the_common_path_lists_once_per_call_and_reads_no_pod_directly() {
         "a slice's hint and Allocate list once each"
     );
     assert_eq!(rig.attributed(Attribution::Kubelet), 1);
+    let lists = rig.kubelet.lists();
+    rig.kubelet.create(pod("a", 1, &[(GPU, "1")]));
+    rig.kubelet.admit("a").await.unwrap();
+    assert_eq!(
+        (
+            rig.attributed(Attribution::Watch),
+            rig.attributed(Attribution::Kubelet)
+        ),
+        (1, 1),
+        "an exclusive Allocate the watch attributes answers before asking the kubelet"
+    );
+    // The kubelet is asked after the answer, to confirm the container: by the plugin itself.
+    rig.kubelet.wait_lists(lists + 1).await;
+    rig.plugins.verify_grants().await;
+    assert_eq!(
+        rig.plugins
+            .ledger()
+            .grant(&GrantKey::new("a", "main"))
+            .map(|g| g.device_ids.len()),
+        Some(1)
+    );
     assert_eq!(rig.attributed(Attribution::Moved), 0);
     assert_eq!(rig.watch.lookups(), 0);
     assert_eq!(
@@ -570,6 +558,9 @@ async fn a_grant_the_watch_gave_the_wrong_pod_moves_to_the_one_the_kubelet_names
     rig.kubelet.create(pod("stale", 1, &[(GPU, "1")]));
     rig.watch.hold("new");
     rig.kubelet.create(pod("new", 2, &[(GPU, "1")]));
+    // The kubelet does not answer who holds what until the watch's charge is looked at: the
+    // plugin would otherwise move the grant a few milliseconds after its answer.
+    rig.kubelet.fail_lists(true);
     rig.kubelet.admit("new").await.unwrap();
     assert_eq!(
         rig.attributed(Attribution::Watch),
@@ -585,6 +576,7 @@ async fn a_grant_the_watch_gave_the_wrong_pod_moves_to_the_one_the_kubelet_names
         Some(held.clone()),
         "the watch's candidate was charged first"
     );
+    rig.kubelet.fail_lists(false);
     rig.plugins.verify_grants().await;
     let ledger = rig.plugins.ledger();
     assert_eq!(ledger.grant(&GrantKey::new("stale", "main")), None);
@@ -665,6 +657,9 @@ async fn a_wrongly_charged_pod_leaving_does_not_free_what_another_holds() {
     rig.kubelet.create(pod("stale", 1, &[(GPU, "1")]));
     rig.watch.hold("new");
     rig.kubelet.create(pod("new", 2, &[(GPU, "1")]));
+    // The kubelet is not asked successfully until the stale Pod has left (else the plugin's
+    // check a few milliseconds after the grant may move it first).
+    rig.kubelet.fail_lists(true);
     rig.kubelet.admit("new").await.unwrap();
     let held = rig.kubelet.held("new", "main", GPU);
     rig.kubelet.delete("stale");
@@ -677,6 +672,7 @@ async fn a_wrongly_charged_pod_leaving_does_not_free_what_another_holds() {
         Some(held.clone()),
         "not released on the stale Pod's departure before the kubelet spoke"
     );
+    rig.kubelet.fail_lists(false);
     rig.plugins.verify_grants().await;
     rig.plugins.reconcile_pods();
     let ledger = rig.plugins.ledger();
@@ -700,6 +696,8 @@ async fn an_exclusive_pod_the_watch_has_not_delivered_is_answered_then_named() {
     rig.watch.hold("a");
     rig.kubelet.create(pod("a", 1, &[(GPU, "1")]));
     let subscribed = rig.watch.subscriptions();
+    // Held unnamed until looked at: the kubelet answers no List before.
+    rig.kubelet.fail_lists(true);
     rig.kubelet.admit("a").await.unwrap();
     assert_eq!(rig.attributed(Attribution::Unnamed), 1);
     assert_eq!(
@@ -718,6 +716,7 @@ async fn an_exclusive_pod_the_watch_has_not_delivered_is_answered_then_named() {
     // The Pod reconciler does not release a grant whose container is not named yet.
     rig.plugins.reconcile_pods();
     assert_eq!(rig.plugins.ledger().grants().len(), 1);
+    rig.kubelet.fail_lists(false);
     rig.plugins.verify_grants().await;
     assert_eq!(rig.attributed(Attribution::Named), 1);
     assert_eq!(rig.watch.lookups(), 1, "the Pod the kubelet names is read");

@@ -4,7 +4,8 @@
 //! `MTHREADS_VISIBLE_DEVICES=<IDs>`, no device node, no mount — and a slice adds, byte for byte
 //! as the specs' examples (§4.3 of each), HAMi-core's budgets and five mounts, or the two QoS
 //! variables. A sliced Iluvatar Pod without `runtimeClassName: iluvatar` is refused, saying why
-//! (and that the webhook attaches the class where it exists).
+//! (and that the webhook attaches the class where it exists); a Moore Threads slice without a
+//! memory dimension is refused with the spec's "derive sliced memory limit".
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -394,7 +395,10 @@ async fn mthreads_exclusive_shared_and_visibility_are_exactly_the_variable() {
         MT_BOTH,
     );
     rig.kubelet.delete("a");
-    rig.plugins.reconcile_pods(); // the release, now: the watcher is late on a loaded machine
+    // The release lands a moment later (the Pod watch, the kubelet's confirmation of a grant
+    // made from it, then ListAndWatch turning the shared tokens Healthy): wait for it.
+    testing::wait_released(&rig.plugins, "a").await;
+    rig.kubelet.wait_free("mthreads.com/gpu.shared", 1).await;
     rig.kubelet.create(pod(
         "b",
         None,
@@ -435,15 +439,24 @@ async fn mthreads_slices_are_the_specs_examples_byte_for_byte() {
     ));
     let a = rig.kubelet.admit("a").await.unwrap();
     let b = rig.kubelet.admit("b").await.unwrap();
-    let expect = |bytes: &str, weight: &str| {
+    let expect = |card: &str, bytes: &str, weight: &str| {
         BTreeMap::from([
-            (MT.to_string(), MT_FIRST.to_string()),
+            (MT.to_string(), card.to_string()),
             ("MTHREADS_QOS_MEMORY_LIMIT".into(), bytes.into()),
             ("MTHREADS_QOS_COMPUTING_POWER_WEIGHT".into(), weight.into()),
         ])
     };
-    assert_eq!(envs(&a, "main", sliced), expect("25769803776", "8"));
-    assert_eq!(envs(&b, "main", sliced), expect("12884901888", "100"));
+    assert_eq!(
+        envs(&a, "main", sliced),
+        expect(MT_FIRST, "25769803776", "8")
+    );
+    // Cores absent count 100, and a card's compute is not over-committed (spec §2.4): beside
+    // a's 8 the first card has no room for it, so it goes to the second.
+    let second = "1ed50001-0000-4000-8000-000000010000";
+    assert_eq!(
+        envs(&b, "main", sliced),
+        expect(second, "12884901888", "100")
+    );
     for admission in [&a, &b] {
         assert!(admission["main"][sliced].mounts.is_empty());
         assert!(admission["main"][sliced].devices.is_empty());
@@ -451,5 +464,54 @@ async fn mthreads_slices_are_the_specs_examples_byte_for_byte() {
     assert!(
         !rig.dir.path().join("data/pods").exists(),
         "nothing kept on the host"
+    );
+}
+
+#[tokio::test]
+async fn a_mthreads_slice_without_a_memory_dimension_is_refused_saying_so() {
+    // Spec §4.3: the QoS memory cap comes from `.sliced.memory-percentage` or
+    // `.sliced.memory-mib`; neither → "derive sliced memory limit: %w". A Pod that bypassed the
+    // webhook (which requires one of them) reaches Allocate as the kubelet sends it: the slice
+    // token and its cores, no memory; or `.units` alone, which the webhook only ever writes
+    // beside one of them. Refused, the grant given back, never a cap the Pod did not ask for.
+    let rig = Rig::new(Manufacturer::Mthreads, 49_152).await;
+    let sliced = "mthreads.com/gpu.sliced";
+    let cores = "mthreads.com/gpu.sliced.cores-percentage";
+    let units = "mthreads.com/gpu.sliced.units";
+    let why = "derive sliced memory limit: container \"main\" has no \
+               mthreads.com/gpu.sliced.memory-percentage or mthreads.com/gpu.sliced.memory-mib \
+               request";
+    rig.kubelet
+        .create(pod("a", None, &[("main", &[(sliced, "1"), (cores, "8")])]));
+    rig.kubelet.create(pod(
+        "b",
+        None,
+        &[("main", &[(sliced, "1"), (units, "800000")])],
+    ));
+    for uid in ["a", "b"] {
+        let err = rig.kubelet.admit(uid).await.unwrap_err();
+        assert_eq!(err.code(), Code::FailedPrecondition, "{uid}");
+        assert!(err.message().ends_with(why), "{uid}: {}", err.message());
+        assert!(
+            rig.plugins.ledger().grants().is_empty(),
+            "{uid}: the grant is given back"
+        );
+    }
+    // A MiB budget is a memory dimension: served, its cap in bytes.
+    rig.kubelet.create(pod(
+        "c",
+        None,
+        &[(
+            "main",
+            &[
+                (sliced, "1"),
+                ("mthreads.com/gpu.sliced.memory-mib", "1024"),
+            ],
+        )],
+    ));
+    let c = rig.kubelet.admit("c").await.unwrap();
+    assert_eq!(
+        envs(&c, "main", sliced)["MTHREADS_QOS_MEMORY_LIMIT"],
+        "1073741824"
     );
 }

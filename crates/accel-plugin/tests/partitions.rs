@@ -20,7 +20,7 @@ use accel_plugin::ownership;
 use accel_plugin::pods::{MemoryPods, Pod, PodSource};
 use accel_plugin::service::{Offer, Orphans};
 use accel_plugin::settings::{InjectionStrategy, Settings};
-use accel_plugin::testing::{Kubelet, pod};
+use accel_plugin::testing::{self, CommandLog, Kubelet, Run, pod};
 use accel_plugin::{Config, DevicePlugins, Partitions};
 use accel_testkit::copy_tree;
 use tonic::Code;
@@ -32,6 +32,8 @@ struct Rig {
     kubelet: Kubelet,
     plugins: Option<DevicePlugins>,
     config: Config,
+    /// Every `nvidia-smi` the plugins ran, to wait until a pass has looked.
+    log: Arc<CommandLog>,
 }
 
 impl Rig {
@@ -59,6 +61,7 @@ impl Rig {
             .iter()
             .map(|a| Seat::from_accelerator(a, 0))
             .collect();
+        let log = CommandLog::over(commands);
         let kubelet = Kubelet::start(&dir.path().join("kubelet"), MemoryPods::new()).await;
         let config = Config {
             kubelet_dir: dir.path().join("kubelet"),
@@ -82,7 +85,7 @@ impl Rig {
             metrics: Default::default(),
             partitions: Some(Partitions {
                 partitioner: Arc::new(SmiPartitioner::default()),
-                commands,
+                commands: log.clone(),
                 orphans,
             }),
         };
@@ -91,6 +94,7 @@ impl Rig {
             kubelet,
             plugins: None,
             config,
+            log,
         };
         rig.start_plugins().await;
         rig
@@ -127,13 +131,12 @@ impl Rig {
 
     /// Waits until the pool advertises `healthy` Healthy tokens.
     async fn wait_healthy(&self, healthy: usize) {
-        let wait = self.kubelet.wait_devices(PARTITIONED, |devices| {
-            devices.iter().filter(|d| d.health == "Healthy").count() == healthy
-        });
-        if tokio::time::timeout(Duration::from_secs(5), wait)
-            .await
-            .is_err()
-        {
+        let reached = self.kubelet.until_devices(
+            PARTITIONED,
+            |devices| devices.iter().filter(|d| d.health == "Healthy").count() == healthy,
+            testing::WAIT,
+        );
+        if !reached.await {
             let now = self
                 .kubelet
                 .devices(PARTITIONED)
@@ -142,6 +145,22 @@ impl Rig {
                 .count();
             panic!("the pool did not reach {healthy} Healthy tokens (it has {now})");
         }
+    }
+
+    /// How many runs so far `matching` holds for.
+    fn runs(&self, matching: impl Fn(&Run) -> bool) -> usize {
+        self.log.count(matching)
+    }
+
+    /// Waits until `count` more runs than `since` match: a pass has looked.
+    async fn wait_runs(
+        &self,
+        what: &str,
+        since: usize,
+        count: usize,
+        matching: impl Fn(&Run) -> bool,
+    ) {
+        self.log.wait_runs(what, matching, since + count).await;
     }
 
     fn create(&self, uid: &str, profile: &str) {
@@ -341,26 +360,40 @@ fn set_busy(rig: &Rig, busy: bool) {
 
 /// Waits (bounded) until `check` holds for the host's MIG state.
 async fn wait_state(rig: &Rig, what: &str, check: impl Fn(&MigState) -> bool) {
-    let until = tokio::time::Instant::now() + Duration::from_secs(15);
-    while !check(&rig.state()) {
-        assert!(
-            tokio::time::Instant::now() < until,
-            "{what}: {:?}",
-            rig.state()
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    testing::wait_read(what, || rig.state(), check).await;
 }
+
+/// `nvidia-smi -q -x -i <gpu>`: the process listing a pass reads before it destroys.
+fn process_listing(gpu: u32) -> impl Fn(&Run) -> bool {
+    let words = format!("-q -x -i {gpu}");
+    move |run: &Run| run.has(&words)
+}
+
+/// `nvidia-smi mig -i <gpu> -lgi`: the instance listing every pass over unowned instances
+/// starts with.
+fn instance_listing(gpu: u32) -> impl Fn(&Run) -> bool {
+    let words = format!("mig -i {gpu} -lgi");
+    move |run: &Run| run.has(&words)
+}
+
+/// Passes of [`quick_orphans`] that span one and a half debounces.
+const PASSES_PAST_THE_DEBOUNCE: usize = 15;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_gone_pods_partition_stays_occupied_until_destroyed_then_is_released() {
     let rig = Rig::new().await;
     rig.admit("a", "3g.40gb").await.unwrap();
-    // Processes still run on it: its destroy is refused `In use` for now.
+    // Processes still run on it: the reclaim leaves it for a later pass.
     set_busy(&rig, true);
+    let listed = rig.runs(process_listing(0));
     rig.kubelet.delete("a");
-    // Past the bounded retries (0.1 + 0.2 + 0.4 + 0.8 s).
-    tokio::time::sleep(Duration::from_millis(1800)).await;
+    rig.wait_runs(
+        "a's reclaim read GPU 0's processes",
+        listed,
+        1,
+        process_listing(0),
+    )
+    .await;
     assert_eq!(rig.state().instances.len(), 1, "not destroyed while in use");
     assert!(
         rig.plugins()
@@ -383,17 +416,7 @@ async fn a_gone_pods_partition_stays_occupied_until_destroyed_then_is_released()
     state.save(&path).unwrap();
     wait_state(&rig, "a's instance destroyed", |s| s.instances.len() == 1).await;
     assert_eq!(placements(&rig.state()), [(0, 4, "3g.40gb".to_string())]);
-    let until = tokio::time::Instant::now() + Duration::from_secs(5);
-    while rig
-        .plugins()
-        .ledger()
-        .grants()
-        .keys()
-        .any(|k| k.pod_uid == "a")
-    {
-        assert!(tokio::time::Instant::now() < until, "a's grant released");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    testing::wait_released(rig.plugins(), "a").await;
     assert_eq!(ownership::read(&rig.data(), "a", "main"), Ok(None));
     assert!(ownership::read(&rig.data(), "b", "main").unwrap().is_some());
     // b's 3g at 4 is allocated; the largest free on GPU 0 is four 1g.10gb at 0-3.
@@ -415,7 +438,7 @@ async fn after_a_restart_a_record_whose_gi_carries_another_uuid_fails_closed_and
     rig.start_plugins().await;
 
     // The restarted plugin registers again on a new socket: retry until it answers.
-    let until = tokio::time::Instant::now() + Duration::from_secs(10);
+    let until = tokio::time::Instant::now() + testing::WAIT;
     let refused = loop {
         let answer = rig.kubelet.allocate_raw(PARTITIONED, held.clone()).await;
         match answer {
@@ -444,19 +467,19 @@ async fn after_a_restart_a_record_whose_gi_carries_another_uuid_fails_closed_and
 
     // Its Pod goes: the grant and the record go, the other instance is not destroyed.
     rig.kubelet.delete("a");
-    let until = tokio::time::Instant::now() + Duration::from_secs(5);
-    while !rig.plugins().ledger().grants().is_empty() {
-        assert!(
-            tokio::time::Instant::now() < until,
-            "the stale grant released"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    testing::wait_released(rig.plugins(), "a").await;
     assert_eq!(ownership::read(&rig.data(), "a", "main"), Ok(None));
+    // A window for a wrong destroy to show (a stale grant is never acted on): a loaded machine
+    // only makes it longer.
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(
         rig.state().instances[0].compute_instances[0].uuid,
         "MIG-someone-else"
+    );
+    assert_eq!(
+        rig.runs(|r| r.has("-dci") || r.has("-dgi")),
+        0,
+        "nothing destroyed"
     );
 }
 
@@ -505,7 +528,7 @@ async fn a_partition_owners_sidecar_sees_the_partition_and_fails_closed_without_
 
 /// Waits until the (re)started plugin answers on its socket.
 async fn wait_registered(rig: &Rig) {
-    let until = tokio::time::Instant::now() + Duration::from_secs(10);
+    let until = tokio::time::Instant::now() + testing::WAIT;
     loop {
         match rig.kubelet.allocate_raw(PARTITIONED, Vec::new()).await {
             Err(e) if e.code() == Code::Unavailable || e.code() == Code::NotFound => {
@@ -684,23 +707,12 @@ async fn random_histories_share_no_placement_and_leak_nothing_across_restarts() 
                 _ => {}
             }
             // Let the Pod watch and the reclaimer settle what this step changed.
-            let until = tokio::time::Instant::now() + Duration::from_secs(10);
-            loop {
-                let owned = rig
-                    .plugins()
-                    .ledger()
-                    .grants()
-                    .keys()
-                    .all(|k| live.contains(&k.pod_uid));
-                if owned {
-                    break;
-                }
-                assert!(
-                    tokio::time::Instant::now() < until,
-                    "seed {seed} step {step}: reclaim"
-                );
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
+            testing::wait_ledger(
+                rig.plugins(),
+                &format!("seed {seed} step {step}: every gone Pod's partition reclaimed"),
+                |ledger| ledger.grants().keys().all(|k| live.contains(&k.pod_uid)),
+            )
+            .await;
             check(&rig, &live, seed, step);
         }
         // Every Pod goes: no grant, no record, and every instance is reclaimed (the hand-carved
@@ -708,14 +720,12 @@ async fn random_histories_share_no_placement_and_leak_nothing_across_restarts() 
         for uid in live.drain(..) {
             rig.kubelet.delete(&uid);
         }
-        let until = tokio::time::Instant::now() + Duration::from_secs(10);
-        while !rig.plugins().ledger().grants().is_empty() {
-            assert!(
-                tokio::time::Instant::now() < until,
-                "seed {seed}: all released"
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        testing::wait_ledger(
+            rig.plugins(),
+            &format!("seed {seed}: all released"),
+            |ledger| ledger.grants().is_empty(),
+        )
+        .await;
         wait_state(
             &rig,
             &format!("seed {seed}: every instance reclaimed"),
@@ -828,6 +838,28 @@ fn has_uuid(state: &MigState, uuid: &str) -> bool {
         .any(|i| i.compute_instances.iter().any(|c| c.uuid == uuid))
 }
 
+/// Waits until `gone` holds for the host's MIG state (the instance destroyed), failing if any
+/// look begun less than `debounce` after `since` (taken before the instance could be seen
+/// unowned and idle) already found it so: a loaded machine looks less often, never wrongly.
+async fn gone_not_before(
+    rig: &Rig,
+    what: &str,
+    since: tokio::time::Instant,
+    debounce: Duration,
+    gone: impl Fn(&MigState) -> bool,
+) {
+    testing::wait_until(what, || {
+        let looked = since.elapsed();
+        let state = rig.state();
+        assert!(
+            !gone(&state) || looked >= debounce,
+            "{what} before its debounce: {looked:?} after it was idle"
+        );
+        gone(&state)
+    })
+    .await;
+}
+
 /// Passes every 100 ms; an unowned instance goes after 1 s unowned and idle.
 fn quick_orphans() -> Orphans {
     Orphans {
@@ -839,41 +871,56 @@ fn quick_orphans() -> Orphans {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unowned_idle_instance_is_destroyed_after_the_debounce_and_a_busy_one_is_kept() {
     let rig = Rig::with_orphans(quick_orphans()).await;
+    let debounce = quick_orphans().debounce;
+    // Taken before the carve: nothing can have seen the instances earlier.
+    let carved = tokio::time::Instant::now();
     carve(&rig, 2, "1g.10gb", 0, 1, &["MIG-hand-busy"], true);
     carve(&rig, 2, "1g.10gb", 1, 1, &["MIG-hand-idle"], false);
-    let carved = tokio::time::Instant::now();
-    // Not before the debounce.
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    assert!(
-        has_uuid(&rig.state(), "MIG-hand-idle"),
-        "destroyed before its debounce"
-    );
-    wait_state(&rig, "the idle unowned instance destroyed", |s| {
-        !has_uuid(s, "MIG-hand-idle")
-    })
+    // Not before the debounce: every look begun within it still finds the instance (a loaded
+    // machine looks less often, never wrongly).
+    gone_not_before(
+        &rig,
+        "the idle unowned instance destroyed",
+        carved,
+        debounce,
+        |s| !has_uuid(s, "MIG-hand-idle"),
+    )
     .await;
-    assert!(carved.elapsed() >= Duration::from_secs(1));
-    // The busy one stays while its process runs, however long.
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    // The busy one stays while its process runs, however long: pass after pass sees it busy.
+    let listed = rig.runs(process_listing(2));
+    rig.wait_runs(
+        "the passes read GPU 2's processes",
+        listed,
+        PASSES_PAST_THE_DEBOUNCE,
+        process_listing(2),
+    )
+    .await;
     assert!(
         has_uuid(&rig.state(), "MIG-hand-busy"),
         "a busy instance is kept"
     );
-    // Its process ends: it goes a debounce later.
+    // Its process ends: it goes (a debounce after the last pass that saw it busy, which on a
+    // loaded machine may be well before this; the debounce itself is checked above).
     set_busy(&rig, false);
-    let idle = tokio::time::Instant::now();
     wait_state(&rig, "the unowned instance destroyed once idle", |s| {
         s.instances.is_empty()
     })
     .await;
-    assert!(
-        idle.elapsed() >= Duration::from_millis(900),
-        "{:?}",
-        idle.elapsed()
-    );
-    // What a grant owns is never taken for unowned.
+    // What a grant owns is never taken for unowned: pass after pass leaves it.
     let uuid = rig.admit("a", "1g.10gb").await.unwrap();
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let gpu = ownership::read(&rig.data(), "a", "main")
+        .unwrap()
+        .unwrap()
+        .gpu_index
+        .unwrap();
+    let listed = rig.runs(instance_listing(gpu));
+    rig.wait_runs(
+        "the passes listed the owned instance's GPU",
+        listed,
+        PASSES_PAST_THE_DEBOUNCE,
+        instance_listing(gpu),
+    )
+    .await;
     assert!(
         has_uuid(&rig.state(), &uuid),
         "an owned instance is never an orphan"
@@ -890,7 +937,9 @@ async fn an_unowned_instance_on_any_gpu_is_reused_first_and_others_are_placed_ar
     // A 3g carved on GPU 5, and a 4g with no compute instance on GPU 0 at 0-3.
     carve(&rig, 5, "3g.40gb", 4, 4, &["MIG-hand-3g"], false);
     carve(&rig, 0, "4g.40gb", 0, 4, &[], false);
-    tokio::time::sleep(Duration::from_millis(400)).await;
+    // A pass has booked both: GPU 0 three 1g in 4-6, GPU 5 the claimable 3g and four 1g in
+    // 0-3, the other six 7 each.
+    rig.wait_healthy(3 + 5 + 6 * 7).await;
     // Reused, though the packed choice on an empty ledger is GPU 0.
     let uuid = rig.admit("a", "3g.40gb").await.unwrap();
     assert_eq!(uuid, "MIG-hand-3g");
@@ -923,12 +972,14 @@ async fn a_subdivided_gpu_instance_stops_reclaim_on_its_gpu_only_and_is_never_us
         &["MIG-split-0", "MIG-split-1"],
         false,
     );
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // A pass has booked it: GPU 0 a's 7g, GPU 1 x's 3g and one 1g at 6, the other six 7 each.
+    rig.wait_healthy(1 + 2 + 6 * 7).await;
     rig.admit("y", "7g.80gb").await.unwrap(); // GPU 2
     // Never claimed or placed over: a 1g lands in GPU 1's last free slice (packed), past it.
     rig.admit("z", "1g.10gb").await.unwrap();
     let z = ownership::read(&rig.data(), "z", "main").unwrap().unwrap();
     assert_eq!((z.gpu_index.unwrap(), z.start), (1, 6));
+    let listed = rig.runs(instance_listing(1));
     rig.kubelet.delete("x");
     rig.kubelet.delete("y");
     wait_state(&rig, "y's instance on GPU 2 reclaimed", |s| {
@@ -936,7 +987,13 @@ async fn a_subdivided_gpu_instance_stops_reclaim_on_its_gpu_only_and_is_never_us
     })
     .await;
     // Past the debounce and a few passes: the subdivided one and x's stay.
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    rig.wait_runs(
+        "the passes listed GPU 1",
+        listed,
+        PASSES_PAST_THE_DEBOUNCE,
+        instance_listing(1),
+    )
+    .await;
     let state = rig.state();
     assert!(has_uuid(&state, "MIG-split-1"), "never destroyed");
     assert!(
@@ -965,15 +1022,11 @@ async fn a_subdivided_gpu_instance_stops_reclaim_on_its_gpu_only_and_is_never_us
             .any(|i| i.gpu == 1 && (i.start == 0 || i.start == 4))
     })
     .await;
-    // The record goes right after the destroy, on the reclaim's own task: wait for it (bounded).
-    let until = tokio::time::Instant::now() + Duration::from_secs(5);
-    while ownership::read(&rig.data(), "x", "main").unwrap().is_some() {
-        assert!(
-            tokio::time::Instant::now() < until,
-            "x's ownership record outlived its destroyed instance"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    // The record goes right after the destroy, on the reclaim's own task: wait for it.
+    testing::wait_until("x's ownership record dropped after its instance", || {
+        ownership::read(&rig.data(), "x", "main").unwrap().is_none()
+    })
+    .await;
 }
 
 /// The grant a Pod's annotation would carry for a made partition.
@@ -1089,11 +1142,10 @@ async fn an_allocate_the_ledger_lacks_reuses_the_record_then_the_annotation_and_
     }
     assert_eq!(rig.state().instances.len(), 2, "never re-created");
     rig.kubelet.delete("d");
-    let until = tokio::time::Instant::now() + Duration::from_secs(5);
-    while ownership::read(&rig.data(), "d", "main").unwrap().is_some() {
-        assert!(tokio::time::Instant::now() < until, "d's record dropped");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    testing::wait_until("d's record dropped", || {
+        ownership::read(&rig.data(), "d", "main").unwrap().is_none()
+    })
+    .await;
     assert_eq!(rig.state().instances.len(), 2);
 }
 
@@ -1145,7 +1197,7 @@ async fn after_a_restart_with_the_journal_lost_partitions_are_rebuilt_from_their
         rig.plugins().rebuild_notes()
     );
     // a's retry reuses it; b's fails closed, nothing is re-created.
-    let until = tokio::time::Instant::now() + Duration::from_secs(10);
+    let until = tokio::time::Instant::now() + testing::WAIT;
     let again = loop {
         match rig.kubelet.allocate_raw(PARTITIONED, held_a.clone()).await {
             Err(e) if e.code() == Code::Unavailable && tokio::time::Instant::now() < until => {
@@ -1180,11 +1232,10 @@ async fn after_a_restart_with_the_journal_lost_partitions_are_rebuilt_from_their
     rig.kubelet.delete("a");
     rig.kubelet.delete("b");
     wait_state(&rig, "a reclaimed", |s| !has_uuid(s, &a)).await;
-    let until = tokio::time::Instant::now() + Duration::from_secs(5);
-    while !rig.plugins().ledger().grants().is_empty() {
-        assert!(tokio::time::Instant::now() < until, "all released");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    testing::wait_ledger(rig.plugins(), "all released", |ledger| {
+        ledger.grants().is_empty()
+    })
+    .await;
     assert!(has_uuid(&rig.state(), "MIG-someone-else"));
     assert_eq!(ownership::read_all(&rig.data()), (vec![], vec![]));
 }

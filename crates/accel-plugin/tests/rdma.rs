@@ -11,7 +11,7 @@ use accel_core::interfaces::{DeviceInterface, DeviceInterfaceLink, LinkState, Pc
 use accel_host::FsHost;
 use accel_plugin::pods::MemoryPods;
 use accel_plugin::rdma::{RdmaConfig, RdmaPlugin};
-use accel_plugin::testing::{Kubelet, pod};
+use accel_plugin::testing::{self, Kubelet, pod};
 use tokio::sync::watch;
 
 const RDMA: &str = "device.gpustack.ai/rdma";
@@ -61,7 +61,7 @@ async fn start(near: BTreeMap<String, PciPlace>) -> Node {
     });
     assert!(
         kubelet
-            .until_listed(&[RDMA, SHARED, PARTITIONED], Duration::from_secs(10))
+            .until_listed(&[RDMA, SHARED, PARTITIONED], testing::WAIT)
             .await,
         "the three RDMA keys register"
     );
@@ -252,9 +252,6 @@ async fn a_second_daemon_on_the_node_waits_and_takes_over() {
         "one plugin per node"
     );
     node.plugin.stop().await;
-    assert!(
-        second.until_serving(Duration::from_secs(5)).await,
-        "takes over"
-    );
+    assert!(second.until_serving(testing::WAIT).await, "takes over");
     second.stop().await;
 }

@@ -12,7 +12,7 @@ use accel_nvidia::responder::{EngineFacts, NvidiaResponder};
 use accel_plugin::pods::{MemoryPods, Pod, PodSource};
 use accel_plugin::service::Offer;
 use accel_plugin::settings::{InjectionStrategy, Settings};
-use accel_plugin::testing::{Kubelet, gpu_uuid as uuid, pod, seat};
+use accel_plugin::testing::{self, Kubelet, gpu_uuid as uuid, pod, seat};
 use accel_plugin::{Config, DevicePlugins};
 use tonic::Code;
 
@@ -274,7 +274,12 @@ async fn a_finished_pod_frees_its_slice() {
         err.message()
     );
     rig.kubelet.finish("a");
-    wait_until(|| rig.plugins().ledger().occupancy(0).unwrap().used_units == 0).await;
+    testing::wait_ledger(
+        rig.plugins(),
+        "a's slice uncharged once it finished",
+        |ledger| ledger.occupancy(0).unwrap().used_units == 0,
+    )
+    .await;
     // b is handed the very token a held; it is b's grant, not a retry of a's.
     rig.kubelet.admit("b").await.unwrap();
     assert_eq!(
@@ -291,10 +296,12 @@ async fn a_finished_pod_frees_its_slice() {
     // Deleting the finished Pod drops its grant and reclaims its working directory.
     assert!(rig.dir.path().join("data/pods/a").is_dir());
     rig.kubelet.delete("a");
-    wait_until(|| {
-        rig.plugins().ledger().grants().len() == 1 && !rig.dir.path().join("data/pods/a").exists()
+    testing::wait_released(rig.plugins(), "a").await;
+    testing::wait_until("Pod a's working directory reclaimed", || {
+        !rig.dir.path().join("data/pods/a").exists()
     })
     .await;
+    assert_eq!(rig.plugins().ledger().grants().len(), 1, "b's grant stays");
 }
 
 #[tokio::test]
@@ -420,17 +427,6 @@ async fn marking_an_accelerator_unhealthy_flips_its_tokens() {
     rig.kubelet
         .wait_devices(GPU, |d| d.iter().all(|t| t.health == "Healthy"))
         .await;
-}
-
-async fn wait_until(check: impl Fn() -> bool) {
-    let wait = async {
-        while !check() {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    };
-    tokio::time::timeout(Duration::from_secs(10), wait)
-        .await
-        .expect("the ledger never reached the expected state");
 }
 
 /// The Pod as the API server holds it now, with its `accelerator.allocated` annotation set to
@@ -669,7 +665,12 @@ async fn the_annotations_are_read_when_the_pods_first_sync_after_start() {
     // The watch syncs.
     source.open.store(true, std::sync::atomic::Ordering::SeqCst);
     annotate(&rig, "a", &before);
-    wait_until(|| plugins.ledger().grants() == before.grants()).await;
+    testing::wait_ledger(
+        &plugins,
+        "a's grant rebuilt from its annotation once the Pods synced",
+        |ledger| ledger.grants() == before.grants(),
+    )
+    .await;
     assert!(
         plugins.rebuild_notes()[0].contains("from its accelerator.allocated annotation"),
         "{:?}",

@@ -6,10 +6,9 @@
 //! per-card marker (spec §6.4), the owner's sidecar gets the same set, a restart rebinds it and
 //! its Pod's deletion reclaims it (CI, then GI).
 
-use std::time::Duration;
-
 use accel_core::inventory::Accelerator;
 use accel_host::{Commands, Host};
+use accel_plugin::testing::{self, Run};
 use accel_thead::mig_replay::capability_minors;
 
 #[path = "support/partition_rig.rs"]
@@ -166,9 +165,13 @@ async fn a_gone_pods_partition_is_kept_while_a_process_runs_on_it() {
         .uuid
         .clone()
         .unwrap();
+    // The process table (`ppu-smi`) is what the reclaim reads before it destroys.
+    let table = |run: &Run| run.argv == "ppu-smi";
+    let read = rig.runs(table);
     rig.kubelet.delete("c");
-    // Past the first pass (and its retries' worth of time): still there, still charged.
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // The first pass has looked: still there, still charged.
+    rig.wait_runs("c's reclaim read the process table", read, 1, table)
+        .await;
     assert_eq!(rig.state().instances.len(), 1, "destroyed while busy");
     assert!(rig.marker("c", &card).exists(), "its marker is kept");
     let plugins = rig.plugins();
@@ -179,9 +182,5 @@ async fn a_gone_pods_partition_is_kept_while_a_process_runs_on_it() {
         s.instances.is_empty()
     })
     .await;
-    let until = tokio::time::Instant::now() + Duration::from_secs(5);
-    while !plugins.ledger().grants().is_empty() {
-        assert!(tokio::time::Instant::now() < until, "its grant released");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    testing::wait_released(plugins, "c").await;
 }

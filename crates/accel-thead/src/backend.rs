@@ -7,7 +7,7 @@
 //! shows driver-load topology lines only, no fault (spec §7: ECC is the health rule).
 
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use accel_backend::detect::{DetectRequest, Detector, StateError};
 use accel_backend::doctor::{Doctor, Options, Report};
@@ -43,16 +43,66 @@ pub fn backend() -> Backend {
         sampler: Some(Arc::new(PpuSmiSampler)),
         record: record_plan(),
         // The PPU driver installs ppu-smi in /usr/local/bin; the PPU SDK keeps it under
-        // /usr/local/PPU_SDK with its libraries in lib64 (what its envsetup.sh exports).
-        tools: HostToolDirs {
-            programs: &["ppu-smi"],
-            install_dirs: &["/usr/local/PPU_SDK/ppu-smi/bin", "/usr/local/PPU_SDK/bin"],
-            library_dirs: &["/usr/local/PPU_SDK/lib64", "/usr/local/PPU_SDK/lib"],
-        },
+        // its home (`PPU_HOME`, default /usr/local/PPU_SDK) with its libraries in lib64 (what
+        // its envsetup.sh exports).
+        tools: env_tool_dirs(),
         state_dir: StateDirRule::Named,
         replay: Some(crate::mig_replay::wrap),
         replay_writes: None,
     }
+}
+
+/// `PPU_HOME`: the PPU SDK's home (spec/thead.md §1.1, §9; default `/usr/local/PPU_SDK`), a host
+/// path read under the host root.
+pub const PPU_HOME_ENV: &str = "PPU_HOME";
+
+/// The places of `ppu-smi` and its libraries with `PPU_HOME` unset: the SDK at
+/// `/usr/local/PPU_SDK`.
+pub const DEFAULT_TOOLS: HostToolDirs = HostToolDirs {
+    programs: &["ppu-smi"],
+    install_dirs: &["/usr/local/PPU_SDK/ppu-smi/bin", "/usr/local/PPU_SDK/bin"],
+    library_dirs: &["/usr/local/PPU_SDK/lib64", "/usr/local/PPU_SDK/lib"],
+};
+
+/// The SDK home `PPU_HOME` names (trimmed, a trailing `/` dropped); `None` when unset or empty.
+pub fn ppu_home(var: impl Fn(&str) -> Option<String>) -> Option<String> {
+    let value = var(PPU_HOME_ENV)?;
+    let value = value.trim();
+    if value.is_empty() {
+        return None;
+    }
+    let trimmed = value.trim_end_matches('/');
+    Some(if trimmed.is_empty() { "/" } else { trimmed }.to_string())
+}
+
+/// Where `ppu-smi` and its libraries are looked for on a host: under the SDK home `home`
+/// (`<home>/ppu-smi/bin`, `<home>/bin`; libraries `<home>/lib64`, then `<home>/lib`, the order
+/// spec §1.1 searches `libhgml.so` in, each only where it exists), else [`DEFAULT_TOOLS`].
+/// The host's own search path comes first either way.
+pub fn tool_dirs(home: Option<&str>) -> HostToolDirs {
+    let Some(home) = home else {
+        return DEFAULT_TOOLS;
+    };
+    let home = home.trim_end_matches('/');
+    let dirs = |subdirs: &[&str]| -> &'static [&'static str] {
+        let dirs: Vec<&'static str> = subdirs
+            .iter()
+            .map(|sub| &*Box::leak(format!("{home}/{sub}").into_boxed_str()))
+            .collect();
+        Box::leak(dirs.into_boxed_slice())
+    };
+    HostToolDirs {
+        programs: DEFAULT_TOOLS.programs,
+        install_dirs: dirs(&["ppu-smi/bin", "bin"]),
+        library_dirs: dirs(&["lib64", "lib"]),
+    }
+}
+
+/// [`tool_dirs`] under the daemon's environment (the chart row's `env` may set `PPU_HOME`),
+/// worked out once: the seam's rows hold `&'static` paths.
+fn env_tool_dirs() -> HostToolDirs {
+    static DIRS: OnceLock<HostToolDirs> = OnceLock::new();
+    *DIRS.get_or_init(|| tool_dirs(ppu_home(|name| std::env::var(name).ok()).as_deref()))
 }
 
 /// Why the admin socket's reset refuses PPUs.

@@ -14,7 +14,9 @@
 //!
 //! **Modes.** A card whose MIG mode is currently enabled feeds only the partition family; any
 //! other answer (disabled, absent, unreadable) is a whole card, logically sliceable. A pending
-//! mode changes nothing until the device manager restarts (it is a note).
+//! mode changes nothing until the device manager restarts (it is a note). A profile the MIG
+//! cards of one group (name and memory) disagree on is offered by none of them (spec §1.2
+//! step 12; `mig_cli::listing::withhold_disagreements`, shared with Hygon).
 //!
 //! **Health** is ECC only (spec §7): the table's `Volatile Uncorr. ECC` above zero.
 //!
@@ -109,6 +111,9 @@ pub enum Note {
     DuplicateProfile { ordinal: u32, name: String },
     /// A card in MIG mode with no profile to offer: it feeds no family.
     NoProfiles { ordinal: u32, uuid: String },
+    /// Cards of one group (name and memory) list a profile differently, or not all of them
+    /// list it: no card of the group offers it (spec §1.2 step 12).
+    GroupDisagrees { product: String, name: String },
 }
 
 fn mode_word(mode: Option<MigMode>) -> &'static str {
@@ -161,6 +166,10 @@ impl fmt::Display for Note {
             Note::NoProfiles { ordinal, uuid } => write!(
                 f,
                 "accelerator {ordinal} ({uuid}) is in MIG mode but ppu-smi mig offers no partition profile for it: it feeds no family"
+            ),
+            Note::GroupDisagrees { product, name } => write!(
+                f,
+                "the {product} PPUs do not agree on MIG profile {name}, so no card of them offers it"
             ),
         }
     }
@@ -649,6 +658,16 @@ pub fn join(sources: &Sources) -> ManufacturerInventory {
         section.accelerators.push(a);
         ordinal += 1;
     }
+    // Spec §1.2 step 12: a profile the cards of one group (name and memory) disagree on is
+    // withheld from all of them, as Hygon does (one implementation for both).
+    notes.extend(
+        listing::withhold_disagreements(&mut section.accelerators)
+            .into_iter()
+            .map(|d| Note::GroupDisagrees {
+                product: d.product.unwrap_or_else(|| "unnamed".into()),
+                name: d.profile,
+            }),
+    );
     section.notes = notes.iter().map(ToString::to_string).collect();
     section
 }

@@ -8,7 +8,11 @@
 //! precondition), `mig-mode` (the cards in MIG mode and the partition profiles each offers;
 //! one that offers none feeds no family),
 //! `slicing-library` (`<library-dir>/thead` holds `ld.so.preload`, the shim pair and
-//! `ppu-monitor`; none on arm64).
+//! `ppu-monitor`; none on arm64), then one row per health source: `health-ecc` (the table's
+//! `Volatile Uncorr. ECC`, spec §7: for how many cards it was read, which it could not read, which
+//! cards it takes out of service; a card out of service warns, the daemon already keeps it out)
+//! and `health-kernel-log` (what the `alixpu` kernel log gives: no fault line, so it is not
+//! watched).
 
 use accel_backend::Deadlines;
 use accel_backend::doctor::Check;
@@ -74,7 +78,71 @@ pub fn run(
         checks.push(mig_mode(section));
     }
     checks.push(slicing_library(host, library_dir, arch));
+    checks.push(match section {
+        Some(section) => health_ecc(section),
+        None => Check::warn(
+            "health-ecc",
+            "no PPU detected to read health from",
+            "fix the ppu-smi check first",
+        ),
+    });
+    checks.push(health_kernel_log());
     checks
+}
+
+/// `health-ecc`: the device table's `Volatile Uncorr. ECC`, per detected card (spec §7).
+fn health_ecc(section: &ManufacturerInventory) -> Check {
+    const NAME: &str = "health-ecc";
+    let cards = &section.accelerators;
+    let name = |a: &accel_core::Accelerator| {
+        format!(
+            "accelerator {} ({})",
+            a.index,
+            a.uuid.as_deref().unwrap_or("no UUID")
+        )
+    };
+    let read = cards.iter().filter(|a| a.ecc.is_some()).count();
+    let out: Vec<String> = cards
+        .iter()
+        .filter_map(|a| {
+            let n = a.ecc.as_ref()?.volatile_uncorrected.filter(|n| *n > 0)?;
+            Some(format!("{} {n} uncorrected", name(a)))
+        })
+        .collect();
+    let unread: Vec<String> = cards.iter().filter(|a| a.ecc.is_none()).map(name).collect();
+    let mut reason = format!(
+        "ppu-smi's Volatile Uncorr. ECC read for {read} of {} PPU(s)",
+        cards.len()
+    );
+    let mut actions = Vec::new();
+    if !out.is_empty() {
+        reason.push_str(&format!("; out of service: {}", out.join(", ")));
+        actions.push(
+            "drain the node, reset those cards (reload the alixpu driver) or reboot; replace a card whose errors recur",
+        );
+    }
+    if !unread.is_empty() {
+        reason.push_str(&format!(
+            "; not read (N/A or not printed): {}",
+            unread.join(", ")
+        ));
+        actions.push(
+            "a failed ECC read counts as healthy (spec §7), and the daemon keeps the card's last reading: run `ppu-smi` on the host",
+        );
+    }
+    if actions.is_empty() {
+        Check::ok(NAME, format!("{reason}: no uncorrected error"))
+    } else {
+        Check::warn(NAME, reason, actions.join("; "))
+    }
+}
+
+/// `health-kernel-log`: the `alixpu` kernel log gives no health signal to watch.
+fn health_kernel_log() -> Check {
+    Check::ok(
+        "health-kernel-log",
+        "not watched: every captured [alixpu] kernel-log line is driver-load topology, none a fault (spec §7 watches ECC only), so ECC is the PPU's only health source",
+    )
 }
 
 fn driver(host: &dyn Host) -> Check {

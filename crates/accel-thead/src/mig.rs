@@ -14,15 +14,25 @@
 //! - busy: the `Processes:` table of `ppu-smi` (`PPU GI CI PID Type`).
 //!
 //! - the ownership record is the described system's marker, `thead-mig-<card UUID>.json` in the
-//!   container's directory (spec §6.4), its profile in the vendor's spelling.
+//!   container's directory (spec §6.4), its profile in the vendor's spelling;
+//! - on the node's files ([`accel_backend::Partitioner::on_host`], as `serve` puts it), the
+//!   card is proven **before** any create (spec §6.3 steps 1–2): the two control nodes are
+//!   character devices, and `/dev/alixpu_ppu<ordinal>` carries the minor `ppu-smi -q` gives the
+//!   card's UUID (the source the detection recorded it from). A card whose node fails is
+//!   refused with nothing made: no create and destroy on every try of the kubelet. The
+//!   responder proves the node again when it answers (and the capability nodes, whose minors
+//!   exist only once the instance does).
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use accel_backend::mig_cli::partitioner::{Cli, CliPartitioner, MigTool, busy_instances};
 use accel_backend::partition::{
     MarkerSpelling, PartitionError, PartitionErrorKind, PartitionGpu, RecordLayout,
 };
+use accel_host::Host;
 
+use crate::devnode::{self, NodeError};
 use crate::smi::{self, ListedCard};
 
 use PartitionErrorKind as Kind;
@@ -31,8 +41,20 @@ use PartitionErrorKind as Kind;
 pub type PpuSmiPartitioner = CliPartitioner<PpuSmi>;
 
 /// ppu-smi's side of the MIG dialect.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct PpuSmi;
+#[derive(Clone, Default)]
+pub struct PpuSmi {
+    /// The node's files, where a card's device node is proven before a create; `None`: not
+    /// put on a host (a bare partitioner proves nothing, as a responder without one).
+    host: Option<Arc<dyn Host>>,
+}
+
+impl std::fmt::Debug for PpuSmi {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PpuSmi")
+            .field("proves_nodes", &self.host.is_some())
+            .finish()
+    }
+}
 
 /// A profile name as published (spec §6.1): `<a>g<b>gb` gains the dot T-Head omits
 /// (`4g48gb` → `4g.48gb`); any other shape is kept as printed.
@@ -81,6 +103,40 @@ impl PpuSmi {
         let table = cli.output(gpu, smi::TABLE_ARGV)?.stdout_text();
         Ok((card, table))
     }
+
+    /// Spec §6.3 steps 1–2 on `host`: the control nodes, then the card's node carrying the
+    /// minor `ppu-smi -q` gives its UUID.
+    fn prove(
+        &self,
+        host: &dyn Host,
+        cli: &Cli<'_>,
+        gpu: &PartitionGpu,
+    ) -> Result<(), PartitionError> {
+        let refused = |e: NodeError| PartitionError::new(gpu, Kind::Failed, e.to_string());
+        devnode::require(host, devnode::CONTROL).map_err(refused)?;
+        devnode::require(host, devnode::CONTROL_CTL).map_err(refused)?;
+        let Some(uuid) = gpu.uuid.as_deref() else {
+            return Err(refused(NodeError::Absent {
+                card: format!("at ordinal {}", gpu.index),
+            }));
+        };
+        let out = cli.output(gpu, smi::QUERY_ARGV)?;
+        let query = smi::parse_query(&out.stdout_text()).map_err(|e| {
+            PartitionError::new(
+                gpu,
+                Kind::Unreadable,
+                format!("{}: {e}", smi::QUERY_ARGV.join(" ")),
+            )
+        })?;
+        let minor = query
+            .cards
+            .iter()
+            .find(|c| c.uuid.as_deref() == Some(uuid))
+            .and_then(|c| c.minor);
+        devnode::prove_card(host, uuid, gpu.index, minor)
+            .map(|_| ())
+            .map_err(refused)
+    }
 }
 
 impl MigTool for PpuSmi {
@@ -108,6 +164,17 @@ impl MigTool for PpuSmi {
 
     fn profile_name(&self, listed: &str) -> String {
         published_profile(listed)
+    }
+
+    fn on_host(&self, host: Arc<dyn Host>) -> Option<Self> {
+        Some(PpuSmi { host: Some(host) })
+    }
+
+    fn before_create(&self, cli: &Cli<'_>, gpu: &PartitionGpu) -> Result<(), PartitionError> {
+        match &self.host {
+            Some(host) => self.prove(host.as_ref(), cli, gpu),
+            None => Ok(()),
+        }
     }
 
     fn mig_uuids(

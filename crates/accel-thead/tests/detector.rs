@@ -197,11 +197,66 @@ fn a_profile_listed_twice_with_differing_figures_is_withheld() {
         .map(|p| p.name.as_str())
         .collect();
     assert_eq!(names, ["8g.96gb"]);
-    assert_eq!(section.accelerators[14].partition_profiles.len(), 2);
-    let note = Note::DuplicateProfile {
-        ordinal: 15,
+    // PPU 14 lists it once, PPU 15 no longer offers it: the group disagrees, so neither does.
+    let names: Vec<&str> = section.accelerators[14]
+        .partition_profiles
+        .iter()
+        .map(|p| p.name.as_str())
+        .collect();
+    assert_eq!(names, ["8g.96gb"]);
+    for note in [
+        Note::DuplicateProfile {
+            ordinal: 15,
+            name: "4g.48gb".into(),
+        },
+        Note::GroupDisagrees {
+            product: "PPU-ZW810E".into(),
+            name: "4g.48gb".into(),
+        },
+    ] {
+        assert!(
+            section.notes.contains(&note.to_string()),
+            "{note}: {:?}",
+            section.notes
+        );
+    }
+}
+
+/// Spec §1.2 step 12: the cards of one group (name and memory) must agree on a profile; one
+/// listed with other figures on one card is offered by none of them (as Hygon's §6.1).
+#[test]
+fn a_profile_the_cards_of_a_group_disagree_on_is_withheld_from_all_of_them() {
+    let dir = copy_of("thead-16x-zw810e-mig2");
+    let path = dir.path().join("commands/mig-lgipp/stdout");
+    let text = std::fs::read_to_string(&path).unwrap();
+    // PPU 14 offers 4g48gb at one placement only; PPU 15 at two.
+    let one_place = text.replace(
+        "PPU 14 profile ID 5 placements: {0,4}:4",
+        "PPU 14 profile ID 5 placements: {0}:4",
+    );
+    assert_ne!(one_place, text);
+    std::fs::write(&path, one_place).unwrap();
+    let section = detect_in(dir.path(), DetectOptions::default()).unwrap();
+    assert_eq!(
+        section.accelerators[14].product,
+        section.accelerators[15].product
+    );
+    for card in [14, 15] {
+        let names: Vec<&str> = section.accelerators[card]
+            .partition_profiles
+            .iter()
+            .map(|p| p.name.as_str())
+            .collect();
+        assert_eq!(names, ["8g.96gb"], "PPU {card}");
+    }
+    let note = Note::GroupDisagrees {
+        product: "PPU-ZW810E".into(),
         name: "4g.48gb".into(),
     };
+    assert_eq!(
+        note.to_string(),
+        "the PPU-ZW810E PPUs do not agree on MIG profile 4g.48gb, so no card of them offers it"
+    );
     assert!(
         section.notes.contains(&note.to_string()),
         "{:?}",
@@ -473,4 +528,94 @@ fn a_table_of_fewer_cards_than_the_kernel_shows_is_a_pass_not_measured() {
         ),
         "{reason}"
     );
+}
+
+/// The recorded host whose PPU 3 reads 2 in `Volatile Uncorr. ECC` (issue 43).
+const SICK_HOST: &str = "thead-16x-zw810e-ppu3-ecc-uncorrected";
+
+/// Issue 43: on the recorded sick host, ordinal 3 is out of service by its uncorrected volatile
+/// ECC count (spec §7), the other fifteen are in.
+#[test]
+fn the_sick_host_takes_ppu_3_out_and_no_other() {
+    let section = detect(SICK_HOST);
+    let sick: Vec<(u32, Option<&str>, Vec<String>)> = section
+        .accelerators
+        .iter()
+        .filter(|a| !a.healthy)
+        .map(|a| (a.index, a.uuid.as_deref(), a.health_reasons.clone()))
+        .collect();
+    assert_eq!(
+        sick,
+        [(
+            3,
+            Some("GPU-019e2226-8261-0222-0000-0000a0490d60"),
+            vec!["2 uncorrectable volatile ECC errors".to_string()]
+        )]
+    );
+    assert_eq!(section.accelerators.len(), 16);
+}
+
+/// A count that clears (`0`, after a reset) brings the card back; a cell that does not read
+/// (`N/A`) is no reading — never "healthy": the daemon keeps the last one, so the card stays
+/// out until the table says otherwise.
+#[test]
+fn an_unreadable_ecc_cell_keeps_the_last_reading_and_a_cleared_one_brings_the_card_back() {
+    let sick = detect(SICK_HOST);
+    let dir = copy_of(SICK_HOST);
+    let path = dir.path().join("commands/table/stdout");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let cell = "| 00000000:AA:00.0     |                    2 |";
+    assert!(text.contains(cell));
+    let with = |value: &str| {
+        std::fs::write(
+            &path,
+            text.replace(cell, &format!("| 00000000:AA:00.0     | {value:>20} |")),
+        )
+        .unwrap();
+        detect_in(dir.path(), DetectOptions::default()).unwrap()
+    };
+    let cleared = with("0");
+    assert!(cleared.accelerators.iter().all(|a| a.healthy));
+
+    let unread = with("N/A");
+    assert_eq!(unread.accelerators[3].ecc, None);
+    let mut now = accel_core::Inventory {
+        manufacturers: vec![unread],
+    };
+    now.keep_known(&accel_core::Inventory {
+        manufacturers: vec![sick],
+    });
+    let mut card = now.manufacturers[0].accelerators[3].clone();
+    accel_core::health::assess(&mut card, &[]);
+    assert_eq!(card.health_reasons, ["2 uncorrectable volatile ECC errors"]);
+}
+
+/// Issue 43 item 5: doctor says which health sources it read on the node, a row each.
+#[test]
+fn doctor_names_each_health_source_and_the_card_it_takes_out() {
+    let dir = accel_testkit::recorded_host(SICK_HOST);
+    let host = FsHost::new(dir.join("root"));
+    let commands = RecordedCommands::load(&dir).unwrap();
+    let checks = accel_thead::doctor::run(
+        &host,
+        &commands,
+        Deadlines::default(),
+        "/var/lib/gpustack/operator/lib",
+        "x86_64",
+    );
+    let row = |name: &str| {
+        checks
+            .iter()
+            .find(|c| c.name == name)
+            .unwrap_or_else(|| panic!("no {name} row: {checks:?}"))
+    };
+    let ecc = row("health-ecc");
+    assert_eq!(ecc.status, accel_backend::doctor::Status::Warn);
+    assert_eq!(
+        ecc.reason,
+        "ppu-smi's Volatile Uncorr. ECC read for 16 of 16 PPU(s); out of service: accelerator 3 (GPU-019e2226-8261-0222-0000-0000a0490d60) 2 uncorrected"
+    );
+    let log = row("health-kernel-log");
+    assert_eq!(log.status, accel_backend::doctor::Status::Ok);
+    assert!(log.reason.starts_with("not watched: "), "{}", log.reason);
 }

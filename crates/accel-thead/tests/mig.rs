@@ -251,7 +251,7 @@ fn records_are_t_heads_per_card_markers_in_the_vendor_spelling() {
     }
     assert_eq!(vendor_profile("4g.48gb"), "4g48gb");
     assert_eq!(vendor_profile("g1.c1.i1"), "g1.c1.i1");
-    let layout = accel_backend::mig_cli::partitioner::MigTool::record_layout(&PpuSmi);
+    let layout = accel_backend::mig_cli::partitioner::MigTool::record_layout(&PpuSmi::default());
     let RecordLayout::PodMarker(spelling) = layout else {
         panic!("T-Head keeps the described system's marker, got {layout:?}");
     };

@@ -3,10 +3,13 @@
 //! and `Processes:` tables, the detector and the driver's capability tree follow it.
 
 use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
 
 use accel_backend::mig_cli::replay::MigState;
 use accel_backend::partition::{PartitionErrorKind, PartitionGpu, Partitioner};
-use accel_host::{Commands, FsHost, Host, RecordedCommands};
+use accel_host::{CommandError, CommandOutput, Commands, FsHost, Host, RecordedCommands};
 use accel_thead::detector::{self, DetectOptions};
 use accel_thead::mig::PpuSmiPartitioner;
 use accel_thead::mig_replay::{self, STATE_FILE, capability_minors};
@@ -149,4 +152,87 @@ fn an_unknown_card_uuid_is_not_found() {
         .geometry(commands.as_ref(), &ghost)
         .unwrap_err();
     assert!(e.to_string().contains("GPU-no-such-card"), "{e}");
+}
+
+/// The replay, counting the `ppu-smi mig` calls that make or take down an instance.
+struct Counted {
+    inner: Box<dyn Commands>,
+    creates: AtomicUsize,
+    destroys: AtomicUsize,
+}
+
+impl Commands for Counted {
+    fn run(&self, argv: &[&str], deadline: Duration) -> Result<CommandOutput, CommandError> {
+        if argv.contains(&"-cgi") {
+            self.creates.fetch_add(1, Ordering::SeqCst);
+        }
+        if argv.contains(&"-dgi") || argv.contains(&"-dci") {
+            self.destroys.fetch_add(1, Ordering::SeqCst);
+        }
+        self.inner.run(argv, deadline)
+    }
+
+    fn is_installed(&self, program: &str) -> bool {
+        self.inner.is_installed(program)
+    }
+}
+
+/// Spec §6.3 step 2: the card's node is proven **before** any create. On the node's files (as
+/// `serve` puts the partitioner), a card whose `/dev/alixpu_ppu<ordinal>` carries another minor
+/// is refused on every try with no instance made and none destroyed; set right, the next try
+/// makes one.
+#[test]
+fn a_card_whose_node_fails_its_proof_is_refused_before_any_create() {
+    let dir = accel_testkit::copy_recorded("thead-16x-zw810e-mig2");
+    let commands = Counted {
+        inner: replayed(dir.path()),
+        creates: AtomicUsize::new(0),
+        destroys: AtomicUsize::new(0),
+    };
+    let ppu15 = card(&commands, dir.path(), 15);
+    let node = dir.path().join("root/dev/alixpu_ppu15");
+    let recorded = std::fs::read_to_string(&node).unwrap();
+    assert_eq!(recorded.trim(), "c 509:16", "the recording's node");
+    // The node now carries another card's minor (the ordinals shifted since detection).
+    std::fs::write(&node, "c 509:7\n").unwrap();
+    let files: Arc<dyn Host> = Arc::new(FsHost::new(dir.path().join("root")));
+    let bare: Arc<dyn Partitioner> = Arc::new(PpuSmiPartitioner::default());
+    let p = bare.on_host(files).unwrap_or(bare);
+    for attempt in 1..=3 {
+        let refused = p.create(&commands, &ppu15, 5, 4).unwrap_err();
+        assert!(
+            refused.reason.contains(
+                "device node \"/dev/alixpu_ppu15\" carries minor 7, want 16: fail closed"
+            ),
+            "try {attempt}: {refused}"
+        );
+    }
+    assert_eq!(
+        commands.creates.load(Ordering::SeqCst),
+        0,
+        "no instance made"
+    );
+    assert_eq!(
+        commands.destroys.load(Ordering::SeqCst),
+        0,
+        "none destroyed"
+    );
+    let state = MigState::load(&dir.path().join(STATE_FILE)).unwrap();
+    assert!(state.instances.is_empty(), "{state:?}");
+
+    // The node set right: the next try makes the instance, once.
+    std::fs::write(&node, recorded).unwrap();
+    let made = p.create(&commands, &ppu15, 5, 4).unwrap();
+    assert_eq!((made.start, made.size), (4, 4));
+    assert_eq!(commands.creates.load(Ordering::SeqCst), 1);
+    assert_eq!(commands.destroys.load(Ordering::SeqCst), 0);
+
+    // A missing control node refuses the same way, before anything is made.
+    std::fs::remove_file(dir.path().join("root/dev/alixpu_ctl")).unwrap();
+    let refused = p.create(&commands, &ppu15, 5, 0).unwrap_err();
+    assert!(
+        refused.reason.contains("device node \"/dev/alixpu_ctl\""),
+        "{refused}"
+    );
+    assert_eq!(commands.creates.load(Ordering::SeqCst), 1);
 }

@@ -7,15 +7,26 @@
 //! older.
 //!
 //! Node-level: the same whichever manufacturer's daemon runs; [`Network::accelerator_places`]
-//! answers where this daemon's accelerators sit on the bus for the `rdma.distance` label.
+//! answers where this daemon's accelerators sit on the bus for the `rdma.distance` label, and
+//! [`node_feature_labels`] is the NodeFeature's label map the daemon publishes and `labels`
+//! prints, built one way.
+//!
+//! A recorded host that captured no network tree (no `sys/class/net`: most recordings, made
+//! before the network was read, or of its accelerators only) is said once at `info`, not as an
+//! error: nothing is wrong with the node, there is only nothing to enumerate. On a live root
+//! (and for a recording whose tree is there but unreadable) the failure stays an error, as the
+//! spec logs it (§5).
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, SystemTime};
 
 use accel_core::BusId;
-use accel_core::interfaces::{DeviceInterface, PciPlace, carry_first_seen, significant};
+use accel_core::interfaces::{
+    DeviceInterface, PciPlace, carry_first_seen, rdma_labels, significant,
+};
 use accel_core::inventory::Inventory;
+use accel_core::labels::{GroupNaming, labels_with};
 use accel_host::Host;
 use tokio::sync::watch;
 
@@ -46,9 +57,38 @@ struct State {
     places: BTreeMap<BusId, Option<PciPlace>>,
 }
 
+/// The labels the node's NodeFeature carries (spec/rdma.md §7 beside the accelerators'): the
+/// inventory's under `naming`, and, when the interfaces were enumerated, the `rdma.*` labels of
+/// them and of where the accelerators sit (`places`). The daemon's feed and `labels` both
+/// build them here, so what `labels` prints is what the daemon publishes.
+pub fn node_feature_labels(
+    inventory: &Inventory,
+    naming: GroupNaming,
+    interfaces: Option<&[DeviceInterface]>,
+    places: &[PciPlace],
+) -> BTreeMap<String, String> {
+    let mut labels = labels_with(inventory, naming);
+    if let Some(interfaces) = interfaces {
+        labels.extend(rdma_labels(interfaces, places));
+    }
+    labels
+}
+
+/// Whether `host` reads a recording's files (`<dir>/root` of a folder carrying the recording's
+/// mark), decided from the host's own root.
+fn reads_a_recording(host: &dyn Host) -> bool {
+    let root = host.root();
+    root.file_name().is_some_and(|n| n == accel_host::ROOT_DIR)
+        && root
+            .parent()
+            .is_some_and(|dir| matches!(accel_host::recording::read_mark(dir), Ok(Some(_))))
+}
+
 /// The node's network interfaces as the daemon publishes them.
 pub struct Network {
     host: Arc<dyn Host>,
+    /// The host is a recording: a missing network tree is a note, not an error.
+    recorded: bool,
     state: Mutex<State>,
     published: watch::Sender<Option<Arc<Vec<DeviceInterface>>>>,
 }
@@ -57,6 +97,7 @@ impl Network {
     /// A watch over the host's files (`host`: the host root, or a recording's files).
     pub fn new(host: Arc<dyn Host>) -> Arc<Network> {
         Arc::new(Network {
+            recorded: reads_a_recording(host.as_ref()),
             host,
             state: Mutex::new(State::default()),
             published: watch::channel(None).0,
@@ -85,11 +126,18 @@ impl Network {
             Ok(list) => list,
             Err(e) => {
                 if !state.failing {
-                    tracing::error!(
-                        error = %e,
-                        consequence = "keeping whatever inventory and labels were recorded before this pass",
-                        "could not enumerate network interfaces"
-                    );
+                    if self.recorded && !self.host.exists(accel_net::inventory::NET_CLASS) {
+                        tracing::info!(
+                            "this recorded host captured no network tree ({} is not in it): no interfaces and no rdma.* labels are published for it",
+                            accel_net::inventory::NET_CLASS
+                        );
+                    } else {
+                        tracing::error!(
+                            error = %e,
+                            consequence = "keeping whatever inventory and labels were recorded before this pass",
+                            "could not enumerate network interfaces"
+                        );
+                    }
                 }
                 state.failing = true;
                 return Round::Failed(e.to_string());
@@ -196,6 +244,29 @@ mod tests {
 
     const NODE: &str = "hgx-1";
     const NAMESPACE: &str = "gpustack-system";
+
+    /// A recording's files are known by the mark beside their `root/`; a missing network tree
+    /// is then a failed read said at info (the demo's first run logs no error), and the same
+    /// folder without the mark is read as a live root, where it stays an error.
+    #[test]
+    fn a_recording_is_known_by_its_mark_and_its_missing_tree_is_no_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let files = dir.path().join("root");
+        std::fs::create_dir_all(&files).unwrap();
+        let live = Network::new(Arc::new(FsHost::new(&files)));
+        assert!(!live.recorded);
+        std::fs::write(dir.path().join(accel_host::MARK_FILE), "{\"format\": 1}").unwrap();
+        let recorded = Network::new(Arc::new(FsHost::new(&files)));
+        assert!(recorded.recorded);
+        assert!(matches!(
+            recorded.round(SystemTime::UNIX_EPOCH),
+            Round::Failed(_)
+        ));
+        assert!(recorded.current().is_none(), "nothing published");
+        // A plain folder named otherwise is no recording's files.
+        let other = Network::new(Arc::new(FsHost::new(dir.path())));
+        assert!(!other.recorded);
+    }
 
     fn port(root: &std::path::Path, ibdev: &str, state: &str, phys: &str) {
         let ports = root.join(format!("sys/class/infiniband/{ibdev}/ports/1"));

@@ -19,9 +19,8 @@ use accel_core::devices::{
     AcceleratorFault, Condition, DetectionReport, DevicesSpec, DevicesStatus, FaultClass,
     allocations, settle_conditions,
 };
-use accel_core::interfaces::{DeviceInterface, PciPlace, rdma_labels};
+use accel_core::interfaces::{DeviceInterface, PciPlace};
 use accel_core::inventory::{Inventory, ManufacturerInventory};
-use accel_core::labels::labels_with;
 use accel_core::ledger::units::slices_per_accelerator;
 use accel_core::ledger::{Ledger, Policy, partitions};
 use accel_core::resources::KeyGrammar;
@@ -131,10 +130,12 @@ pub fn desired(
         ),
         None => (Vec::new(), BTreeMap::new()),
     };
-    let mut node_feature_labels = labels_with(snapshot.inventory, grammar.group_naming());
-    if let Some(interfaces) = snapshot.interfaces {
-        node_feature_labels.extend(rdma_labels(interfaces, snapshot.accelerator_places));
-    }
+    let node_feature_labels = crate::network::node_feature_labels(
+        snapshot.inventory,
+        grammar.group_naming(),
+        snapshot.interfaces,
+        snapshot.accelerator_places,
+    );
     Desired {
         node_feature_labels,
         devices_spec: spec,
@@ -145,7 +146,14 @@ pub fn desired(
         },
         capacity,
         annotations,
-        node_events: fault_events(snapshot.faults),
+        node_events: {
+            let mut events = fault_events(snapshot.faults);
+            events.extend(health_events(
+                snapshot.inventory,
+                &rfc3339(snapshot.detected_at),
+            ));
+            events
+        },
     }
 }
 
@@ -177,6 +185,49 @@ pub fn fault_events(faults: &[AcceleratorFault]) -> BTreeMap<String, NodeEvent> 
             (name, event)
         })
         .collect()
+}
+
+/// The reason of the Warning Event an accelerator that detection finds sick raises.
+pub const UNHEALTHY_EVENT_REASON: &str = "AcceleratorUnhealthy";
+
+/// One Warning Event on the Node per accelerator whose own readings fail the health rule (the
+/// vendor tool's ECC counters, row remaps, a health state it prints: `health::counter_reasons`),
+/// as a hardware-class kernel-log fault raises one ([`fault_events`], which covers those): the
+/// accelerator leaves service, and the operator is told which and why. Named by the
+/// accelerator and its reasons, so one sickness is told once, also across daemon restarts, and a
+/// different reading is told again. `time` is when the reading was taken.
+pub fn health_events(inventory: &Inventory, time: &str) -> BTreeMap<String, NodeEvent> {
+    let mut events = BTreeMap::new();
+    for section in &inventory.manufacturers {
+        for a in &section.accelerators {
+            let reasons = accel_core::health::counter_reasons(a);
+            let Some(uuid) = a.uuid.as_deref().filter(|_| !reasons.is_empty()) else {
+                continue;
+            };
+            let said = reasons.join("; ");
+            let name = event_name(&format!("{uuid}.unhealthy.{:016x}", fnv1a(said.as_bytes())));
+            let event = NodeEvent {
+                name: name.clone(),
+                type_: "Warning".to_string(),
+                reason: UNHEALTHY_EVENT_REASON.to_string(),
+                message: format!(
+                    "{} accelerator {} ({uuid}) is out of service: {said}",
+                    section.name, a.index
+                ),
+                time: time.to_string(),
+            };
+            events.insert(name, event);
+        }
+    }
+    events
+}
+
+/// FNV-1a, 64 bits: a name part that is the same on every build and every run (the standard
+/// library's hasher promises neither).
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |hash, b| {
+        (hash ^ u64::from(*b)).wrapping_mul(0x0000_0100_0000_01b3)
+    })
 }
 
 /// A DNS-subdomain Event name from free text: lower case, `[a-z0-9.-]` kept, others to `-`.
@@ -364,5 +415,105 @@ mod tests {
             SystemTime::UNIX_EPOCH,
         );
         assert!(default.capacity.contains_key("nvidia.com/gpu.sliced.units"));
+    }
+}
+
+#[cfg(test)]
+mod health_event_tests {
+    use accel_core::Manufacturer;
+    use accel_core::inventory::{
+        Accelerator, Ecc, Inventory, ManufacturerInventory, RemappedRows, Source,
+    };
+
+    use super::{UNHEALTHY_EVENT_REASON, health_events};
+
+    fn card(index: u32, uuid: &str) -> Accelerator {
+        let mut a = Accelerator::new(index, Source::Driver);
+        a.uuid = Some(uuid.to_string());
+        a
+    }
+
+    fn node(cards: Vec<Accelerator>) -> Inventory {
+        Inventory {
+            manufacturers: vec![ManufacturerInventory {
+                accelerators: cards,
+                ..ManufacturerInventory::empty(Manufacturer::Cambricon)
+            }],
+        }
+    }
+
+    /// Issue 43: a card its own readings take out of service raises one Warning Event naming
+    /// it and why, whatever the manufacturer; a healthy card and one out only for a kernel-log
+    /// fault (told by `fault_events`) raise none here.
+    #[test]
+    fn a_card_its_readings_take_out_of_service_raises_one_warning_event() {
+        let mut sick = card(3, "MLU-3");
+        sick.reported_faults = Some(vec![
+            "cnmon reports Health State \"In Problem\" for card 3 (0000:73:00.0)".into(),
+        ]);
+        let mut ecc = card(1, "MLU-1");
+        ecc.ecc = Some(Ecc {
+            volatile_uncorrected: Some(2),
+            ..Ecc::default()
+        });
+        let mut kernel_only = card(2, "MLU-2");
+        kernel_only.healthy = false;
+        kernel_only.health_reasons = vec!["Xid79: GPU has fallen off the bus".into()];
+        let inventory = node(vec![card(0, "MLU-0"), ecc, kernel_only, sick]);
+        let events = health_events(&inventory, "2026-12-04T20:00:00Z");
+        let told: Vec<(&str, &str, &str)> = events
+            .values()
+            .map(|e| (e.type_.as_str(), e.reason.as_str(), e.message.as_str()))
+            .collect();
+        assert_eq!(
+            told,
+            [
+                (
+                    "Warning",
+                    UNHEALTHY_EVENT_REASON,
+                    "cambricon accelerator 1 (MLU-1) is out of service: 2 uncorrectable volatile ECC errors"
+                ),
+                (
+                    "Warning",
+                    UNHEALTHY_EVENT_REASON,
+                    "cambricon accelerator 3 (MLU-3) is out of service: cnmon reports Health State \"In Problem\" for card 3 (0000:73:00.0)"
+                ),
+            ]
+        );
+        // The same reading later (another pass, a restarted daemon) is the same Event; a
+        // different reading is another.
+        assert_eq!(
+            health_events(&inventory, "2026-12-04T21:00:00Z")
+                .keys()
+                .collect::<Vec<_>>(),
+            events.keys().collect::<Vec<_>>()
+        );
+        let mut worse = inventory.clone();
+        worse.manufacturers[0].accelerators[1].ecc = Some(Ecc {
+            volatile_uncorrected: Some(5),
+            ..Ecc::default()
+        });
+        let again = health_events(&worse, "2026-12-04T21:00:00Z");
+        assert_eq!(again.len(), 2);
+        assert_ne!(
+            again.keys().collect::<Vec<_>>(),
+            events.keys().collect::<Vec<_>>()
+        );
+        // Recovered: no Event wanted (the one sent expires on its own).
+        let mut well = inventory;
+        well.manufacturers[0].accelerators[1].ecc = None;
+        well.manufacturers[0].accelerators[3].reported_faults = Some(Vec::new());
+        well.manufacturers[0].accelerators[3].remapped_rows = Some(RemappedRows::default());
+        assert!(health_events(&well, "2026-12-04T22:00:00Z").is_empty());
+        for name in events.keys() {
+            assert!(
+                name.len() <= 253
+                    && name.chars().all(|c| c.is_ascii_lowercase()
+                        || c.is_ascii_digit()
+                        || c == '.'
+                        || c == '-'),
+                "{name}"
+            );
+        }
     }
 }

@@ -1,7 +1,8 @@
 //! `device-manager demo` through the real binary: the scripted scenario end to end (`-o json`,
-//! every step's outcome), the table form without colour off a terminal, `--pods FILE` (a good
-//! file, a bad one's one-line error), and `--host-root` on another recorded host and on one made
-//! by `record`.
+//! every step's outcome), the table form without colour off a terminal and with nothing on
+//! stderr, `--pods FILE` (a good file, a bad one's one-line error), `--host-root` on another
+//! recorded host, on one of another manufacturer with its own Pods, and on one made by
+//! `record`, and `--cluster mixed` (a node per manufacturer family, one Pod each).
 
 use std::path::Path;
 use std::process::Command;
@@ -484,5 +485,179 @@ fn another_recorded_host_and_one_made_by_record_run_the_script() {
             "device-manager: --mig-host-root {}: not a recorded host (no recorded-host.json); make one with `device-manager record DIR`\n",
             out.path().display()
         )
+    );
+}
+
+/// A newcomer's first run (`cargo run -p device-manager -- demo`) says nothing on stderr: the
+/// recorded hosts captured no network tree, which is a note (at `info`, not shown), never an
+/// `ERROR … could not enumerate network interfaces`.
+#[test]
+fn the_first_run_logs_nothing_on_stderr() {
+    let (status, stdout, stderr) = demo(&[]);
+    assert_eq!(status, 0, "{stderr}");
+    assert!(stdout.contains("Devices node-a"), "{stdout}");
+    assert_eq!(stderr, "", "the default demo logged");
+}
+
+/// The grant of a step's only Pod, asserting the Pod was admitted on `node`.
+fn only_grant<'a>(report: &'a Value, step_name: &str, node: &str) -> &'a Value {
+    let step = step(report, step_name);
+    let pods = step["pods"].as_array().unwrap();
+    assert_eq!(pods.len(), 1, "{step:#}");
+    let pod = &pods[0];
+    assert_eq!(pod["allowed"], true, "{pod:#}");
+    assert_eq!(pod["error"], Value::Null, "{pod:#}");
+    assert_eq!(pod["node"], node, "{pod:#}");
+    grant(pod, "main")
+}
+
+fn device_paths(grant: &Value) -> Vec<&str> {
+    grant["devices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["hostPath"].as_str().unwrap())
+        .collect()
+}
+
+/// `--cluster mixed`: a node per manufacturer family (NVIDIA, AMD, Ascend, Cambricon), each
+/// serving its own recorded host, and one Pod on each, granted one whole accelerator with that
+/// manufacturer's own injection; still a matter of seconds.
+#[test]
+fn the_mixed_cluster_runs_a_node_per_manufacturer_with_one_pod_each() {
+    let started = std::time::Instant::now();
+    let report = json_demo(&["--cluster", "mixed"]);
+    let took = started.elapsed();
+    let manufacturers = &report["manufacturers"];
+    for (node, manufacturer, host) in [
+        ("node-nvidia", "nvidia", "hgx-h100-8gpu"),
+        ("node-amd", "amd", "amd-8x-mi300x"),
+        ("node-ascend", "ascend", "ascend-8x-910b2"),
+        (
+            "node-cambricon",
+            "cambricon",
+            "cambricon-8x-mlu370-cnmon-v5",
+        ),
+    ] {
+        assert_eq!(manufacturers[node], manufacturer, "{report:#}");
+        assert!(
+            report["hosts"][node].as_str().unwrap().ends_with(host),
+            "{report:#}"
+        );
+        assert_eq!(report["devices"][node]["kind"], "Devices", "{node}");
+    }
+    let names: Vec<&str> = report["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["nvidia", "amd", "ascend", "cambricon"]);
+
+    let nvidia = only_grant(&report, "nvidia", "node-nvidia");
+    assert_eq!(
+        (nvidia["resource"].as_str(), nvidia["family"].as_str()),
+        (Some("nvidia.com/gpu"), Some("exclusive"))
+    );
+    assert_eq!(nvidia["env"]["NVIDIA_VISIBLE_DEVICES"], GPU0);
+    let amd = only_grant(&report, "amd", "node-amd");
+    assert_eq!(amd["resource"], "amd.com/gpu");
+    assert!(device_paths(amd).contains(&"/dev/kfd"), "{amd:#}");
+    let ascend = only_grant(&report, "ascend", "node-ascend");
+    assert_eq!(ascend["resource"], "huawei.com/npu");
+    assert_eq!(ascend["env"]["ASCEND_VISIBLE_DEVICES"], "0", "{ascend:#}");
+    let cambricon = only_grant(&report, "cambricon", "node-cambricon");
+    assert_eq!(cambricon["resource"], "cambricon.com/mlu");
+    assert_eq!(cambricon["env"]["CAMBRICON_VISIBLE_DEVICES"], "0");
+    assert!(
+        device_paths(cambricon).contains(&"/dev/cambricon_dev0"),
+        "{cambricon:#}"
+    );
+    assert!(
+        took < std::time::Duration::from_secs(30),
+        "the mixed cluster took {took:?}"
+    );
+
+    // The node flags name one node of the NVIDIA cluster: refused beside --cluster mixed.
+    let (status, _, stderr) = demo(&["--cluster", "mixed", "--host-root", "/tmp"]);
+    assert_eq!(status, 2, "{stderr}");
+    assert!(stderr.contains("cannot be used with"), "{stderr}");
+}
+
+/// `--host-root` takes a recorded host of any manufacturer: its daemon serves what the host
+/// shows, `--pods` asking for its resources are granted there, and no NVIDIA MIG node is
+/// started beside it; without `--pods`, one Pod of one of its accelerators is submitted. A
+/// recording with no accelerator at all is refused in one line naming it.
+#[test]
+fn a_recorded_host_of_any_manufacturer_takes_pods_asking_for_its_resources() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("npus.yaml");
+    std::fs::write(
+        &file,
+        r#"
+- metadata: {name: two-npus, labels: {kueue.x-k8s.io/queue-name: demo}}
+  spec:
+    containers:
+      - name: main
+        resources: {limits: {huawei.com/npu: "2"}}
+- metadata: {name: a-share, labels: {kueue.x-k8s.io/queue-name: demo}}
+  spec:
+    containers:
+      - name: main
+        resources: {limits: {huawei.com/npu.shared: "1"}}
+"#,
+    )
+    .unwrap();
+    let ascend = hosts().join("ascend-8x-910b2");
+    let report = json_demo(&[
+        "--host-root",
+        ascend.to_str().unwrap(),
+        "--pods",
+        file.to_str().unwrap(),
+    ]);
+    assert_eq!(
+        report["manufacturers"],
+        serde_json::json!({"node-a": "ascend"}),
+        "only the Ascend node: {report:#}"
+    );
+    let steps = report["steps"].as_array().unwrap();
+    assert_eq!(steps.len(), 2);
+    let two = grant(&steps[0]["pods"][0], "main");
+    assert_eq!(two["family"], "exclusive");
+    assert_eq!(gpus(two).len(), 2);
+    assert!(
+        two["env"]["ASCEND_VISIBLE_DEVICES"]
+            .as_str()
+            .is_some_and(|v| v.split(',').count() == 2),
+        "{two:#}"
+    );
+    let share = grant(&steps[1]["pods"][0], "main");
+    assert_eq!(share["family"], "shared");
+    assert_eq!(steps[1]["ledger"]["node"], "node-a");
+
+    // No --pods: one Pod of one of the host's accelerators (a T-Head PPU: its nodes only).
+    let thead = hosts().join("thead-16x-zw810e");
+    let report = json_demo(&["--host-root", thead.to_str().unwrap()]);
+    assert_eq!(report["manufacturers"]["node-a"], "thead");
+    let ppu = only_grant(&report, "thead", "node-a");
+    assert_eq!(ppu["resource"], "alibabacloud.com/ppu");
+    let nodes = device_paths(ppu);
+    assert_eq!(nodes[..2], ["/dev/alixpu", "/dev/alixpu_ctl"], "{ppu:#}");
+    assert!(ppu["env"].as_object().unwrap().is_empty(), "{ppu:#}");
+
+    // A recording whose bus shows an NVIDIA GPU but whose driver answers nothing.
+    let none = hosts().join("no-driver");
+    let (status, stdout, stderr) = demo(&["--host-root", none.to_str().unwrap()]);
+    assert_eq!(status, 2, "{stdout}");
+    assert_eq!(
+        stderr.lines().last(),
+        Some(
+            format!(
+                "device-manager: --host-root {}: no NVIDIA accelerator detected on this recorded host",
+                none.display()
+            )
+            .as_str()
+        ),
+        "{stderr}"
     );
 }

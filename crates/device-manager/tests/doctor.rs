@@ -89,6 +89,7 @@ const FAILING: &[&str] = &[
     "ascend-driver-not-initialised",
     "azure-4x-k80",
     "cambricon-no-driver",
+    "hygon-4x-k100ai-registry-unreadable",
     "hygon-driver-silent",
     "iluvatar-driver-not-answering",
     "metax-no-driver",
@@ -100,6 +101,10 @@ const FAILING: &[&str] = &[
     "wsl2-rtx2080super",
 ];
 
+/// Hosts where a GPU fails its per-GPU `health` check (seed 002): only the table run, which
+/// passes `--gpus`, exits 1; the node's own checks warn.
+const GPU_FAILING: &[&str] = &["hgx-h100-8gpu-gpu3-remap-pending"];
+
 #[test]
 fn doctor_on_every_recorded_host() {
     for name in all_hosts() {
@@ -110,8 +115,13 @@ fn doctor_on_every_recorded_host() {
         } else {
             0
         };
+        let table_want = if GPU_FAILING.contains(&name.as_str()) {
+            1
+        } else {
+            want
+        };
         assert_eq!(
-            table.status, want,
+            table.status, table_want,
             "{name}: {}{}",
             table.stdout, table.stderr
         );

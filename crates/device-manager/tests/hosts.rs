@@ -99,12 +99,28 @@ fn detect_args(name: &str, dir: &str) -> Vec<String> {
     args
 }
 
+/// A copy of a recorded host's daemon data (`<host>/data/`) when it holds the daemon's fault
+/// record: `detect --data-dir` reads it (and writes beside it, so never the recording itself).
+fn data_dir_of(name: &str) -> Option<tempfile::TempDir> {
+    let data = host(name).join("data");
+    if !data.join("faults.json").is_file() {
+        return None;
+    }
+    let copy = tempfile::tempdir().unwrap();
+    copy_tree(&data, copy.path());
+    Some(copy)
+}
+
 #[test]
 fn detect_json_of_every_recorded_host() {
     for name in all_hosts() {
         let dir = host(&name);
         let dir = dir.to_string_lossy().into_owned();
-        let args = detect_args(&name, &dir);
+        let mut args = detect_args(&name, &dir);
+        let data = data_dir_of(&name);
+        if let Some(data) = &data {
+            args.extend(["--data-dir".into(), data.path().to_string_lossy().into()]);
+        }
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
         let run = device_manager(&args);
         assert_status(&name, &run);
@@ -129,6 +145,39 @@ fn labels_of_every_recorded_host() {
             .unwrap_or_else(|e| panic!("{name}: labels is not JSON: {e}\n{}", run.stdout));
         insta::assert_json_snapshot!(format!("labels-{name}"), json);
     }
+}
+
+/// `labels` prints the `rdma.*` labels the daemon publishes for the node's network (the HGX
+/// host's eight InfiniBand NICs, each on its GPU's root port: the values the daemon's own
+/// publishing test reads back from the NodeFeature), and none for a host whose recording holds
+/// no network tree, saying nothing about it on stderr.
+#[test]
+fn labels_carry_the_rdma_labels_the_daemon_publishes() {
+    let rdma = |name: &str| {
+        let dir = host(name);
+        let run = device_manager(&["labels", "--host-root", dir.to_str().unwrap()]);
+        assert_eq!(run.status, 0, "{name}: {}", run.stderr);
+        let json: serde_json::Value = serde_json::from_str(&run.stdout).unwrap();
+        let labels: Vec<(String, String)> = json
+            .as_object()
+            .unwrap()
+            .iter()
+            .filter(|(k, _)| k.starts_with("feature.gpustack.ai/rdma."))
+            .map(|(k, v)| (k.clone(), v.as_str().unwrap().to_string()))
+            .collect();
+        (labels, run.stderr)
+    };
+    let (labels, _) = rdma("hgx-h100-8gpu");
+    let want = [
+        ("feature.gpustack.ai/rdma.capable", "true"),
+        ("feature.gpustack.ai/rdma.distance", "PXB"),
+        ("feature.gpustack.ai/rdma.numa", "0_1"),
+    ]
+    .map(|(k, v)| (k.to_string(), v.to_string()));
+    assert_eq!(labels, want);
+    let (labels, stderr) = rdma("dual-rtx-a5000");
+    assert!(labels.is_empty(), "{labels:?}");
+    assert!(!stderr.contains("network"), "{stderr}");
 }
 
 #[test]
@@ -340,4 +389,107 @@ fn detect_with_the_data_dir_shows_the_faults_of_this_boot() {
 
     std::fs::write(data.join("faults.json"), faults("an-earlier-boot")).unwrap();
     assert_eq!(detect().0, true, "faults of another boot are dropped");
+}
+
+/// Issue 43, item 3: on each manufacturer's recorded host with one sick accelerator, `detect`
+/// marks exactly that one, with the health rule's reasons, and the others healthy — NVIDIA's
+/// counters (a pending row remap and an uncorrectable DRAM error on GPU 3), AMD's kernel-log
+/// fault of this boot in the daemon's record (`--data-dir`), MetaX's DRAM uncorrectable count
+/// (`mx-smi --count-ecc`).
+#[test]
+fn a_sick_accelerator_is_marked_and_no_other() {
+    let cases: [(&str, u32, &[&str]); 3] = [
+        (
+            "hgx-h100-8gpu-gpu3-remap-pending",
+            3,
+            &[
+                "row remap pending (reset the GPU)",
+                "1 uncorrectable volatile ECC errors",
+            ],
+        ),
+        (
+            "amd-8x-mi300x-gpu2-ras-uncorrectable",
+            2,
+            &[
+                "AmdRasUncorrectable: uncorrectable hardware error(ERREVENT_ATHUB_INTERRUPT) detected!",
+            ],
+        ),
+        (
+            "metax-8x-c500-gpu1-dram-ue",
+            1,
+            &["2 uncorrectable volatile ECC errors"],
+        ),
+    ];
+    for (name, sick, reasons) in cases {
+        let dir = host(name);
+        let mut args = vec!["detect", "--host-root", dir.to_str().unwrap(), "-o", "json"];
+        let data = data_dir_of(name);
+        if let Some(data) = &data {
+            args.extend(["--data-dir", data.path().to_str().unwrap()]);
+        }
+        let run = device_manager(&args);
+        assert_eq!(run.status, 0, "{name}: {}", run.stderr);
+        let json: serde_json::Value = serde_json::from_str(&run.stdout).unwrap();
+        let sections = json["manufacturers"].as_array().unwrap();
+        assert_eq!(sections.len(), 1, "{name}");
+        let gpus = sections[0]["accelerators"].as_array().unwrap();
+        assert!(gpus.len() > 1, "{name}");
+        let unhealthy: Vec<(u64, serde_json::Value)> = gpus
+            .iter()
+            .filter(|g| g["healthy"] == false)
+            .map(|g| (g["index"].as_u64().unwrap(), g["healthReasons"].clone()))
+            .collect();
+        assert_eq!(
+            unhealthy,
+            [(u64::from(sick), serde_json::json!(reasons))],
+            "{name}"
+        );
+    }
+}
+
+/// The AMD sick host's fault record is what the daemon's classifier reads from the recorded
+/// kernel-log line (the real MI300X capture's, moved to this host's GPU 2), and it stands only
+/// in its own boot: with another boot id, every board is healthy again.
+#[test]
+fn the_amd_fault_record_is_its_kernel_log_line_and_a_reboot_clears_it() {
+    let name = "amd-8x-mi300x-gpu2-ras-uncorrectable";
+    let dir = host(name);
+    let run = device_manager(&[
+        "xids",
+        "-o",
+        "json",
+        dir.join("data/kmsg").to_str().unwrap(),
+    ]);
+    assert_eq!(run.status, 0, "{}", run.stderr);
+    let read: serde_json::Value = serde_json::from_str(&run.stdout).unwrap();
+    let record: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("data/faults.json")).unwrap())
+            .unwrap();
+    let boot = std::fs::read_to_string(dir.join("root/proc/sys/kernel/random/boot_id")).unwrap();
+    assert_eq!(record["bootId"], boot.trim());
+    let faults = record["faults"].as_array().unwrap();
+    let read = read.as_array().unwrap();
+    assert_eq!((faults.len(), read.len()), (1, 1));
+    for key in ["busId", "message", "class"] {
+        assert_eq!(faults[0][key], read[0][key], "{key}");
+    }
+    assert_eq!(faults[0]["type"], read[0]["condition"]);
+
+    let data = data_dir_of(name).unwrap();
+    let file = data.path().join("faults.json");
+    let text = std::fs::read_to_string(&file).unwrap();
+    std::fs::write(&file, text.replace(boot.trim(), "an-earlier-boot")).unwrap();
+    let run = device_manager(&[
+        "detect",
+        "--host-root",
+        dir.to_str().unwrap(),
+        "--data-dir",
+        data.path().to_str().unwrap(),
+        "-o",
+        "json",
+    ]);
+    assert_eq!(run.status, 0, "{}", run.stderr);
+    let json: serde_json::Value = serde_json::from_str(&run.stdout).unwrap();
+    let gpus = json["manufacturers"][0]["accelerators"].as_array().unwrap();
+    assert!(gpus.iter().all(|g| g["healthy"] == true), "{gpus:?}");
 }

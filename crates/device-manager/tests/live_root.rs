@@ -108,7 +108,8 @@ const NINE: [LiveHost; 9] = [
     ),
     (
         "metax",
-        "metax-8x-c500",
+        // The MetaX host that records every query the detector runs (`--count-ecc` too).
+        "metax-8x-c500-gpu1-dram-ue",
         &[("mx-smi", "/opt/mxdriver/bin/mx-smi")],
     ),
     (

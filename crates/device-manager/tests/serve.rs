@@ -384,15 +384,16 @@ async fn serve_answers_prometheus_metrics_on_its_listen_address() {
         .unwrap();
     // The plugins register once the first detection has answered; the listener is up before.
     kubelet.wait_for(&["nvidia.com/gpu"]).await;
-    // The live usage is sampled beside detection: wait (bounded) for its first sample.
+    // The live usage is sampled beside detection: wait (bounded by the kit's deadline, not a
+    // count of tries) for its first sample; the asserts below say what is missing, once the
+    // daemon is stopped.
+    let deadline = std::time::Instant::now() + accel_plugin::testing::WAIT;
     let mut metrics = http_get(addr, "GET", "/metrics");
-    for _ in 0..100 {
-        if metrics
-            .as_ref()
-            .is_ok_and(|m| m.contains("device_manager_gpu_memory_total_mib{"))
-        {
-            break;
-        }
+    while !metrics
+        .as_ref()
+        .is_ok_and(|m| m.contains("device_manager_gpu_memory_total_mib{"))
+        && std::time::Instant::now() < deadline
+    {
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
         metrics = http_get(addr, "GET", "/metrics");
     }

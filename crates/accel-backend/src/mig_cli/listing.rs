@@ -140,6 +140,102 @@ pub fn without_duplicates(
     (kept, doubled)
 }
 
+/// A profile the cards of one group do not agree on, withheld from every card of the group.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Disagreement {
+    /// The group's product name (`None`: the cards name none).
+    pub product: Option<String>,
+    /// The group's memory in MiB.
+    pub memory_mib: Option<u64>,
+    /// The profile, in the inventory's spelling.
+    pub profile: String,
+}
+
+/// What the cards of a group must agree on about a profile: its id, memory, instances,
+/// compute units and placements (the free count is each card's own).
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Shape {
+    id: u32,
+    memory_mib: Option<u64>,
+    instances_total: Option<u32>,
+    multiprocessors: Option<u32>,
+    placements: Vec<(u32, u32)>,
+}
+
+impl Shape {
+    fn of(p: &accel_core::inventory::PartitionProfile) -> Shape {
+        Shape {
+            id: p.id,
+            memory_mib: p.memory_mib,
+            instances_total: p.instances_total,
+            multiprocessors: p.multiprocessors,
+            placements: p.placements.iter().map(|x| (x.start, x.size)).collect(),
+        }
+    }
+}
+
+/// The cards of one group must agree on every profile they offer (hygon.md §6.1, thead.md
+/// §1.2 step 12): both specs group cards by product name and memory, and a profile one card of
+/// a group lists differently from another (or not at all) is withheld from every card of the
+/// group, and answered as a [`Disagreement`] for the caller to word. Only cards in MIG mode
+/// offered at least one profile take part: a card offered none has its own note saying why.
+/// Groups and profiles come out in name order.
+pub fn withhold_disagreements(
+    accelerators: &mut [accel_core::inventory::Accelerator],
+) -> Vec<Disagreement> {
+    use accel_core::inventory::{Accelerator, MigMode};
+    let key = |a: &Accelerator| (a.product.clone(), a.memory_mib);
+    let mut groups: Vec<(Option<String>, Option<u64>)> = accelerators.iter().map(key).collect();
+    groups.sort();
+    groups.dedup();
+    let mut withheld = Vec::new();
+    for group in groups {
+        let members: Vec<usize> = accelerators
+            .iter()
+            .enumerate()
+            .filter(|(_, a)| {
+                key(a) == group
+                    && a.mig_mode == Some(MigMode::Enabled)
+                    && !a.partition_profiles.is_empty()
+            })
+            .map(|(i, _)| i)
+            .collect();
+        let mut names: Vec<String> = members
+            .iter()
+            .flat_map(|&i| accelerators[i].partition_profiles.iter())
+            .map(|p| p.name.clone())
+            .collect();
+        names.sort();
+        names.dedup();
+        for name in names {
+            let shapes: Vec<Option<Shape>> = members
+                .iter()
+                .map(|&i| {
+                    accelerators[i]
+                        .partition_profiles
+                        .iter()
+                        .find(|p| p.name == name)
+                        .map(Shape::of)
+                })
+                .collect();
+            if shapes.iter().all(|s| s.is_some() && *s == shapes[0]) {
+                continue;
+            }
+            for &i in &members {
+                accelerators[i]
+                    .partition_profiles
+                    .retain(|p| p.name != name);
+            }
+            withheld.push(Disagreement {
+                product: group.0.clone(),
+                memory_mib: group.1,
+                profile: name,
+            });
+        }
+    }
+    withheld
+}
+
 /// The profiles device `row` of a `-lgip` reading offers, as the inventory records them, with
 /// their placements from a `-lgipp` reading. A profile whose name (`name` turns the listed one
 /// into the inventory's spelling) is no resource-name segment (`1g.10gb+me`, `4g48gb+gfx`) is
@@ -419,6 +515,92 @@ mod tests {
 |                                                             4     1     1   |
 +-----------------------------------------------------------------------------+
 ";
+
+    fn mig_card(
+        index: u32,
+        memory_mib: u64,
+        profiles: &[(&str, &[u32])],
+    ) -> accel_core::inventory::Accelerator {
+        use accel_core::inventory::{
+            Accelerator, MigMode, PartitionPlacement, PartitionProfile, Source,
+        };
+        let mut a = Accelerator::new(index, Source::Driver);
+        a.product = Some("PPU-ZW810E".into());
+        a.memory_mib = Some(memory_mib);
+        a.mig_mode = Some(MigMode::Enabled);
+        a.partition_profiles = profiles
+            .iter()
+            .map(|(name, starts)| PartitionProfile {
+                name: (*name).to_string(),
+                id: 5,
+                memory_mib: Some(49152),
+                instances_total: Some(2),
+                instances_free: Some(index + 1),
+                multiprocessors: Some(32),
+                placements: starts
+                    .iter()
+                    .map(|start| PartitionPlacement {
+                        start: *start,
+                        size: 4,
+                    })
+                    .collect(),
+            })
+            .collect();
+        a
+    }
+
+    fn offered(a: &accel_core::inventory::Accelerator) -> Vec<&str> {
+        a.partition_profiles
+            .iter()
+            .map(|p| p.name.as_str())
+            .collect()
+    }
+
+    #[test]
+    fn a_profile_the_cards_of_a_group_disagree_on_is_withheld_from_all_of_them() {
+        let mut cards = vec![
+            mig_card(0, 98304, &[("4g.48gb", &[0, 4]), ("8g.96gb", &[0])]),
+            // Lists 4g.48gb at one placement only; the free count differs and does not matter.
+            mig_card(1, 98304, &[("4g.48gb", &[0]), ("8g.96gb", &[0])]),
+            // Another group (another memory) is not compared with the first.
+            mig_card(2, 65536, &[("4g.48gb", &[4])]),
+            // A card offered nothing takes no part, and one not in MIG mode neither.
+            mig_card(3, 98304, &[]),
+            {
+                let mut whole = mig_card(4, 98304, &[("2g.24gb", &[0])]);
+                whole.mig_mode = Some(accel_core::inventory::MigMode::Disabled);
+                whole
+            },
+        ];
+        let withheld = withhold_disagreements(&mut cards);
+        assert_eq!(
+            withheld,
+            [Disagreement {
+                product: Some("PPU-ZW810E".into()),
+                memory_mib: Some(98304),
+                profile: "4g.48gb".into(),
+            }]
+        );
+        assert_eq!(offered(&cards[0]), ["8g.96gb"]);
+        assert_eq!(offered(&cards[1]), ["8g.96gb"]);
+        assert_eq!(offered(&cards[2]), ["4g.48gb"]);
+        assert_eq!(offered(&cards[4]), ["2g.24gb"]);
+
+        // A profile one card of the group does not list at all is withheld too.
+        let mut cards = vec![
+            mig_card(0, 98304, &[("4g.48gb", &[0, 4]), ("8g.96gb", &[0])]),
+            mig_card(1, 98304, &[("8g.96gb", &[0])]),
+        ];
+        assert_eq!(withhold_disagreements(&mut cards).len(), 1);
+        assert_eq!(offered(&cards[0]), ["8g.96gb"]);
+        // Cards that agree keep everything.
+        let mut cards = vec![
+            mig_card(0, 98304, &[("4g.48gb", &[0, 4])]),
+            mig_card(1, 98304, &[("4g.48gb", &[0, 4])]),
+        ];
+        assert!(withhold_disagreements(&mut cards).is_empty());
+        assert_eq!(offered(&cards[1]), ["4g.48gb"]);
+    }
 
     #[test]
     fn profiles_two_lines_each() {

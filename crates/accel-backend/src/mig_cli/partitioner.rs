@@ -5,7 +5,8 @@
 //!   placement is left out with a line naming the accelerator and the profile;
 //! - instances: `-i <target> -lgi`, `-lci`, and the tool's own listing of MIG UUIDs
 //!   ([`MigTool::mig_uuids`]);
-//! - create: `-i <target> -cgi <profile-id>:<start> -C` (one GI at that placement and one CI
+//! - create: first what the tool requires of the accelerator ([`MigTool::before_create`]),
+//!   then `-i <target> -cgi <profile-id>:<start> -C` (one GI at that placement and one CI
 //!   covering it, the tool's default compute profile). Whatever fails — the GI made and not the
 //!   CI, no answer within the deadline, the instance not listed afterwards — what this call made
 //!   is destroyed before the error returns;
@@ -81,6 +82,15 @@ pub trait MigTool: Send + Sync + std::fmt::Debug {
     ) -> Result<Vec<(&'static str, String)>, PartitionError> {
         let _ = (gpu, gpu_instance, compute_instance);
         Ok(Vec::new())
+    }
+
+    /// What must hold of `gpu` before an instance is made on it, checked under its lock
+    /// before [`Partitioner::create`] makes any call (T-Head: the card's device node proves
+    /// it addresses the card, spec/thead.md §6.3 step 2). An error refuses the create with
+    /// nothing made, so a card that fails it costs no create and destroy on every try.
+    fn before_create(&self, cli: &Cli<'_>, gpu: &PartitionGpu) -> Result<(), PartitionError> {
+        let _ = (cli, gpu);
+        Ok(())
     }
 
     /// This tool reading the node's files on `host` ([`Partitioner::on_host`]); `None`: it
@@ -508,6 +518,7 @@ impl<T: MigTool + 'static> Partitioner for CliPartitioner<T> {
     ) -> Result<Instance, PartitionError> {
         let lock = self.gpu_lock(gpu);
         let _held = lock.lock().unwrap_or_else(PoisonError::into_inner);
+        self.tool.before_create(&self.cli(commands), gpu)?;
         let geometry = self.geometry_locked(commands, gpu)?;
         let Some(profile) = geometry.profiles.iter().find(|p| p.id == profile_id) else {
             return Err(PartitionError::new(

@@ -93,7 +93,7 @@ fn accelerators_carry_their_facts_and_only_real_ones() {
         json!([
             {"index": 0, "uuid": "GPU-0", "busId": "00000000:18:00.0", "numaNode": 0,
              "memoryMiB": 81559, "healthy": true, "grantable": "whole",
-             "logicalSliced": {"count": 128}},
+             "logicalSliced": {"count": 128, "coresPercentageOvercommit": true}},
             {"index": 1, "uuid": "GPU-1", "busId": "00000000:19:00.0", "numaNode": 0,
              "memoryMiB": 81000, "healthy": true, "grantable": "partitionsOnly",
              "partitionProfiles": {"1g.10gb": {"id": 19, "memoryMiB": 9984,
@@ -102,7 +102,7 @@ fn accelerators_carry_their_facts_and_only_real_ones() {
              "memoryMiB": 81559, "healthy": true, "grantable": "nothing"},
             {"index": 3, "uuid": "GPU-3", "busId": "00000000:1B:00.0", "numaNode": 0,
              "memoryMiB": 81559, "healthy": false, "healthReasons": ["xid 79"],
-             "grantable": "whole", "logicalSliced": {"count": 128}},
+             "grantable": "whole", "logicalSliced": {"count": 128, "coresPercentageOvercommit": true}},
         ])
     );
     // Unknown facts are absent keys, never zeros or empty strings.
@@ -111,10 +111,55 @@ fn accelerators_carry_their_facts_and_only_real_ones() {
         unknown,
         json!({"manufacturer": "nvidia", "key": "nvidia", "driverVersion": "590.48.01",
             "runtimeVersion": "13.0", "accelerators": [{"index": 5, "uuid": "GPU-5",
-            "healthy": true, "grantable": "whole", "logicalSliced": {"count": 128}}]})
+            "healthy": true, "grantable": "whole", "logicalSliced": {"count": 128, "coresPercentageOvercommit": true}}]})
     );
     let back: DevicesSpec = serde_json::from_value(serde_json::to_value(&spec).unwrap()).unwrap();
     assert_eq!(back, spec);
+}
+
+#[test]
+fn logical_slicing_says_whether_cores_are_over_committed_as_each_spec_does() {
+    // Every manufacturer's section, one card each: `logicalSliced` carries the table's
+    // `coresPercentageOvercommit` (false on Hygon, Cambricon, MetaX, Moore Threads).
+    let inventory = Inventory {
+        manufacturers: Manufacturer::ALL
+            .into_iter()
+            .map(|m| {
+                let mut section = ManufacturerInventory::empty(m);
+                section.accelerators = vec![gpu(0, Some("Card"), Some(65536))];
+                section
+            })
+            .collect(),
+    };
+    let spec = DevicesSpec::from_inventory(&inventory, |_| Some(16));
+    let got: Vec<(Manufacturer, serde_json::Value)> = spec
+        .groups
+        .iter()
+        .map(|g| {
+            (
+                g.manufacturer,
+                serde_json::to_value(g.accelerators[0].logical_sliced).unwrap(),
+            )
+        })
+        .collect();
+    let flag = |over: bool| json!({"count": 16, "coresPercentageOvercommit": over});
+    assert_eq!(
+        got,
+        [
+            (Manufacturer::Nvidia, flag(true)),
+            (Manufacturer::Amd, flag(true)),
+            (Manufacturer::Ascend, flag(true)),
+            (Manufacturer::Cambricon, flag(false)),
+            (Manufacturer::Hygon, flag(false)),
+            (Manufacturer::Iluvatar, flag(true)),
+            (Manufacturer::Metax, flag(false)),
+            (Manufacturer::Mthreads, flag(false)),
+            (Manufacturer::Thead, flag(true)),
+        ]
+    );
+    // The described system's own shape, `{count: 4}` (false left out), reads back as false.
+    let hygon: LogicalSliced = serde_json::from_value(json!({"count": 4})).unwrap();
+    assert!(!hygon.cores_percentage_overcommit);
 }
 
 #[test]
@@ -131,7 +176,11 @@ fn no_slicing_means_no_logical_slice_count() {
 #[test]
 fn a_slice_count_of_zero_offers_no_logical_slicing() {
     // Only a positive count is an offer: zero slices is the same as not sliced at all.
-    for (slices, want) in [(Some(0), None), (Some(1), Some(LogicalSliced { count: 1 }))] {
+    let one = LogicalSliced {
+        count: 1,
+        cores_percentage_overcommit: true,
+    };
+    for (slices, want) in [(Some(0), None), (Some(1), Some(one))] {
         let spec = DevicesSpec::from_inventory(&node(), |_| slices);
         let whole: Vec<Option<LogicalSliced>> = spec
             .groups

@@ -3,8 +3,9 @@
 //!
 //! Every rule of seed 000's "Container identification and cross-mode exclusion" is a function of
 //! this state: cross-mode exclusion, a shared grant of N being N distinct accelerators, the slice
-//! gate (a free slot and the units it needs), release when the Pod is gone, the Succeeded/Failed
-//! exception, the give-back after a responder refusal, and a retried call never charged twice.
+//! gate (a free slot, the units it needs and, where compute is not over-committed, the cores
+//! percent it needs), release when the Pod is gone, the Succeeded/Failed exception, the give-back
+//! after a responder refusal, and a retried call never charged twice.
 //! Placement preference lives in [`placement`]. This module is pure: no I/O, no clock, no async.
 //! It never decides who a container is (the plugin identifies it) nor what is injected.
 
@@ -145,6 +146,12 @@ pub struct Policy {
     /// `release_terminated_pods` says (MetaX: the reclaimer destroys a slice's sGPU subdevice
     /// only then, spec metax §4.5), as a hardware partition always does.
     pub slices_held_until_gone: bool,
+    /// The slices on one accelerator may ask for more than 100 cores percent together (the
+    /// manufacturers table's `cores_percentage_overcommit`, handed in by whoever builds the
+    /// ledger; the ledger never names a manufacturer). False: each slice's cores percentage is
+    /// counted on its accelerator (a slice without one counts 100) and, under the slice gate,
+    /// a slice that would take the accelerator past 100 is refused and never offered.
+    pub cores_overcommit: bool,
 }
 
 impl Default for Policy {
@@ -153,6 +160,7 @@ impl Default for Policy {
             release_terminated_pods: true,
             slice_gate: true,
             slices_held_until_gone: false,
+            cores_overcommit: true,
         }
     }
 }
@@ -207,6 +215,10 @@ pub struct Occupancy {
     pub used_units: u64,
     pub shares: u32,
     pub slices: u32,
+    /// Cores percent its slices take, counted only where the policy says compute is not
+    /// over-committed ([`Policy::cores_overcommit`]); above 100 only when the slice gate is off.
+    #[serde(default)]
+    pub cores_percentage: u32,
     /// Grants that charge it.
     pub holders: u32,
 }
@@ -217,6 +229,7 @@ impl Occupancy {
         used_units: 0,
         shares: 0,
         slices: 0,
+        cores_percentage: 0,
         holders: 0,
     };
 
@@ -283,6 +296,15 @@ pub enum Refusal {
         accelerator: String,
         remaining: u64,
         needed: u64,
+    },
+    /// The slice gate where compute is not over-committed: not the cores percent it needs.
+    #[error(
+        "accelerator {accelerator} has {used} of its 100 cores percent taken; the slice needs {needed}"
+    )]
+    NoCompute {
+        accelerator: String,
+        used: u32,
+        needed: u32,
     },
     /// A slice with a budget outside 1 – 1,600,000 units.
     #[error("{key}: a slice of {units} units is outside 1-1600000")]
@@ -635,7 +657,13 @@ impl Ledger {
                 .get(&index)
                 .copied()
                 .unwrap_or(Occupancy::FREE);
-            self.fits(index, &occupancy, grant.family, grant.units)?;
+            self.fits(
+                index,
+                &occupancy,
+                grant.family,
+                grant.units,
+                grant.cores_percentage,
+            )?;
             if let Some(p) = &grant.partition {
                 let taken = partitions::occupied(self, index);
                 if taken
@@ -653,14 +681,19 @@ impl Ledger {
         Ok(())
     }
 
-    /// Whether a grant of `family` charging `units` fits on accelerator `index` as it stands.
-    /// Allocation and the placement hint read this same room.
+    /// Whether a grant of `family` charging `units` (and, for a slice, `cores_percentage`: `None`
+    /// counts 100) fits on accelerator `index` as it stands. Allocation and the placement hint
+    /// read this same room. The cores are weighed only where compute is not over-committed
+    /// ([`Policy::cores_overcommit`]), and, like slots and units, only under the slice gate:
+    /// `GPUSTACK_DEVICE_PLUGIN_SLICED_ALLOCATE_GATE=false` is the off switch of the one refusal
+    /// of a slice its accelerator cannot hold, the manufacturer's responder staying the guard.
     pub fn fits(
         &self,
         index: u32,
         occupancy: &Occupancy,
         family: Family,
         units: u64,
+        cores_percentage: Option<u32>,
     ) -> Result<(), Refusal> {
         let accelerator = || self.describe(index);
         match (occupancy.mode, family) {
@@ -701,6 +734,17 @@ impl Ledger {
                         accelerator: accelerator(),
                         remaining: occupancy.remaining_units(),
                         needed: units,
+                    })
+                } else if !self.policy.cores_overcommit
+                    && occupancy
+                        .cores_percentage
+                        .saturating_add(slice_cores(cores_percentage))
+                        > MAX_CORES_PERCENTAGE
+                {
+                    Err(Refusal::NoCompute {
+                        accelerator: accelerator(),
+                        used: occupancy.cores_percentage,
+                        needed: slice_cores(cores_percentage),
                     })
                 } else {
                     Ok(())
@@ -836,9 +880,10 @@ impl Ledger {
         if !self.charges(grant) {
             return;
         }
+        let cores = self.cores_charged(grant);
         for index in &grant.accelerators {
             if let Some(occupancy) = self.occupancy.get_mut(index) {
-                apply(occupancy, grant, true);
+                apply(occupancy, grant, cores, true);
             }
         }
     }
@@ -847,9 +892,10 @@ impl Ledger {
         if !self.charges(grant) {
             return;
         }
+        let cores = self.cores_charged(grant);
         for index in &grant.accelerators {
             if let Some(occupancy) = self.occupancy.get_mut(index) {
-                apply(occupancy, grant, false);
+                apply(occupancy, grant, cores, false);
             }
         }
     }
@@ -859,18 +905,30 @@ impl Ledger {
         let mut counted: BTreeMap<u32, Occupancy> =
             self.seats.keys().map(|i| (*i, Occupancy::FREE)).collect();
         for grant in self.grants.values().filter(|g| self.charges(g)) {
+            let cores = self.cores_charged(grant);
             for index in &grant.accelerators {
                 if let Some(occupancy) = counted.get_mut(index) {
-                    apply(occupancy, grant, true);
+                    apply(occupancy, grant, cores, true);
                 }
             }
         }
         counted
     }
 
+    /// The cores percent a grant takes on each of its accelerators: a slice's own (100 when it
+    /// names none) where compute is not over-committed, else nothing.
+    fn cores_charged(&self, grant: &Grant) -> u32 {
+        if self.policy.cores_overcommit || grant.family != Family::Sliced {
+            0
+        } else {
+            slice_cores(grant.cores_percentage)
+        }
+    }
+
     /// Every invariant the ledger promises, checked from scratch: the running count equals the
     /// recount, no accelerator hosts two modes, an exclusive one has one holder, shares and slots
-    /// and units are within bounds (the slot and units bounds only while the slice gate is on).
+    /// and units are within bounds, and so are cores where compute is not over-committed (the
+    /// slot, units and cores bounds only while the slice gate is on).
     pub fn verify(&self) -> Result<(), String> {
         let counted = self.recount();
         if counted != self.occupancy {
@@ -924,6 +982,12 @@ impl Ledger {
                 {
                     return Err(format!("accelerator {index} is over-committed"));
                 }
+                if occupancy.cores_percentage > MAX_CORES_PERCENTAGE {
+                    return Err(format!(
+                        "accelerator {index} has {} cores percent taken",
+                        occupancy.cores_percentage
+                    ));
+                }
             }
         }
         Ok(())
@@ -941,13 +1005,29 @@ fn releases_on_finish(family: Family, policy: &Policy) -> bool {
     }
 }
 
-/// Adds (`add`) or removes one grant's charge on one accelerator. Used units are counted, not
+/// The cores percent one accelerator's slices may take together where compute is not
+/// over-committed.
+const MAX_CORES_PERCENTAGE: u32 = 100;
+
+/// A slice's cores percentage as counted: the one it names, else 100 (DESIGN.md:
+/// `.sliced.cores-percentage` defaults to 100).
+fn slice_cores(cores_percentage: Option<u32>) -> u32 {
+    cores_percentage.unwrap_or(MAX_CORES_PERCENTAGE)
+}
+
+/// Adds (`add`) or removes one grant's charge on one accelerator, `cores` being the cores
+/// percent it takes there ([`Ledger::cores_charged`]). Used units and cores are counted, not
 /// clamped, so an over-commit (slice gate off) is seen and undone exactly.
-fn apply(occupancy: &mut Occupancy, grant: &Grant, add: bool) {
+fn apply(occupancy: &mut Occupancy, grant: &Grant, cores: u32, add: bool) {
     occupancy.used_units = if add {
         occupancy.used_units.saturating_add(grant.units)
     } else {
         occupancy.used_units.saturating_sub(grant.units)
+    };
+    occupancy.cores_percentage = if add {
+        occupancy.cores_percentage.saturating_add(cores)
+    } else {
+        occupancy.cores_percentage.saturating_sub(cores)
     };
     let step = |n: u32| if add { n + 1 } else { n.saturating_sub(1) };
     occupancy.holders = step(occupancy.holders);

@@ -6,10 +6,11 @@
 //! "Placement preference"). Beyond the seed, a multi-accelerator exclusive request prefers a set
 //! on one NUMA node and, where the topology shows it, NVLink-connected. It stays a preference:
 //! the allocation check is the guard. "Still fits" is [`Ledger::fits`], the function the
-//! allocation refuses with, fed the slice's own units on each accelerator ([`prefer_by`]); the
-//! caller folds those from the container's budget as the allocation does. When the caller
-//! cannot tell the budget, [`roomiest`] offers the most room instead. Pure and deterministic;
-//! no I/O.
+//! allocation refuses with, fed the slice's own units on each accelerator ([`prefer_by`]) and its
+//! cores percentage, which the ledger weighs where compute is not over-committed (so a slice is
+//! never pointed at an accelerator whose compute its earlier slices took); the caller folds those
+//! from the container's budget as the allocation does. When the caller cannot tell the budget,
+//! [`roomiest`] offers the most room instead. Pure and deterministic; no I/O.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -35,6 +36,9 @@ pub struct Request<'a> {
     pub size: usize,
     /// Units a slice needs on each accelerator (sliced only).
     pub slice_units: u64,
+    /// The cores percentage a slice asks (sliced only; `None` counts 100, as the ledger counts
+    /// it where compute is not over-committed).
+    pub cores_percentage: Option<u32>,
 }
 
 /// The preferred accelerators, best first: `must_include`, then the best of the rest, at most
@@ -45,8 +49,8 @@ pub fn prefer(ledger: &Ledger, request: &Request<'_>) -> Vec<u32> {
 
 /// [`prefer`], a slice's units read per accelerator (`units_on(index)`) instead of from
 /// `request.slice_units`: a MiB budget folds to different units on accelerators of different
-/// VRAM. An accelerator is offered only where those units fit ([`Ledger::fits`], the room the
-/// allocation itself reads).
+/// VRAM. An accelerator is offered only where those units and `request.cores_percentage` fit
+/// ([`Ledger::fits`], the room the allocation itself reads).
 pub fn prefer_by(
     ledger: &Ledger,
     request: &Request<'_>,
@@ -57,7 +61,15 @@ pub fn prefer_by(
     let fitting: Vec<u32> = dedup(request.candidates)
         .into_iter()
         .filter(|i| !must_set.contains(i))
-        .filter(|i| fits(ledger, *i, request.family, units_on(*i)))
+        .filter(|i| {
+            fits(
+                ledger,
+                *i,
+                request.family,
+                units_on(*i),
+                request.cores_percentage,
+            )
+        })
         .collect();
     let wanted = request.size.saturating_sub(must.len());
     let rest = match request.family {
@@ -80,20 +92,20 @@ pub fn prefer_by(
 }
 
 /// For a slice whose budget is unknown (the hint could not name its container): `must_include`,
-/// then the accelerators with a free slot and any room, the most room first (ties by position),
-/// where a slice of unknown size is likeliest to fit. The allocation, which knows the budget,
-/// stays the guard.
+/// then the accelerators with a free slot and any room (a unit, and a cores percent where the
+/// ledger counts cores), the most room first (ties by position), where a slice of unknown size
+/// is likeliest to fit. The allocation, which knows the budget, stays the guard.
 pub fn roomiest(ledger: &Ledger, request: &Request<'_>) -> Vec<u32> {
     let must: Vec<u32> = dedup(request.must_include);
     let must_set: BTreeSet<u32> = must.iter().copied().collect();
     let mut fitting: Vec<u32> = dedup(request.candidates)
         .into_iter()
         .filter(|i| !must_set.contains(i))
-        .filter(|i| fits(ledger, *i, request.family, 1))
+        .filter(|i| fits(ledger, *i, request.family, 1, Some(1)))
         .collect();
     fitting.sort_by_key(|i| {
         let o = ledger.occupancy(*i).copied().unwrap_or(Occupancy::FREE);
-        (o.used_units, o.holders, *i)
+        (o.used_units, o.cores_percentage, o.holders, *i)
     });
     fitting.truncate(request.size.saturating_sub(must.len()));
     must.into_iter().chain(fitting).collect()
@@ -104,11 +116,12 @@ fn dedup(list: &[u32]) -> Vec<u32> {
     list.iter().copied().filter(|i| seen.insert(*i)).collect()
 }
 
-fn fits(ledger: &Ledger, index: u32, family: Family, units: u64) -> bool {
+fn fits(ledger: &Ledger, index: u32, family: Family, units: u64, cores: Option<u32>) -> bool {
     let Some(occupancy) = ledger.occupancy(index) else {
         return false;
     };
-    ledger.token_healthy(index, family) && ledger.fits(index, occupancy, family, units).is_ok()
+    ledger.token_healthy(index, family)
+        && ledger.fits(index, occupancy, family, units, cores).is_ok()
 }
 
 /// The best `wanted` accelerators from `fitting` to join `must`: fewest NUMA nodes spanned, then

@@ -279,6 +279,7 @@ fn slices_pack_onto_the_most_occupied_accelerator_that_fits() {
         must_include: &[],
         size: 1,
         slice_units: units,
+        cores_percentage: None,
     };
     // 3 is fuller but cannot take 400,000 more; 2 can.
     assert_eq!(prefer(&l, &request(400_000)), vec![2]);
@@ -302,6 +303,7 @@ fn a_slice_is_offered_only_where_its_own_units_fit_on_each_accelerator() {
         must_include: &[],
         size: 1,
         slice_units: 1,
+        cores_percentage: None,
     };
     assert_eq!(
         prefer(&l, &request),
@@ -331,6 +333,7 @@ fn a_slice_of_unknown_size_is_offered_the_most_room_first() {
         must_include: &[],
         size,
         slice_units: 0,
+        cores_percentage: None,
     };
     assert_eq!(roomiest(&l, &request(1)), vec![1]);
     // 2 is full: never offered.
@@ -349,6 +352,7 @@ fn exclusive_sets_prefer_one_numa_node_and_nvlink() {
         must_include: &[],
         size,
         slice_units: 0,
+        cores_percentage: None,
     };
     assert_eq!(prefer(&l, &request(3)), vec![0, 2, 3]);
     assert_eq!(prefer(&l, &request(4)), vec![4, 5, 6, 7]);
@@ -379,8 +383,234 @@ fn shared_preference_offers_distinct_accelerators_with_a_share_left() {
         must_include: &[],
         size: 2,
         slice_units: 0,
+        cores_percentage: None,
     };
     assert_eq!(prefer(&l, &request), vec![2, 1]);
+}
+
+// ---- cores where compute is not over-committed (Hygon, Cambricon, MetaX, Moore Threads) ----
+
+/// A ledger of `n` four-slot accelerators whose manufacturer does not over-commit compute.
+fn counting_cores(n: u32, policy: Policy) -> Ledger {
+    Ledger::new(
+        (0..n).map(|i| Seat {
+            slice_capacity: HYGON_SLICES_PER_ACCELERATOR,
+            ..seat(i, 0)
+        }),
+        Policy {
+            cores_overcommit: false,
+            ..policy
+        },
+    )
+}
+
+/// A slice of `units` and `cores` percent on `accelerator`.
+fn slice(pod: &str, accelerator: u32, units: u64, cores: Option<u32>) -> Claim {
+    Claim {
+        cores_percentage: cores,
+        ..claim(pod, Family::Sliced, &[accelerator], units)
+    }
+}
+
+#[test]
+fn a_slice_that_would_take_its_accelerator_past_100_cores_percent_is_refused() {
+    let mut l = counting_cores(2, Policy::default());
+    l.allocate(slice("a", 0, 400_000, Some(60))).unwrap();
+    let err = l.allocate(slice("b", 0, 400_000, Some(50))).unwrap_err();
+    assert_eq!(
+        err,
+        Refusal::NoCompute {
+            accelerator: "0 (GPU-0)".into(),
+            used: 60,
+            needed: 50
+        }
+    );
+    assert_eq!(
+        err.to_string(),
+        "accelerator 0 (GPU-0) has 60 of its 100 cores percent taken; the slice needs 50"
+    );
+    // Exactly 100 fits, and then not one percent more, whatever room the units leave.
+    l.allocate(slice("c", 0, 400_000, Some(40))).unwrap();
+    assert_eq!(l.occupancy(0).unwrap().cores_percentage, 100);
+    assert!(matches!(
+        l.allocate(slice("d", 0, 1, Some(1))),
+        Err(Refusal::NoCompute {
+            used: 100,
+            needed: 1,
+            ..
+        })
+    ));
+    // A slice naming no cores percentage counts 100: nothing else fits beside it.
+    l.allocate(slice("e", 1, 1, None)).unwrap();
+    assert_eq!(l.occupancy(1).unwrap().cores_percentage, 100);
+    assert!(matches!(
+        l.allocate(slice("f", 1, 1, Some(1))),
+        Err(Refusal::NoCompute {
+            used: 100,
+            needed: 1,
+            ..
+        })
+    ));
+    // The refused claims left nothing behind.
+    assert_eq!(l.grants().len(), 3);
+    l.verify().unwrap();
+    // Released, its cores are free again.
+    l.pod_gone("a");
+    assert_eq!(l.occupancy(0).unwrap().cores_percentage, 40);
+    l.allocate(slice("b", 0, 400_000, Some(50))).unwrap();
+    l.verify().unwrap();
+}
+
+#[test]
+fn a_finished_pods_slice_gives_its_cores_back_when_it_stops_charging() {
+    let mut l = counting_cores(1, Policy::default());
+    l.allocate(slice("a", 0, 400_000, Some(100))).unwrap();
+    assert!(l.allocate(slice("b", 0, 400_000, Some(10))).is_err());
+    l.pod_finished("a");
+    assert_eq!(l.occupancy(0).unwrap().cores_percentage, 0);
+    l.allocate(slice("b", 0, 400_000, Some(10))).unwrap();
+    // MetaX: the slice charges until the Pod is gone, its cores with it.
+    let mut held = counting_cores(
+        1,
+        Policy {
+            slices_held_until_gone: true,
+            ..Policy::default()
+        },
+    );
+    held.allocate(slice("a", 0, 400_000, Some(100))).unwrap();
+    held.pod_finished("a");
+    assert_eq!(held.occupancy(0).unwrap().cores_percentage, 100);
+    assert!(held.allocate(slice("b", 0, 400_000, Some(10))).is_err());
+}
+
+#[test]
+fn placement_skips_an_accelerator_whose_compute_is_taken() {
+    // Issue 44 item 3: 0 holds a slice of 50 % VRAM and 100 % cores; a 25 % / 50 % slice fits 0
+    // by units (0 is the fuller) but only 1 by cores.
+    let mut l = counting_cores(2, Policy::default());
+    l.allocate(slice("a", 0, 800_000, Some(100))).unwrap();
+    let request = |cores| Request {
+        family: Family::Sliced,
+        candidates: &[0, 1],
+        must_include: &[],
+        size: 1,
+        slice_units: 400_000,
+        cores_percentage: cores,
+    };
+    assert_eq!(prefer(&l, &request(Some(50))), vec![1]);
+    assert_eq!(prefer(&l, &request(None)), vec![1], "no percentage is 100");
+    // The units still pack where the cores allow: 1 now holds 50, 0 none left.
+    l.allocate(slice("b", 1, 400_000, Some(50))).unwrap();
+    assert_eq!(prefer(&l, &request(Some(50))), vec![1]);
+    assert_eq!(prefer(&l, &request(Some(51))), Vec::<u32>::new());
+    // A slice of unknown size is not offered an accelerator without a cores percent left.
+    use super::placement::roomiest;
+    assert_eq!(roomiest(&l, &request(None)), vec![1]);
+    // And the allocation refuses what the hint leaves out.
+    assert!(matches!(
+        l.allocate(slice("c", 0, 1, Some(1))),
+        Err(Refusal::NoCompute { .. })
+    ));
+}
+
+#[test]
+fn over_committing_manufacturers_count_no_cores() {
+    // NVIDIA, AMD, Ascend, Iluvatar, T-Head: the cores percentages on one card may pass 100.
+    let mut l = ledger(2);
+    assert!(
+        l.policy().cores_overcommit,
+        "the default policy over-commits"
+    );
+    for pod in ["a", "b", "c"] {
+        l.allocate(slice(pod, 0, 300_000, Some(100))).unwrap();
+    }
+    l.allocate(slice("d", 0, 1, None)).unwrap();
+    assert_eq!(l.occupancy(0).unwrap().cores_percentage, 0);
+    let request = Request {
+        family: Family::Sliced,
+        candidates: &[0, 1],
+        must_include: &[],
+        size: 1,
+        slice_units: 400_000,
+        cores_percentage: Some(100),
+    };
+    assert_eq!(prefer(&l, &request), vec![0], "slices still pack");
+    l.verify().unwrap();
+}
+
+#[test]
+fn the_slice_gate_off_lifts_the_cores_check_too() {
+    // GPUSTACK_DEVICE_PLUGIN_SLICED_ALLOCATE_GATE=false: a slice is allocated anyway; the cores
+    // are still counted, past 100, and undone exactly.
+    let mut open = counting_cores(
+        1,
+        Policy {
+            slice_gate: false,
+            ..Policy::default()
+        },
+    );
+    open.allocate(slice("a", 0, 400_000, Some(100))).unwrap();
+    open.allocate(slice("b", 0, 400_000, Some(100))).unwrap();
+    assert_eq!(open.occupancy(0).unwrap().cores_percentage, 200);
+    open.verify().unwrap();
+    open.pod_gone("a");
+    assert_eq!(open.occupancy(0).unwrap().cores_percentage, 100);
+}
+
+#[test]
+fn a_restart_counts_the_same_cores() {
+    let mut l = counting_cores(2, Policy::default());
+    l.allocate(slice("a", 0, 400_000, Some(70))).unwrap();
+    l.allocate(slice("b", 0, 400_000, Some(30))).unwrap();
+    l.allocate(slice("c", 1, 400_000, None)).unwrap();
+    let restarted = restart(&l);
+    assert_eq!(restarted.occupancies(), l.occupancies());
+    assert_eq!(restarted.occupancy(0).unwrap().cores_percentage, 100);
+    assert_eq!(restarted.occupancy(1).unwrap().cores_percentage, 100);
+    // A journalled slice the card's compute cannot hold is refused on restore, like one short of
+    // units.
+    let mut over = grant(Family::Sliced, &[0], 1);
+    over.cores_percentage = Some(1);
+    let mut fresh = restart(&l);
+    assert!(matches!(
+        fresh.restore(GrantKey::new("d", "main"), over),
+        Err(Refusal::NoCompute { .. })
+    ));
+}
+
+#[test]
+fn verify_bounds_cores_where_compute_is_not_over_committed() {
+    let slices = |cores: &[u32]| {
+        cores
+            .iter()
+            .map(|c| Grant {
+                cores_percentage: Some(*c),
+                ..grant(Family::Sliced, &[0], 1)
+            })
+            .collect::<Vec<_>>()
+    };
+    let counting = Policy {
+        cores_overcommit: false,
+        ..Policy::default()
+    };
+    forced([seat(0, 0)], counting, slices(&[60, 40]))
+        .verify()
+        .unwrap();
+    let err = forced([seat(0, 0)], counting, slices(&[60, 41]))
+        .verify()
+        .unwrap_err();
+    assert_eq!(err, "accelerator 0 has 101 cores percent taken");
+    // Over-committed compute, or the gate off: no bound.
+    forced([seat(0, 0)], Policy::default(), slices(&[60, 41]))
+        .verify()
+        .unwrap();
+    let open = Policy {
+        slice_gate: false,
+        ..counting
+    };
+    forced([seat(0, 0)], open, slices(&[60, 41]))
+        .verify()
+        .unwrap();
 }
 
 // ---- property test: random histories never over-commit, lose a grant or drift ----
@@ -393,6 +623,7 @@ enum Op {
         family: u8,
         accelerators: Vec<u32>,
         units: u64,
+        cores: Option<u32>,
     },
     Retry,
     GiveBackLast,
@@ -403,9 +634,16 @@ enum Op {
 
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
-        6 => (0u8..6, 0u8..2, 0u8..3, prop::collection::vec(0u32..4, 1..3), 1u64..1_700_000)
-            .prop_map(|(pod, container, family, accelerators, units)| Op::Allocate {
-                pod, container, family, accelerators, units,
+        6 => (
+            0u8..6,
+            0u8..2,
+            0u8..3,
+            prop::collection::vec(0u32..4, 1..3),
+            1u64..1_700_000,
+            prop::option::weighted(0.8, 0u32..=100),
+        )
+            .prop_map(|(pod, container, family, accelerators, units, cores)| Op::Allocate {
+                pod, container, family, accelerators, units, cores,
             }),
         1 => Just(Op::Retry),
         1 => Just(Op::GiveBackLast),
@@ -430,41 +668,57 @@ fn restart(l: &Ledger) -> Ledger {
 
 proptest! {
     /// The hint and the allocation read one room: every accelerator the hint offers a slice of
-    /// `units` is one the allocation grants that slice on, and every one it leaves out, it
-    /// refuses.
+    /// `units` and `cores` percent is one the allocation grants that slice on, and every one it
+    /// leaves out, it refuses — cores counted or not.
     #[test]
     fn an_offered_accelerator_is_always_granted(
-        held in prop::collection::vec((0u32..4, 1u64..=1_600_000), 0..12),
+        held in prop::collection::vec(
+            (0u32..4, 1u64..=1_600_000, prop::option::weighted(0.8, 0u32..=100)),
+            0..12,
+        ),
         units in 1u64..=1_600_000,
+        cores in prop::option::weighted(0.8, 0u32..=100),
+        overcommit in any::<bool>(),
     ) {
         use super::placement::prefer_by;
-        let mut l = Ledger::new((0..4).map(|i| Seat { slice_capacity: 3, ..seat(i, 0) }), Policy::default());
-        for (n, (index, u)) in held.iter().enumerate() {
-            let _ = l.allocate(claim(&format!("held{n}"), Family::Sliced, &[*index], *u));
+        let policy = Policy { cores_overcommit: overcommit, ..Policy::default() };
+        let mut l = Ledger::new((0..4).map(|i| Seat { slice_capacity: 3, ..seat(i, 0) }), policy);
+        for (n, (index, u, c)) in held.iter().enumerate() {
+            let _ = l.allocate(slice(&format!("held{n}"), *index, *u, *c));
         }
-        let request = Request { family: Family::Sliced, candidates: &[0, 1, 2, 3], must_include: &[], size: 4, slice_units: 0 };
+        let request = Request { family: Family::Sliced, candidates: &[0, 1, 2, 3], must_include: &[], size: 4, slice_units: 0, cores_percentage: cores };
         let offered = prefer_by(&l, &request, &|_| units);
         for index in 0..4 {
-            let granted = l.clone().allocate(claim("new", Family::Sliced, &[index], units)).is_ok();
+            let granted = l.clone().allocate(slice("new", index, units, cores)).is_ok();
             prop_assert_eq!(offered.contains(&index), granted, "accelerator {}", index);
         }
     }
 
+    /// No history over-commits an accelerator — shares, slots, units, and cores where compute is
+    /// not over-committed (`verify`) —, loses a grant, or counts differently after a restart.
     #[test]
     fn histories_keep_every_invariant(
         ops in prop::collection::vec(op(), 1..60),
         release in any::<bool>(),
+        overcommit in any::<bool>(),
     ) {
-        let policy = Policy { release_terminated_pods: release, ..Policy::default() };
+        let policy = Policy {
+            release_terminated_pods: release,
+            cores_overcommit: overcommit,
+            ..Policy::default()
+        };
         let mut l = Ledger::new((0..4).map(|i| Seat { slice_capacity: 3, ..seat(i, i / 2) }), policy);
         let mut expected: BTreeMap<GrantKey, Grant> = BTreeMap::new();
         let mut last: Option<(Claim, Receipt)> = None;
         for op in ops {
             match op {
-                Op::Allocate { pod, container, family, accelerators, units } => {
+                Op::Allocate { pod, container, family, accelerators, units, cores } => {
                     let family = [Family::Exclusive, Family::Shared, Family::Sliced][family as usize];
                     let mut c = claim(&format!("pod{pod}"), family, &accelerators, units);
                     c.key.container = format!("c{container}");
+                    if family == Family::Sliced {
+                        c.cores_percentage = cores;
+                    }
                     let before = l.grants().clone();
                     match l.allocate(c.clone()) {
                         Ok(receipt) => {
@@ -512,7 +766,9 @@ proptest! {
                     last = None;
                 }
                 Op::Restart => {
+                    let before = l.occupancies().clone();
                     l = restart(&l);
+                    prop_assert_eq!(&before, l.occupancies());
                     last = None;
                 }
             }
@@ -905,6 +1161,7 @@ fn one_exclusive_accelerator_goes_to_the_numa_node_with_the_fewest_free() {
         must_include: &[],
         size: 1,
         slice_units: 0,
+        cores_percentage: None,
     };
     assert_eq!(prefer(&l, &request), vec![4]);
 }
@@ -936,6 +1193,7 @@ fn past_20000_candidate_sets_the_exclusive_preference_turns_greedy() {
         must_include: &[],
         size,
         slice_units: 0,
+        cores_percentage: None,
     };
     // 3 of 28 is 3,276 sets, all scored: the NVLinked ones win.
     assert_eq!(prefer(&l, &request(3)), vec![0, 1, 2]);
@@ -962,6 +1220,7 @@ fn exactly_20000_candidate_sets_are_still_scored() {
             must_include: &[0],
             size: 2,
             slice_units: 0,
+            cores_percentage: None,
         };
         assert_eq!(
             prefer(&l, &request),

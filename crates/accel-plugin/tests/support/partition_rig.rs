@@ -16,7 +16,7 @@ use accel_host::{Commands, FsHost, Host, RecordedCommands};
 use accel_plugin::pods::{MemoryPods, Pod};
 use accel_plugin::service::{Offer, Orphans};
 use accel_plugin::settings::Settings;
-use accel_plugin::testing::{self, Admission, Kubelet};
+use accel_plugin::testing::{self, Admission, CommandLog, Kubelet, Run};
 use accel_plugin::{Config, DevicePlugins, Partitions};
 
 /// One manufacturer's side of the rig.
@@ -39,6 +39,8 @@ pub struct Rig {
     pub plugins: Option<DevicePlugins>,
     pub config: Config,
     pub accelerators: Vec<Accelerator>,
+    /// Every program the plugins ran on the host, to wait until a pass has looked.
+    pub log: Arc<CommandLog>,
     resources: &'static [&'static str],
     marker_prefix: &'static str,
 }
@@ -53,7 +55,8 @@ impl Rig {
             .backend
             .replay
             .expect("a stateful recorded host's replay");
-        let commands: Arc<dyn Commands> = Arc::from(wrap(&host, recorded));
+        let log = CommandLog::over(Arc::from(wrap(&host, recorded)));
+        let commands: Arc<dyn Commands> = log.clone();
         let files: Arc<dyn Host> = Arc::new(FsHost::new(host.join("root")));
         let accelerators = (side.detect)(files.as_ref(), commands.as_ref());
         let seats: Vec<Seat> = accelerators
@@ -102,6 +105,7 @@ impl Rig {
             plugins: None,
             config,
             accelerators,
+            log,
             resources: side.resources,
             marker_prefix: side.marker_prefix,
         };
@@ -165,23 +169,27 @@ impl Rig {
     }
 
     pub async fn wait_state(&self, what: &str, check: impl Fn(&MigState) -> bool) {
-        let until = tokio::time::Instant::now() + Duration::from_secs(15);
-        while !check(&self.state()) {
-            assert!(
-                tokio::time::Instant::now() < until,
-                "{what}: {:?}",
-                self.state()
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        testing::wait_read(what, || self.state(), check).await;
     }
 
     pub async fn wait_gone(&self, what: &str, path: &Path) {
-        let until = tokio::time::Instant::now() + Duration::from_secs(5);
-        while path.exists() {
-            assert!(tokio::time::Instant::now() < until, "{what}");
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        testing::wait_until(what, || !path.exists()).await;
+    }
+
+    /// How many runs so far `matching` holds for.
+    pub fn runs(&self, matching: impl Fn(&Run) -> bool) -> usize {
+        self.log.count(matching)
+    }
+
+    /// Waits until `count` more runs than `since` match: a pass has looked.
+    pub async fn wait_runs(
+        &self,
+        what: &str,
+        since: usize,
+        count: usize,
+        matching: impl Fn(&Run) -> bool,
+    ) {
+        self.log.wait_runs(what, matching, since + count).await;
     }
 
     /// The kubelet's retry of `uid`'s `main` container's Allocate for `resource`.

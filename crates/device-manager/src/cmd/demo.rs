@@ -1,7 +1,8 @@
-//! `device-manager demo [--host-root DIR] [--mig-host-root DIR] [--pods FILE] [-o table|json]`:
-//! the whole system working in one process on recorded hosts (`crate::demo`). Exit 0 when the
-//! run completed (denied or refused Pods are outcomes, not failures), 2 when it could not run
-//! (a bad `--pods` file, a folder that is not a recorded host, a daemon that did not start).
+//! `device-manager demo [--cluster nvidia|mixed] [--host-root DIR] [--mig-host-root DIR]
+//! [--pods FILE] [-o table|json]`: the whole system working in one process on recorded hosts
+//! (`crate::demo`). Exit 0 when the run completed (denied or refused Pods are outcomes, not
+//! failures), 2 when it could not run (a bad `--pods` file, a folder that is not a recorded
+//! host or shows no accelerator, a daemon that did not start).
 //!
 //! The demo is behind the package's `demo` feature (on by default; the release binary the nodes
 //! run is built without it, so it carries neither the demo nor the kubelet emulator). A build
@@ -13,16 +14,33 @@ use std::process::ExitCode;
 use crate::cmd::Format;
 use crate::settings::Settings;
 
+/// Which cluster the demo runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum Cluster {
+    /// Two NVIDIA nodes (one in MIG mode) and the scripted scenario through every family.
+    #[default]
+    Nvidia,
+    /// One node per manufacturer family — NVIDIA, AMD, Ascend, Cambricon — and one Pod on each.
+    Mixed,
+}
+
 #[derive(Debug, clap::Args)]
 pub struct Args {
+    /// The cluster: `nvidia` (two NVIDIA nodes, the scripted scenario) or `mixed` (a node per
+    /// manufacturer family, one Pod each; with `--pods`, your Pods on those nodes).
+    #[arg(long, value_enum, default_value_t = Cluster::Nvidia)]
+    pub cluster: Cluster,
     /// The recorded host of the main node (default: testdata/hosts/hgx-h100-8gpu, an 8×H100
-    /// node); a folder made by `device-manager record` works too. It is copied to a temporary
-    /// directory first: the demo never writes into it.
-    #[arg(long, value_name = "DIR")]
+    /// node), of any manufacturer: its daemon serves the accelerators the host shows. A folder
+    /// made by `device-manager record` works too. It is copied to a temporary directory first:
+    /// the demo never writes into it. Without `--pods`, a host of another manufacturer than
+    /// NVIDIA gets one Pod of one of its accelerators instead of the NVIDIA script.
+    #[arg(long, value_name = "DIR", conflicts_with = "cluster")]
     pub host_root: Option<PathBuf>,
     /// The recorded host of the second node, whose GPUs are in MIG mode, for partitions
-    /// (default: testdata/hosts/hgx-h100-8gpu-mig; without it the partition step is skipped).
-    #[arg(long, value_name = "DIR")]
+    /// (default: testdata/hosts/hgx-h100-8gpu-mig, beside an NVIDIA main node only; without
+    /// it the partition step is skipped).
+    #[arg(long, value_name = "DIR", conflicts_with = "cluster")]
     pub mig_host_root: Option<PathBuf>,
     /// Submit these Pods instead of the script: one YAML document, a list of Pods.
     #[arg(long, value_name = "FILE")]
@@ -60,24 +78,27 @@ pub fn run(args: Args, settings: &Settings) -> anyhow::Result<ExitCode> {
         Some(path) => Some(demo::podfile::read(path)?),
         None => None,
     };
-    let host_root = match args.host_root {
-        Some(dir) => dir,
-        None => demo::default_host(demo::DEFAULT_HOST).ok_or_else(|| {
-            anyhow::anyhow!(
-                "the default recorded host testdata/hosts/{} is not here: run the demo from the repository, or pass --host-root DIR",
-                demo::DEFAULT_HOST
-            )
-        })?,
+    let mut options = match args.cluster {
+        Cluster::Mixed => Options::mixed()?,
+        Cluster::Nvidia => {
+            let host_root = match args.host_root {
+                Some(dir) => dir,
+                None => demo::default_host(demo::DEFAULT_HOST).ok_or_else(|| {
+                    anyhow::anyhow!(
+                        "the default recorded host testdata/hosts/{} is not here: run the demo from the repository, or pass --host-root DIR",
+                        demo::DEFAULT_HOST
+                    )
+                })?,
+            };
+            match args.mig_host_root {
+                Some(dir) => Options::nvidia(host_root, Some(dir), false),
+                None => {
+                    Options::nvidia(host_root, demo::default_host(demo::DEFAULT_MIG_HOST), true)
+                }
+            }
+        }
     };
-    let mig_host_root = match args.mig_host_root {
-        Some(dir) => Some(dir),
-        None => demo::default_host(demo::DEFAULT_MIG_HOST),
-    };
-    let options = Options {
-        host_root,
-        mig_host_root,
-        pods,
-    };
+    options.pods = pods;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -115,6 +136,7 @@ mod tests {
     #[test]
     fn without_the_feature_demo_is_refused_with_that_line() {
         let args = Args {
+            cluster: Cluster::Nvidia,
             host_root: None,
             mig_host_root: None,
             pods: None,

@@ -1,7 +1,13 @@
-//! `device-manager labels`: the label map the node's NodeFeature would carry, as JSON.
+//! `device-manager labels`: the label map the node's NodeFeature would carry, as JSON — the
+//! accelerators' labels and the `feature.gpustack.ai/rdma.*` labels of the node's network, built
+//! as the daemon builds them ([`crate::network::node_feature_labels`] over one round of the
+//! daemon's own network watch).
 
 use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::SystemTime;
 
+use crate::network::{Network, node_feature_labels};
 use crate::node::NodeArgs;
 use crate::settings::Settings;
 
@@ -21,7 +27,22 @@ pub fn run(args: Args, settings: &Settings) -> anyhow::Result<ExitCode> {
             failed = true;
         }
     }
-    let labels = accel_core::labels::labels_with(&inventory, settings.grammar().group_naming());
+    // The node's files, read as the daemon reads them: a host whose interfaces cannot be
+    // enumerated has no rdma.* labels (the daemon publishes none before its first good read).
+    let files = accel_host::HostRoot::classify(&args.node.host_root)?.files();
+    let network = Network::new(Arc::new(accel_host::FsHost::new(files)));
+    network.round(SystemTime::now());
+    let interfaces = network.current();
+    let places = match &interfaces {
+        Some(_) => network.accelerator_places(&inventory),
+        None => Vec::new(),
+    };
+    let labels = node_feature_labels(
+        &inventory,
+        settings.grammar().group_naming(),
+        interfaces.as_deref().map(Vec::as_slice),
+        &places,
+    );
     println!("{}", serde_json::to_string_pretty(&labels)?);
     Ok(if failed {
         ExitCode::from(1)

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use accel_backend::Backend;
 use accel_backend::Deadlines;
-use accel_backend::respond::{EngineSource, ResponderSetup};
+use accel_backend::respond::{EngineSource, InjectionStrategy, ResponderSetup};
 use accel_backend::slicing::{self, SliceOffer};
 use accel_core::Manufacturer;
 use accel_core::inventory::ManufacturerInventory;
@@ -283,8 +283,10 @@ impl Prepared {
             );
         }
         // The container engine's configuration and the vendor's CDI specs decide what `auto`
-        // injects; read now, and again whenever the files they came from change.
-        let engine: Arc<dyn EngineSource> = match backend.engine {
+        // injects; read now, and again whenever the files they came from change. Only `auto`
+        // reads them: under another strategy nothing is read, and nothing about them is logged.
+        let reads_engine = settings.injection(args.manufacturer) == Some(InjectionStrategy::Auto);
+        let engine: Arc<dyn EngineSource> = match backend.engine.filter(|_| reads_engine) {
             Some(engine) => engine(
                 Arc::new(accel_host::FsHost::new(node.host.root())),
                 &settings.containerd_config_dir,

@@ -5,19 +5,17 @@
 //! manufacturer's recorded multi-card host, its own responder (the backend's factory, as
 //! `serve` builds it), the kubelet emulator over real unix sockets.
 
-use std::path::Path;
 use std::sync::{Arc, Mutex};
 
-use accel_backend::respond::{EngineFacts, InjectionStrategy, ResponderSetup};
 use accel_core::Manufacturer;
-use accel_core::manufacturer::ManufacturerTable;
 use accel_host::{CommandError, CommandOutput, Commands, RecordedCommands};
-use accel_plugin::Config;
 use accel_plugin::pods::Pod;
 use accel_plugin::testing;
 use accel_testkit::failing_tool::{FAILED_STDERR, ToolFailure, UNREADABLE_OUTPUT};
 
-use super::test_support::{Rig, SETTLE, copy_host, data_dir, plugin_config};
+use super::test_support::{
+    Rig, SETTLE, backend_plugin_config, copy_host, data_dir, refresh, whole_resource,
+};
 use super::*;
 
 const BOOT: &str = "5d1c7f0e-42aa-4c1e-9d0b-7e3f2a6b8c94";
@@ -100,31 +98,6 @@ impl Commands for Breakable {
     }
 }
 
-/// The plugins' configuration as `serve` builds it for the section first detected, with the
-/// manufacturer's own responder from its backend's factory.
-fn backend_plugin_config(
-    kubelet_dir: &Path,
-    data: &Path,
-    section: &ManufacturerInventory,
-) -> Config {
-    let backend = crate::backends::backend(section.name).unwrap();
-    let responder = (backend.responder)(ResponderSetup {
-        scratch: None,
-        strategy: backend.injection.unwrap_or(InjectionStrategy::Envvar),
-        runtime_major: None,
-        pod_dir_root: data.join("pods"),
-        preload_dir: data.join("preload"),
-        library_dir: data.join("lib"),
-        engine: Arc::new(EngineFacts::default()),
-        accelerators: section.accelerators.clone(),
-        host: None,
-        commands: None,
-        runtime_class: None,
-        writes: None,
-    });
-    plugin_config(kubelet_dir, data, section, responder)
-}
-
 fn pod_with(uid: &str, resource: &str) -> Pod {
     Pod {
         name: format!("trainer-{uid}"),
@@ -161,14 +134,6 @@ fn first_difference(now: &Inventory, good: &Inventory) -> String {
         )
 }
 
-async fn refresh(daemon: &Arc<Daemon>) -> Refreshed {
-    let daemon = daemon.clone();
-    tokio::task::spawn_blocking(move || daemon.refresh())
-        .await
-        .unwrap()
-        .unwrap()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failing_tool_never_replaces_what_is_known_for_any_manufacturer() {
     for (manufacturer, host_name, program) in NINE {
@@ -183,13 +148,7 @@ async fn a_failing_tool_never_replaces_what_is_known_for_any_manufacturer() {
         node.commands = Box::new(commands.clone());
         let options = super::test_support::options(manufacturer, &data);
         let daemon = Arc::new(Daemon::prepare(node, options).unwrap());
-        let whole: &'static str = Box::leak(
-            ManufacturerTable::default()
-                .get(manufacturer)
-                .resource_base
-                .clone()
-                .into_boxed_str(),
-        );
+        let whole = whole_resource(manufacturer);
         let rig = Rig::start(daemon.clone(), &data, backend_plugin_config, &[whole]).await;
         let good = daemon.inventory();
         let served = rig.kubelet.devices(whole).len();

@@ -64,12 +64,16 @@ use metrics::{AcceleratorHealth, DaemonMetrics, PassOutcome};
 mod amd_tests;
 #[cfg(test)]
 mod failing_tool_tests;
+#[cfg(test)]
+mod health_reading_tests;
 pub mod loops;
 pub mod metrics;
 #[cfg(test)]
 pub(crate) mod test_support;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tool_health_tests;
 
 /// How often the PCI device set is looked at for a card that came or went.
 pub const PCI_POLL_INTERVAL: Duration = Duration::from_secs(30);

@@ -247,3 +247,80 @@ impl Rig {
         }
     }
 }
+
+/// The plugins' configuration as `serve` builds it for the section first detected, with the
+/// manufacturer's own responder from its backend's factory (no host checks, no slices).
+pub(super) fn backend_plugin_config(
+    kubelet_dir: &Path,
+    data: &Path,
+    section: &ManufacturerInventory,
+) -> Config {
+    let backend = crate::backends::backend(section.name).unwrap();
+    let responder = (backend.responder)(accel_backend::respond::ResponderSetup {
+        scratch: None,
+        strategy: backend
+            .injection
+            .unwrap_or(accel_backend::respond::InjectionStrategy::Envvar),
+        runtime_major: None,
+        pod_dir_root: data.join("pods"),
+        preload_dir: data.join("preload"),
+        library_dir: data.join("lib"),
+        engine: Arc::new(accel_backend::respond::EngineFacts::default()),
+        accelerators: section.accelerators.clone(),
+        host: None,
+        commands: None,
+        runtime_class: None,
+        writes: None,
+    });
+    plugin_config(kubelet_dir, data, section, responder)
+}
+
+/// The manufacturer's whole-accelerator resource (its base), as the kubelet emulator names it.
+pub(super) fn whole_resource(manufacturer: Manufacturer) -> &'static str {
+    Box::leak(
+        accel_core::manufacturer::ManufacturerTable::default()
+            .get(manufacturer)
+            .resource_base
+            .clone()
+            .into_boxed_str(),
+    )
+}
+
+/// A recorded host's programs, loaded again at every run, as a live tool answers what the
+/// driver holds now: a test edits the recording to change the next answer.
+pub(super) struct Rereading(pub PathBuf);
+
+impl accel_host::Commands for Rereading {
+    fn run(
+        &self,
+        argv: &[&str],
+        deadline: Duration,
+    ) -> Result<accel_host::CommandOutput, accel_host::CommandError> {
+        accel_host::RecordedCommands::load(&self.0)
+            .unwrap()
+            .run(argv, deadline)
+    }
+
+    fn is_installed(&self, program: &str) -> bool {
+        accel_host::RecordedCommands::load(&self.0)
+            .unwrap()
+            .is_installed(program)
+    }
+}
+
+/// Runs one detection as `refresh` does.
+pub(super) async fn refresh(daemon: &Arc<Daemon>) -> Refreshed {
+    let daemon = daemon.clone();
+    tokio::task::spawn_blocking(move || daemon.refresh())
+        .await
+        .unwrap()
+        .unwrap()
+}
+
+/// The `Devices` Healthy condition the daemon's inventory gives.
+pub(super) fn healthy_condition(daemon: &Daemon) -> accel_core::devices::Condition {
+    accel_core::devices::Condition::health(&accel_core::devices::DevicesSpec::from_inventory(
+        &daemon.inventory(),
+        |_| None,
+    ))
+}

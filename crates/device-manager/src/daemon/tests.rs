@@ -767,6 +767,7 @@ async fn allocate_answers_through_an_api_outage_and_everything_lands_once_it_is_
     config.backoff_initial = Duration::from_millis(20);
     config.backoff_max = Duration::from_millis(100);
     let (publisher, mut handle) = Publisher::new(api.clone(), config, feed.out.subscribe());
+    let desired = feed.out.subscribe();
     let publisher = tokio::spawn(publisher.run());
     let feeder = tokio::spawn(feed.run());
 
@@ -780,7 +781,28 @@ async fn allocate_answers_through_an_api_outage_and_everything_lands_once_it_is_
         });
         held.insert(uid, admit_one(&rig, uid).await);
     }
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // The feed follows the ledger a moment after each answer: once it has handed the publisher
+    // the three Pods' annotations, the publisher tries (and tries again after its backoff), and
+    // is refused.
+    testing::wait_until(
+        "the three Pods' annotations handed to the publisher",
+        || {
+            desired.borrow().as_ref().is_some_and(|want| {
+                held.keys().all(|uid| {
+                    want.annotations
+                        .iter()
+                        .any(|(pod, value)| pod.uid == *uid && value.is_some())
+                })
+            })
+        },
+    )
+    .await;
+    api.clear_calls();
+    testing::wait_until(
+        "the publisher tried the API server while it was down",
+        || api.calls().len() >= 2,
+    )
+    .await;
     assert!(
         !handle.is_caught_up(),
         "nothing can land while the API is down"

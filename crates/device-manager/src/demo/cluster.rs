@@ -36,8 +36,17 @@ use crate::settings::Settings;
 /// The namespace the nodes' NodeFeatures are written in.
 pub const SYSTEM_NAMESPACE: &str = "gpustack-system";
 /// The Kueue LocalQueue (in every namespace), ClusterQueue and ResourceFlavor the demo's
-/// cluster holds; the scripted Pods carry `kueue.x-k8s.io/queue-name: demo`.
+/// cluster holds for its main node's accelerator group; the scripted Pods carry
+/// `kueue.x-k8s.io/queue-name: demo`. Each node also has its own, [`node_queue`].
 pub const QUEUE: &str = "demo";
+
+/// The queue (LocalQueue, ClusterQueue and ResourceFlavor of one name) whose pool is `node`'s
+/// accelerator group: `demo-<node>`. A mixed cluster's Pods use their node's, so the webhook
+/// folds each against its own manufacturer's pool.
+pub fn node_queue(node: &str) -> String {
+    format!("{QUEUE}-{node}")
+}
+
 /// How long a step waits for something the daemon does on its own (a token's health, a
 /// reclaim, a publish) before it says it did not happen.
 pub const SETTLE: Duration = Duration::from_secs(10);
@@ -71,9 +80,60 @@ pub fn copy_host(from: &Path, to: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The manufacturer whose daemon a demo node runs on `recorded`: the one whose PCI vendor id
+/// (as configured) is alone on the recording's bus, found without asking any tool; else the
+/// first (in the table's order, NVIDIA first) whose accelerators a detection pass shows,
+/// detected as `serve` detects (gated by the vendor ids); an error naming the host when it
+/// shows none.
+pub fn manufacturer_of(
+    flag: &str,
+    recorded: &Path,
+    settings: &Settings,
+) -> anyhow::Result<Manufacturer> {
+    let mut node = crate::node::Node::open_with(recorded, settings.tool_places())
+        .with_context(|| format!("{flag} {}", recorded.display()))?;
+    node.table = settings.manufacturers.clone();
+    node.pci_gate = true;
+    let classes = accel_host::pci::PciClassPrefixes::default();
+    let on_bus = accel_host::pci::scan_pci(node.host.as_ref(), &classes)
+        .is_ok_and(|scan| !scan.functions.is_empty());
+    if on_bus {
+        let present: Vec<Manufacturer> = Manufacturer::ALL
+            .into_iter()
+            .filter(|m| {
+                let ids = &node.table.get(*m).pci_vendor_ids;
+                accel_backend::detect::pci_gate_closed(node.host.as_ref(), &classes, ids).is_none()
+            })
+            .collect();
+        if let [only] = present.as_slice() {
+            return Ok(*only);
+        }
+    }
+    let deadlines = accel_backend::Deadlines {
+        per_query: Duration::from_secs(30),
+        snapshot: Duration::from_secs(60),
+    };
+    let (inventory, _) = node
+        .collect(None, &classes, deadlines)
+        .with_context(|| format!("{flag} {}", recorded.display()))?;
+    inventory
+        .manufacturers
+        .iter()
+        .find(|s| !s.accelerators.is_empty())
+        .map(|s| s.name)
+        .ok_or_else(|| {
+            anyhow::anyhow!(
+                "{flag} {}: no accelerator of any manufacturer detected on this recorded host",
+                recorded.display()
+            )
+        })
+}
+
 /// One node: the daemon as `serve` runs it, on its own emulated kubelet.
 pub struct Node {
     pub name: String,
+    /// The manufacturer whose daemon runs here ([`manufacturer_of`] its recorded host).
+    pub manufacturer: Manufacturer,
     /// The temporary copy of the recorded host the daemon reads.
     pub host: PathBuf,
     /// The flag and recorded host it was copied from, for messages.
@@ -95,9 +155,10 @@ struct Running {
 }
 
 impl Node {
-    /// Copies `recorded` under `work`, opens it as `serve --host-root` would, stages a stand-in
-    /// preload library where the slicing gate looks for it (so the sliced family is offered,
-    /// as on a node whose init container staged HAMi-core), and starts the daemon.
+    /// Copies `recorded` under `work`, opens it as `serve --host-root` would for the
+    /// manufacturer whose accelerators it shows, stages a stand-in preload library where the
+    /// slicing gate looks for it (so the sliced family is offered, as on a node whose init
+    /// container staged the slicing library), and starts the daemon.
     pub async fn start(
         name: &str,
         flag: &str,
@@ -116,6 +177,7 @@ impl Node {
                 accel_host::recording::MARK_FILE
             ),
         }
+        let manufacturer = manufacturer_of(flag, recorded, settings)?;
         let host = work.join(name).join("host");
         copy_host(recorded, &host)?;
         ensure_boot_id(&host)?;
@@ -146,7 +208,7 @@ impl Node {
             kmsg_path: None,
             pci_class_prefixes: None,
             inventory_interval: crate::daemon::INVENTORY_INTERVAL.as_secs(),
-            manufacturer: Manufacturer::Nvidia,
+            manufacturer,
             no_fast_failed: false,
             no_shared: false,
             no_sliced: false,
@@ -161,6 +223,7 @@ impl Node {
         };
         let mut node = Node {
             name: name.to_string(),
+            manufacturer,
             host,
             source: format!("{flag} {}", recorded.display()),
             kubelet,
@@ -185,11 +248,12 @@ impl Node {
             .published()
             .borrow()
             .as_ref()
-            .and_then(|p| p.inventory.manufacturer(Manufacturer::Nvidia).cloned());
+            .and_then(|p| p.inventory.manufacturer(self.manufacturer).cloned());
         let Some(section) = section else {
             anyhow::bail!(
-                "{}: no NVIDIA accelerator detected on this recorded host",
-                self.source
+                "{}: no {} accelerator detected on this recorded host",
+                self.source,
+                super::brand(self.manufacturer)
             );
         };
         if stage {
@@ -376,7 +440,7 @@ impl Node {
                     .published()
                     .borrow()
                     .as_ref()
-                    .and_then(|p| p.inventory.manufacturer(Manufacturer::Nvidia).cloned())
+                    .and_then(|p| p.inventory.manufacturer(self.manufacturer).cloned())
             })
             .map(|s| s.accelerators)
             .unwrap_or_default()
@@ -397,10 +461,11 @@ fn ensure_boot_id(host: &Path) -> anyhow::Result<()> {
         .with_context(|| format!("writing {}", path.display()))
 }
 
-/// The cluster objects the worker's pool lookup reads, answered from the in-memory API: one
-/// LocalQueue `demo` in every namespace, its ClusterQueue and ResourceFlavor naming the
-/// accelerator group of the first node (from its published NodeFeature labels, as NFD would
-/// put them on the Node), and the nodes' published `Devices` objects.
+/// The cluster objects the worker's pool lookup reads, answered from the in-memory API: in
+/// every namespace the LocalQueue `demo`, its ClusterQueue and ResourceFlavor naming the
+/// accelerator group of the first node, and one `demo-<node>` of each for every node naming
+/// that node's group (from the published NodeFeature labels, as NFD would put them on the
+/// Node); and the nodes' published `Devices` objects.
 pub struct DemoPools {
     pub api: Arc<MemoryApi>,
     pub nodes: Vec<String>,
@@ -413,24 +478,30 @@ impl DemoPools {
             .map(|f| f.spec.labels)
             .unwrap_or_default()
     }
+
+    /// The node whose group the queue (and its ClusterQueue and flavor) named `name` pools.
+    fn node_of(&self, name: &str) -> Option<&String> {
+        if name == QUEUE {
+            return self.nodes.first();
+        }
+        self.nodes.iter().find(|n| node_queue(n) == name)
+    }
 }
 
 impl Objects for DemoPools {
     fn local_queue(&self, _namespace: &str, name: &str) -> Option<Value> {
-        (name == QUEUE).then(|| json!({"clusterQueue": QUEUE}))
+        self.node_of(name).map(|_| json!({"clusterQueue": name}))
     }
 
     fn cluster_queue(&self, name: &str) -> Option<Value> {
-        (name == QUEUE).then(|| json!({"resourceGroups": [{"flavors": [{"name": QUEUE}]}]}))
+        self.node_of(name)
+            .map(|_| json!({"resourceGroups": [{"flavors": [{"name": name}]}]}))
     }
 
     fn resource_flavor(&self, name: &str) -> Option<Value> {
-        if name != QUEUE {
-            return None;
-        }
-        let first = self.nodes.first()?;
+        let node = self.node_of(name)?;
         let labels: serde_json::Map<String, Value> = self
-            .node_labels(first)
+            .node_labels(node)
             .into_iter()
             .filter(|(k, v)| resolve::group_of_label(k, v).is_some())
             .map(|(k, v)| (k, Value::String(v)))

@@ -2,10 +2,12 @@
 //! a cluster. Per node the real daemon (`cmd::serve::Prepared`: detection, the device plugins,
 //! the ledger and its journal, the XID scanner, the publisher) runs on a temporary copy of a
 //! recorded host against the kubelet emulator (`accel_plugin::testing::Kubelet`, real unix
-//! sockets, the real v1beta1 protocol); they publish to one in-memory API server; the worker's
-//! admission webhook answers every Pod first (`cluster::Webhook`). Then either the scripted
-//! scenario (`script`) or the user's Pods (`--pods`, `podfile`) are submitted, each step's
-//! outcome collected into a [`report::Report`].
+//! sockets, the real v1beta1 protocol), for the manufacturer whose accelerators the host shows
+//! (`cluster::manufacturer_of`); they publish to one in-memory API server; the worker's
+//! admission webhook answers every Pod first (`cluster::Webhook`). Then the scripted NVIDIA
+//! scenario (`script::run`), one Pod on each node (`script::one_pod_each`: the mixed cluster of
+//! [`MIXED_HOSTS`], or a main node of another manufacturer), or the user's Pods (`--pods`,
+//! `podfile`) are submitted, each step's outcome collected into a [`report::Report`].
 
 pub mod cluster;
 pub mod podfile;
@@ -34,13 +36,115 @@ pub const DEFAULT_MIG_HOST: &str = "hgx-h100-8gpu-mig";
 /// The names of the demo's nodes.
 pub const MAIN_NODE: &str = "node-a";
 pub const MIG_NODE: &str = "node-b";
+/// `--cluster mixed`: one node per manufacturer family that matters, each on a recorded host
+/// under `testdata/hosts/` — NVIDIA (runtime hook and CDI), AMD (device nodes from the kernel's
+/// view), Ascend (its own runtime and physical ids), Cambricon (device nodes and its visible-
+/// devices variable).
+pub const MIXED_HOSTS: [(&str, &str); 4] = [
+    ("node-nvidia", "hgx-h100-8gpu"),
+    ("node-amd", "amd-8x-mi300x"),
+    ("node-ascend", "ascend-8x-910b2"),
+    ("node-cambricon", "cambricon-8x-mlu370-cnmon-v5"),
+];
+
+/// A manufacturer as its products name it, for a step's title.
+pub fn brand(manufacturer: accel_core::Manufacturer) -> &'static str {
+    use accel_core::Manufacturer as M;
+    match manufacturer {
+        M::Nvidia => "NVIDIA",
+        M::Amd => "AMD",
+        M::Ascend => "Huawei Ascend",
+        M::Cambricon => "Cambricon",
+        M::Hygon => "Hygon",
+        M::Iluvatar => "Iluvatar CoreX",
+        M::Metax => "MetaX",
+        M::Mthreads => "Moore Threads",
+        M::Thead => "T-Head",
+    }
+}
+
+/// One node to start.
+#[derive(Debug, Clone)]
+pub struct NodeSpec {
+    pub name: String,
+    /// The flag that named its recorded host (`--host-root`), for messages.
+    pub flag: String,
+    pub host: PathBuf,
+    /// Started only when the first node runs this manufacturer (the default MIG node serves
+    /// the NVIDIA script's partition step, and nothing beside another manufacturer's node).
+    pub only_beside: Option<accel_core::Manufacturer>,
+}
+
+impl NodeSpec {
+    pub fn new(name: &str, flag: &str, host: PathBuf) -> NodeSpec {
+        NodeSpec {
+            name: name.to_string(),
+            flag: flag.to_string(),
+            host,
+            only_beside: None,
+        }
+    }
+}
+
+/// What is submitted when no `--pods` are given.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scenario {
+    /// The scripted NVIDIA scenario (`script::run`) when the first node is NVIDIA's, else one
+    /// Pod on each node.
+    Script,
+    /// One Pod on each node, asking for one of its accelerators (`script::one_pod_each`).
+    OnePodEach,
+}
 
 /// What to run.
 #[derive(Debug, Clone)]
 pub struct Options {
-    pub host_root: PathBuf,
-    pub mig_host_root: Option<PathBuf>,
+    /// The nodes, the first being the main one (the webhook's pool is its accelerator group).
+    pub nodes: Vec<NodeSpec>,
     pub pods: Option<Vec<Value>>,
+    pub scenario: Scenario,
+}
+
+impl Options {
+    /// The default cluster: the main node on `host_root` and, when given, the MIG node on
+    /// `mig_host_root` (`default_mig`: the default one, started only beside an NVIDIA main
+    /// node).
+    pub fn nvidia(host_root: PathBuf, mig_host_root: Option<PathBuf>, default_mig: bool) -> Self {
+        let mut nodes = vec![NodeSpec::new(MAIN_NODE, "--host-root", host_root)];
+        if let Some(mig) = mig_host_root {
+            let mut spec = NodeSpec::new(MIG_NODE, "--mig-host-root", mig);
+            if default_mig {
+                spec.only_beside = Some(accel_core::Manufacturer::Nvidia);
+            }
+            nodes.push(spec);
+        }
+        Options {
+            nodes,
+            pods: None,
+            scenario: Scenario::Script,
+        }
+    }
+
+    /// `--cluster mixed`: a node per entry of [`MIXED_HOSTS`] found by [`default_host`].
+    pub fn mixed() -> anyhow::Result<Self> {
+        let nodes = MIXED_HOSTS
+            .iter()
+            .map(|(name, host)| {
+                default_host(host)
+                    .map(|dir| NodeSpec::new(name, "--cluster mixed", dir))
+                    .ok_or_else(|| {
+                        anyhow::anyhow!(
+                            "--cluster mixed: the recorded host testdata/hosts/{host} is not here: run the demo from the repository"
+                        )
+                    })
+            })
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        Ok(Options {
+            nodes,
+            pods: None,
+            scenario: Scenario::OnePodEach,
+        })
+    }
 }
 
 /// A recorded host of the repository's `testdata/hosts/`: from the working directory (where
@@ -75,23 +179,17 @@ impl Demo {
             .tempdir()
             .context("creating the demo's temporary directory")?;
         let api = Arc::new(MemoryApi::new());
-        let mut nodes = vec![
-            Node::start(
-                MAIN_NODE,
-                "--host-root",
-                &options.host_root,
-                work.path(),
-                settings,
-                api.clone(),
-            )
-            .await?,
-        ];
-        if let Some(mig) = &options.mig_host_root {
+        let mut nodes: Vec<Node> = Vec::new();
+        for spec in &options.nodes {
+            let beside = nodes.first().map(|n| n.manufacturer);
+            if spec.only_beside.is_some() && beside != spec.only_beside {
+                continue;
+            }
             nodes.push(
                 Node::start(
-                    MIG_NODE,
-                    "--mig-host-root",
-                    mig,
+                    &spec.name,
+                    &spec.flag,
+                    &spec.host,
                     work.path(),
                     settings,
                     api.clone(),
@@ -117,15 +215,27 @@ impl Demo {
     }
 
     /// The recorded host each node runs on.
-    pub fn hosts(options: &Options) -> BTreeMap<String, String> {
-        let mut hosts = BTreeMap::from([(
-            MAIN_NODE.to_string(),
-            options.host_root.display().to_string(),
-        )]);
-        if let Some(mig) = &options.mig_host_root {
-            hosts.insert(MIG_NODE.to_string(), mig.display().to_string());
-        }
-        hosts
+    pub fn hosts(&self, options: &Options) -> BTreeMap<String, String> {
+        self.nodes
+            .iter()
+            .filter_map(|n| {
+                let spec = options.nodes.iter().find(|s| s.name == n.name)?;
+                Some((n.name.clone(), spec.host.display().to_string()))
+            })
+            .collect()
+    }
+
+    /// The manufacturer each node's daemon serves.
+    pub fn manufacturers(&self) -> BTreeMap<String, String> {
+        self.nodes
+            .iter()
+            .map(|n| (n.name.clone(), n.manufacturer.to_string()))
+            .collect()
+    }
+
+    /// The main node: the first started.
+    pub fn main_node(&self) -> &str {
+        self.nodes.first().map_or(MAIN_NODE, |n| n.name.as_str())
     }
 
     pub fn node(&self, name: &str) -> Option<&Node> {
@@ -306,26 +416,35 @@ fn requested(pod: &Value) -> Vec<String> {
     keys
 }
 
-/// Runs the demo: the script, or the given Pods one step each; then the `Devices` objects.
+/// Runs the demo: the script (or one Pod on each node), or the given Pods one step each; then
+/// the `Devices` objects.
 pub async fn run(options: &Options, settings: &Settings) -> anyhow::Result<Report> {
     let mut demo = Demo::start(options, settings).await?;
-    let steps = match &options.pods {
-        Some(pods) => {
+    let nvidia_main = demo
+        .nodes
+        .first()
+        .is_some_and(|n| n.manufacturer == accel_core::Manufacturer::Nvidia);
+    let steps = match (&options.pods, options.scenario) {
+        (Some(pods), _) => {
             let mut steps = Vec::new();
             for (i, pod) in pods.iter().enumerate() {
                 steps.push(user_step(&mut demo, i + 1, pod.clone()).await?);
             }
             Ok(steps)
         }
-        None => script::run(&mut demo).await,
+        (None, Scenario::Script) if nvidia_main => script::run(&mut demo).await,
+        (None, _) => script::one_pod_each(&mut demo, &settings.grammar()).await,
     };
     let devices = match &steps {
         Ok(_) => demo.devices().await,
         Err(_) => Ok(BTreeMap::new()),
     };
+    let hosts = demo.hosts(options);
+    let manufacturers = demo.manufacturers();
     demo.stop().await;
     Ok(Report {
-        hosts: Demo::hosts(options),
+        hosts,
+        manufacturers,
         steps: steps?,
         devices: devices?,
     })
@@ -337,7 +456,7 @@ async fn user_step(demo: &mut Demo, number: usize, pod: Value) -> anyhow::Result
     let node = outcome
         .node
         .clone()
-        .unwrap_or_else(|| MAIN_NODE.to_string());
+        .unwrap_or_else(|| demo.main_node().to_string());
     Ok(Step {
         number,
         name: "pod".into(),

@@ -39,7 +39,14 @@ pub fn render(report: &Report, style: Style) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "{}", style.head("device-manager demo"));
     for (node, host) in &report.hosts {
-        let _ = writeln!(out, "  {node}: recorded host {host}");
+        match report.manufacturers.get(node) {
+            Some(m) => {
+                let _ = writeln!(out, "  {node}: {m}, recorded host {host}");
+            }
+            None => {
+                let _ = writeln!(out, "  {node}: recorded host {host}");
+            }
+        }
     }
     for step in &report.steps {
         out.push('\n');
@@ -242,6 +249,7 @@ mod tests {
     fn report() -> Report {
         Report {
             hosts: [("node-a".to_string(), "h".to_string())].into(),
+            manufacturers: [("node-a".to_string(), "nvidia".to_string())].into(),
             steps: vec![Step {
                 number: 1,
                 name: "rejected".into(),

@@ -16,6 +16,8 @@ use serde_json::Value;
 pub struct Report {
     /// Node name → the recorded host it runs on.
     pub hosts: BTreeMap<String, String>,
+    /// Node name → the manufacturer its daemon serves.
+    pub manufacturers: BTreeMap<String, String>,
     pub steps: Vec<Step>,
     /// Node name → its `Devices` object as the in-memory API server holds it.
     pub devices: BTreeMap<String, Value>,

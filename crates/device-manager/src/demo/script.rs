@@ -1,9 +1,12 @@
 //! The scripted scenario, from the seeds' own examples (seed 003's worked example per family
 //! and its rejected requests, seed 000's packing of slices and the partitioned family, seed
 //! 002's XIDs): each step submits Pods through the webhook to a node's kubelet, or makes the
-//! node do something (an XID, a restart), and reads back what happened.
+//! node do something (an XID, a restart), and reads back what happened. The script is
+//! NVIDIA's; [`one_pod_each`] is the breadth of a cluster of several manufacturers: one Pod on
+//! each node, asking for one of its accelerators, so each manufacturer's injection shows.
 
 use accel_core::pool::QUEUE_LABEL;
+use accel_core::resources::KeyGrammar;
 use serde_json::{Map, Value, json};
 
 use super::report::{GpuRef, Reclaim, Restart, Step, XidOutcome, ledger_state};
@@ -16,8 +19,23 @@ const SLICED: &str = "nvidia.com/gpu.sliced";
 const PARTITIONED: &str = "nvidia.com/gpu.partitioned";
 const VISIBILITY: &str = "device.gpustack.ai/nvidia.visibility";
 
-/// A Pod on the demo's queue with one container per `(name, limits)`.
+/// A Pod on the demo's queue with one container per `(name, limits)`, in NVIDIA's CUDA image.
 pub fn pod(name: &str, containers: &[(&str, &[(&str, &str)])]) -> Value {
+    pod_in(
+        "nvcr.io/nvidia/cuda:13.0.0-base-ubuntu24.04",
+        super::cluster::QUEUE,
+        name,
+        containers,
+    )
+}
+
+/// A Pod on `queue` with one container per `(name, limits)`, each running `image`.
+pub fn pod_in(
+    image: &str,
+    queue: &str,
+    name: &str,
+    containers: &[(&str, &[(&str, &str)])],
+) -> Value {
     let containers: Vec<Value> = containers
         .iter()
         .map(|(container, limits)| {
@@ -27,7 +45,7 @@ pub fn pod(name: &str, containers: &[(&str, &[(&str, &str)])]) -> Value {
                 .collect();
             json!({
                 "name": container,
-                "image": "nvcr.io/nvidia/cuda:13.0.0-base-ubuntu24.04",
+                "image": image,
                 "resources": {"limits": limits},
             })
         })
@@ -38,7 +56,7 @@ pub fn pod(name: &str, containers: &[(&str, &[(&str, &str)])]) -> Value {
         "metadata": {
             "name": name,
             "namespace": super::podfile::DEFAULT_NAMESPACE,
-            "labels": {QUEUE_LABEL: super::cluster::QUEUE},
+            "labels": {QUEUE_LABEL: queue},
         },
         "spec": {"containers": containers},
     })
@@ -186,6 +204,92 @@ pub async fn run(demo: &mut Demo) -> anyhow::Result<Vec<Step>> {
     steps.push(restart(demo, next()).await?);
     Ok(steps)
 }
+
+/// One step per node, in the nodes' order: a Pod (`<manufacturer>-pod`, on the node's own
+/// queue `demo-<node>`) asking for one whole accelerator of the node's manufacturer (its base
+/// resource under `grammar`) or, on a node whose accelerators are all partitioned, one
+/// partition of the first profile offered, through the webhook to the node's kubelet; the step
+/// shows the grant — what that manufacturer injects — and the node's ledger. A node that
+/// serves neither is a step with a note.
+pub async fn one_pod_each(demo: &mut Demo, grammar: &KeyGrammar) -> anyhow::Result<Vec<Step>> {
+    let nodes: Vec<(String, accel_core::Manufacturer)> = demo
+        .nodes
+        .iter()
+        .map(|n| (n.name.clone(), n.manufacturer))
+        .collect();
+    let mut steps = Vec::new();
+    for (number, (node, manufacturer)) in nodes.into_iter().enumerate() {
+        let mut step = Step {
+            number: number + 1,
+            name: manufacturer.to_string(),
+            ..Step::default()
+        };
+        let mut at = node.clone();
+        match demo.node(&node).and_then(|n| request_of(n, grammar)) {
+            Some((what, limits)) => {
+                step.title = format!("{node} ({}): a Pod of {what}", super::brand(manufacturer));
+                let limits: Vec<(&str, &str)> = limits
+                    .iter()
+                    .map(|(k, v)| (k.as_str(), v.as_str()))
+                    .collect();
+                let name = format!("{manufacturer}-pod");
+                // On its node's own queue: the webhook folds it against that node's pool.
+                let queue = super::cluster::node_queue(&node);
+                let outcome = demo
+                    .submit(pod_in("ubuntu:24.04", &queue, &name, &[("main", &limits)]))
+                    .await?;
+                at = outcome.node.clone().unwrap_or(at);
+                step.pods.push(outcome);
+            }
+            None => {
+                step.title = format!("{node} ({})", super::brand(manufacturer));
+                step.notes.push(format!(
+                    "skipped: {node} serves no healthy {} token, whole or partitioned",
+                    grammar.base(manufacturer)
+                ));
+            }
+        }
+        step.ledger = demo.ledger_view(&at);
+        steps.push(step);
+    }
+    Ok(steps)
+}
+
+/// What a node's Pod asks for, in words and as limits: one whole accelerator when the node has
+/// a healthy whole-accelerator token, else one partition of the first profile its first
+/// partitioned accelerator offers when it has a healthy partition token; `None` when neither.
+fn request_of(node: &super::cluster::Node, grammar: &KeyGrammar) -> Option<(String, Limits)> {
+    let m = node.manufacturer;
+    let base = grammar.base(m).to_string();
+    let healthy = |resource: &str| {
+        node.kubelet
+            .devices(resource)
+            .iter()
+            .any(|d| d.health == "Healthy")
+    };
+    if healthy(&base) {
+        let what = format!("one whole accelerator, {base}");
+        return Some((what, vec![(base, "1".to_string())]));
+    }
+    let partitioned = format!("{base}.partitioned");
+    let kind = grammar.partition_kind(m)?;
+    if !healthy(&partitioned) {
+        return None;
+    }
+    let profile = node
+        .accelerators()
+        .iter()
+        .find_map(|a| a.partition_profiles.first().map(|p| p.name.clone()))?;
+    let what = format!("one {profile} partition, {partitioned}");
+    let limits = vec![
+        (partitioned.clone(), "1".to_string()),
+        (format!("{partitioned}.{kind}-{profile}"), "1".to_string()),
+    ];
+    Some((what, limits))
+}
+
+/// A Pod's limits, key and quantity.
+type Limits = Vec<(String, String)>;
 
 /// A MIG `3g.40gb` partition on the MIG node, then its Pod deleted and the instance reclaimed.
 async fn partition(demo: &mut Demo, number: usize) -> anyhow::Result<Step> {
