@@ -695,3 +695,21 @@ async fn thead_serves_its_whole_cards_and_slices_only_with_the_shims_staged() {
         assert_eq!((partitions.len(), cards.len()), (4, 2), "{partitions:?}");
     }
 }
+
+/// The container engine's configuration is read for the `auto` strategy alone: under the
+/// default `envvar` nothing about it is read or logged (the rig showed a misleading "falls back
+/// to envvar" warning on every NVIDIA daemon), and under `auto` the fall-back is said.
+#[test]
+fn the_engine_is_read_and_spoken_of_only_under_auto() {
+    let envvar = serve_log_until("NOTHING IS PUBLISHED", &[]);
+    assert!(envvar.contains("NOTHING IS PUBLISHED"), "{envvar}");
+    assert!(!envvar.contains("injection (auto)"), "{envvar}");
+    let auto = serve_log_until(
+        "NOTHING IS PUBLISHED",
+        &[("GPUSTACK_NVIDIA_DEVICE_INJECTION_STRATEGY", "auto")],
+    );
+    assert!(
+        auto.contains("nvidia injection (auto): falls back to envvar"),
+        "{auto}"
+    );
+}
