@@ -97,7 +97,10 @@ def padded(words):
     return " ".join(w.rjust(8, "0") for w in words.split())
 
 
-def board(host, npu, chip, die, name=None, bus=None):
+def board(host, npu, chip, die, name=None, bus=None, v2=False):
+    """`npu-smi info -t board`, chip level. On V2 (the 950) the tool takes no `-c` (spec addendum
+    A1): the detector asks `-i <npu>`; the `-c 0` form stays recorded for the usage sampler,
+    which still asks it."""
     lines = [f"NPU ID                         : {npu}",
              f"Chip ID                        : {chip}",
              "Chip Type                      : Ascend"]
@@ -106,13 +109,60 @@ def board(host, npu, chip, die, name=None, bus=None):
     lines.append(f"VDie ID                        : {padded(die)}")
     if bus:
         lines.append(f"PCIe Bus Info                  : {bus}")
-    command(host, f"board-{npu}-{chip}", ["npu-smi", "info", "-t", "board", "-i", str(npu), "-c", str(chip)],
-            "\n".join(lines) + "\n")
+    text = "\n".join(lines) + "\n"
+    command(host, f"board-{npu}-{chip}", ["npu-smi", "info", "-t", "board", "-i", str(npu), "-c", str(chip)], text)
+    if v2:
+        command(host, f"board-{npu}", ["npu-smi", "info", "-t", "board", "-i", str(npu)], text)
 
 
-def phyid(host, npu, chip, phy):
-    command(host, f"phyid-{npu}-{chip}", ["npu-smi", "info", "-t", "phyid-remap", "-i", str(npu), "-c", str(chip)],
-            f"Chip Phy-ID                    : {phy}\n")
+def board_950(host, npu, die, name, bus, main_board, board_id="0x1b"):
+    """The V2 (950) `npu-smi info -t board -i <npu>` in the field order of the 950 manual's example
+    (`canndriver-950doc__atlas350-info-t-board-i0-mainboard-1p-doc-example.txt`) and TAB-indented
+    30-wide labels as npu-smi's source prints them; the values are ours. Also recorded in the
+    `-c 0` form the usage sampler asks."""
+    fields = [("NPU ID", npu), ("Product Name", "xxx"), ("NPU Name", "xxx"), ("Chip Name", name),
+              ("Chip Version", "V100"), ("Model", "xxx"), ("Manufacturer", "Huawei"),
+              ("Serial Number", f"2102315NNH10{npu:04d}"), ("Software Version", "25.7.rc1.6"),
+              ("Firmware Version", "7.8.0.6.201"), ("Compatibility", "OK"), ("Board ID", board_id),
+              ("Main Board ID", main_board), ("PCB ID", "A"), ("BOM ID", "1"), ("PCIe Bus Info", bus),
+              ("Slot ID", npu), ("Class ID", "NA"), ("PCI Vendor ID", "0x19E5"),
+              ("PCI Device ID", "0xD806"), ("Subsystem Vendor ID", "0x19E5"),
+              ("Subsystem Device ID", "0x4004"), ("Chip Count", 1), ("DDie ID", padded(die)),
+              ("Chip Position ID", 0)]
+    text = "".join(f"\t{k:<30} : {v}\n" for k, v in fields)
+    command(host, f"board-{npu}", ["npu-smi", "info", "-t", "board", "-i", str(npu)], text)
+    command(host, f"board-{npu}-0", ["npu-smi", "info", "-t", "board", "-i", str(npu), "-c", "0"], text)
+
+
+def spod(host, npu, chip, text):
+    """`npu-smi info -t spod-info`: `-i <card> -c <chip>` on A3 (chip=None: the 950's `-i <npu>`)."""
+    where = ["-i", str(npu)] + ([] if chip is None else ["-c", str(chip)])
+    name = f"spod-{npu}" + ("" if chip is None else f"-{chip}")
+    command(host, name, ["npu-smi", "info", "-t", "spod-info"] + where, text)
+
+
+def spod_lines(fields):
+    """`key : value` lines as npu-smi's source prints them: TAB, the label left-justified to 30."""
+    return "".join(f"\t{k:<30} : {v}\n" for k, v in fields)
+
+
+def health_ok(host, npu, chip=None):
+    """`npu-smi info -t health`: V1 `-i <npu> -c <chip>` in the real 910A capture's form
+    (`Health Status`), V2 `-i <npu>` in the 950 manual's (`NPU ID`, `Health`)."""
+    if chip is None:
+        text = spod_lines([("NPU ID", npu), ("Health", "OK"), ("Error Code", "NA"), ("Error Information", "NA")])
+        command(host, f"health-{npu}", ["npu-smi", "info", "-t", "health", "-i", str(npu)], text)
+    else:
+        text = fixture("npu-smi/mindcluster-faultdiag__910a-info-t-health-i0-c0-health-status-ok.txt")
+        command(host, f"health-{npu}-{chip}",
+                ["npu-smi", "info", "-t", "health", "-i", str(npu), "-c", str(chip)], text)
+
+
+def phyid(host, npu, chip, phy, v2=False):
+    """`npu-smi info -t phyid-remap`: `-i <npu> -c <chip>`, or `-i <npu>` on V2 (no `-c`)."""
+    where = ["-i", str(npu)] + ([] if v2 else ["-c", str(chip)])
+    name = f"phyid-{npu}" + ("" if v2 else f"-{chip}")
+    command(host, name, ["npu-smi", "info", "-t", "phyid-remap"] + where, f"Chip Phy-ID                    : {phy}\n")
 
 
 def common(host, npu, chips, cores=None):
@@ -308,11 +358,123 @@ def host_950():
     for npu, bus in [(0, "01"), (1, "02")]:
         pci_function(root, f"0000:{bus}:00.0", 0xD806, numa=0)
         die = f"{0x7D30A2B0 + npu:X} 5E1{npu}03C2 0 0 9A2041F7"
-        board(h, npu, 0, die, name="Ascend950PR")
-        phyid(h, npu, 0, npu)
+        board(h, npu, 0, die, name="Ascend950PR", v2=True)
+        phyid(h, npu, 0, npu, v2=True)
         common(h, npu, [0], cores=32)
         ecc(h, npu)
     dev_nodes(root, range(2), control=("davinci_manager", "hisi_hdc"))
+    versions(root, driver="25.7.rc1.6", cann="9.0.0")
+    stage_vcann(root, "cann-9-950")
+
+
+A3_SDID_CAPTURES = {  # device -> the real `-t spod-info` capture of server 40 (MindCluster's log)
+    0: "npu-smi/mindcluster-faultdiag__a3-server40-info-t-spod-info-dev0-from-log-L11.txt",
+    1: "npu-smi/mindcluster-faultdiag__a3-server40-info-t-spod-info-dev1-from-log-L13.txt",
+    10: "npu-smi/mindcluster-faultdiag__a3-server40-info-t-spod-info-dev10-from-log-L15.txt",
+    11: "npu-smi/mindcluster-faultdiag__a3-server40-info-t-spod-info-dev11-from-log-L17.txt",
+    12: "npu-smi/mindcluster-faultdiag__a3-server40-info-t-spod-info-dev12-from-log-L19.txt",
+}
+
+
+def table_a3(version, rows):
+    """An A3 `npu-smi info` table in the widths of the 26.0.rc2 capture: rows are
+    (npu, chip, phy, bus, power, hbm_used)."""
+    out = ["+------------------------------------------------------------------------------------------------------------------+",
+           f"| npu-smi {version:<35} Version: {version:<61}|",
+           "+---------------------------+---------------+----------------------------------------------------------------------+",
+           "| NPU   Name                | Health        | Power(W)             Temp(C)                 Hugepages-Usage(page)   |",
+           "| Chip  Phy-ID              | Bus-Id        | AICore(%)            Memory-Usage(MB)        HBM-Usage(MB)           |",
+           "+===========================+===============+======================================================================+"]
+    for npu, chip, phy, bus, power, used in rows:
+        out.append(f"| {npu:<5} Ascend910           | OK            | {power:<20} 34                      0    / 0                |")
+        hbm = f"{used} / 65536"
+        out.append(f"| {chip:<5} {phy:<19} | {bus:<13} | 0                    0    / 0                {hbm:<24}|")
+        out.append("+------------------------------------------------------------------------------------------------------------------+"
+                   if chip == 0 else
+                   "+===========================+===============+======================================================================+")
+    return "\n".join(out) + "\n"
+
+
+def host_a3_spod():
+    """Server 40 of an A3 super-pod of 384 NPUs: eight cards of two dies, every die's spod-info."""
+    h = fresh("ascend-a3-server40-spod")
+    root = os.path.join(h, "root")
+    real = fixture("npu-smi/vllmascend-12980__a3-ascend910-npu-smi26.0.rc2-phy-id-2dies-excerpt.txt")
+    rows = []
+    buses = ["9D", "9F", "99", "9B", "1D", "1F", "19", "1B", "5D", "5F", "59", "5B", "DD", "DF", "D9", "DB"]
+    for npu in range(8):
+        for chip in (0, 1):
+            device = 2 * npu + chip
+            rows.append((npu, chip, device, f"0000:{buses[device]}:00.0", "-" if chip else "161.4", 3100 + device))
+    # NPU 0 is the capture's (its two dies, byte for byte); NPUs 1-7 follow in its widths.
+    body = table_a3("26.0.rc2", rows[2:]).split("\n")[6:]
+    rule = "+===========================+===============+======================================================================+"
+    text = real + "\n".join([rule] + body)
+    command(h, "info", ["npu-smi", "info"], text)
+    mapping = "NPU ID                         Chip ID                        Chip Logic ID                  Chip Name\n"
+    for npu in range(8):
+        for chip, logic in [(0, 2 * npu), (1, 2 * npu + 1), (2, "-")]:
+            name = "Mcu" if logic == "-" else "Ascend 910"
+            mapping += f"{npu:<31}{chip:<31}{str(logic):<31}{name}\n"
+    command(h, "info-m", ["npu-smi", "info", "-m"], mapping)
+    for npu, chip, device, bus, _, _ in rows:
+        pci_function(root, bus.lower(), 0xD803, numa=npu // 4)
+        die = f"{0x6B40F1A0 + device:X} 3A{npu}{chip}C3D1 7E10B2C4 {0x3000 + chip:X} 11230A19"
+        board(h, npu, chip, die)
+        ecc(h, npu, chip)
+        health_ok(h, npu, chip)
+        if device in A3_SDID_CAPTURES:
+            spod(h, npu, chip, fixture(A3_SDID_CAPTURES[device]))
+        else:
+            sdid = (40 << 22) | (npu << 18) | (chip << 16) | device
+            spod(h, npu, chip, spod_lines([("SDID", sdid), ("Super Pod Size", 384), ("Super Pod ID", 0),
+                                           ("Server Index", 40)]))
+    for npu in range(8):
+        common(h, npu, [0, 1], cores=24)
+    dev_nodes(root, range(16))
+    versions(root, driver="25.3.rc1", cann="8.3.0")
+    stage_vcann(root, "cann-8-910c")
+    share_state(h)
+
+
+def table_950(version, rows):
+    """A 950 `npu-smi info` table in the widths of the 25.7.rc1.6 capture: rows are (npu, bus)."""
+    sep = "+========+==================+===============+=====================================================+"
+    out = []
+    for npu, bus, power, used in rows:
+        out.append(f"| {npu:<6} | Ascend950PR      | OK            | {power:<11} 54                0     / 0             |")
+        hbm = f"{used}  / 131072"
+        out.append(f"|        |                  | {bus:<13} | 0           0    / 0          {hbm:<22}|")
+        out.append(sep)
+    return "\n".join(out) + "\n"
+
+
+def host_950_server():
+    """A 16-NPU 950 server on an A+K mainboard (0x23) whose spod-info says Super Pod Type 3 (16P
+    server): product form server-16p, topology file atlas_850_2.json."""
+    h = fresh("ascend-950-server-16p")
+    root = os.path.join(h, "root")
+    real = fixture("npu-smi/gpustack-6148__ascend950pr-npu-smi25.7.rc1.6-new-layout-excerpt.txt")
+    sep = "+========+==================+===============+=====================================================+\n"
+    rows = [(npu, f"0000:{0x01 + npu:02X}:00.0", f"{198.0 + npu / 10:.1f}", 5200 + npu) for npu in range(16)]
+    first = "|        |                  | 0000:01:00.0  | 0           0    / 0          5225  / 131072        |\n" + sep
+    command(h, "info", ["npu-smi", "info"], real + first + table_950("25.7.rc1.6", rows[1:]))
+    mapping = "NPU ID          Slot ID          Chip ID          Chip Phy-ID          Chip Name                    \n"
+    for npu in range(16):
+        mapping += f"{npu:<16}{npu:<17}{0:<17}{npu:<21}Ascend950PR\n"
+    command(h, "info-m", ["npu-smi", "info", "-m"], mapping)
+    for npu, bus, _, _ in rows:
+        pci_function(root, bus.lower(), 0xD806, numa=npu // 8)
+        die = f"{0x8704A0E3 + npu:X} 2120D5{npu:02X} 77936EE6 80B40A0A D4100003"
+        board_950(h, npu, die, "Ascend950PR", bus, main_board="0x23")
+        common(h, npu, [0], cores=32)
+        ecc(h, npu)
+        health_ok(h, npu)
+        # The 950 server's print (npu-smi's source, addendum A4): no SDID; Super Pod Size, Super
+        # Pod ID, Server Index (the mainboard is no POD board), Super Pod Type.
+        spod(h, npu, None, spod_lines([("Super Pod Size", 16), ("Super Pod ID", 0), ("Server Index", 0),
+                                       ("Super Pod Type", 3)]))
+    dev_nodes(root, range(16), control=("davinci_manager", "hisi_hdc"))
     versions(root, driver="25.7.rc1.6", cann="9.0.0")
     stage_vcann(root, "cann-9-950")
 
@@ -334,4 +496,6 @@ if __name__ == "__main__":
     host_310p()
     host_a3()
     host_950()
+    host_a3_spod()
+    host_950_server()
     host_init_failed()

@@ -103,8 +103,8 @@ BW_BDFS = ["0000:0f:00.0", "0000:34:00.0", "0000:48:00.0", "0000:5a:00.0",
            "0000:87:00.0", "0000:9a:00.0", "0000:b1:00.0", "0000:c5:00.0"]
 
 
-def bw_8x_mig():
-    host = fresh("hygon-8x-bw150-mig")
+def bw_8x_mig(name="hygon-8x-bw150-mig"):
+    host = fresh(name)
     root = os.path.join(host, "root")
     cards = {}
     kfd_node(root, 0, CPU_NODE)
@@ -124,17 +124,77 @@ def bw_8x_mig():
     os.makedirs(os.path.join(root, "etc", "dmi_mig_config", "ci"), exist_ok=True)
     write(os.path.join(root, "etc", "dmi_mig_config", "gi", ".keep"), "")
     write(os.path.join(root, "etc", "dmi_mig_config", "ci", ".keep"), "")
+    write(os.path.join(host, "mig-profiles.json"), json.dumps({"profiles": [
+        {"id": pid, "giCountMax": count, "cuCount": cu, "gpuSliceCount": size, "memorySizeMB": mib}
+        for pid, _, count, _, cu, size, _, mib in MIG_PROFILES]}, indent=2) + "\n")
     control_nodes(root)
     write(os.path.join(root, "opt", "hyhal", "bin", "hy-smi"), "")
+    return host
+
+
+# Live instances of the second BW host: (card, GI id, profile id, start, CI id, create serial).
+LIVE = [(0, 3, 3, 0, 0, 1), (0, 4, 3, 1, 0, 2), (1, 3, 1, 0, 0, 3), (2, 3, 0, 0, 0, 4)]
+
+
+def mig_uuid(card, gi, serial):
+    """The replay's MIG UUID shape (accel-backend's mig_cli::replay::mig_uuid, Hygon's tag)."""
+    return (f"MIG-{0x68796700 | card:08x}-{gi:04x}-{(serial >> 48) & 0xffff:04x}-"
+            f"{(serial >> 32) & 0xffff:04x}-{serial & 0xffffffffffff:012x}")
+
+
+def bits(start, count, line):
+    lo, hi = line * 64, line * 64 + 64
+    value = 0
+    for bit in range(max(start, lo), min(start + count, hi)):
+        value |= 1 << (bit - lo)
+    return f"0x{value:016x}"
+
+
+def hygon_conf(bdf, gi, pid, start, ci, uuid):
+    """A compute-instance file in Hygon's grammar (spec/hygon.md addendum H2): the GI block's 13
+    lines, then the CI block's 14, each in the order Hygon's reader (hcu-dcgm's
+    parseSingleConfFile) lists its keys, `key: value` a line, `mig_uuid` last. Written here, apart
+    from the Rust replay's writer, so the reader is checked against a second writer."""
+    _, _, count, _, cu, size, _, mib = next(p for p in MIG_PROFILES if p[0] == pid)
+    slices = f"{bits(start, size, 0)}"
+    cus = [bits(start * (cu // size), cu, line) for line in (0, 1)]
+    gi_block = [("pci", bdf), ("id", gi), ("pipe_mask", slices), ("gpu_slice_mask", slices),
+                ("cu_mask", cus[0]), ("cu_mask", cus[1]), ("profile_id", pid), ("gi_count_max", count),
+                ("cu_count", cu), ("gpu_slice_count", size), ("memory_size_MB", mib),
+                ("placement_start", start), ("placement_size", size)]
+    ci_block = [("pci", bdf), ("gi_id", gi), ("id", ci), ("pipe_mask", slices), ("gpu_slice_mask", slices),
+                ("cu_mask", cus[0]), ("cu_mask", cus[1]), ("profile_id", size - 1), ("ci_count_max", 1),
+                ("cu_count", cu), ("gpu_slice_count", size), ("placement_start", 0), ("placement_size", size),
+                ("mig_uuid", uuid[len("MIG-"):])]
+    return "".join(f"{k}: {v}\n" for k, v in gi_block + ci_block), "".join(f"{k}: {v}\n" for k, v in gi_block)
+
+
+def bw_8x_mig_live():
+    """The BW host holding four live partitions: card 0 two 2g.15gb (slices 0 and 1), card 1 one
+    4g.31gb, card 2 one 8g.63gb; the registry's files in Hygon's grammar, the replay's state
+    naming the same instances."""
+    host = bw_8x_mig("hygon-8x-bw150-mig-4-live")
+    root = os.path.join(host, "root")
+    state = {"serial": len(LIVE), "instances": []}
+    for card, gi, pid, start, ci, serial in LIVE:
+        _, name, _, _, _, size, _, _ = next(p for p in MIG_PROFILES if p[0] == pid)
+        uuid = mig_uuid(card, gi, serial)
+        state["instances"].append({
+            "gpu": card, "gpuInstance": gi, "profileId": pid, "profile": name, "start": start,
+            "size": size, "computeInstances": [{"id": ci, "uuid": uuid}], "busy": False})
+        conf, gi_file = hygon_conf(BW_BDFS[card], gi, pid, start, ci, uuid)
+        write(os.path.join(root, "etc", "dmi_mig_config", "ci", f"dev{card}gi{gi}ci{ci}.conf"), conf)
+        write(os.path.join(root, "etc", "dmi_mig_config", "gi", f"dev{card}gi{gi}.conf"), gi_file)
+    write(os.path.join(host, "mig-state.json"), json.dumps(state, indent=2) + "\n")
 
 
 # The measured BW card's profiles (spec/hygon.md §6.1, HSPEC C8): id, name, instances, the
 # memory in GiB as nvidia-smi prints it (two decimals of the MiB figure: 16380, 32760, 65520),
 # CUs, memory slices, placements. No `hy-smi mig` capture exists: the tables are nvidia-smi's
 # -lgip/-lgipp shape (hy-smi mig mirrors nvidia-smi mig flag for flag) with `DCU` and a CU column.
-MIG_PROFILES = [(3, "2g.15gb", 4, "16.00", 20, 1, [0, 1, 2, 3]),
-                (1, "4g.31gb", 2, "31.99", 40, 2, [0, 2]),
-                (0, "8g.63gb", 1, "63.98", 80, 4, [0])]
+MIG_PROFILES = [(3, "2g.15gb", 4, "16.00", 20, 1, [0, 1, 2, 3], 16380),
+                (1, "4g.31gb", 2, "31.99", 40, 2, [0, 2], 32760),
+                (0, "8g.63gb", 1, "63.98", 80, 4, [0], 65520)]
 LGIP_RULE = "+" + "-" * 81 + "+"
 
 
@@ -145,7 +205,7 @@ def lgip(indexes):
            "|                             ID     Free/Total   GiB         CpyEng  JPEG  OFA   |",
            "+" + "=" * 81 + "+"]
     for i in indexes:
-        for pid, name, count, gib, cu, _, _ in MIG_PROFILES:
+        for pid, name, count, gib, cu, _, _, _ in MIG_PROFILES:
             out.append(f"| {i:<4} MIG {name:<16} {pid:>3}        {count}/{count}      {gib}   No   {cu:<7} 0     0     |")
             out.append("|" + " " * 61 + "0       0     0     |")
             out.append(LGIP_RULE)
@@ -155,7 +215,7 @@ def lgip(indexes):
 def lgipp(indexes):
     return "".join(
         f"DCU {i} profile ID {pid} placements: {{{','.join(map(str, starts))}}}:{size}\n"
-        for i in indexes for pid, _, _, _, _, size, starts in MIG_PROFILES)
+        for i in indexes for pid, _, _, _, _, size, starts, _ in MIG_PROFILES)
 
 
 def rocm_smi_fork():
@@ -189,8 +249,21 @@ def driver_silent():
     control_nodes(root)
 
 
+def keep_empty_folders():
+    """git keeps no empty folder: every empty one of a Hygon host holds a `.keep`."""
+    hosts = os.path.join(REPO, "testdata", "hosts")
+    for name in sorted(os.listdir(hosts)):
+        if not name.startswith("hygon-"):
+            continue
+        for folder, dirs, files in os.walk(os.path.join(hosts, name)):
+            if not dirs and not files:
+                write(os.path.join(folder, ".keep"), "")
+
+
 if __name__ == "__main__":
     k100_4x()
     bw_8x_mig()
+    bw_8x_mig_live()
     rocm_smi_fork()
     driver_silent()
+    keep_empty_folders()

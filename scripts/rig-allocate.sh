@@ -36,6 +36,7 @@ cleanup() {
   rm -rf "$WORK"
 }
 trap cleanup EXIT
+trap 'exit 143' INT TERM HUP  # a signal ends the script through its EXIT clean-up
 
 for res in nvidia.com/gpu nvidia.com/gpu.shared nvidia.com/gpu.sliced; do
   echo "=== churn: $N Pods of 1 $res"
@@ -56,6 +57,7 @@ MALLOC_ARENA_MAX=${MALLOC_ARENA_MAX-1} "$BIN" serve --node-name rig-node --host-
 SERVE=$!
 stop() { kill $SERVE 2>/dev/null; wait $SERVE 2>/dev/null; rig_down; cleanup; }
 trap stop EXIT
+trap 'exit 143' INT TERM HUP  # a signal ends the script through its EXIT clean-up
 cap() { $KC get node rig-node -o jsonpath="{.status.allocatable.nvidia\.com/gpu\.sliced\.units}" 2>/dev/null; }
 for _ in $(seq 1 90); do [ -n "$(cap)" ] && [ "$(cap)" != 0 ] && break; sleep 1; done
 $KC delete pod --all --wait=true --timeout=60s >/dev/null 2>&1

@@ -22,6 +22,7 @@ KMSG=$WORK/kmsg
 rig_up "$WORK/rig"
 SERVE=
 trap '[ -n "$SERVE" ] && kill $SERVE 2>/dev/null; rig_down; rm -rf "$WORK"' EXIT
+trap 'exit 143' INT TERM HUP  # a signal ends the script through its EXIT clean-up
 fresh_devices
 
 "$BIN" serve --manufacturer amd --node-name rig-node \

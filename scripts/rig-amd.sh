@@ -60,6 +60,7 @@ stop() {
   rm -rf "$WORK"
 }
 trap stop EXIT
+trap 'exit 143' INT TERM HUP  # a signal ends the script through its EXIT clean-up
 alloc() { $KC get node rig-node -o jsonpath="{.status.allocatable.${1//./\\.}}" 2>/dev/null; }
 for _ in $(seq 1 90); do [ "$(alloc amd.com/gpu)" = 8 ] && [ -n "$(alloc amd.com/gpu.sliced)" ] && break; sleep 1; done
 echo "allocatable: amd.com/gpu $(alloc amd.com/gpu), amd.com/gpu.shared $(alloc amd.com/gpu.shared), amd.com/gpu.sliced $(alloc amd.com/gpu.sliced)"

@@ -65,6 +65,7 @@ stop() {
   rm -rf "$WORK"
 }
 trap stop EXIT
+trap 'exit 143' INT TERM HUP  # a signal ends the script through its EXIT clean-up
 for _ in $(seq 1 90); do [ "$(allocatable huawei.com/npu)" = 8 ] && [ -n "$(allocatable huawei.com/npu.sliced)" ] && break; sleep 1; done
 echo "allocatable: huawei.com/npu $(allocatable huawei.com/npu), huawei.com/npu.shared $(allocatable huawei.com/npu.shared), huawei.com/npu.sliced $(allocatable huawei.com/npu.sliced)"
 [ "$(allocatable huawei.com/npu)" = 8 ] || fail "huawei.com/npu is not 8"

@@ -220,6 +220,7 @@ teardown() {
   rm -rf "$WORK"
 }
 trap teardown EXIT
+trap 'exit 143' INT TERM HUP  # a signal ends the script through its EXIT clean-up
 ctr --address $K/containerd/containerd.sock -n k8s.io images import "$WORK/image.tar" >/dev/null \
   || { echo "image import failed"; exit 2; }
 $KC apply -f "$RIGSRC/nfd-crds.yaml" -f "$RIGSRC/kueue-crds.yaml" >/dev/null

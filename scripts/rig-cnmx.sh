@@ -39,6 +39,7 @@ cleanup() {
   rm -rf "$WORK"
 }
 trap cleanup EXIT
+trap 'exit 143' INT TERM HUP  # a signal ends the script through its EXIT clean-up
 
 # Aliases of /dev/null for the recorded host's device nodes (its root's dev/ marker files).
 alias_nodes() { # host-copy

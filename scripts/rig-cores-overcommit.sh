@@ -58,6 +58,7 @@ stop() {
   rm -rf "$WORK"
 }
 trap stop EXIT
+trap 'exit 143' INT TERM HUP  # a signal ends the script through its EXIT clean-up
 for _ in $(seq 1 90); do [ -n "$(allocatable $CORES)" ] && [ -n "$(allocatable hygon.com/dcu.sliced)" ] && break; sleep 1; done
 $KC delete pod --all --wait=true --timeout=60s >/dev/null 2>&1
 

@@ -44,6 +44,7 @@ stop_serve() {
   made=()
 }
 trap 'stop_serve; rm -rf "$WORK"' EXIT
+trap 'exit 143' INT TERM HUP  # a signal ends the script through its EXIT clean-up
 
 # devices_json: rig-node's Devices object as JSON ("{}" when absent).
 devices_json() { $KC get devices.gpustack.ai rig-node -o json 2>/dev/null || echo '{}'; }

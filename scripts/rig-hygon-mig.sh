@@ -57,6 +57,7 @@ stop() {
   rm -rf "$WORK"
 }
 trap stop EXIT
+trap 'exit 143' INT TERM HUP  # a signal ends the script through its EXIT clean-up
 P=hygon.com/dcu.partitioned
 for _ in $(seq 1 90); do [ "$(allocatable $P)" = 32 ] && break; sleep 1; done
 echo "registered: allocatable $P $(allocatable $P) (want 32), hygon.com/dcu '$(allocatable hygon.com/dcu)' (want none or 0)"

@@ -46,6 +46,7 @@ stop() {
   rm -rf "$WORK"
 }
 trap stop EXIT
+trap 'exit 143' INT TERM HUP  # a signal ends the script through its EXIT clean-up
 for _ in $(seq 1 90); do [ "$(allocatable hygon.com/dcu)" = 4 ] && [ -n "$(allocatable hygon.com/dcu.sliced)" ] && break; sleep 1; done
 echo "allocatable: hygon.com/dcu $(allocatable hygon.com/dcu), hygon.com/dcu.shared $(allocatable hygon.com/dcu.shared), hygon.com/dcu.sliced $(allocatable hygon.com/dcu.sliced)"
 [ "$(allocatable hygon.com/dcu)" = 4 ] || fail "hygon.com/dcu is not 4"

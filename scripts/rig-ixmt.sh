@@ -61,6 +61,7 @@ stop() {
   rm -rf "$WORK"
 }
 trap stop EXIT
+trap 'exit 143' INT TERM HUP  # a signal ends the script through its EXIT clean-up
 
 for class in iluvatar mthreads; do
   cat <<EOT | $KC apply -f - >/dev/null

@@ -17,7 +17,11 @@ fail() { echo "FAIL: $*"; failed=1; }
 
 # rig_up LOG: the API server with the controller-manager and the scheduler, then the node
 # (kubelet and containerd); their output in LOG-up.log and LOG-node.log. Exits 2 if either fails.
+# rig_up: one rig script at a time on this machine (the rig is one node and one etcd): the lock
+# /tmp/rig.lock is held on descriptor 9 until the script exits, so a second script waits for it.
 rig_up() {
+  exec 9>/tmp/rig.lock
+  flock 9
   WITH_KCM=1 WITH_SCHED=1 $K/up.sh >"$1-up.log" 2>&1 && $K/node-up.sh >"$1-node.log" 2>&1 || {
     echo "rig did not come up ($1-*.log)"; exit 2; }
 }

@@ -37,6 +37,7 @@ serve
 stop() { kill $SERVE 2>/dev/null; wait $SERVE 2>/dev/null; $KC delete pod mig-pod --wait=false >/dev/null 2>&1
   rig_down; rm -rf "$WORK"; }
 trap stop EXIT
+trap 'exit 143' INT TERM HUP  # a signal ends the script through its EXIT clean-up
 alloc() { $KC get node rig-node -o jsonpath="{.status.allocatable.nvidia\.com/gpu\.partitioned}" 2>/dev/null; }
 want() { # value label
   for _ in $(seq 1 60); do [ "$(alloc)" = "$1" ] && break; sleep 1; done

@@ -51,6 +51,7 @@ stop() {
   rm -rf "$WORK"
 }
 trap stop EXIT
+trap 'exit 143' INT TERM HUP  # a signal ends the script through its EXIT clean-up
 
 for _ in $(seq 1 90); do [ "$(allocatable device.gpustack.ai/rdma)" = 8 ] && break; sleep 1; done
 echo "allocatable: device.gpustack.ai/rdma $(allocatable device.gpustack.ai/rdma), .rdma.shared $(allocatable device.gpustack.ai/rdma.shared), .rdma.partitioned $(allocatable device.gpustack.ai/rdma.partitioned)"

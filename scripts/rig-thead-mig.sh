@@ -84,6 +84,7 @@ stop() {
   rm -rf "$WORK"
 }
 trap stop EXIT
+trap 'exit 143' INT TERM HUP  # a signal ends the script through its EXIT clean-up
 P=alibabacloud.com/ppu.partitioned
 want() { # value label
   for _ in $(seq 1 60); do [ "$(allocatable $P)" = "$1" ] && break; sleep 1; done

@@ -80,6 +80,7 @@ stop() {
   rm -rf "$WORK"
 }
 trap stop EXIT
+trap 'exit 143' INT TERM HUP  # a signal ends the script through its EXIT clean-up
 for _ in $(seq 1 90); do
   [ "$(allocatable alibabacloud.com/ppu)" = 16 ] && [ -n "$(allocatable alibabacloud.com/ppu.sliced)" ] && break
   sleep 1

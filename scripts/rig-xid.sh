@@ -20,6 +20,7 @@ KMSG=$WORK/kmsg
 rig_up "$WORK/rig"
 SERVE=
 trap '[ -n "$SERVE" ] && kill $SERVE 2>/dev/null; rig_down; rm -rf "$WORK"' EXIT
+trap 'exit 143' INT TERM HUP  # a signal ends the script through its EXIT clean-up
 fresh_devices
 
 "$BIN" serve --node-name rig-node --host-root "$REPO/testdata/hosts/hgx-h100-8gpu" \

@@ -11,4 +11,6 @@ fuzz_target!(|data: &[u8]| {
     let _ = accel_metax::mxsmi::parse_list(&text);
     let _ = accel_metax::count_ecc::parse_count_ecc(&text);
     let _ = accel_metax::mxsmi::family(&text);
+    let _ = accel_cambricon::procs::parse_processes(&text);
+    let _ = accel_metax::procs::parse_processes(&text);
 });

@@ -22,7 +22,15 @@
 //! **Generation.** The 950 family's driver serves the V2 API: `npu-smi` prints its own table
 //! layout (an `NPU ID` column, no chip column) and the chip name folds to `Ascend950`. On V2
 //! the driver version, the container-share flag and the detailed memory are not declared; the
-//! pass says which generation answered ([`Note::Generation`]).
+//! pass says which generation answered ([`Note::Generation`]). A V2 tool takes no `-c`
+//! (addendum A1): its NPUs are asked `-i <NPU ID>` alone.
+//!
+//! **Super-pods and the 950's product form.** A3 (910C-class) and 950 NPUs are asked
+//! `-t spod-info` (addendum A4); what it prints becomes the accelerator's `superPod` (SDID, size,
+//! id, server index or chassis id, type; `4294967295`, the "not a member" value, is no value). A
+//! 950's product form ([`crate::product`], spec §4.4: the `HCCL_TOPO_FILE_PATH` the responder
+//! sets) is read from its board's `Main Board ID` and PCI device id and its super-pod type; a
+//! form that does not resolve leaves `productType` absent and a note says why.
 //!
 //! **The identity query** is `npu-smi info` (it enumerates the chips) together with each chip's
 //! `-t board` (its die id): the kernel numbers NPUs but names none. So while the kernel shows
@@ -46,14 +54,17 @@ use accel_core::Manufacturer;
 use accel_core::busid::BusId;
 use accel_core::health;
 use accel_core::inventory::{
-    Accelerator, DetectError, Detection, Ecc, ManufacturerInventory, Source,
+    Accelerator, DetectError, Detection, Ecc, ManufacturerInventory, Source, SuperPod,
 };
 use accel_host::pci::{PciClassPrefixes, PciFunction};
 use accel_host::{Commands, Host, RunFailure, run_bounded};
 
 use crate::health::{self as state, ChipHealth, ChipName, Verdict};
 use crate::kernel;
-use crate::npusmi::{self, Board, ChipMap, EccMemory, InfoChip, InfoError, InfoTable, Layout};
+use crate::npusmi::{
+    self, Board, ChipMap, EccMemory, InfoChip, InfoError, InfoTable, Layout, SpodFacts, SpodInfo,
+};
+use crate::product::{self, Readings};
 use crate::soc::{self, Family};
 
 /// Which DCMI generation the host's driver serves (seed 000, "Ascend: two DCMI API
@@ -116,6 +127,24 @@ pub enum Note {
     },
     /// The pass ran out of its time.
     OutOfTime(String),
+    /// `-t spod-info` gave no super-pod facts for some A3 or 950 chips. Named by chip only,
+    /// as [`Note::HealthUnread`] is (the failure's wording is the tool's).
+    SuperPodUnread {
+        chips: usize,
+        first: ChipName,
+    },
+    /// An A3 chip's SDID names another server than its `Server Index`.
+    SdidDisagrees {
+        chip: ChipName,
+        sdid: u32,
+        server_index: u32,
+    },
+    /// 950 NPUs whose product form did not resolve: no topology file for their grants.
+    NoTopology {
+        npus: usize,
+        first: ChipName,
+        why: String,
+    },
 }
 
 impl fmt::Display for Note {
@@ -160,6 +189,24 @@ impl fmt::Display for Note {
                 "npu-smi info -t health: no health state read for {chips} chip(s) (first {first}); their health state is unknown, so each keeps its last reading (`doctor` says why)"
             ),
             Note::OutOfTime(why) => write!(f, "npu-smi: {why}"),
+            Note::SuperPodUnread { chips, first } => write!(
+                f,
+                "npu-smi info -t spod-info: no super-pod facts read for {chips} chip(s) (first {first}); their super-pod membership is unknown"
+            ),
+            Note::SdidDisagrees {
+                chip,
+                sdid,
+                server_index,
+            } => write!(
+                f,
+                "{chip}: its SDID {sdid} names server {} but its Server Index is {server_index}: both are kept as printed",
+                npusmi::sdid_parts(*sdid).server
+            ),
+            Note::NoTopology { npus, first, why } => write!(
+                f,
+                "{}: no HCCL topology file for {npus} 950 NPU(s) (first {first}), so their grants carry no HCCL_TOPO_FILE_PATH: {why}",
+                product::TOPO_ENV
+            ),
         }
     }
 }
@@ -246,6 +293,9 @@ pub struct Sources {
     pub ecc: BTreeMap<(u32, u32), EccTexts>,
     /// `-t health` per (NPU, chip): what it printed, or why it printed nothing.
     pub health: BTreeMap<(u32, u32), Result<String, String>>,
+    /// `-t spod-info` per (NPU, chip) of A3 and 950 chips: what it printed (a refusal that
+    /// exits non-zero included), or why it printed nothing.
+    pub spod: BTreeMap<(u32, u32), Result<String, String>>,
     pub notes: Vec<Note>,
 }
 
@@ -307,19 +357,62 @@ fn ask(
 }
 
 /// A chip's board (the identity query's second half), or why it gave none, naming the query.
+/// `chip` is `None` on V2, whose tool takes no `-c`.
 fn ask_board(
     commands: &dyn Commands,
     budget: &Budget,
     npu: u32,
-    chip: u32,
+    chip: Option<u32>,
     notes: &mut Vec<Note>,
 ) -> Result<Board, String> {
-    let argv = npusmi::board_argv(npu, chip);
+    let argv = npusmi::device_query_argv("board", npu, chip);
     match ask_raw(commands, budget, &argv, notes) {
         Ok(Ok(text)) => npusmi::parse_board(&text).map_err(|e| e.to_string()),
         Ok(Err(failure)) => Err(failure.to_string()),
         Err(out_of_time) => Err(format!("{}: {out_of_time}", argv.join(" "))),
     }
+}
+
+/// A chip's `-t spod-info` answer: what it printed — also when it exits non-zero with the 950
+/// card's refusal — or why it printed nothing, naming the query.
+fn ask_spod(
+    commands: &dyn Commands,
+    budget: &Budget,
+    npu: u32,
+    chip: Option<u32>,
+    notes: &mut Vec<Note>,
+) -> Result<String, String> {
+    let argv = npusmi::spod_argv(npu, chip);
+    match ask_raw(commands, budget, &argv, notes) {
+        Ok(Ok(text)) => Ok(text),
+        Ok(Err(failure)) => {
+            let refused = failure.output().map(|o| {
+                format!(
+                    "{}\n{}",
+                    o.stdout_text(),
+                    String::from_utf8_lossy(&o.stderr)
+                )
+            });
+            match refused {
+                Some(text)
+                    if text
+                        .to_ascii_lowercase()
+                        .contains(npusmi::SPOD_NOT_SUPPORTED) =>
+                {
+                    Ok(text)
+                }
+                _ => Err(failure.to_string()),
+            }
+        }
+        Err(out_of_time) => Err(format!("{}: {out_of_time}", argv.join(" "))),
+    }
+}
+
+/// Whether a chip of this name belongs to a generation that answers `-t spod-info` (addendum
+/// A4: 910_93 and the 950).
+fn has_super_pod(name: Option<&str>) -> bool {
+    name.and_then(soc::family)
+        .is_some_and(|f| matches!(f, Family::F910C | Family::F950))
 }
 
 fn owned(argv: &[&str]) -> Vec<String> {
@@ -386,6 +479,12 @@ pub fn read_sources(host: &dyn Host, commands: &dyn Commands, options: &DetectOp
         }
     };
     let keys = chip_keys(&table);
+    let pods: BTreeSet<(u32, u32)> = table
+        .chips
+        .iter()
+        .filter(|c| has_super_pod(c.name.as_deref()))
+        .filter_map(|c| Some((c.npu?, c.chip.unwrap_or(0))))
+        .collect();
     let v2 = table.layout == Layout::NpuId;
     // Spec addendum A1: V1 addresses a chip by `-c`, V2 has no `-c`.
     let chip_addressed = generation(&table) == Generation::V1;
@@ -405,9 +504,17 @@ pub fn read_sources(host: &dyn Host, commands: &dyn Commands, options: &DetectOp
         _ => {}
     }
     let needs_phy = table.layout == Layout::Chip || table.layout == Layout::NpuId;
+    let mapped: BTreeSet<(u32, u32)> = s
+        .mapping
+        .iter()
+        .flatten()
+        .filter(|m| m.physical_id.is_some())
+        .map(|m| (m.npu, m.chip))
+        .collect();
     for (npu, chip) in &keys {
+        let by_chip = chip_addressed.then_some(*chip);
         let mut answers = ChipAnswers {
-            board: ask_board(commands, &budget, *npu, *chip, &mut s.notes),
+            board: ask_board(commands, &budget, *npu, by_chip, &mut s.notes),
             ..ChipAnswers::default()
         };
         if answers.board.is_err() {
@@ -416,17 +523,23 @@ pub fn read_sources(host: &dyn Host, commands: &dyn Commands, options: &DetectOp
             s.chips.insert((*npu, *chip), answers);
             return s;
         }
+        // The 950's chip map prints the physical id itself (addendum A1).
         if needs_phy
+            && !mapped.contains(&(*npu, *chip))
             && let Some(Ok(text)) = ask(
                 commands,
                 &budget,
-                &npusmi::phyid_argv(*npu, *chip),
+                &npusmi::device_query_argv("phyid-remap", *npu, by_chip),
                 &mut s.notes,
             )
         {
             answers.phy_id = npusmi::parse_phy_id(&text);
         }
         s.chips.insert((*npu, *chip), answers);
+        if pods.contains(&(*npu, *chip)) {
+            let spod = ask_spod(commands, &budget, *npu, by_chip, &mut s.notes);
+            s.spod.insert((*npu, *chip), spod);
+        }
     }
     let npus: BTreeSet<u32> = keys.iter().map(|(n, _)| *n).collect();
     for npu in npus {
@@ -569,6 +682,110 @@ fn health_state_of(
     }
 }
 
+/// A chip's `-t spod-info` reading; `None` when it was not asked (no A3 or 950 chip).
+fn spod_reading(s: &Sources, key: (u32, u32)) -> Option<Result<SpodInfo, String>> {
+    s.spod.get(&key).map(|asked| match asked {
+        Ok(text) => npusmi::parse_spod_info(text).map_err(|e| e.to_string()),
+        Err(why) => Err(why.clone()),
+    })
+}
+
+/// The super-pod record of what `-t spod-info` printed: `4294967295` (the driver's "not a
+/// member", spec §4.4) is no value, and a record with no value is none.
+fn super_pod_of(facts: &SpodFacts) -> Option<SuperPod> {
+    let value = |v: Option<u32>| v.filter(|v| *v != u32::MAX);
+    let pod = SuperPod {
+        sdid: value(facts.sdid),
+        size: value(facts.size),
+        id: value(facts.id),
+        server_index: value(facts.server_index),
+        chassis_id: value(facts.chassis_id),
+        pod_type: value(facts.pod_type),
+    };
+    (pod != SuperPod::default()).then_some(pod)
+}
+
+/// What one chip's super-pod and product-form readings left to tell.
+#[derive(Default)]
+struct FabricNotes {
+    /// Chips whose `-t spod-info` gave nothing.
+    spod_unread: Vec<ChipName>,
+    /// 950 NPUs whose form did not resolve, by the reason.
+    unresolved: BTreeMap<String, Vec<ChipName>>,
+}
+
+impl FabricNotes {
+    fn into_notes(self) -> Vec<Note> {
+        let mut notes = Vec::new();
+        if let Some(first) = self.spod_unread.first() {
+            notes.push(Note::SuperPodUnread {
+                chips: self.spod_unread.len(),
+                first: *first,
+            });
+        }
+        for (why, chips) in self.unresolved {
+            if let Some(first) = chips.first() {
+                notes.push(Note::NoTopology {
+                    npus: chips.len(),
+                    first: *first,
+                    why,
+                });
+            }
+        }
+        notes
+    }
+}
+
+/// A chip's super-pod record and, on the 950, its product form (spec §4.4, addendum A2–A4).
+fn fabric(
+    s: &Sources,
+    a: &mut Accelerator,
+    who: ChipName,
+    board: &Board,
+    fabric_notes: &mut FabricNotes,
+    notes: &mut Vec<Note>,
+) {
+    let spod = spod_reading(s, (who.npu, who.chip));
+    match &spod {
+        Some(Ok(SpodInfo::Read(facts))) => {
+            a.super_pod = super_pod_of(facts);
+            if let (Some(sdid), Some(server_index)) = (facts.sdid, facts.server_index)
+                && npusmi::sdid_parts(sdid).server != server_index
+            {
+                notes.push(Note::SdidDisagrees {
+                    chip: who,
+                    sdid,
+                    server_index,
+                });
+            }
+        }
+        Some(Err(_)) => fabric_notes.spod_unread.push(who),
+        Some(Ok(SpodInfo::NotSupported)) | None => {}
+    }
+    if a.architecture.as_deref() != Some(Family::F950.name()) {
+        return;
+    }
+    // The board's PCI device id, else the kernel's for the chip's function (HAZARDS item 22).
+    let kernel_device = a
+        .bus_id
+        .and_then(|b| s.pci.iter().find(|f| f.bus_id == b))
+        .map(|f| u32::from(f.device_id));
+    let readings = Readings {
+        pci_device_id: board.pci_device_id.or(kernel_device),
+        main_board: board.main_board_id,
+        main_board_npus: board.main_board_npus,
+        spod,
+    };
+    match product::resolve(&readings) {
+        Ok(form) => a.product_type = Some(form.name().to_string()),
+        Err(why) => fabric_notes
+            .unresolved
+            .entry(why.to_string())
+            .or_default()
+            .push(who),
+    }
+}
+
 /// The pure join: sources in, the inventory section out.
 pub fn join(mut s: Sources) -> Detection {
     let m = Manufacturer::Ascend;
@@ -623,6 +840,7 @@ pub fn join(mut s: Sources) -> Detection {
     let mut used_logic = false;
     let mut ecc_unread: Vec<String> = Vec::new();
     let mut health_unread: Vec<ChipName> = Vec::new();
+    let mut fabric_notes = FabricNotes::default();
     let mut accelerators = Vec::new();
     for chip in &table.chips {
         let Some(npu) = chip.npu else { continue };
@@ -647,13 +865,20 @@ pub fn join(mut s: Sources) -> Detection {
             });
             continue;
         };
+        let board_read = board;
         let board = Some(board);
         let logic = logic_of(npu, index_in_card);
-        let physical = chip.phy_id.or(answers.phy_id).or(chip.device).or_else(|| {
-            logic
-                .filter(|_| logic_is_physical)
-                .inspect(|_| used_logic = true)
-        });
+        let mapped = maps.get(&(npu, index_in_card)).and_then(|m| m.physical_id);
+        let physical = chip
+            .phy_id
+            .or(mapped)
+            .or(answers.phy_id)
+            .or(chip.device)
+            .or_else(|| {
+                logic
+                    .filter(|_| logic_is_physical)
+                    .inspect(|_| used_logic = true)
+            });
         let Some(physical) = physical else {
             notes.push(Note::NoPhysicalId {
                 npu,
@@ -710,6 +935,7 @@ pub fn join(mut s: Sources) -> Detection {
             Err(_) => health_unread.push(who),
         }
         health::assess(&mut a, &[]);
+        fabric(&s, &mut a, who, board_read, &mut fabric_notes, &mut notes);
         a.physical_indexes = vec![
             physical,
             card,
@@ -736,6 +962,7 @@ pub fn join(mut s: Sources) -> Detection {
             first: *first,
         });
     }
+    notes.extend(fabric_notes.into_notes());
     let mut section = ManufacturerInventory::empty(m);
     section.driver_version = match generation {
         Generation::V1 => s.driver_version,

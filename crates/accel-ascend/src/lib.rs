@@ -13,6 +13,8 @@ pub mod kernel;
 pub mod npuconfig;
 pub mod npusmi;
 pub mod preflight;
+pub mod procs;
+pub mod product;
 pub mod responder;
 pub mod share;
 pub mod soc;

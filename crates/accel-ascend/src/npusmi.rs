@@ -5,10 +5,13 @@
 //!   layouts across releases and generations, HAZARDS items 1–10) into [`InfoChip`]s, one per
 //!   compute chip or die, with the table's layout ([`Layout`]) and banner version; a driver that
 //!   will not initialise prints two error lines instead ([`InfoError::DriverNotInitialised`]).
-//! - `npu-smi info -m`: the NPU / chip / logic-id map ([`ChipMap`]), `Mcu` rows skipped.
+//! - `npu-smi info -m`: the NPU / chip / logic-id map ([`ChipMap`]), `Mcu` rows skipped; the
+//!   950's form (`NPU ID  Slot ID  Chip ID  Chip Phy-ID  Chip Name`, addendum A1) gives the
+//!   physical id and the slot, its NPU ID being the logic id.
 //! - `npu-smi info -t <type> -i <npu> [-c <chip>]`: `key : value` blocks ([`Blocks`]), read for
-//!   the facts that live only there: the die id (`-t board`), the physical id
-//!   (`-t phyid-remap`), AI cores (`-t common`) and the container-share flag (`-t device-share`).
+//!   the facts that live only there: the die id and the board's ids (`-t board`, [`Board`]),
+//!   the physical id (`-t phyid-remap`), AI cores (`-t common`), the container-share flag
+//!   (`-t device-share`) and the super-pod membership (`-t spod-info`, [`SpodInfo`]).
 //!   `-t health` has its own reader ([`crate::health`]): its texts run over several lines.
 //!
 //! Parsers take text and never log; nothing here runs a program.
@@ -37,9 +40,21 @@ pub fn chip_query_argv(kind: &str, npu: u32, chip: u32) -> Vec<String> {
     .to_vec()
 }
 
-/// `npu-smi info -t board -i <npu> -c <chip>`: the chip's die ids and names.
+/// `npu-smi info -t board -i <npu> -c <chip>`: the chip's die ids and names (the V1 form).
 pub fn board_argv(npu: u32, chip: u32) -> Vec<String> {
     chip_query_argv("board", npu, chip)
+}
+
+/// `npu-smi info -t <kind> -i <npu> -c <chip>` on a V1 driver, `npu-smi info -t <kind> -i <npu>`
+/// on a V2 (950) one, which takes no `-c` (addendum A1: `-i <NPU ID>`, the logic id).
+pub fn device_query_argv(kind: &str, npu: u32, chip: Option<u32>) -> Vec<String> {
+    npu_or_chip_argv(kind, npu, chip)
+}
+
+/// `npu-smi info -t spod-info -i <card> -c <chip>` (A3; without `-c` the V1 tool answers
+/// `Must input parameter of chip id.`), or `-i <npu>` on the 950 (addendum A4).
+pub fn spod_argv(npu: u32, chip: Option<u32>) -> Vec<String> {
+    npu_or_chip_argv("spod-info", npu, chip)
 }
 
 /// `npu-smi info -t phyid-remap -i <npu> -c <chip>`: the chip's physical id.
@@ -302,8 +317,16 @@ pub fn parse_info(text: &str) -> Result<InfoTable, InfoError> {
 pub struct ChipMap {
     pub npu: u32,
     pub chip: u32,
-    /// The chip's logic id (the DCMI logic id the runtime numbers devices by).
+    /// The chip's logic id (the DCMI logic id the runtime numbers devices by): `Chip Logic ID`,
+    /// or in the 950's form, which prints none, the NPU ID (addendum A1: on V2 the NPU ID is the
+    /// logic id, the X of `/dev/davinciX`).
     pub logic_id: u32,
+    /// `Chip Phy-ID` (the 950's form only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub physical_id: Option<u32>,
+    /// `Slot ID` (the 950's form only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub slot: Option<u32>,
     /// `Chip Name` as printed (`Ascend 910A`, `MiniD`, a redacted `Ascend xxx` is `None`).
     pub name: Option<String>,
 }
@@ -323,7 +346,10 @@ fn redacted_name(name: &str) -> bool {
 }
 
 /// Reads `npu-smi info -m`: its compute chips, in printed order. Rows whose logic id is a
-/// placeholder (the board's `Mcu`, HAZARDS item 11) are not compute chips and are skipped.
+/// placeholder (the board's `Mcu`, HAZARDS item 11) are not compute chips and are skipped. The
+/// 950's form (HAZARDS item 26) prints `Slot ID` and `Chip Phy-ID` and no `Chip Logic ID`: its
+/// NPU ID is the logic id, and a row whose NPU ID is `-1` (an unavailable NPU, its mapping
+/// invalid) is skipped.
 pub fn parse_mapping(text: &str) -> Result<Vec<ChipMap>, MappingError> {
     let Some(table) = text::column_table(text, &["NPU ID", "Chip ID"]) else {
         if text.trim().is_empty() {
@@ -333,6 +359,9 @@ pub fn parse_mapping(text: &str) -> Result<Vec<ChipMap>, MappingError> {
             first_line: first_line(text),
         });
     };
+    let has = |label: &str| table.labels.iter().any(|l| l.eq_ignore_ascii_case(label));
+    // The 950's form: its NPU ID stands for the logic id it does not print.
+    let npu_is_logic = !has("Chip Logic ID") && has("Chip Phy-ID");
     Ok(table
         .rows
         .iter()
@@ -352,10 +381,18 @@ pub fn parse_mapping(text: &str) -> Result<Vec<ChipMap>, MappingError> {
             {
                 return None;
             }
+            let npu = n("NPU ID")?;
+            let logic_id = if npu_is_logic {
+                npu
+            } else {
+                n("Chip Logic ID")?
+            };
             Some(ChipMap {
-                npu: n("NPU ID")?,
+                npu,
                 chip: n("Chip ID")?,
-                logic_id: n("Chip Logic ID")?,
+                logic_id,
+                physical_id: n("Chip Phy-ID"),
+                slot: n("Slot ID"),
                 name,
             })
         })
@@ -457,13 +494,24 @@ pub fn die_identity(raw: &str) -> Option<String> {
     )
 }
 
-/// What `-t board` says of one chip.
+/// What `-t board` says of one chip (or, on the 950, of one NPU).
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Board {
-    /// The die id ([`die_identity`] of `VDie ID`, else of `NDie ID`/`Die ID`).
+    /// The die id ([`die_identity`] of `VDie ID`, else of `Die ID`/`NDie ID`, else of the 950's
+    /// `DDie ID`, the only die the V2 board prints).
     pub identity: Option<String>,
     pub chip_name: Option<String>,
+    /// `Board ID` (`0x%02x`; `NA` when 0).
+    pub board_id: Option<u32>,
+    /// `Main Board ID` (910_93 and 950 boards only), without the 950 card's `(<n>P)` suffix
+    /// (HAZARDS item 20).
+    pub main_board_id: Option<u32>,
+    /// That suffix's `n`: the NPUs on a 950 card's board (1, 2 or 4).
+    pub main_board_npus: Option<u32>,
+    /// `PCI Device ID` (a UB board's `Device ID`, addendum A2): what says which generation the
+    /// board ids belong to (HAZARDS item 22).
+    pub pci_device_id: Option<u32>,
 }
 
 /// Why `npu-smi info -t board` gave no board: text that is not its output at all (quoted: its
@@ -474,7 +522,29 @@ pub struct BoardError {
     pub first_line: String,
 }
 
-/// Reads `npu-smi info -t board -i <npu> -c <chip>`. Every board the tool prints (card- or
+/// A board id as `npu-smi` prints it (`0x1b`, `0x68(1P)`, `0xD806`; HAZARDS item 20): the hex
+/// figure, any case, and the number of a `(<n>P)` suffix. `NA` (an id of 0) is none.
+pub fn board_hex(raw: &str) -> (Option<u32>, Option<u32>) {
+    let raw = raw.trim();
+    let (figure, suffix) = match raw.split_once('(') {
+        Some((figure, rest)) => (figure, Some(rest)),
+        None => (raw, None),
+    };
+    let id = text::hex(figure)
+        .filter(|v| *v != 0)
+        .and_then(|v| u32::try_from(v).ok());
+    let npus = suffix
+        .and_then(|s| s.trim().strip_suffix(')'))
+        .and_then(|s| {
+            s.trim()
+                .strip_suffix('P')
+                .or_else(|| s.trim().strip_suffix('p'))
+        })
+        .and_then(|n| n.trim().parse().ok());
+    (id, npus)
+}
+
+/// Reads `npu-smi info -t board -i <npu> [-c <chip>]`. Every board the tool prints (card- or
 /// chip-level, any generation) names its `NPU ID`; text without one is not a board.
 pub fn parse_board(text: &str) -> Result<Board, BoardError> {
     let blocks = parse_blocks(text);
@@ -488,16 +558,113 @@ pub fn parse_board(text: &str) -> Result<Board, BoardError> {
             first_line: first_line(&text::clean(text)),
         });
     }
-    let identity = ["VDie ID", "Die ID", "NDie ID"]
+    let identity = ["VDie ID", "Die ID", "NDie ID", "DDie ID"]
         .iter()
         .find_map(|k| blocks.value(k).and_then(die_identity));
+    let hex = |key: &str| blocks.value(key).map(board_hex).unwrap_or((None, None));
+    let (main_board_id, main_board_npus) = hex("Main Board ID");
     Ok(Board {
         identity,
         chip_name: blocks
             .value("Chip Name")
             .filter(|n| !redacted_name(n))
             .map(str::to_string),
+        board_id: hex("Board ID").0,
+        main_board_id,
+        main_board_npus,
+        pci_device_id: hex("PCI Device ID").0.or(hex("Device ID").0),
     })
+}
+
+/// What `npu-smi info -t spod-info` printed (addendum A4): the super-pod facts, or the 950
+/// card's refusal.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum SpodInfo {
+    /// `This device does not support querying spod-info.` (the 950 card, HAZARDS item 23).
+    NotSupported,
+    Read(SpodFacts),
+}
+
+/// The `%u` lines of `-t spod-info`, each as printed (`4294967295`, the "not a member" value,
+/// included: the reader of the facts decides what it means).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SpodFacts {
+    /// `SDID` (A3 only): server, chip, die and device packed into one number (HAZARDS item 24).
+    pub sdid: Option<u32>,
+    /// `Super Pod Size`.
+    pub size: Option<u32>,
+    /// `Super Pod ID`.
+    pub id: Option<u32>,
+    /// `Server Index` (A3; a 950 whose mainboard is no POD board).
+    pub server_index: Option<u32>,
+    /// `Chassis ID` (a 950 on a POD mainboard).
+    pub chassis_id: Option<u32>,
+    /// `Super Pod Type` (the 950 only): the code of spec §4.4's table.
+    pub pod_type: Option<u32>,
+}
+
+/// The refusal a 950 card prints for `-t spod-info`.
+pub const SPOD_NOT_SUPPORTED: &str = "does not support querying spod-info";
+
+/// Why `npu-smi info -t spod-info` gave no facts: text that is neither its facts nor its
+/// refusal (quoted: its first line; `Must input parameter of chip id.` is one).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("npu-smi info -t spod-info: no super-pod facts in its output (it begins {first_line:?})")]
+pub struct SpodError {
+    pub first_line: String,
+}
+
+/// Reads `npu-smi info -t spod-info …`: the refusal (in any case, on any line), else the facts,
+/// each looked up by label; text holding neither is [`SpodError`].
+pub fn parse_spod_info(text: &str) -> Result<SpodInfo, SpodError> {
+    let cleaned = text::clean(text);
+    if cleaned.to_ascii_lowercase().contains(SPOD_NOT_SUPPORTED) {
+        return Ok(SpodInfo::NotSupported);
+    }
+    let blocks = parse_blocks(&cleaned);
+    let number = |key: &str| {
+        blocks
+            .value(key)
+            .and_then(text::whole)
+            .and_then(|v| u32::try_from(v).ok())
+    };
+    let facts = SpodFacts {
+        sdid: number("SDID"),
+        size: number("Super Pod Size"),
+        id: number("Super Pod ID"),
+        server_index: number("Server Index"),
+        chassis_id: number("Chassis ID"),
+        pod_type: number("Super Pod Type"),
+    };
+    if facts == SpodFacts::default() {
+        return Err(SpodError {
+            first_line: first_line(&cleaned),
+        });
+    }
+    Ok(SpodInfo::Read(facts))
+}
+
+/// An A3 SDID's parts (addendum A4, the DCMI manual's layout): bits 31–22 the server index,
+/// 21–18 the chip (card), 17–16 the die, 15–0 the device (chip × 2 + die).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SdidParts {
+    pub server: u32,
+    pub chip: u32,
+    pub die: u32,
+    pub device: u32,
+}
+
+/// Unpacks an SDID ([`SdidParts`]).
+pub fn sdid_parts(sdid: u32) -> SdidParts {
+    SdidParts {
+        server: sdid >> 22,
+        chip: (sdid >> 18) & 0xf,
+        die: (sdid >> 16) & 0x3,
+        device: sdid & 0xffff,
+    }
 }
 
 /// Reads `npu-smi info -t phyid-remap -i <npu> -c <chip>`: the chip's physical id.

@@ -10,6 +10,11 @@
 //! container's working directory, `libvruntime.so` and `enpu-monitor` from
 //! `<library-dir>/ascend/cann-<major>-<family>/`, the preload file, `/dev/shm`, and
 //! `ENPU_LOG_LEVEL=1`, `ENPU_DSMI_HOOK=1` under the never-overwrite rule.
+//!
+//! A grant of 950 NPUs, in every family, also names their fabric's topology file in
+//! `HCCL_TOPO_FILE_PATH` (spec §4.4) when the detector resolved their product form
+//! ([`crate::product`]) and every granted NPU has the same one; otherwise the variable is left
+//! out (logged), and the grant goes through, as the spec has it.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -26,6 +31,7 @@ use accel_core::ledger::{Family, Seat};
 use accel_host::Commands;
 
 use crate::npuconfig::{self, NpuConfig};
+use crate::product::{self, ProductType};
 use crate::share::{self, Outcome};
 use crate::soc;
 
@@ -83,6 +89,8 @@ struct Chip {
     /// `[physical id, card id, chip index]`.
     slots: Vec<u32>,
     vram_mib: Option<u64>,
+    /// The 950's product form, when the detector resolved it.
+    product: Option<ProductType>,
 }
 
 impl Chip {
@@ -92,6 +100,7 @@ impl Chip {
             family: a.architecture.as_deref().and_then(soc::Family::from_name),
             slots: a.physical_indexes.clone(),
             vram_mib: a.memory_mib,
+            product: a.product_type.as_deref().and_then(ProductType::from_name),
         }
     }
 
@@ -124,6 +133,26 @@ impl Chip {
 
 fn refused(message: String) -> ResponderError {
     ResponderError::Refused(message)
+}
+
+/// The topology file a grant of `chips` names (spec §4.4): `None` for a grant of no 950, and
+/// for one whose 950 NPUs have no form or not the same one (logged).
+fn topology_file(chips: &[&Chip]) -> Option<&'static str> {
+    let fabric: Vec<&&Chip> = chips.iter().filter(|c| c.is_v2()).collect();
+    let first = fabric.first()?;
+    let forms: BTreeSet<Option<ProductType>> = fabric.iter().map(|c| c.product).collect();
+    match (forms.len(), first.product) {
+        (1, Some(form)) => Some(form.topology_file()),
+        _ => {
+            tracing::info!(
+                accelerators = ?fabric.iter().map(|c| c.name()).collect::<Vec<_>>(),
+                forms = ?forms.iter().map(|f| f.map(ProductType::name)).collect::<Vec<_>>(),
+                "{} left out: the granted 950 NPUs have no product form, or not one form (`detect` notes why)",
+                product::TOPO_ENV
+            );
+            None
+        }
+    }
 }
 
 /// The Ascend responder of one node.
@@ -276,6 +305,9 @@ impl AscendResponder {
         response
             .envs
             .insert(VISIBLE_DEVICES.into(), visible.join(","));
+        if let Some(file) = topology_file(&chips) {
+            PodEnv::new(&mut response.envs, answer.container).set(product::TOPO_ENV, file);
+        }
         Ok(response)
     }
 

@@ -45,8 +45,12 @@ enum Reader {
     Info,
     /// `npu-smi info -m`.
     Mapping,
-    /// `npu-smi info -t common|usages|board|spod-info`: the generic `key : value` blocks.
+    /// `npu-smi info -t common|usages`: the generic `key : value` blocks.
     Blocks,
+    /// `npu-smi info -t board`: its die id and board ids ([`npusmi::Board`]).
+    Board,
+    /// `npu-smi info -t spod-info`: the super-pod facts or the card's refusal.
+    Spod,
     /// `npu-smi info -t health`: its own reader (`accel_ascend::health`).
     Health,
     /// `npu-smi info -t ecc`: the counters each memory's rule reads (HBM and DDR).
@@ -103,17 +107,16 @@ const EXPECTED: &[(&str, Reader)] = &[
         "npu-smi/canncontainer-46__npu-smi-in-container-dcmi-init-failed-8020.txt",
         Reader::Info,
     ),
-    // The 950's columns (`Slot ID`, `Chip Phy-ID`, no `Chip Logic ID`; HAZARDS 26): today's
-    // `parse_mapping` needs a logic id, so it reads no chip from this table (an empty map, not
-    // an error); issue 45 (Ascend A5 topology).
+    // The 950's columns (`Slot ID`, `Chip Phy-ID`, no `Chip Logic ID`; HAZARDS 26): the NPU ID
+    // is the logic id.
     (
         "npu-smi/canndriver-950doc__atlas350-info-m-slot-and-phy-id-columns-doc-example.txt",
         Reader::Mapping,
     ),
-    // Issue 45 (Ascend A5 topology) will read the 950 board; the generic blocks until then.
+    // HAZARDS 20 and 22: `0x68(1P)`, `0x1b`, `0xD806`; the DDie id the only die printed.
     (
         "npu-smi/canndriver-950doc__atlas350-info-t-board-i0-mainboard-1p-doc-example.txt",
-        Reader::Blocks,
+        Reader::Board,
     ),
     (
         "npu-smi/canndriver-950doc__atlas350-info-t-ecc-enable-doc-example.txt",
@@ -128,10 +131,10 @@ const EXPECTED: &[(&str, Reader)] = &[
         "npu-smi/canndriver-950doc__atlas350-info-t-health-i0-doc-example.txt",
         Reader::Health,
     ),
-    // Issue 45 (Ascend A5 topology): the 950 card's refusal, one line without a colon.
+    // HAZARDS 23: the 950 card's refusal, one line without a colon.
     (
         "npu-smi/canndriver-950doc__atlas350-info-t-spod-info-not-supported-doc-example.txt",
-        Reader::Blocks,
+        Reader::Spod,
     ),
     // Help text: no parser reads it.
     (
@@ -140,7 +143,7 @@ const EXPECTED: &[(&str, Reader)] = &[
     ),
     (
         "npu-smi/cannshmem__a3-info-t-spod-info-i0-c0-padding-stripped-doc-example.txt",
-        Reader::Blocks,
+        Reader::Spod,
     ),
     (
         "npu-smi/gpustack-6148__ascend950pr-npu-smi25.7.rc1.6-new-layout-excerpt.txt",
@@ -197,16 +200,16 @@ const EXPECTED: &[(&str, Reader)] = &[
     ),
     (
         "npu-smi/mindcluster-faultdiag__910a-drv23.0.5-info-t-board-i0-card-level-no-mainboard-id.txt",
-        Reader::Blocks,
+        Reader::Board,
     ),
     (
         "npu-smi/mindcluster-faultdiag__910a-info-t-board-i0-c0-chip-level-vdie-ndie.txt",
-        Reader::Blocks,
+        Reader::Board,
     ),
     // The tool's error lines on stdout (HAZARDS 23).
     (
         "npu-smi/mindcluster-faultdiag__910a-info-t-board-lost-device-invalid-card-id.txt",
-        Reader::Blocks,
+        Reader::Board,
     ),
     // HAZARDS 18: every code and every text, the blank-label lines after empty lines too.
     (
@@ -223,23 +226,23 @@ const EXPECTED: &[(&str, Reader)] = &[
     ),
     (
         "npu-smi/mindcluster-faultdiag__a3-server40-info-t-spod-info-dev0-from-log-L11.txt",
-        Reader::Blocks,
+        Reader::Spod,
     ),
     (
         "npu-smi/mindcluster-faultdiag__a3-server40-info-t-spod-info-dev1-from-log-L13.txt",
-        Reader::Blocks,
+        Reader::Spod,
     ),
     (
         "npu-smi/mindcluster-faultdiag__a3-server40-info-t-spod-info-dev10-from-log-L15.txt",
-        Reader::Blocks,
+        Reader::Spod,
     ),
     (
         "npu-smi/mindcluster-faultdiag__a3-server40-info-t-spod-info-dev11-from-log-L17.txt",
-        Reader::Blocks,
+        Reader::Spod,
     ),
     (
         "npu-smi/mindcluster-faultdiag__a3-server40-info-t-spod-info-dev12-from-log-L19.txt",
-        Reader::Blocks,
+        Reader::Spod,
     ),
     (
         "npu-smi/mindclusterdocs__910a-info-t-ecc-ddr-hbm-chip-id-doc-example.txt",
@@ -278,6 +281,14 @@ fn read_unit(rel: &str, reader: Reader) -> serde_json::Value {
         Reader::Blocks | Reader::HccnTool => {
             serde_json::to_value(npusmi::parse_blocks(&text)).unwrap()
         }
+        Reader::Board => match npusmi::parse_board(&text) {
+            Ok(b) => serde_json::to_value(b).unwrap(),
+            Err(e) => serde_json::json!({ "error": e.to_string() }),
+        },
+        Reader::Spod => match npusmi::parse_spod_info(&text) {
+            Ok(s) => serde_json::to_value(s).unwrap(),
+            Err(e) => serde_json::json!({ "error": e.to_string() }),
+        },
         Reader::Health => match health::parse_health(&text) {
             Ok(h) => serde_json::json!({ "reading": h, "verdict": format!("{:?}", h.verdict()) }),
             Err(e) => serde_json::json!({ "error": e.to_string() }),
@@ -535,4 +546,170 @@ fn hazard_17_both_health_labels_and_18_texts_over_several_lines() {
     assert_eq!(alarm.texts.len(), 3);
     assert!(alarm.texts[2].ends_with("event state=Heartbeat Lost."));
     assert_eq!(alarm.verdict(), health::Verdict::OutOfService);
+}
+
+/// HAZARDS 9 (issue 44 item 8): the process section after the chip table — a list of
+/// processes per NPU, one `No running processes found in NPU n` row per idle NPU, or none at
+/// all. Every `npu-smi info` capture is read; the ones that print a section are snapshotted
+/// and named here, so a capture with a section this test does not know fails.
+#[test]
+fn hazard_9_the_process_section_is_read_where_printed() {
+    use accel_ascend::procs;
+    const WITH_SECTION: &[&str] = &[
+        "npu-smi/gpustack__atlas800-9010-8x910a-npu-smi24.1.RC2-info-procs-warning.txt",
+        "npu-smi/paddledocs__2x-910b2c-npu-smi23.0.rc3-info-noprocs.txt",
+    ];
+    let mut printed = Vec::new();
+    for (rel, reader) in EXPECTED {
+        if !matches!(reader, Reader::Info) {
+            continue;
+        }
+        if let Some(processes) = procs::parse_processes(&read(rel)) {
+            insta::assert_json_snapshot!(format!("processes-{}", snapshot_name(rel)), processes);
+            printed.push(*rel);
+        }
+    }
+    assert_eq!(printed, WITH_SECTION);
+
+    let listed = procs::parse_processes(&read(WITH_SECTION[0])).unwrap();
+    assert_eq!(listed.len(), 32, "four processes on each of eight NPUs");
+    for npu in 0..8 {
+        let on: Vec<_> = listed.iter().filter(|p| p.npu == Some(npu)).collect();
+        assert_eq!(on.len(), 4, "NPU {npu}");
+        assert!(
+            on.iter()
+                .all(|p| p.chip == Some(0) && p.memory_used_mib == Some(686))
+        );
+    }
+    assert_eq!(
+        (listed[0].pid, listed[0].name.as_deref()),
+        (Some(37656), Some("hlt_host_devmm_"))
+    );
+    assert_eq!(
+        procs::parse_processes(&read(WITH_SECTION[1])),
+        Some(Vec::new()),
+        "each NPU's `No running processes found` row is no process"
+    );
+}
+
+/// HAZARDS 20 and 22: board ids in lower-case hex with a `(<n>P)` suffix, PCI ids upper case;
+/// the 950 board read as a 950's by its PCI device id (`0xD806`), its die the `DDie ID`; the
+/// 910A's card level has no Main Board ID and its chip level no PCI ids.
+#[test]
+fn hazard_20_board_hex_and_suffixes_and_22_the_pci_device_id_decides() {
+    let board = |rel: &str| npusmi::parse_board(&read(&format!("npu-smi/{rel}"))).unwrap();
+    let a5 = board("canndriver-950doc__atlas350-info-t-board-i0-mainboard-1p-doc-example.txt");
+    assert_eq!(
+        (
+            a5.board_id,
+            a5.main_board_id,
+            a5.main_board_npus,
+            a5.pci_device_id
+        ),
+        (Some(0x1b), Some(0x68), Some(1), Some(0xd806))
+    );
+    assert_eq!(
+        a5.identity.as_deref(),
+        Some("870408E3 2120D518 77936EE6 80B40A0A D4100003")
+    );
+    let readings = accel_ascend::product::Readings {
+        pci_device_id: a5.pci_device_id,
+        main_board: a5.main_board_id,
+        main_board_npus: a5.main_board_npus,
+        spod: Some(npusmi::parse_spod_info(&read(
+            "npu-smi/canndriver-950doc__atlas350-info-t-spod-info-not-supported-doc-example.txt",
+        ))
+        .map_err(|e| e.to_string())),
+    };
+    assert_eq!(
+        accel_ascend::product::resolve(&readings),
+        Ok(accel_ascend::product::ProductType::Card1p),
+        "the manual's Atlas 350 is a 1P card"
+    );
+    let card = board(
+        "mindcluster-faultdiag__910a-drv23.0.5-info-t-board-i0-card-level-no-mainboard-id.txt",
+    );
+    assert_eq!(
+        (card.board_id, card.main_board_id, card.pci_device_id),
+        (Some(0x02), None, Some(0xd801))
+    );
+    let chip = board("mindcluster-faultdiag__910a-info-t-board-i0-c0-chip-level-vdie-ndie.txt");
+    assert_eq!((chip.pci_device_id, chip.main_board_id), (None, None));
+    assert!(chip.identity.is_some());
+    assert_eq!(npusmi::board_hex("0x6C(4P)"), (Some(0x6c), Some(4)));
+    assert_eq!(npusmi::board_hex("NA"), (None, None));
+}
+
+/// HAZARDS 23 and 24: the 950 card refuses `-t spod-info` in one line; the A3's SDID is a
+/// packed number whose server part is its `Server Index`, with or without the padding.
+#[test]
+fn hazard_23_the_spod_refusal_and_24_packed_sdids() {
+    let spod = |rel: &str| npusmi::parse_spod_info(&read(&format!("npu-smi/{rel}"))).unwrap();
+    assert_eq!(
+        spod("canndriver-950doc__atlas350-info-t-spod-info-not-supported-doc-example.txt"),
+        npusmi::SpodInfo::NotSupported
+    );
+    for (file, device) in [
+        ("dev0-from-log-L11", 0),
+        ("dev1-from-log-L13", 1),
+        ("dev10-from-log-L15", 10),
+        ("dev11-from-log-L17", 11),
+        ("dev12-from-log-L19", 12),
+    ] {
+        let npusmi::SpodInfo::Read(facts) = spod(&format!(
+            "mindcluster-faultdiag__a3-server40-info-t-spod-info-{file}.txt"
+        )) else {
+            panic!("{file}")
+        };
+        let parts = npusmi::sdid_parts(facts.sdid.unwrap());
+        assert_eq!(
+            (parts.server, parts.chip, parts.die, parts.device),
+            (40, device / 2, device % 2, device),
+            "{file}"
+        );
+        assert_eq!(
+            (facts.size, facts.id, facts.server_index, facts.pod_type),
+            (Some(384), Some(0), Some(40), None)
+        );
+    }
+    let npusmi::SpodInfo::Read(shmem) =
+        spod("cannshmem__a3-info-t-spod-info-i0-c0-padding-stripped-doc-example.txt")
+    else {
+        panic!("shmem")
+    };
+    assert_eq!(npusmi::sdid_parts(shmem.sdid.unwrap()).server, 4);
+    assert_eq!(shmem.server_index, Some(4));
+    assert!(npusmi::parse_spod_info("Must input parameter of chip id.\n").is_err());
+}
+
+/// HAZARDS 26: the 950's `-m` prints the physical id and a slot and no logic id: its NPU ID is
+/// the logic id.
+#[test]
+fn hazard_26_the_950_map_names_the_physical_id() {
+    let map = npusmi::parse_mapping(&read(
+        "npu-smi/canndriver-950doc__atlas350-info-m-slot-and-phy-id-columns-doc-example.txt",
+    ))
+    .unwrap();
+    assert_eq!(map.len(), 1);
+    let row = &map[0];
+    assert_eq!(
+        (
+            row.npu,
+            row.chip,
+            row.logic_id,
+            row.physical_id,
+            row.slot,
+            row.name.as_deref()
+        ),
+        (0, 0, 0, Some(0), Some(0), None)
+    );
+    let unusable = "NPU ID   Slot ID   Chip ID   Chip Phy-ID   Chip Name\n-1       1         0         1             xxx\n2        2         0         6             Ascend950PR\n";
+    let map = npusmi::parse_mapping(unusable).unwrap();
+    assert_eq!(
+        map.iter()
+            .map(|m| (m.npu, m.logic_id, m.physical_id))
+            .collect::<Vec<_>>(),
+        [(2, 2, Some(6))],
+        "NPU ID -1 is an unusable row"
+    );
 }

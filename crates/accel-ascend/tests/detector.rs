@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use accel_ascend::detector::{self, DetectOptions, Generation, Note};
 use accel_ascend::health::ChipName;
+use accel_ascend::product::{BoardClass, Unresolved};
 use accel_backend::Deadlines;
 use accel_core::inventory::{DetectError, Detection};
 use accel_host::{FsHost, RecordedCommands};
@@ -138,6 +139,8 @@ fn the_950_is_v2_without_a_driver_version() {
     assert_eq!(a.memory_mib, Some(131_072));
     assert_eq!(section.driver_version, None);
     assert_eq!(section.runtime_version.as_deref(), Some("9.0"));
+    // Its boards print no Main Board ID: no product form, no topology file, and a note.
+    assert_eq!(a.product_type, None);
     assert_eq!(
         section.notes,
         [
@@ -146,8 +149,263 @@ fn the_950_is_v2_without_a_driver_version() {
                 chips: 2,
                 first: ChipName { npu: 0, chip: 0 }
             }
+            .to_string(),
+            // No spod-info is recorded: the replay answers it as a program not installed.
+            Note::SuperPodUnread {
+                chips: 2,
+                first: ChipName { npu: 0, chip: 0 }
+            }
+            .to_string(),
+            Note::NoTopology {
+                npus: 2,
+                first: ChipName { npu: 0, chip: 0 },
+                why: Unresolved::NoMainBoard.to_string(),
+            }
             .to_string()
         ]
+    );
+}
+
+/// Addendum A1: the 950's tool takes no `-c`, so its NPUs are asked `-i <NPU ID>` alone, and its
+/// chip map prints the physical id (`Chip Phy-ID`) beside a slot and no logic id (its NPU ID
+/// is the logic id).
+#[test]
+fn the_950_is_asked_without_c_and_its_map_gives_the_physical_ids() {
+    let dir = copy_host("ascend-950pr-v2-remapped");
+    // Were the V1 form asked, this would fail the board query and the pass.
+    std::fs::remove_dir_all(dir.path().join("commands/board-0-0")).unwrap();
+    std::fs::remove_dir_all(dir.path().join("commands/board-1-0")).unwrap();
+    // And the physical ids come from the map, not from phyid-remap.
+    for n in ["phyid-0-0", "phyid-1-0"] {
+        std::fs::remove_dir_all(dir.path().join("commands").join(n)).unwrap();
+    }
+    let section = detect_in(dir.path(), DetectOptions::default()).unwrap();
+    assert_eq!(slots(&section), [[4, 0, 0], [5, 1, 0]]);
+}
+
+/// Addendum A4 on the A3 server 40 of a 384-NPU super-pod: every die's `-t spod-info` (`-i
+/// <card> -c <chip>`; devices 0, 1, 10, 11 and 12 the real captures) is its `superPod`, the
+/// SDID unpacking to the server and device the die is.
+#[test]
+fn an_a3_dies_super_pod_facts_are_its_super_pod() {
+    let section = detect("ascend-a3-server40-spod");
+    assert_eq!(section.accelerators.len(), 16);
+    let pods: Vec<_> = section
+        .accelerators
+        .iter()
+        .map(|a| a.super_pod.unwrap())
+        .collect();
+    for (device, pod) in pods.iter().enumerate() {
+        assert_eq!(
+            (pod.size, pod.id, pod.server_index),
+            (Some(384), Some(0), Some(40))
+        );
+        let parts = accel_ascend::npusmi::sdid_parts(pod.sdid.unwrap());
+        assert_eq!((parts.server, parts.device), (40, device as u32));
+        assert_eq!((pod.chassis_id, pod.pod_type), (None, None));
+    }
+    assert_eq!(
+        pods[10].sdid,
+        Some(169_082_890),
+        "the real capture of device 10"
+    );
+    assert!(
+        section
+            .accelerators
+            .iter()
+            .all(|a| a.product_type.is_none()),
+        "the product form is the 950's"
+    );
+    assert_eq!(
+        section.notes,
+        [Note::Generation(Generation::V1).to_string()],
+        "every fact read"
+    );
+}
+
+/// An SDID naming another server than the die's `Server Index` is a conflicting reading: both
+/// are kept as printed, and a note says so.
+#[test]
+fn an_sdid_naming_another_server_is_noted() {
+    let dir = copy_host("ascend-a3-server40-spod");
+    rewrite(dir.path(), "spod-0-0", "167772160", "16777216");
+    let section = detect_in(dir.path(), DetectOptions::default()).unwrap();
+    assert_eq!(
+        section.accelerators[0].super_pod.unwrap().sdid,
+        Some(16_777_216)
+    );
+    assert!(
+        section.notes.contains(
+            &Note::SdidDisagrees {
+                chip: ChipName { npu: 0, chip: 0 },
+                sdid: 16_777_216,
+                server_index: 40
+            }
+            .to_string()
+        ),
+        "{:?}",
+        section.notes
+    );
+}
+
+/// Spec §4.4, addendum A2–A4: a 950 server on an A+K mainboard (`0x23`) whose super-pod type is
+/// 3 is a 16P server (`server-16p`); its super-pod facts are its `superPod`.
+#[test]
+fn a_950_server_reads_its_product_form_from_its_board_and_super_pod_type() {
+    let section = detect("ascend-950-server-16p");
+    assert_eq!(section.accelerators.len(), 16);
+    for a in &section.accelerators {
+        assert_eq!(a.product_type.as_deref(), Some("server-16p"));
+        let pod = a.super_pod.unwrap();
+        assert_eq!(
+            (pod.size, pod.id, pod.server_index, pod.pod_type, pod.sdid),
+            (Some(16), Some(0), Some(0), Some(3), None)
+        );
+    }
+    assert_eq!(
+        section.notes,
+        [Note::Generation(Generation::V2).to_string()],
+        "every fact read"
+    );
+}
+
+/// Copies the 950 server and rewrites every NPU's `from` into `to` in `command-<npu>`.
+fn server_950_with(command: &str, from: &str, to: &str) -> tempfile::TempDir {
+    let dir = copy_host("ascend-950-server-16p");
+    for npu in 0..16 {
+        rewrite(dir.path(), &format!("{command}-{npu}"), from, to);
+    }
+    dir
+}
+
+/// What does not resolve to exactly one form names no topology file: the note says why, for
+/// all 16 NPUs, and no `productType` is guessed.
+#[test]
+fn an_unreadable_or_conflicting_product_reading_names_no_form_and_says_why() {
+    let cases = [
+        // Super Pod Type 0: an 8P server, or MindCluster's "abnormal" default.
+        (
+            server_950_with(
+                "spod",
+                "Super Pod Type                 : 3",
+                "Super Pod Type                 : 0",
+            ),
+            Unresolved::ZeroPodType { main_board: 0x23 },
+        ),
+        // The 2P card: 0x6a in the driver, 0x6b in MindCluster.
+        (
+            server_950_with("board", "0x23", "0x6a(2P)"),
+            Unresolved::TwoPCard { main_board: 0x6a },
+        ),
+        (
+            server_950_with("board", "0x23", "0x6b(2P)"),
+            Unresolved::TwoPCard { main_board: 0x6b },
+        ),
+        // A pod type on a server board.
+        (
+            server_950_with(
+                "spod",
+                "Super Pod Type                 : 3",
+                "Super Pod Type                 : 1",
+            ),
+            Unresolved::Conflict {
+                main_board: 0x23,
+                class: BoardClass::AplusK,
+                said: "its Super Pod Type 1 is pod-1d".into(),
+            },
+        ),
+        // No Main Board ID line.
+        (
+            server_950_with("board", "Main Board ID", "Main Board Id-less"),
+            Unresolved::NoMainBoard,
+        ),
+        // No Super Pod Type line.
+        (
+            server_950_with("spod", "Super Pod Type", "Super Pod Kind"),
+            Unresolved::NoPodType {
+                main_board: 0x23,
+                answered: true,
+            },
+        ),
+    ];
+    for (dir, why) in cases {
+        let section = detect_in(dir.path(), DetectOptions::default()).unwrap();
+        assert!(
+            section
+                .accelerators
+                .iter()
+                .all(|a| a.product_type.is_none()),
+            "{why}"
+        );
+        let note = Note::NoTopology {
+            npus: 16,
+            first: ChipName { npu: 0, chip: 0 },
+            why: why.to_string(),
+        }
+        .to_string();
+        assert!(section.notes.contains(&note), "{note}\n{:?}", section.notes);
+    }
+}
+
+/// A spod query that fails leaves the server's form unresolved (never a guessed one) and its
+/// super-pod unread, each said.
+#[test]
+fn a_failing_spod_query_leaves_the_form_unresolved_and_says_so() {
+    let dir = copy_host("ascend-950-server-16p");
+    for npu in 0..16 {
+        let answer = dir.path().join(format!("commands/spod-{npu}"));
+        std::fs::write(answer.join("stdout"), "Error parameter of -t\n").unwrap();
+        std::fs::write(answer.join("status"), "255\n").unwrap();
+    }
+    let section = detect_in(dir.path(), DetectOptions::default()).unwrap();
+    assert!(
+        section
+            .accelerators
+            .iter()
+            .all(|a| a.product_type.is_none() && a.super_pod.is_none())
+    );
+    let first = ChipName { npu: 0, chip: 0 };
+    assert_eq!(
+        section.notes,
+        [
+            Note::Generation(Generation::V2).to_string(),
+            Note::SuperPodUnread { chips: 16, first }.to_string(),
+            Note::NoTopology {
+                npus: 16,
+                first,
+                why: Unresolved::NoPodType {
+                    main_board: 0x23,
+                    answered: false
+                }
+                .to_string()
+            }
+            .to_string()
+        ]
+    );
+}
+
+/// The 950 card (mainboard `0x68(1P)`) answers `-t spod-info` with its refusal (the manual's
+/// line, on a failing exit): it is a 1P card, its form from the mainboard alone.
+#[test]
+fn a_950_card_is_named_by_its_mainboard_and_refuses_spod_info() {
+    let dir = server_950_with("board", "0x23", "0x68(1P)");
+    let refusal = std::fs::read_to_string(accel_testkit::shared_fixtures("ascend").join(
+        "npu-smi/canndriver-950doc__atlas350-info-t-spod-info-not-supported-doc-example.txt",
+    ))
+    .unwrap();
+    for npu in 0..16 {
+        let answer = dir.path().join(format!("commands/spod-{npu}"));
+        std::fs::write(answer.join("stdout"), &refusal).unwrap();
+        std::fs::write(answer.join("status"), "255\n").unwrap();
+    }
+    let section = detect_in(dir.path(), DetectOptions::default()).unwrap();
+    for a in &section.accelerators {
+        assert_eq!(a.product_type.as_deref(), Some("card-1p"));
+        assert_eq!(a.super_pod, None);
+    }
+    assert_eq!(
+        section.notes,
+        [Note::Generation(Generation::V2).to_string()]
     );
 }
 
@@ -778,5 +1036,29 @@ fn doctor_names_each_health_source_and_the_chip_it_takes_out() {
     assert_eq!(
         state.reason,
         "npu-smi info -t health read for 0 of 8 chip(s); not read for 8 chip(s) (first NPU 0 chip 0: npu-smi info -t health -i 0 -c 0: npu-smi: not found)"
+    );
+}
+
+/// The A3 super-pod facts reach the `Devices` record, per accelerator, in its wire form.
+#[test]
+fn the_devices_record_carries_each_dies_super_pod() {
+    let inventory = accel_core::inventory::Inventory {
+        manufacturers: vec![detect("ascend-a3-server40-spod")],
+    };
+    let spec = accel_core::devices::DevicesSpec::from_inventory(&inventory, |_| None);
+    let accelerators = &spec.groups[0].accelerators;
+    assert_eq!(accelerators.len(), 16);
+    let json = serde_json::to_value(&spec).unwrap();
+    assert_eq!(
+        json["groups"][0]["accelerators"][1]["superPod"],
+        serde_json::json!({"sdid": 167_837_697, "size": 384, "id": 0, "serverIndex": 40})
+    );
+    let server = accel_core::inventory::Inventory {
+        manufacturers: vec![detect("ascend-950-server-16p")],
+    };
+    let spec = accel_core::devices::DevicesSpec::from_inventory(&server, |_| None);
+    assert_eq!(
+        serde_json::to_value(&spec).unwrap()["groups"][0]["accelerators"][0]["superPod"],
+        serde_json::json!({"size": 16, "id": 0, "serverIndex": 0, "type": 3})
     );
 }

@@ -23,6 +23,10 @@ fn read_all(s: &str) {
     let _ = npusmi::parse_mapping(s);
     let _ = npusmi::parse_blocks(s);
     let _ = npusmi::parse_board(s);
+    let _ = npusmi::board_hex(s);
+    if let Ok(npusmi::SpodInfo::Read(facts)) = npusmi::parse_spod_info(s) {
+        let _ = facts.sdid.map(npusmi::sdid_parts);
+    }
     let _ = npusmi::parse_phy_id(s);
     let _ = npusmi::parse_aicores(s, 0);
     let _ = npusmi::parse_share(s);
@@ -94,5 +98,47 @@ proptest! {
     #[test]
     fn arbitrary_bytes_never_panic(bytes in prop::collection::vec(any::<u8>(), 0..512)) {
         read_all(&String::from_utf8_lossy(&bytes));
+    }
+}
+
+/// Pieces of the process section (issue 44 item 8, HAZARDS 9): its header, rules, idle rows and
+/// process rows, mixed with the chip table's.
+fn process_fragments() -> impl Strategy<Value = String> {
+    let piece = prop_oneof![
+        Just("+----------------------+---------------+---------------------------+\n".to_string()),
+        Just(
+            "| NPU     Chip         | Process id    | Process name   | Process memory(MB) |\n"
+                .to_string()
+        ),
+        Just("+======================+===============+===========================+\n".to_string()),
+        Just("| 0       0            | 37656         | hlt_host_devmm_ | 686     |\n".to_string()),
+        Just("| No running processes found in NPU 0                             |\n".to_string()),
+        Just("| N/A     NA           | -             | xxx            | NA       |\n".to_string()),
+        Just("| NPU   Name           | Health        | Power(W)    Temp(C)      |\n".to_string()),
+        Just("...\n".to_string()),
+        Just("|".to_string()),
+        "[ -~]{0,12}",
+    ];
+    prop::collection::vec(piece, 0..40).prop_map(|v| v.concat())
+}
+
+proptest! {
+    #[test]
+    fn the_process_section_reader_takes_any_bytes(bytes in prop::collection::vec(any::<u8>(), 0..512)) {
+        let _ = accel_ascend::procs::parse_processes(&String::from_utf8_lossy(&bytes));
+    }
+
+    #[test]
+    fn the_process_section_reader_takes_its_own_fragments(s in process_fragments()) {
+        let _ = accel_ascend::procs::parse_processes(&s);
+    }
+
+    #[test]
+    fn the_process_section_reader_takes_mutated_captures(
+        file in any::<prop::sample::Index>(),
+        mutation in accel_testkit::mutate::mutation(),
+    ) {
+        let original: &Vec<u8> = file.get(corpus());
+        let _ = accel_ascend::procs::parse_processes(&String::from_utf8_lossy(&mutation.apply(original)));
     }
 }

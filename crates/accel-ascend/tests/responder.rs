@@ -205,3 +205,81 @@ fn a_driver_without_the_share_query_refuses_tenants_but_serves_exclusive() {
         "exclusive asks nothing"
     );
 }
+
+/// Spec §4.4: a grant of 950 NPUs whose product form resolved names its topology file in
+/// `HCCL_TOPO_FILE_PATH`, in every family (a slice too); NPUs of no form, or of two forms,
+/// get none; a container that sets the variable itself keeps its own; other families never get
+/// it.
+#[test]
+fn a_950_grant_names_its_topology_file_only_for_one_resolved_form() {
+    const TOPO: &str = "HCCL_TOPO_FILE_PATH";
+    const FILE: &str = "/usr/local/Ascend/driver/topo/950/atlas_850_2.json";
+    let dir = tempfile::tempdir().unwrap();
+    let mut chips = accelerators("ascend-950-server-16p");
+    chips[3].product_type = None;
+    chips[4].product_type = Some("server-32p".into());
+    let seats: Vec<Seat> = chips
+        .iter()
+        .map(|a| Seat::from_accelerator(a, 63))
+        .collect();
+    let r = responder(chips, Some(9), dir.path(), Arc::new(Counting::default()));
+    let p = pod();
+    let two = [&seats[0], &seats[1]];
+    for family in [Family::Exclusive, Family::Shared] {
+        let out = r.respond(&answer(Some(family), &two, &p)).unwrap();
+        assert_eq!(
+            out.envs.get(TOPO).map(String::as_str),
+            Some(FILE),
+            "{family:?}"
+        );
+    }
+    let slice = r
+        .respond(&answer(Some(Family::Sliced), &[&seats[2]], &p))
+        .unwrap();
+    assert_eq!(
+        slice.envs.get(TOPO).map(String::as_str),
+        Some(FILE),
+        "sliced"
+    );
+    let unresolved = [&seats[0], &seats[3]];
+    let out = r
+        .respond(&answer(Some(Family::Exclusive), &unresolved, &p))
+        .unwrap();
+    assert_eq!(out.envs.get(TOPO), None, "an NPU of no form");
+    let mixed = [&seats[0], &seats[4]];
+    let out = r
+        .respond(&answer(Some(Family::Exclusive), &mixed, &p))
+        .unwrap();
+    assert_eq!(out.envs.get(TOPO), None, "two forms");
+    assert_eq!(
+        out.envs["ASCEND_VISIBLE_DEVICES"], "0,4",
+        "the grant goes through"
+    );
+
+    let mut own = pod();
+    own.containers.push(accel_backend::pod::Container {
+        name: "main".into(),
+        limits: Default::default(),
+        env: [(TOPO.to_string(), "/mine.json".to_string())].into(),
+    });
+    let container = own.containers.first().cloned();
+    let mut mine = answer(Some(Family::Exclusive), &two, &own);
+    mine.container = container.as_ref();
+    assert_eq!(
+        r.respond(&mine).unwrap().envs.get(TOPO),
+        None,
+        "the container's own"
+    );
+
+    let other = tempfile::tempdir().unwrap();
+    let chips = accelerators("ascend-8x-910b2");
+    let seats: Vec<Seat> = chips
+        .iter()
+        .map(|a| Seat::from_accelerator(a, 63))
+        .collect();
+    let r = responder(chips, Some(8), other.path(), Arc::new(Counting::default()));
+    let out = r
+        .respond(&answer(Some(Family::Exclusive), &[&seats[0]], &p))
+        .unwrap();
+    assert_eq!(out.envs.get(TOPO), None, "a 910B has no fabric file");
+}

@@ -584,6 +584,60 @@ fn has_all(found: &[String], anchor: &[&str]) -> bool {
             .all(|a| found.iter().any(|l| l.eq_ignore_ascii_case(a)))
 }
 
+/// The rows of a tool's process table (`Processes:` under nvidia-smi's, ixsmi's, mx-smi's,
+/// cnmon's card table): the box whose header line holds every label of `header` (`GPU`, `PID`,
+/// `Process name`), read from that line alone — the title above it (`| Processes: GPU Memory |`)
+/// and a unit line under it (`| Usage(MiB) |`) are `|` lines too, which [`box_table`] would take
+/// for more header lines and pair every row with — through the `===` rule under it. The one row
+/// a table without processes prints (`No running processes found`, `no process found`) is no
+/// process. `None` when the text has no such table (a capture cut before it).
+pub fn process_rows(text: &str, header: &[&str]) -> Option<Vec<Record>> {
+    let text = clean(text);
+    let lines: Vec<&str> = text.lines().collect();
+    let at = lines.iter().position(|l| labels_every(l, header))?;
+    let rule = at
+        + 1
+        + lines
+            .get(at + 1..)?
+            .iter()
+            .position(|l| is_header_rule(l))?;
+    let mut section = vec![lines[at]];
+    section.extend_from_slice(&lines[rule..]);
+    let table = box_table(&section.join("\n"), header)?;
+    Some(
+        table
+            .records
+            .into_iter()
+            .filter(|r| !says_no_process(r))
+            .collect(),
+    )
+}
+
+/// Whether a `|` line's cells, split on runs of blanks, hold every label of `header`.
+fn labels_every(line: &str, header: &[&str]) -> bool {
+    if !line.contains('|') {
+        return false;
+    }
+    let labels: Vec<&str> = line.split('|').flat_map(split_blanks).collect();
+    header
+        .iter()
+        .all(|h| labels.iter().any(|l| l.eq_ignore_ascii_case(h)))
+}
+
+/// `|=====|` or `+=====+`: the rule under a header.
+fn is_header_rule(line: &str) -> bool {
+    let t = line.trim();
+    t.contains("===") && t.chars().all(|c| matches!(c, '=' | '+' | '|' | '-' | ' '))
+}
+
+/// `No running processes found`: the one line of a table without rows.
+fn says_no_process(record: &Record) -> bool {
+    record.fields.first().is_some_and(|(_, value)| {
+        let value = value.to_ascii_lowercase();
+        value.starts_with("no ") && value.contains("process")
+    })
+}
+
 /// Reads the box table whose header holds every label of `anchor` (compared without case; pick
 /// words of the header, never the banner, which differs by vendor: `PPU`, `DCU`, `NPU`).
 ///

@@ -1,10 +1,15 @@
 //! Cambricon behind the manufacturer seam (accel-backend): the detector ([`crate::detector`],
-//! gated on the configured PCI vendor ids), the responder ([`crate::responder`]) and doctor.
-//! No slicing library (sMLU slices are driver objects, and this build does not make them), no
-//! partitioner (Cambricon has no partition family), no fault reader (the described system
-//! reads none for Cambricon, and no `cambricon_drv` kernel line was ever captured): health
-//! rests on what cnmon prints, read by the detector ([`crate::health`]).
+//! gated on the configured PCI vendor ids), the responder ([`crate::responder`]), doctor and
+//! preflight ([`crate::preflight`]). Slices are sMLU instances, driver objects made through
+//! cnmon at Allocate ([`crate::smlu`]): no preload library and no runtime version gate them, so
+//! they are offered on every Cambricon node (spec §2.4: even with the mode off, which the
+//! allocator turns on), and a recorded host answers cnmon's sMLU commands from its state
+//! ([`crate::smlu_replay::wrap`]). No partitioner (Cambricon has no partition family), no fault
+//! reader (the described system reads none for Cambricon, and no `cambricon_drv` kernel line
+//! was ever captured): health rests on what cnmon prints, read by the detector
+//! ([`crate::health`]).
 
+use std::path::Path;
 use std::sync::Arc;
 
 use accel_backend::detect::{DetectRequest, Detector, StateError};
@@ -12,8 +17,9 @@ use accel_backend::doctor::{Doctor, Options, Report};
 use accel_backend::record::RecordPlan;
 use accel_backend::reset::Reset;
 use accel_backend::respond::{Responder, ResponderSetup};
+use accel_backend::slicing::SlicingLibrary;
 use accel_backend::{Backend, HostToolDirs, StateDirRule};
-use accel_core::{Detection, Manufacturer};
+use accel_core::{Detection, Manufacturer, ManufacturerInventory};
 use accel_host::{Commands, Host};
 
 use crate::detector::{self, DetectOptions};
@@ -24,7 +30,7 @@ pub fn backend() -> Backend {
     Backend {
         manufacturer: Manufacturer::Cambricon,
         detector: Arc::new(CambriconDetector),
-        slicing: None,
+        slicing: Some(Arc::new(SmluSlices)),
         partitioner: None,
         responder: cambricon_responder,
         // The responder hands /dev nodes itself: no runtime, no CDI, nothing of the engine's.
@@ -33,7 +39,7 @@ pub fn backend() -> Backend {
         faults: None,
         reset: Reset::Refused(RESET_REFUSAL.to_string()),
         doctor: Some(Arc::new(CambriconDoctor)),
-        preflight: None,
+        preflight: Some(Arc::new(crate::preflight::CambriconPreflight)),
         sampler: Some(Arc::new(crate::usage::CnmonSampler)),
         record: record_plan(),
         // The driver package moves cnmon into /usr/bin; Neuware installs keep one in its bin. cnmon
@@ -44,8 +50,35 @@ pub fn backend() -> Backend {
             library_dirs: &[],
         },
         state_dir: StateDirRule::Named,
-        replay: None,
+        replay: Some(crate::smlu_replay::wrap),
         replay_writes: None,
+    }
+}
+
+/// Cambricon's slices behind the slicing seam: sMLU instances the allocator makes in the
+/// driver, so nothing is staged and no runtime version is asked for.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SmluSlices;
+
+impl SlicingLibrary for SmluSlices {
+    fn runtime(&self) -> &'static str {
+        "Cambricon sMLU"
+    }
+
+    fn runtime_major(&self, _section: &ManufacturerInventory) -> Option<u32> {
+        None
+    }
+
+    fn library_path(&self, _library_dir: &Path, _major: u32) -> String {
+        String::new()
+    }
+
+    fn needs_library(&self) -> bool {
+        false
+    }
+
+    fn needs_runtime(&self) -> bool {
+        false
     }
 }
 
@@ -54,17 +87,25 @@ pub const RESET_REFUSAL: &str = "Cambricon accelerators are not reset by the dev
      drain the node and reset the card with `cnmon` by hand, or reboot";
 
 /// What `record` captures of a Cambricon node: the driver module's version, the Neuware
-/// version file, the card and control nodes, and the two cnmon queries the detector runs.
+/// version file, the driver's sMLU listings, the card and control nodes, the two cnmon queries
+/// the detector runs and `cnmon set -h` (which names the sMLU mode option this cnmon takes).
 pub fn record_plan() -> RecordPlan {
     RecordPlan {
         files: vec![
             detector::DRIVER_VERSION_FILE.trim_start_matches('/'),
             detector::RUNTIME_VERSION_FILE.trim_start_matches('/'),
         ],
-        trees: vec!["sys/module/cambricon_drv/drivers"],
+        trees: vec![
+            "sys/module/cambricon_drv/drivers",
+            "proc/driver/cambricon/mlus",
+        ],
         device_nodes: vec!["dev/cambricon_ctl", "dev/cambricon_gdr"],
         numbered_devices: vec!["cambricon_dev", "cambricon_ipcm", "cmsg_ctrl", "commu"],
-        commands: vec![crate::cnmon::TABLE_ARGV, crate::cnmon::INFO_ARGV],
+        commands: vec![
+            crate::cnmon::TABLE_ARGV,
+            crate::cnmon::INFO_ARGV,
+            crate::cnmon_smlu::SET_USAGE_ARGV,
+        ],
     }
 }
 

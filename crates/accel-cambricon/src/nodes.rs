@@ -24,8 +24,13 @@ pub fn per_card_optional(index: u32) -> [String; 5] {
         format!("/dev/cambr-rpc:{index}"),
         format!("/dev/cmsg_ctrl{index}"),
         format!("/dev/commu{index}"),
-        format!("/dev/cambricon_ipcm{index}"),
+        ipcm(index),
     ]
+}
+
+/// The card's IPC node (optional), which a sliced answer hands with the card node.
+pub fn ipcm(index: u32) -> String {
+    format!("/dev/cambricon_ipcm{index}")
 }
 
 /// The node-level nodes handed out once per answer, after every card's, when present.

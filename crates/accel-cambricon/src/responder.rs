@@ -9,8 +9,18 @@
 //! that still run Cambricon's runtime). `idx` is cnDev's device index (the detection's
 //! `minorNumber`), never the accelerator's compact index. No mounts, no annotations.
 //!
-//! sMLU slices are not served by this build (the manufacturers table gives Cambricon no sliced
-//! family), so a sliced answer is refused with that reason rather than handed a whole card.
+//! A sliced answer (spec §4.3) is one card: its slice is an sMLU instance reserved through
+//! [`crate::smlu::Smlu`] (the mode turned on when off, a profile reused or made, the instance
+//! made, a marker written), and the container gets, each where it exists, the card node
+//! `/dev/cambricon_dev<idx>` and `/dev/cambricon_ipcm<idx>`, the instance's own node
+//! `/dev/cambricon-caps/cap_dev<idx>_mi<i>`, then the node-level `/dev/cambricon_ctl` and
+//! `/dev/cambricon_gdr` (the seed's list; the described system's code leaves those two out,
+//! spec §4.3 step 5 [UNSURE]), and `VIRTUAL_DEVICES=<instance node>` — no
+//! `CAMBRICON_VISIBLE_DEVICES`. The instance outlives the container: the reclaim pass
+//! ([`Responder::reclaim_pass`]) destroys it once its Pod has been gone three passes, and the
+//! ledger keeps the slice charged until then. In preflight's simulation nothing is made: the
+//! answer has no instance node and no `VIRTUAL_DEVICES`, and carries [`SIMULATED_SLICE`]
+//! instead, for preflight to read the quota it would have made.
 
 use std::sync::Arc;
 
@@ -20,17 +30,24 @@ use accel_backend::respond::{
     ResponderSetup,
 };
 use accel_core::inventory::Accelerator;
+use accel_core::ledger::units::mib_for_units;
 use accel_core::ledger::{Family, Seat};
 use accel_host::Host;
 
 use crate::nodes;
+use crate::smlu::{Request, Smlu};
 
 /// The variable naming the granted cards' driver indexes.
 pub const VISIBLE_DEVICES: &str = "CAMBRICON_VISIBLE_DEVICES";
 
-/// Why a sliced grant is refused.
-pub const NO_SLICES: &str =
-    "Cambricon sMLU slices are not served by this build: only whole cards (exclusive, shared) are";
+/// Why a sliced grant is refused where the responder may run no cnmon.
+pub const NO_SLICES: &str = "Cambricon sMLU slices need the node's cnmon and its files, and this responder was given neither";
+/// The sliced answer's variable naming the instance node (spec §4.3 step 6).
+pub const VIRTUAL_DEVICES: &str = "VIRTUAL_DEVICES";
+/// The annotation a simulated slice carries (preflight alone): `card=<bdf>;cores=<%>;memMiB=<n>`.
+pub const SIMULATED_SLICE: &str = "device.gpustack.ai/cambricon-smlu-simulated";
+/// How often the sMLU reclaim pass runs besides after every Pod reconcile (spec §4.6).
+pub const RECLAIM_INTERVAL: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// One accelerator's facts the responder needs, from the detection.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -38,6 +55,7 @@ struct Card {
     uuid: Option<String>,
     bus: Option<String>,
     driver_index: Option<u32>,
+    memory_mib: Option<u64>,
 }
 
 impl Card {
@@ -46,6 +64,7 @@ impl Card {
             uuid: a.uuid.clone(),
             bus: a.bus_id.map(|b| b.sysfs()),
             driver_index: a.minor_number,
+            memory_mib: a.memory_mib,
         }
     }
 }
@@ -56,6 +75,8 @@ pub struct CambriconResponder {
     /// The host the device nodes must exist on (`None`: not checked).
     host: Option<Arc<dyn Host>>,
     dirs: PodDirs,
+    /// The sMLU manager; `None` without the host's files and cnmon (slices are refused).
+    smlu: Option<Smlu>,
 }
 
 impl std::fmt::Debug for CambriconResponder {
@@ -80,12 +101,36 @@ fn node(path: &str) -> DeviceNode {
 
 impl CambriconResponder {
     /// The responder for a node's first detection.
+    /// Preflight's simulation is told by its recorded writes (the one simulation signal the
+    /// seam has, MetaX's): the sMLU manager then runs no cnmon.
     pub fn from_setup(setup: ResponderSetup) -> CambriconResponder {
+        let cards: Vec<(String, u32)> = setup
+            .accelerators
+            .iter()
+            .filter_map(|a| Some((a.bus_id?.sysfs(), a.minor_number?)))
+            .collect();
+        let simulated = setup.writes.as_ref().is_some_and(|w| !w.takes_effect());
+        let pods = setup.pod_dir_root.clone();
+        let smlu = match (&setup.host, &setup.commands, simulated) {
+            (Some(host), _, true) => Some(Smlu::simulated(host.clone(), pods, cards)),
+            (Some(host), Some(commands), false) => {
+                let smlu = Smlu::new(host.clone(), commands.clone(), pods, cards);
+                smlu.log_survey();
+                Some(smlu)
+            }
+            _ => None,
+        };
         CambriconResponder {
             cards: DetectedCards::of(&setup.accelerators, Card::of),
             host: setup.host,
             dirs: PodDirs::new(setup.pod_dir_root),
+            smlu,
         }
+    }
+
+    /// The sMLU manager, where slices can be served.
+    pub fn smlu(&self) -> Option<&Smlu> {
+        self.smlu.as_ref()
     }
 
     fn exists(&self, path: &str) -> bool {
@@ -96,10 +141,92 @@ impl CambriconResponder {
         self.cards.card(seat)
     }
 
+    fn push_present(&self, path: &str, response: &mut Injection) {
+        if self.host.is_some() && self.exists(path) {
+            response.devices.push(node(path));
+        }
+    }
+
+    /// A sliced container's answer (spec §4.3).
+    fn respond_sliced(&self, answer: &Answer<'_>) -> Result<Injection, ResponderError> {
+        let container = answer.container.map_or("main", |c| c.name.as_str());
+        let seat = match answer.seats {
+            [] => {
+                return Err(refused(format!(
+                    "no allocated accelerator found for sliced container {container:?}"
+                )));
+            }
+            [one] => *one,
+            many => {
+                return Err(refused(format!(
+                    "sliced container {container:?} allocated {} cards, but Cambricon sMLU slicing is single-card",
+                    many.len()
+                )));
+            }
+        };
+        // The Pod's and container's names become the marker's path: one component each.
+        self.dirs.container(&answer.pod.uid, container)?;
+        let card = self.card(seat)?;
+        let id = seat
+            .uuid
+            .clone()
+            .unwrap_or_else(|| format!("{}", seat.index));
+        // The record is checked before the request (spec §4.3 step 2).
+        let index = card
+            .driver_index
+            .ok_or_else(|| refused(format!("accelerator {id:?} carries no cnDev device index")))?;
+        let vram = card.memory_mib.filter(|v| *v > 0).ok_or_else(|| {
+            refused("derive sliced memory limit: the card reports no memory".into())
+        })?;
+        if answer.slice_units == 0 {
+            return Err(refused(
+                "derive sliced memory limit: the slice asks for no memory".into(),
+            ));
+        }
+        let mem_mib = mib_for_units(answer.slice_units, vram).min(vram);
+        let cores_pct = answer.cores_percentage.unwrap_or(100);
+        let bdf = card.bus.clone().ok_or_else(|| {
+            refused("reserve cambricon smlu instance: the accelerator reports no pci bus id, so the driver's sMLU listing cannot be found".into())
+        })?;
+        let smlu = self
+            .smlu
+            .as_ref()
+            .ok_or_else(|| refused(NO_SLICES.into()))?;
+        let reserved = smlu
+            .reserve(&Request {
+                pod_uid: answer.pod.uid.clone(),
+                container: container.to_string(),
+                bdf: bdf.clone(),
+                driver_index: index,
+                cores_pct,
+                mem_mib,
+            })
+            .map_err(|e| refused(format!("reserve cambricon smlu instance: {e}")))?;
+        let mut response = Injection::default();
+        self.push_present(&nodes::card(index), &mut response);
+        self.push_present(&nodes::ipcm(index), &mut response);
+        if let Some(instance) = &reserved.node {
+            response.devices.push(node(instance));
+            response
+                .envs
+                .insert(VIRTUAL_DEVICES.to_string(), instance.clone());
+        }
+        for path in nodes::NODE_LEVEL {
+            self.push_present(path, &mut response);
+        }
+        if smlu.is_simulated() {
+            response.annotations.insert(
+                SIMULATED_SLICE.into(),
+                format!("card={bdf};cores={cores_pct};memMiB={mem_mib}"),
+            );
+        }
+        Ok(response)
+    }
+
     /// The answer for one container.
     pub fn respond(&self, answer: &Answer<'_>) -> Result<Injection, ResponderError> {
         if answer.family == Some(Family::Sliced) {
-            return Err(refused(NO_SLICES.into()));
+            return self.respond_sliced(answer);
         }
         let container = answer.container.map_or("main", |c| c.name.as_str());
         if answer.seats.is_empty() {
@@ -160,11 +287,41 @@ impl Responder for CambriconResponder {
     }
 
     fn prepare_slicing(&self) -> Result<(), PrepareError> {
-        // Nothing is staged: no slicing library, and no sliced family in this build.
+        // Nothing is staged: the slices are driver objects made at Allocate.
         Ok(())
     }
 
+    /// A gone Pod's directories go with its instances, in the reclaim pass (its markers must
+    /// outlive what they record); a Pod that held none loses its directory now.
     fn reclaim(&self, pod_uid: &str) {
-        self.dirs.reclaim(pod_uid);
+        let marked = self.smlu.as_ref().is_some_and(|s| s.holds(pod_uid));
+        if !marked {
+            self.dirs.reclaim(pod_uid);
+        }
+    }
+
+    fn holds_slices_until_pod_gone(&self) -> bool {
+        true
+    }
+
+    fn reclaim_interval(&self) -> Option<std::time::Duration> {
+        self.smlu
+            .as_ref()
+            .filter(|s| !s.is_simulated())
+            .map(|_| RECLAIM_INTERVAL)
+    }
+
+    fn reclaim_pass(&self, live: &std::collections::BTreeSet<String>) {
+        let Some(smlu) = &self.smlu else { return };
+        let done = smlu.reclaim_pass(live);
+        for (bdf, instance) in &done.destroyed {
+            tracing::info!(card = %bdf, instance = %instance, "destroyed the sMLU instance of a gone Pod");
+        }
+        for (bdf, profile) in &done.profiles {
+            tracing::info!(card = %bdf, profile, "destroyed an sMLU profile no instance uses");
+        }
+        for error in &done.errors {
+            tracing::warn!("smlu reclaim: {error}");
+        }
     }
 }

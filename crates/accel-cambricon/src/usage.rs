@@ -2,7 +2,9 @@
 //! `Pwr:Usage/Cap` and memory used and total; `cnmon info` names each card by UUID
 //! (`MLU-<uuid>`, as detection names it), joined by bus id where both print one (5.x), else by
 //! the tool's own card ordinal (4.x prints no bus id in its table). An `info` that fails leaves
-//! the samples named by bus id or ordinal, never the sample lost.
+//! the samples named by bus id or ordinal, never the sample lost. The same output's
+//! `Processes:` table gives each card's compute processes (`procs.rs`; cnmon lists no graphics
+//! processes), joined by the table's card ordinal: no call of its own.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -13,7 +15,8 @@ use accel_backend::usage::{
 use accel_core::Manufacturer;
 use accel_host::Commands;
 
-use crate::cnmon::{self, CnmonCard, CnmonInfo};
+use crate::cnmon::{self, CnmonCard, CnmonError, CnmonInfo, CnmonTable};
+use crate::procs::{self, CnmonProcess};
 
 /// What a missing cnmon means here.
 const MISSING: &str = "no Cambricon tools on this host";
@@ -28,19 +31,41 @@ impl UsageSampler for CnmonSampler {
         commands: &dyn Commands,
         deadline: Duration,
     ) -> Result<UsageSample, SampleError> {
-        let (table, info) = table_and_names(
+        let ((table, processes), info) = table_and_names(
             commands,
             deadline,
             MISSING,
-            (cnmon::TABLE_ARGV, cnmon::parse_table),
+            (cnmon::TABLE_ARGV, read_table),
             (cnmon::INFO_ARGV, |t| cnmon::parse_info(t).ok()),
         )?;
-        Ok(join(&table.cards, &info))
+        Ok(join(&table.cards, &info, processes.as_deref()))
     }
 }
 
-/// One moment's table rows, named by `cnmon info`'s UUIDs (pure).
-pub fn join(rows: &[CnmonCard], info: &[CnmonInfo]) -> UsageSample {
+/// The default output's two tables: the cards, and the processes under them.
+fn read_table(text: &str) -> Result<(CnmonTable, Option<Vec<CnmonProcess>>), CnmonError> {
+    Ok((cnmon::parse_table(text)?, procs::parse_processes(text)))
+}
+
+/// The processes on the card the table numbers `card`, an MLU instance's with its card's.
+/// `None` when the output printed no process table, or a row names no card it could be counted
+/// against (any card may hold it).
+fn processes_on(processes: Option<&[CnmonProcess]>, card: Option<u32>) -> Option<u32> {
+    let processes = processes?;
+    let card = card?;
+    if processes.iter().any(|p| p.card.is_none()) {
+        return None;
+    }
+    u32::try_from(processes.iter().filter(|p| p.card == Some(card)).count()).ok()
+}
+
+/// One moment's table rows, named by `cnmon info`'s UUIDs, with the processes the same output
+/// listed (pure).
+pub fn join(
+    rows: &[CnmonCard],
+    info: &[CnmonInfo],
+    processes: Option<&[CnmonProcess]>,
+) -> UsageSample {
     let accelerators = rows
         .iter()
         .map(|row| {
@@ -67,7 +92,7 @@ pub fn join(rows: &[CnmonCard], info: &[CnmonInfo]) -> UsageSample {
                 temperature_c: row.temperature_c,
                 power_draw_w: row.power_draw_w,
                 power_limit_w: row.power_limit_w,
-                compute_processes: None,
+                compute_processes: processes_on(processes, row.card),
                 extra: BTreeMap::new(),
             }
         })
@@ -76,5 +101,25 @@ pub fn join(rows: &[CnmonCard], info: &[CnmonInfo]) -> UsageSample {
         manufacturer: Manufacturer::Cambricon,
         source: serde_json::Value::String(cnmon::TABLE_ARGV.join(" ")),
         accelerators,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn processes_are_counted_per_card_and_an_unplaced_row_leaves_every_count_unknown() {
+        let on = |card, instance| CnmonProcess {
+            card,
+            instance,
+            ..CnmonProcess::default()
+        };
+        let listed = [on(Some(0), None), on(Some(0), Some(1)), on(Some(2), None)];
+        assert_eq!(processes_on(Some(&listed), Some(0)), Some(2), "an MI's too");
+        assert_eq!(processes_on(Some(&listed), Some(1)), Some(0), "idle");
+        assert_eq!(processes_on(None, Some(0)), None, "no table printed");
+        assert_eq!(processes_on(Some(&listed), None), None, "a card unnumbered");
+        assert_eq!(processes_on(Some(&[on(None, None)]), Some(0)), None);
     }
 }

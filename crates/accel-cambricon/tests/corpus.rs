@@ -104,3 +104,25 @@ fn other_text_is_not_a_card_table() {
         "cnmon: no card table in the output (first line: \"cnmon: command not found\")"
     );
 }
+
+/// Issue 44 item 8: the `Processes:` table under the card table, read in every capture (each
+/// prints one, idle: `Some([])`, never `None`, which means no table was printed), with the
+/// instance column `VF` (4.x) or `MI` (5.x) of HAZARDS.md item 3.
+#[test]
+fn every_process_table_is_read_as_expected() {
+    use accel_cambricon::procs;
+    let expected = [(V5_1X, "MI"), (V4_3X, "VF"), (V5_8X_REDACTED, "MI")];
+    accel_testkit::assert_folder_covered(
+        &fixtures().join("cnmon"),
+        expected.iter().map(|(n, _)| n),
+    );
+    for (name, instance) in expected {
+        let path = fixtures().join("cnmon").join(name);
+        let text = String::from_utf8_lossy(&std::fs::read(&path).unwrap()).into_owned();
+        assert!(
+            text.contains(&format!("Card  {instance}  PID")),
+            "{name}: the {instance} layout"
+        );
+        assert_eq!(procs::parse_processes(&text), Some(Vec::new()), "{name}");
+    }
+}

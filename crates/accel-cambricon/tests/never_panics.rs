@@ -79,3 +79,42 @@ proptest! {
         read_all(&String::from_utf8_lossy(&bytes));
     }
 }
+
+/// Pieces of the `Processes:` table (issue 44 item 8): its title, both headers, rules, the idle
+/// line and rows in its columns, mixed with the card table's.
+fn process_fragments() -> impl Strategy<Value = String> {
+    let piece = prop_oneof![
+        Just("| Processes:                                                  |\n".to_string()),
+        Just("|  Card  MI  PID     Command Line          MLU Memory Usage |\n".to_string()),
+        Just("|  Card  VF  PID    Command Line          MLU Memory Usage  |\n".to_string()),
+        Just("|=============================================================|\n".to_string()),
+        Just("|  No running processes found                                 |\n".to_string()),
+        Just("|  0     /   31337   python3 train.py              1024 MiB |\n".to_string()),
+        Just("|  N/A   N/A   N/A   N/A   xxxxx MiB |\n".to_string()),
+        Just("| Card  VF  Name       Firmware |   Bus-Id | Util  Ecc-Error |\n".to_string()),
+        Just("+-------------------------------------------------------------+\n".to_string()),
+        Just("...\n".to_string()),
+        Just(" | ".to_string()),
+        "[ -~]{0,12}",
+    ];
+    prop::collection::vec(piece, 0..40).prop_map(|v| v.concat())
+}
+
+proptest! {
+    #[test]
+    fn the_process_table_reader_takes_any_text(s in ".{0,400}") {
+        let _ = accel_cambricon::procs::parse_processes(&s);
+    }
+
+    #[test]
+    fn the_process_table_reader_takes_its_own_fragments(s in process_fragments()) {
+        let _ = accel_cambricon::procs::parse_processes(&s);
+    }
+
+    #[test]
+    fn the_process_table_reader_takes_mutated_captures(m in accel_testkit::mutate::mutation()) {
+        for capture in corpus() {
+            let _ = accel_cambricon::procs::parse_processes(&String::from_utf8_lossy(&m.apply(capture)));
+        }
+    }
+}

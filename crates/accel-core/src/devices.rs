@@ -13,7 +13,7 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
-use crate::inventory::{Accelerator, Grantable, Inventory, ManufacturerInventory};
+use crate::inventory::{Accelerator, Grantable, Inventory, ManufacturerInventory, SuperPod};
 use crate::labels::{GroupNaming, group_key};
 use crate::ledger::{Family, Ledger, Mode, Occupancy};
 use crate::manufacturer::Manufacturer;
@@ -124,6 +124,9 @@ pub struct DevicesAccelerator {
     /// The partition profiles it can host, by name.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub partition_profiles: BTreeMap<String, PartitionProfile>,
+    /// The super-pod it is a member of, as its driver reports it (Ascend A3 and 950 servers).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub super_pod: Option<SuperPod>,
 }
 
 /// `logicalSliced`: how many logical slices an accelerator hosts at most, and whether their
@@ -263,6 +266,7 @@ fn accelerator(a: &Accelerator, slices: Option<u32>, overcommit: bool) -> Device
         healthy: a.healthy,
         health_reasons: a.health_reasons.clone(),
         grantable: a.grantable.into(),
+        super_pod: a.super_pod,
         logical_sliced,
         partition_profiles: a
             .partition_profiles

@@ -191,6 +191,43 @@ pub struct Accelerator {
     /// §1.3: physical id, card id, chip index in the card); empty where the driver has none.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub physical_indexes: Vec<u32>,
+    /// The super-pod the accelerator is a member of, as its driver reports it (Ascend A3 and
+    /// 950 servers: `npu-smi info -t spod-info`, spec/ascend.md addendum A4); absent where the
+    /// driver reports none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub super_pod: Option<SuperPod>,
+    /// The board's product form where the vendor's fabric library is told it (Ascend 950:
+    /// `server-8p`, `pod-1d`, …, `card-4p`, spec/ascend.md §4.4), read from the board and
+    /// super-pod queries; absent when unread or not resolved to exactly one form.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub product_type: Option<String>,
+}
+
+/// An accelerator's super-pod membership, each fact as the driver reports it (absent when it
+/// reports none). Ascend: `SDID` (A3), `Super Pod Size`, `Super Pod ID`, `Server Index` (or
+/// `Chassis ID` on a 950 POD board) and the 950's `Super Pod Type`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct SuperPod {
+    /// The A3's super-pod device id: server index, chip, die and device packed in one number.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sdid: Option<u32>,
+    /// How many NPUs the super-pod holds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub size: Option<u32>,
+    /// The super-pod's id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<u32>,
+    /// The server's index in the super-pod.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server_index: Option<u32>,
+    /// The chassis' id (a 950 on a POD board, in place of the server index).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub chassis_id: Option<u32>,
+    /// The super-pod type code (the 950).
+    #[serde(default, rename = "type", skip_serializing_if = "Option::is_none")]
+    pub pod_type: Option<u32>,
 }
 
 /// An accelerator's DRM minors (`card<N>`, `renderD<M>`): unrelated numbers, each as read.
@@ -266,6 +303,8 @@ impl Accelerator {
             compute_geometry: None,
             partitioning: None,
             physical_indexes: Vec::new(),
+            super_pod: None,
+            product_type: None,
         }
     }
 
@@ -329,6 +368,8 @@ impl Accelerator {
         keep(&mut self.ecc, &last.ecc, &mut kept);
         keep(&mut self.remapped_rows, &last.remapped_rows, &mut kept);
         keep(&mut self.reported_faults, &last.reported_faults, &mut kept);
+        keep(&mut self.super_pod, &last.super_pod, &mut kept);
+        keep(&mut self.product_type, &last.product_type, &mut kept);
         keep_all(
             &mut self.physical_indexes,
             &last.physical_indexes,

@@ -534,6 +534,7 @@ mod table_tests {
         let cambricon = table.get(Manufacturer::Cambricon);
         assert_eq!(cambricon.runtime_class.as_deref(), Some("cambricon"));
         assert_eq!(cambricon.partition_kind, None);
+        assert_eq!(cambricon.slice_count, Some(16), "sMLU instances");
         assert_eq!(
             table.get(Manufacturer::Metax).runtime_class.as_deref(),
             Some("metax")

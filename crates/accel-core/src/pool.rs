@@ -147,6 +147,7 @@ mod tests {
             health_reasons: vec![],
             grantable: Grantability::PartitionsOnly,
             logical_sliced: None,
+            super_pod: None,
             partition_profiles: [(
                 "1g.10gb".to_string(),
                 PartitionProfile {

@@ -145,11 +145,32 @@ pub fn run_bounded(
     argv: &[&str],
     deadline: Duration,
 ) -> Result<CommandOutput, RunFailure> {
+    let output = run_answered(commands, argv, None, deadline)?;
+    if output.success() {
+        return Ok(output);
+    }
+    Err(RunFailure::exited(argv, output))
+}
+
+/// Runs `argv` within `deadline` (`input`, when given, fed to its standard input) and answers
+/// what it printed **whatever its exit status**, for a tool whose refusals exit 0 and are told
+/// by their words (cnmon's `Permission denied.`): only a run that gave no answer is a failure —
+/// not installed (exit 127 included), no answer in time, not started.
+pub fn run_answered(
+    commands: &dyn Commands,
+    argv: &[&str],
+    input: Option<&[u8]>,
+    deadline: Duration,
+) -> Result<CommandOutput, RunFailure> {
     if argv.is_empty() {
         return Err(RunFailure::Empty);
     }
     let line = argv.join(" ");
-    let output = commands.run(argv, deadline).map_err(|e| match e {
+    let ran = match input {
+        Some(input) => commands.run_with_input(argv, input, deadline),
+        None => commands.run(argv, deadline),
+    };
+    let output = ran.map_err(|e| match e {
         CommandError::NotInstalled { program } => RunFailure::NotInstalled {
             argv: line.clone(),
             looked: commands.search_note(&program),
@@ -168,10 +189,10 @@ pub fn run_bounded(
         },
         CommandError::Empty => RunFailure::Empty,
     })?;
-    if output.success() {
-        return Ok(output);
+    if output.status == Some(NOT_FOUND_STATUS) {
+        return Err(RunFailure::exited(argv, output));
     }
-    Err(RunFailure::exited(argv, output))
+    Ok(output)
 }
 
 #[cfg(test)]
@@ -243,6 +264,22 @@ mod tests {
         let e = run_bounded(&RecordedCommands::empty(), &["cnmon", "info"], SECOND).unwrap_err();
         assert!(matches!(&e, RunFailure::NotInstalled { program, .. } if program == "cnmon"));
         assert_eq!(e.to_string(), "cnmon info: cnmon: not found");
+    }
+
+    #[test]
+    fn an_answered_run_is_read_whatever_its_status_but_127_is_not_installed() {
+        let commands = Answer(|| Ok(exited(Some(1), "Permission denied.\n", "")));
+        let out = run_answered(&commands, &["cnmon", "set"], None, SECOND).unwrap();
+        assert_eq!(out.stdout_text(), "Permission denied.\n");
+        let commands = Answer(|| Ok(exited(Some(127), "", "")));
+        let e = run_answered(&commands, &["cnmon", "set"], None, SECOND).unwrap_err();
+        assert!(matches!(e, RunFailure::NotInstalled { .. }), "{e:?}");
+        // Input goes to the runner's input call; the plain fake cannot feed it.
+        let e = run_answered(&commands, &["cnmon", "smlu"], Some(b"1\n"), SECOND).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "cnmon smlu: this runner cannot feed a program's standard input"
+        );
     }
 
     #[test]

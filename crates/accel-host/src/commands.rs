@@ -76,11 +76,39 @@ pub enum CommandError {
     Empty,
 }
 
+impl CommandError {
+    /// The answer of a runner that cannot feed a program's standard input.
+    pub fn input_unsupported(argv: &[&str]) -> CommandError {
+        CommandError::Io {
+            argv: argv.join(" "),
+            source: std::io::Error::new(
+                std::io::ErrorKind::Unsupported,
+                "this runner cannot feed a program's standard input",
+            ),
+        }
+    }
+}
+
 /// Runs programs for the readers.
 pub trait Commands: Send + Sync {
     /// Runs `argv` (program first) and waits at most `deadline`. A non-zero exit is an `Ok`
     /// output with that status, not an error.
     fn run(&self, argv: &[&str], deadline: Duration) -> Result<CommandOutput, CommandError>;
+
+    /// Runs `argv` as [`Commands::run`] does, with `input` written to its standard input and
+    /// the pipe then closed: a tool that asks its questions on stdin (`cnmon smlu -c 0 -CP`
+    /// reads an MLU quota and a memory size). The default is a runner that cannot feed input:
+    /// [`CommandError::Io`] of kind [`std::io::ErrorKind::Unsupported`], the program never run
+    /// (run with nothing on stdin, such a tool could wait for ever).
+    fn run_with_input(
+        &self,
+        argv: &[&str],
+        input: &[u8],
+        deadline: Duration,
+    ) -> Result<CommandOutput, CommandError> {
+        let _ = (input, deadline);
+        Err(CommandError::input_unsupported(argv))
+    }
 
     /// Whether `program` is installed at all.
     fn is_installed(&self, program: &str) -> bool;

@@ -21,7 +21,7 @@ mod sysfs;
 pub mod writes;
 
 pub use atomic::{AtomicWriteError, STATE_FILE_MODE, write_atomic};
-pub use bounded::{NOT_FOUND_STATUS, RunFailure, run_bounded};
+pub use bounded::{NOT_FOUND_STATUS, RunFailure, run_answered, run_bounded};
 pub use commands::{
     COMMANDS_DIR, CommandError, CommandOutput, Commands, HOST_SEARCH_PATH, HostTools,
     RecordedCommands, ReplayLoadError, SystemCommands, TIMED_OUT_MARKER, ToolPlaces,

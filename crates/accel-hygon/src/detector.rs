@@ -30,6 +30,13 @@
 //! counter the driver does not expose, a health check that fails or names no line for a DCU,
 //! leaves that source unknown for it — never a healthy reading (the daemon keeps the last one).
 //!
+//! **MIG mode** (the registry's `dev<N>` files): each card offers the profiles `hy-smi mig
+//! -lgip`/`-lgipp` list for its `N`, withheld where the listed name's `g` is not Hygon's
+//! shader-engine count (addendum H3: engines per slice × the profile's slices) or not the name
+//! Hygon's library gives the profile's live instances; and lists its live instances as its MIG
+//! devices, read from the registry's `ci/dev<N>gi<G>ci<C>.conf` files in Hygon's grammar (what
+//! Hygon's own discovery reads, H3).
+//!
 //! Answers: no Hygon function on the bus and no Hygon KFD node → `Ok(empty)`; functions the
 //! driver does not enumerate (no KFD node, no tool answer) → `Err` (the daemon keeps its last
 //! detection); DCUs found → `Ok(list)`, unless the identity query failed where the kernel names
@@ -46,7 +53,7 @@ use accel_core::Manufacturer;
 use accel_core::busid::BusId;
 use accel_core::inventory::{
     Accelerator, ComputeGeometry, DetectError, Detection, DrmNodes, Ecc, ManufacturerInventory,
-    MigMode, Source,
+    MigDevice, MigMode, Source,
 };
 use accel_host::kfd::{self, KfdBoard};
 use accel_host::pci::{PciClassPrefixes, PciFunction};
@@ -126,6 +133,14 @@ pub enum Note {
     HealthcheckUnread,
     /// `hy-smi --healthcheck` names no line for some DCUs.
     HealthcheckMissing { dcus: usize, first: String },
+    /// A listed profile whose name is not the one Hygon's library forms for it.
+    NotHygonsName {
+        bus: String,
+        name: String,
+        hygons: String,
+    },
+    /// A registry file of a card's live instance that cannot be read.
+    RegistryUnread { bus: String, why: String },
 }
 
 impl fmt::Display for Note {
@@ -175,6 +190,14 @@ impl fmt::Display for Note {
             Note::HealthcheckMissing { dcus, first } => write!(
                 f,
                 "hy-smi --healthcheck: no line for {dcus} DCU(s) (first {first}); their health check is unknown, so each keeps its last reading"
+            ),
+            Note::NotHygonsName { bus, name, hygons } => write!(
+                f,
+                "DCU {bus}: hy-smi mig -lgip names a profile {name}, but Hygon's library names it {hygons} (its `g` counts shader engines, its memory is rounded down to GiB), so its instances would not be recognised: not offered"
+            ),
+            Note::RegistryUnread { bus, why } => write!(
+                f,
+                "DCU {bus}: its live MIG instances are not listed: {why}"
             ),
             Note::NotBound { functions } => write!(
                 f,
@@ -252,6 +275,9 @@ pub struct Sources {
     /// `hy-smi mig -lgip` and `-lgipp`, read only when the node is in MIG mode.
     pub mig_profiles: Option<String>,
     pub mig_placements: Option<String>,
+    /// Each MIG-mode card's registry files (`ci/dev<N>gi<G>ci<C>.conf`) by its `N`, or why
+    /// the directory could not be listed.
+    pub mig_confs: BTreeMap<u32, Result<Vec<registry::ConfRead>, String>>,
     /// The kernel's UMC error counters by board (`<device>/ras/umc_err_count`), where the
     /// driver exposes them.
     pub ras: BTreeMap<BusId, UmcErrors>,
@@ -306,6 +332,12 @@ pub fn read_sources(host: &dyn Host, commands: &dyn Commands, options: &DetectOp
         mode: Some(registry::read_mode(host)),
         ..Sources::default()
     };
+    if let Some(NodeMode::On { cards }) = &sources.mode {
+        sources.mig_confs = cards
+            .keys()
+            .map(|n| (*n, registry::read_confs(host, *n)))
+            .collect();
+    }
     if let Ok(scan) = accel_host::pci::scan_pci(host, &options.pci_classes) {
         sources.functions = scan
             .functions
@@ -696,6 +728,12 @@ fn offer_profiles(
             bus: bus.sysfs(),
             name,
         }));
+        let per_slice =
+            mig::engines_per_slice(a.compute_geometry.as_ref().and_then(|g| g.shader_engines));
+        let (devices, live_names) =
+            live_instances(sources.mig_confs.get(&row), per_slice, &bus, notes);
+        a.mig_devices = devices;
+        let kept = hygons_names(kept, &live_names, per_slice, &bus, notes);
         if kept.is_empty() {
             notes.push(Note::NoProfiles {
                 bus: bus.sysfs(),
@@ -728,6 +766,99 @@ fn offer_profiles(
             }
         }
     }
+}
+
+/// A card's live MIG instances from its registry files, named as Hygon's library names them
+/// (addendum H3: card, name, `MIG-<mig_uuid>`, the CI's CUs, the GI's memory, GI and CI ids);
+/// a file that cannot be read is a note. Also the name Hygon's library gives each profile id
+/// seen live.
+fn live_instances(
+    confs: Option<&Result<Vec<registry::ConfRead>, String>>,
+    per_slice: Option<u32>,
+    bus: &BusId,
+    notes: &mut Vec<Note>,
+) -> (Vec<MigDevice>, BTreeMap<u32, String>) {
+    let unread = |why: String| Note::RegistryUnread {
+        bus: bus.sysfs(),
+        why,
+    };
+    let confs = match confs {
+        Some(Ok(confs)) => confs,
+        Some(Err(why)) => {
+            notes.push(unread(why.clone()));
+            return Default::default();
+        }
+        None => return Default::default(),
+    };
+    let mut devices = Vec::new();
+    let mut names = BTreeMap::new();
+    for read in confs {
+        let conf = match &read.conf {
+            Ok(conf) => conf,
+            Err(why) => {
+                notes.push(unread(format!("registry file {}: {why}", read.path)));
+                continue;
+            }
+        };
+        let g = &conf.gi;
+        let name = match (per_slice, g.gpu_slice_count, g.memory_size_mb) {
+            (Some(per), Some(gi_slices), Some(memory)) => Some(mig::profile_name(
+                per,
+                gi_slices,
+                conf.ci.gpu_slice_count.unwrap_or(gi_slices),
+                memory,
+            )),
+            _ => None,
+        };
+        if let (Some(id), Some(name)) = (g.profile_id, &name) {
+            names.insert(id, name.clone());
+        }
+        devices.push(MigDevice {
+            index: u32::try_from(devices.len()).unwrap_or(u32::MAX),
+            gpu_instance_id: Some(read.gpu_instance),
+            compute_instance_id: Some(read.compute_instance),
+            uuid: conf.ci.mig_uuid.as_deref().map(mig::mig_id),
+            profile: name,
+            memory_mib: g.memory_size_mb,
+            multiprocessors: conf.ci.cu_count,
+        });
+    }
+    (devices, names)
+}
+
+/// The offered profiles whose listed names are Hygon's (addendum H3): a profile whose live
+/// instances Hygon's library names otherwise (`live`, by profile id), or whose `g` is not the
+/// shader engines its slices hold (engines per slice × its placement's size: the measured BW
+/// card's slices), is withheld with a note.
+fn hygons_names(
+    offered: Vec<accel_core::inventory::PartitionProfile>,
+    live: &BTreeMap<u32, String>,
+    per_slice: Option<u32>,
+    bus: &BusId,
+    notes: &mut Vec<Note>,
+) -> Vec<accel_core::inventory::PartitionProfile> {
+    offered
+        .into_iter()
+        .filter(|p| {
+            let size = p.placements.first().map(|pl| pl.size);
+            let by_engines = per_slice.zip(size).map(|(per, size)| per * size);
+            let named_live = live.get(&p.id).filter(|n| **n != p.name);
+            let hygons = match (named_live, by_engines) {
+                (Some(live), _) => Some(live.clone()),
+                (None, Some(g)) if mig::se_units(&p.name) != Some(g) => {
+                    Some(format!("{g}g.<GB>gb"))
+                }
+                _ => None,
+            };
+            let Some(hygons) = hygons else { return true };
+            notes.push(Note::NotHygonsName {
+                bus: bus.sysfs(),
+                name: p.name.clone(),
+                hygons,
+            });
+            false
+        })
+        .collect()
 }
 
 /// `hy-smi --healthcheck`'s lines; `None` (with a note when it was asked) when there are none to

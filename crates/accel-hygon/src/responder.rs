@@ -384,6 +384,17 @@ impl HygonResponder {
                 granted.sysfs()
             )));
         }
+        // The file's own `pci` (its compute-instance block's, addendum H2) must be the card too.
+        if let (Some(named), Some(granted)) = (entry.pci, card.bus)
+            && named != granted
+        {
+            return Err(refused(format!(
+                "partition MIG-{uuid}'s registry file {:?} names the card at {}, not the granted {}: fail closed",
+                entry.path,
+                named.sysfs(),
+                granted.sysfs()
+            )));
+        }
         if !self.exists(&entry.path) {
             return Err(refused(format!(
                 "the registry file {:?} of partition MIG-{uuid} is absent, so the container could not activate it",
@@ -595,11 +606,12 @@ mod tests {
             put(tmp.path(), node, "");
         }
         let conf = "/etc/dmi_mig_config/ci/dev0gi1ci0.conf";
-        put(
-            tmp.path(),
-            conf,
-            "gi_id: 1\nci_id: 0\nmig_uuid: 9c1e0d5a-77f2-4c1b-8d0e-3a2b1c0d9e8f\n",
-        );
+        let mut file = registry::CiConf::default();
+        file.gi.id = Some(1);
+        file.ci.gi_id = Some(1);
+        file.ci.id = Some(0);
+        file.ci.mig_uuid = Some("9c1e0d5a-77f2-4c1b-8d0e-3a2b1c0d9e8f".into());
+        put(tmp.path(), conf, &file.render());
         let seat = seat();
         let seats = [&seat];
         let pod = pod();

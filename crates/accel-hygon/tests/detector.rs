@@ -747,3 +747,123 @@ fn doctor_names_each_health_source_and_the_dcu_it_takes_out() {
         )
     );
 }
+
+/// Addendum H3: a MIG node's live instances are its registry's `ci/*.conf` files, read in
+/// Hygon's grammar and named as Hygon's library names them (`g` shader-engine units, memory
+/// floored to GiB), each `MIG-<mig_uuid>`, its CUs the compute instance's, its memory the GPU
+/// instance's.
+#[test]
+fn a_mig_nodes_live_instances_are_its_registry_files() {
+    let section = detect_in(&host("hygon-8x-bw150-mig-4-live"), DetectOptions::default()).unwrap();
+    type Row = (
+        Option<u32>,
+        Option<u32>,
+        Option<String>,
+        Option<u64>,
+        Option<u32>,
+    );
+    let devices = |card: usize| -> Vec<Row> {
+        section.accelerators[card]
+            .mig_devices
+            .iter()
+            .map(|d| {
+                (
+                    d.gpu_instance_id,
+                    d.compute_instance_id,
+                    d.profile.clone(),
+                    d.memory_mib,
+                    d.multiprocessors,
+                )
+            })
+            .collect()
+    };
+    let two = Some("2g.15gb".to_string());
+    assert_eq!(
+        devices(0),
+        [
+            (Some(3), Some(0), two.clone(), Some(16380), Some(20)),
+            (Some(4), Some(0), two, Some(16380), Some(20))
+        ]
+    );
+    assert_eq!(
+        devices(1),
+        [(
+            Some(3),
+            Some(0),
+            Some("4g.31gb".into()),
+            Some(32760),
+            Some(40)
+        )]
+    );
+    assert_eq!(
+        devices(2),
+        [(
+            Some(3),
+            Some(0),
+            Some("8g.63gb".into()),
+            Some(65520),
+            Some(80)
+        )]
+    );
+    assert!(devices(3).is_empty());
+    assert_eq!(
+        section.accelerators[2].mig_devices[0].uuid.as_deref(),
+        Some("MIG-68796702-0003-0000-0000-000000000004")
+    );
+    // Its profiles are the listing's, whose names are Hygon's: all offered, no note.
+    assert!(
+        section
+            .accelerators
+            .iter()
+            .all(|a| a.partition_profiles.len() == 3)
+    );
+    assert_eq!(
+        section.notes,
+        vec![
+            detector::Note::MigEnabled { cards: 8 }.to_string(),
+            unchecked()
+        ]
+    );
+}
+
+/// A listing that names a profile otherwise than Hygon's library (`1g.16gb`: slices and a
+/// rounded-up GiB, nvidia-smi's way) would publish a resource no instance of which is ever
+/// recognised: withheld, with a note naming Hygon's name — the live instance's where there is
+/// one, else the shader-engine count the name must start with.
+#[test]
+fn a_listed_profile_name_that_is_not_hygons_is_withheld_and_said() {
+    let dir = tempfile::tempdir().unwrap();
+    accel_testkit::copy_tree(&host("hygon-8x-bw150-mig-4-live"), dir.path()).unwrap();
+    let lgip = dir.path().join("commands/mig-lgip/stdout");
+    let text = std::fs::read_to_string(&lgip)
+        .unwrap()
+        .replace("MIG 2g.15gb", "MIG 1g.16gb");
+    std::fs::write(&lgip, text).unwrap();
+    let section = detect_in(dir.path(), DetectOptions::default()).unwrap();
+    for a in &section.accelerators {
+        let names: Vec<&str> = a
+            .partition_profiles
+            .iter()
+            .map(|p| p.name.as_str())
+            .collect();
+        assert_eq!(names, ["4g.31gb", "8g.63gb"], "card {}", a.index);
+    }
+    let note = |bus: &str, hygons: &str| {
+        detector::Note::NotHygonsName {
+            bus: bus.into(),
+            name: "1g.16gb".into(),
+            hygons: hygons.into(),
+        }
+        .to_string()
+    };
+    assert!(
+        section.notes.contains(&note("0000:0f:00.0", "2g.15gb")),
+        "DCU 0 holds live 2g.15gb instances: {:?}",
+        section.notes
+    );
+    assert!(
+        section.notes.contains(&note("0000:34:00.0", "2g.<GB>gb")),
+        "DCU 1 holds none: {:?}",
+        section.notes
+    );
+}

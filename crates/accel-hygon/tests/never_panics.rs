@@ -25,6 +25,10 @@ fn read_all(s: &str) {
     let _ = registry::parse_dev(s);
     let _ = registry::parse_ci_name(s);
     let _ = registry::parse_mig_uuid(s);
+    if let Ok(conf) = registry::parse_conf(s) {
+        let _ = registry::parse_conf(&conf.render());
+    }
+    let _ = accel_hygon::mig::se_units(s);
     let _ = registry::dev_index(s);
     let _ = module::parse_version(s);
     let _ = detector::parse_umc_err_count(s);

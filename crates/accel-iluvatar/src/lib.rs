@@ -10,5 +10,6 @@ pub mod detector;
 pub mod doctor;
 pub mod ixsmi;
 pub mod preflight;
+pub mod procs;
 pub mod responder;
 pub mod usage;

@@ -89,3 +89,18 @@ fn hazard_4_and_5_names_keep_their_prefix_and_cells_read_whole() {
     assert_eq!((g.power_draw_w, g.power_limit_w), (Some(40.0), Some(250.0)));
     assert_eq!(g.bus_id.map(|b| b.sysfs()).as_deref(), Some("0000:98:00.0"));
 }
+
+/// Issue 44 item 8: the `Processes:` table under the GPU table, one snapshot per capture that
+/// prints one (every ixsmi capture does, each `No running processes found`: `Some([])`, never
+/// `None`, which means no table was printed).
+#[test]
+fn every_ixsmi_process_table_is_read_and_snapshotted() {
+    use accel_iluvatar::procs;
+    for file in FILES {
+        let path = accel_testkit::shared_fixture_folder("iluvatar", "ixsmi").join(file);
+        let text = String::from_utf8_lossy(&std::fs::read(&path).unwrap()).into_owned();
+        let processes = procs::parse_processes(&text);
+        assert_eq!(processes, Some(Vec::new()), "{file}: an idle table");
+        insta::assert_debug_snapshot!(format!("ixsmi-processes-{file}"), processes);
+    }
+}

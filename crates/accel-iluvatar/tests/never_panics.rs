@@ -78,3 +78,58 @@ proptest! {
         }
     }
 }
+
+/// Pieces of the `Processes:` table (issue 44 item 8): its title, header, rules, the idle line
+/// and rows in its columns, mixed with the GPU table's.
+fn process_fragments() -> impl Strategy<Value = String> {
+    let piece = prop_oneof![
+        Just(
+            "| Processes:                                                       GPU Memory |\n"
+                .to_string()
+        ),
+        Just(
+            "|  GPU        PID      Process name                                Usage(MiB) |\n"
+                .to_string()
+        ),
+        Just(
+            "|=============================================================================|\n"
+                .to_string()
+        ),
+        Just(
+            "|  No running processes found                                                 |\n"
+                .to_string()
+        ),
+        Just(
+            "|  0          4021     python3                                          1024MiB |\n"
+                .to_string()
+        ),
+        Just("|  N/A   N/A   N/A   N/A  |\n".to_string()),
+        Just(
+            "+-----------------------------------------------------------------------------+\n"
+                .to_string()
+        ),
+        Just("...\n".to_string()),
+        Just("|".to_string()),
+        "[ -~]{0,12}".prop_map(|s| s),
+    ];
+    proptest::collection::vec(piece, 0..24).prop_map(|v| v.concat())
+}
+
+proptest! {
+    #[test]
+    fn the_process_table_reader_takes_any_text(s in ".{0,400}") {
+        let _ = accel_iluvatar::procs::parse_processes(&s);
+    }
+
+    #[test]
+    fn the_process_table_reader_takes_its_own_fragments(s in process_fragments()) {
+        let _ = accel_iluvatar::procs::parse_processes(&s);
+    }
+
+    #[test]
+    fn the_process_table_reader_takes_mutated_captures(m in accel_testkit::mutate::mutation()) {
+        for capture in corpus() {
+            let _ = accel_iluvatar::procs::parse_processes(&String::from_utf8_lossy(&m.apply(capture)));
+        }
+    }
+}

@@ -202,6 +202,7 @@ fn desired() -> Desired {
         grantable: Grantability::Whole,
         logical_sliced: None,
         partition_profiles: BTreeMap::new(),
+        super_pod: None,
     };
     Desired {
         node_feature_labels: BTreeMap::from([

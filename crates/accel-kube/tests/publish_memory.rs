@@ -73,6 +73,7 @@ fn desired() -> Desired {
                 grantable: Grantability::Whole,
                 logical_sliced: None,
                 partition_profiles: BTreeMap::new(),
+                super_pod: None,
             }],
         }],
     };

@@ -11,6 +11,7 @@ pub mod detector;
 pub mod doctor;
 pub mod mxsmi;
 pub mod preflight;
+pub mod procs;
 pub mod responder;
 pub mod sgpu;
 pub mod usage;

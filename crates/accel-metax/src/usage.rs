@@ -2,7 +2,9 @@
 //! (with its cap on 2.1.12; 2.1.6 prints the draw alone) and memory used and total; `mx-smi -L`
 //! names each GPU by UUID, joined by bus id as the detector joins them (then by the tool's
 //! ordinal where `-L` prints no bus id). A `-L` that fails leaves the samples named by bus id,
-//! never the sample lost.
+//! never the sample lost. The same output's `Process:` table gives each GPU's compute processes
+//! (`procs.rs`; mx-smi lists no graphics processes), joined by the table's GPU ordinal: no call
+//! of its own.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -13,7 +15,8 @@ use accel_backend::usage::{
 use accel_core::Manufacturer;
 use accel_host::Commands;
 
-use crate::mxsmi::{self, MxSmiGpu, MxSmiListed};
+use crate::mxsmi::{self, MxSmiError, MxSmiGpu, MxSmiListed, MxSmiTable};
+use crate::procs::{self, MxSmiProcess};
 
 /// What a missing mx-smi means here.
 const MISSING: &str = "no MetaX tools on this host";
@@ -28,19 +31,40 @@ impl UsageSampler for MxSmiSampler {
         commands: &dyn Commands,
         deadline: Duration,
     ) -> Result<UsageSample, SampleError> {
-        let (table, listed) = table_and_names(
+        let ((table, processes), listed) = table_and_names(
             commands,
             deadline,
             MISSING,
-            (mxsmi::TABLE_ARGV, mxsmi::parse_table),
+            (mxsmi::TABLE_ARGV, read_table),
             (mxsmi::LIST_ARGV, |t| mxsmi::parse_list(t).ok()),
         )?;
-        Ok(join(&table.gpus, &listed))
+        Ok(join(&table.gpus, &listed, processes.as_deref()))
     }
 }
 
-/// One moment's table rows, named by `-L`'s UUIDs (pure).
-pub fn join(rows: &[MxSmiGpu], listed: &[MxSmiListed]) -> UsageSample {
+/// The default output's two tables: the GPUs, and the processes under them.
+fn read_table(text: &str) -> Result<(MxSmiTable, Option<Vec<MxSmiProcess>>), MxSmiError> {
+    Ok((mxsmi::parse_table(text)?, procs::parse_processes(text)))
+}
+
+/// The processes on the GPU the table numbers `gpu`. `None` when the output printed no process
+/// table, or a row names no GPU it could be counted against (any GPU may hold it).
+fn processes_on(processes: Option<&[MxSmiProcess]>, gpu: Option<u32>) -> Option<u32> {
+    let processes = processes?;
+    let gpu = gpu?;
+    if processes.iter().any(|p| p.gpu.is_none()) {
+        return None;
+    }
+    u32::try_from(processes.iter().filter(|p| p.gpu == Some(gpu)).count()).ok()
+}
+
+/// One moment's table rows, named by `-L`'s UUIDs, with the processes the same output listed
+/// (pure).
+pub fn join(
+    rows: &[MxSmiGpu],
+    listed: &[MxSmiListed],
+    processes: Option<&[MxSmiProcess]>,
+) -> UsageSample {
     let accelerators = rows
         .iter()
         .map(|row| {
@@ -65,7 +89,7 @@ pub fn join(rows: &[MxSmiGpu], listed: &[MxSmiListed]) -> UsageSample {
                 temperature_c: row.temperature_c,
                 power_draw_w: row.power_draw_w,
                 power_limit_w: row.power_limit_w,
-                compute_processes: None,
+                compute_processes: processes_on(processes, row.gpu),
                 extra: BTreeMap::new(),
             }
         })
@@ -74,5 +98,24 @@ pub fn join(rows: &[MxSmiGpu], listed: &[MxSmiListed]) -> UsageSample {
         manufacturer: Manufacturer::Metax,
         source: serde_json::Value::String(mxsmi::TABLE_ARGV.join(" ")),
         accelerators,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn processes_are_counted_per_gpu_and_an_unplaced_row_leaves_every_count_unknown() {
+        let on = |gpu| MxSmiProcess {
+            gpu,
+            ..MxSmiProcess::default()
+        };
+        let listed = [on(Some(0)), on(Some(0)), on(Some(2))];
+        assert_eq!(processes_on(Some(&listed), Some(0)), Some(2));
+        assert_eq!(processes_on(Some(&listed), Some(1)), Some(0), "idle");
+        assert_eq!(processes_on(None, Some(0)), None, "no table printed");
+        assert_eq!(processes_on(Some(&listed), None), None, "a GPU unnumbered");
+        assert_eq!(processes_on(Some(&[on(Some(0)), on(None)]), Some(0)), None);
     }
 }

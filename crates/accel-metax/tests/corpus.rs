@@ -160,3 +160,29 @@ fn every_repo_capture_is_read_as_expected() {
         check(&capture(name));
     }
 }
+
+/// Issue 44 item 8: the `Process:` table under the GPU table (HAZARDS.md item 5), read in every
+/// capture: idle (`Some([])`) where one is printed, `None` where the capture ends before it.
+#[test]
+fn every_process_table_is_read_as_expected() {
+    use accel_metax::procs;
+    let expected = [
+        (
+            "gpustack-4832__8x-c500-mx-smi2.1.12-kmd2.12.13-excerpt.txt",
+            None,
+        ),
+        (
+            "paddlenlp__8x-mxc550-mx-smi2.1.6-kmd2.5.014-power-no-cap.txt",
+            Some(Vec::new()),
+        ),
+    ];
+    accel_testkit::assert_folder_covered(
+        &fixtures().join("mx-smi"),
+        expected.iter().map(|(n, _)| n),
+    );
+    for (name, processes) in expected {
+        let path = fixtures().join("mx-smi").join(name);
+        let text = String::from_utf8_lossy(&std::fs::read(&path).unwrap()).into_owned();
+        assert_eq!(procs::parse_processes(&text), processes, "{name}");
+    }
+}

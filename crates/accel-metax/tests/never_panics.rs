@@ -80,3 +80,42 @@ proptest! {
         read_all(&String::from_utf8_lossy(&bytes));
     }
 }
+
+/// Pieces of the `Process:` table (issue 44 item 8): its title, both header lines, rules, the
+/// idle line and rows in its columns, mixed with the GPU table's.
+fn process_fragments() -> impl Strategy<Value = String> {
+    let piece = prop_oneof![
+        Just("| Process:                                                       |\n".to_string()),
+        Just("|  GPU            PID         Process Name           GPU Memory  |\n".to_string()),
+        Just("|                                                    Usage(MiB)  |\n".to_string()),
+        Just("|================================================================|\n".to_string()),
+        Just("|  no process found                                              |\n".to_string()),
+        Just("|  0              52011       python3 -m vllm        1536        |\n".to_string()),
+        Just("|  N/A   N/A   N/A   N/A  |\n".to_string()),
+        Just("| GPU         NAME          | Bus-id          | GPU-Util       |\n".to_string()),
+        Just("+----------------------------------------------------------------+\n".to_string()),
+        Just("...\n".to_string()),
+        Just("|".to_string()),
+        "[ -~]{0,12}",
+    ];
+    prop::collection::vec(piece, 0..40).prop_map(|v| v.concat())
+}
+
+proptest! {
+    #[test]
+    fn the_process_table_reader_takes_any_text(s in ".{0,400}") {
+        let _ = accel_metax::procs::parse_processes(&s);
+    }
+
+    #[test]
+    fn the_process_table_reader_takes_its_own_fragments(s in process_fragments()) {
+        let _ = accel_metax::procs::parse_processes(&s);
+    }
+
+    #[test]
+    fn the_process_table_reader_takes_mutated_captures(m in accel_testkit::mutate::mutation()) {
+        for capture in corpus() {
+            let _ = accel_metax::procs::parse_processes(&String::from_utf8_lossy(&m.apply(capture)));
+        }
+    }
+}

@@ -1,39 +1,71 @@
-//! The node-local ledger journal in `--data-dir`: every grant, release and finish, appended
-//! before Allocate answers, so a restart of the daemon loses no grant and charges none twice.
+//! The node-local ledger journal in `--data-dir`: every grant, release and finish, so a restart
+//! of the daemon, or of the machine, loses no grant that was answered and charges none twice.
 //!
-//! An append is written to the file (the kernel holds it from then on: no crash of this process
-//! can lose it) and made durable on disk by a syncer thread right after, one `fdatasync` for
-//! every append that arrived meanwhile (group commit). The sync is not on Allocate's path: on the
-//! rig's node it cost 0.2–2.4 ms a grant (the disk shared with other writers), more than the
-//! whole of NVIDIA's Allocate, while what it protects against — the machine going down within a
-//! millisecond of the answer — also ends every container the grant served; after such a crash
-//! the ledger is rebuilt from the kubelet's own checkpoint (pod-resources) and the Pods'
-//! annotations (DESIGN.md, "Restart"). [`Journal::durability`] says how far the syncer got.
+//! **Durable before answered** (issue 44 item 13). An append writes its entry under the ledger
+//! lock and the caller takes a [`Ticket`]; with the lock released it awaits
+//! [`Ticket::durable`], which a syncer thread satisfies with one `fdatasync` for every append
+//! that arrived meanwhile (group commit across concurrent Allocates). Only then is the grant
+//! answered. Releases and finishes are synced the same way, nobody waiting for them.
 //!
-//! The file is JSON lines, mode 0600. On open it is read back, then compacted into a snapshot
-//! written atomically. A torn last line (a crash mid-append) is dropped with a warning; any other
-//! unreadable line makes the journal corrupt: it is kept aside, untouched, and the caller rebuilds
-//! from the kubelet and the Pods. This module stores grants; it must not judge them.
+//! **Why the file is preallocated.** On the rig's disk (ext4 on a virtual disk, shared with
+//! etcd and the kubelet's checkpoints) an `fdatasync` after an `O_APPEND` write cost 0.2 ms at
+//! best and several ms at p99: the append grows the file, so every sync had to commit the file
+//! system's own journal (jbd2), which every other writer of the disk shares. Here the file holds
+//! [`PREALLOCATE`] bytes of zeros, written and synced ahead of the entries, and each entry is
+//! written in place over them (`pwrite`). Overwriting allocated, written blocks changes nothing
+//! `fdatasync` must persist (the size stays, mtime is not needed to read the data), so the sync
+//! is the data page and the device's cache flush. The syncer grows the file by another
+//! [`PREALLOCATE`] when it is idle and less than a quarter is left, so growth (the one sync that
+//! does commit metadata) happens beside Allocate, not in it; an entry that finds no room (a
+//! burst the syncer could not get ahead of) grows the file itself.
+//!
+//! **Format and replay.** JSON lines, then zeros to the end of the file; replay reads up to the
+//! first zero byte. A torn last line (a crash mid-write: no newline before the zeros or the end)
+//! is dropped with a warning, and so is anything written past a zero byte (a page whose sectors
+//! reached the disk out of order): neither was ever answered, since an answer waits for a sync
+//! covering its entry and every byte before it. Any other unreadable line makes the journal
+//! corrupt: it is kept aside, untouched, and the caller rebuilds from the kubelet and the Pods.
+//! On open the journal is read back, then compacted into a snapshot written atomically, and
+//! preallocated again. A journal written before the preallocation (no zeros) reads the same.
+//!
+//! **A failed sync.** A failed `fdatasync` may have lost any write since the last good one (the
+//! kernel reports the error once, then forgets it), so the journal is then *failed*: no ticket
+//! past the last good sync is durable until [`Journal::compact`] rewrites the whole ledger
+//! atomically (the Allocate path does it, and answers only when that succeeded).
+//!
+//! This module stores grants; it must not judge them.
 
 use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
-use std::io::Write;
-use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, mpsc};
+use std::sync::{Arc, Mutex, PoisonError, mpsc};
+use std::time::Instant;
 
 use accel_core::ledger::{Grant, GrantKey};
 use accel_host::atomic::{STATE_FILE_MODE, write_atomic};
 use serde::{Deserialize, Serialize};
+use tokio::sync::watch;
+
+use crate::metrics::JournalMetrics;
 
 /// The journal's file name in the data directory.
 pub const FILE_NAME: &str = "ledger.journal";
 
+/// The zeros kept ahead of the entries, and what the file grows by: about 3,500 grant entries.
+pub const PREALLOCATE: u64 = 1 << 20;
+
+/// The syncer grows the file when less than this is left after the entries.
+const GROW_BELOW: u64 = PREALLOCATE / 4;
+
+/// What growth writes from: zeros in `.bss`, never touched, so never resident.
+static ZEROS: [u8; 64 * 1024] = [0; 64 * 1024];
+
 /// A journal that could not be read or written.
 #[derive(Debug, thiserror::Error)]
 pub enum JournalError {
-    /// Appending or syncing failed: the grant is not durable.
+    /// Appending or growing failed: the entry is not in the journal.
     #[error("{path}: {step}: {source}")]
     Io {
         path: PathBuf,
@@ -53,6 +85,12 @@ pub enum JournalError {
     },
 }
 
+/// An append the journal could not make durable: its `fdatasync` failed (or the journal closed
+/// first). The grant must not be answered until [`Journal::compact`] has rewritten the ledger.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("the ledger journal could not be made durable: {0}")]
+pub struct NotDurable(pub String);
+
 /// One line of the journal.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "camelCase")]
@@ -69,7 +107,7 @@ pub struct Replay {
     pub grants: BTreeMap<GrantKey, Grant>,
     /// Where a corrupt journal was kept aside (then `grants` is empty and must be rebuilt).
     pub corrupt: Option<(PathBuf, String)>,
-    /// A torn last line that was dropped.
+    /// A torn write that was dropped: a last line without its newline, or bytes past a zero.
     pub torn_tail: bool,
 }
 
@@ -77,61 +115,210 @@ pub struct Replay {
 #[derive(Debug)]
 pub struct Journal {
     path: PathBuf,
-    file: Arc<File>,
+    segment: Arc<Segment>,
     /// Appends written so far (the sequence number of the last one).
     appended: u64,
+    shared: Arc<SyncShared>,
     syncer: Syncer,
 }
 
-/// How far the journal is on disk: every append up to `synced` has been through `fdatasync`.
+/// How far the journal is on disk: every append up to `synced` has been through `fdatasync`
+/// (or a compaction's atomic write).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Durability {
     pub appended: u64,
     pub synced: u64,
 }
 
-/// One sync to do: the file as it was appended to, and the last append it covers.
+/// What the syncer publishes: appends up to `through` are durable; `failure` (until the next
+/// compaction) says a sync failed and nothing past `through` can be trusted.
+#[derive(Debug, Clone, Default)]
+struct Progress {
+    through: u64,
+    failure: Option<Arc<str>>,
+}
+
+/// A claim on the durability of every append written before it was taken.
+#[derive(Debug)]
+pub struct Ticket {
+    through: u64,
+    progress: watch::Receiver<Progress>,
+}
+
+impl Ticket {
+    /// Whether every append before this ticket is durable already (no waiting).
+    pub fn is_durable(&self) -> bool {
+        self.progress.borrow().through >= self.through
+    }
+
+    /// Waits until every append before this ticket is durable; `Err` when a sync failed first
+    /// (or the journal closed): the caller must not answer on it.
+    pub async fn durable(mut self) -> Result<(), NotDurable> {
+        let through = self.through;
+        let seen = self
+            .progress
+            .wait_for(|p| p.through >= through || p.failure.is_some())
+            .await;
+        match seen {
+            Ok(p) if p.through >= through => Ok(()),
+            Ok(p) => Err(NotDurable(
+                p.failure.as_deref().unwrap_or("a sync failed").to_string(),
+            )),
+            Err(_) => Err(NotDurable("the journal closed before the sync".into())),
+        }
+    }
+
+    /// The later of two tickets (the one whose durability covers both).
+    pub fn max(self, other: Ticket) -> Ticket {
+        if other.through > self.through {
+            other
+        } else {
+            self
+        }
+    }
+}
+
+/// One journal file as it is being written: replaced as a whole by each compaction.
+#[derive(Debug)]
+struct Segment {
+    file: File,
+    /// Bumped by every compaction: a sync of an older segment says nothing about this one.
+    generation: u64,
+    /// Where the next entry goes: the end of the entries (written by the appender only).
+    end: AtomicU64,
+    /// The file's length: zeros from `end` to here.
+    capacity: AtomicU64,
+    /// Held while the file grows (by the syncer when idle; rarely, by an append).
+    growing: Mutex<()>,
+}
+
+impl Segment {
+    /// Writes zeros from the capacity to `by` bytes past it (not synced, not published).
+    fn write_zeros(&self, by: u64) -> std::io::Result<u64> {
+        let from = self.capacity.load(Ordering::Acquire);
+        let to = from + by;
+        let mut at = from;
+        while at < to {
+            let n = (to - at).min(ZEROS.len() as u64) as usize;
+            self.file.write_all_at(&ZEROS[..n], at)?;
+            at += n as u64;
+        }
+        Ok(to)
+    }
+}
+
+/// What the journal and its syncer thread share.
+#[derive(Debug)]
+struct SyncShared {
+    shown: String,
+    progress: watch::Sender<Progress>,
+    /// The generation of the segment being written ([`Segment::generation`]).
+    generation: AtomicU64,
+    metrics: JournalMetrics,
+    #[cfg(any(test, feature = "testing"))]
+    faults: SyncFaults,
+}
+
+impl SyncShared {
+    /// `fdatasync` of `file`, timed.
+    fn sync(&self, file: &File) -> std::io::Result<()> {
+        #[cfg(any(test, feature = "testing"))]
+        self.faults.before_sync()?;
+        let started = Instant::now();
+        let synced = file.sync_data();
+        self.metrics.synced(started.elapsed());
+        synced
+    }
+
+    /// Makes the appends up to `request.through` durable and says so (or that it failed).
+    fn sync_request(&self, request: &SyncRequest) {
+        let synced = self.sync(&request.segment.file);
+        let current = request.segment.generation == self.generation.load(Ordering::Acquire);
+        if let Err(e) = &synced {
+            if !current {
+                // A compaction replaced this file meanwhile and synced all of it.
+                return;
+            }
+            tracing::error!(
+                "ledger journal {}: fdatasync failed: {e}; no grant is answered until the journal is rewritten",
+                self.shown
+            );
+        }
+        let through = request.through;
+        let mut covered = 0;
+        self.progress.send_if_modified(|p| match &synced {
+            Ok(()) if p.failure.is_none() && through > p.through => {
+                covered = through - p.through;
+                p.through = through;
+                true
+            }
+            Ok(()) => false,
+            Err(e) if current => {
+                p.failure = Some(format!("{}: fdatasync failed: {e}", self.shown).into());
+                true
+            }
+            Err(_) => false,
+        });
+        self.metrics.covered(covered);
+    }
+
+    /// Grows `segment` by [`PREALLOCATE`] zeros, synced, when less than [`GROW_BELOW`] is left.
+    fn grow_if_low(&self, segment: &Segment) {
+        if segment.generation != self.generation.load(Ordering::Acquire) {
+            return;
+        }
+        let left = segment
+            .capacity
+            .load(Ordering::Acquire)
+            .saturating_sub(segment.end.load(Ordering::Acquire));
+        if left >= GROW_BELOW {
+            return;
+        }
+        // An append growing the file itself is doing it.
+        let Ok(_growing) = segment.growing.try_lock() else {
+            return;
+        };
+        let grown = segment
+            .write_zeros(PREALLOCATE)
+            .and_then(|to| self.sync(&segment.file).map(|()| to));
+        match grown {
+            Ok(to) => {
+                segment.capacity.store(to, Ordering::Release);
+                self.metrics.grown();
+            }
+            Err(e) => tracing::warn!(
+                "ledger journal {}: cannot preallocate {PREALLOCATE} more bytes: {e}; appends grow it themselves",
+                self.shown
+            ),
+        }
+    }
+}
+
+/// One sync to do: the segment appended to, and the last append it covers.
 struct SyncRequest {
-    file: Arc<File>,
+    segment: Arc<Segment>,
     through: u64,
 }
 
 /// The thread that makes appends durable, one `fdatasync` for all the appends that arrived
-/// while the previous one ran. It ends when the journal is dropped, after the last sync.
+/// while the previous one ran, and grows the file when idle. It ends when the journal is
+/// dropped, after the last sync.
 #[derive(Debug)]
 struct Syncer {
     requests: Option<mpsc::Sender<SyncRequest>>,
-    synced: Arc<AtomicU64>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
 impl Syncer {
-    fn start(path: &Path) -> Syncer {
+    fn start(shared: &Arc<SyncShared>) -> Syncer {
         let (requests, incoming) = mpsc::channel::<SyncRequest>();
-        let synced = Arc::new(AtomicU64::new(0));
-        let progress = synced.clone();
-        let shown = path.display().to_string();
+        let shared_ = shared.clone();
         let thread = std::thread::Builder::new()
             .name("journal-sync".into())
-            .spawn(move || {
-                while let Ok(mut request) = incoming.recv() {
-                    // Group commit: everything that queued up meanwhile goes in this one sync.
-                    while let Ok(later) = incoming.try_recv() {
-                        if !Arc::ptr_eq(&later.file, &request.file) {
-                            // The journal was compacted in between: finish the old file first.
-                            sync(&request.file, &shown);
-                        }
-                        request = later;
-                    }
-                    if sync(&request.file, &shown) {
-                        progress.fetch_max(request.through, Ordering::Release);
-                    }
-                }
-            });
+            .spawn(move || sync_loop(&shared_, &incoming));
         match thread {
             Ok(thread) => Syncer {
                 requests: Some(requests),
-                synced,
                 thread: Some(thread),
             },
             Err(e) => {
@@ -139,25 +326,54 @@ impl Syncer {
                 tracing::warn!("ledger journal: no sync thread ({e}); appends sync in line");
                 Syncer {
                     requests: None,
-                    synced,
                     thread: None,
                 }
             }
         }
     }
 
-    /// Queues a sync of `file` covering appends up to `through`; syncs in line without a thread.
-    fn request(&self, file: &Arc<File>, through: u64, path: &Path) {
+    /// Queues a sync of `segment` covering appends up to `through`; syncs in line without a
+    /// thread.
+    fn request(&self, shared: &SyncShared, segment: &Arc<Segment>, through: u64) {
         let request = SyncRequest {
-            file: file.clone(),
+            segment: segment.clone(),
             through,
         };
-        let queued = match &self.requests {
-            Some(requests) => requests.send(request).is_ok(),
-            None => false,
+        match &self.requests {
+            Some(requests) => {
+                if let Err(mpsc::SendError(request)) = requests.send(request) {
+                    shared.sync_request(&request);
+                }
+            }
+            None => shared.sync_request(&request),
+        }
+    }
+}
+
+fn sync_loop(shared: &SyncShared, incoming: &mpsc::Receiver<SyncRequest>) {
+    let mut next = None;
+    loop {
+        let mut request = match next.take() {
+            Some(request) => request,
+            None => match incoming.recv() {
+                Ok(request) => request,
+                Err(_) => return,
+            },
         };
-        if !queued && sync(file, &path.display().to_string()) {
-            self.synced.fetch_max(through, Ordering::Release);
+        // Group commit: everything that queued up meanwhile goes in this one sync.
+        while let Ok(later) = incoming.try_recv() {
+            if !Arc::ptr_eq(&later.segment, &request.segment) {
+                // The journal was compacted in between: finish the old file first.
+                shared.sync_request(&request);
+            }
+            request = later;
+        }
+        shared.sync_request(&request);
+        match incoming.try_recv() {
+            Ok(later) => next = Some(later),
+            // Idle: the time to grow the file, off every Allocate's path.
+            Err(mpsc::TryRecvError::Empty) => shared.grow_if_low(&request.segment),
+            Err(mpsc::TryRecvError::Disconnected) => return,
         }
     }
 }
@@ -172,22 +388,18 @@ impl Drop for Syncer {
     }
 }
 
-/// `fdatasync` of the journal; a failure is logged loudly (the grant stands: it was answered).
-fn sync(file: &File, path: &str) -> bool {
-    match file.sync_data() {
-        Ok(()) => true,
-        Err(e) => {
-            tracing::error!(
-                "ledger journal {path}: fdatasync failed: {e}; the last grants may not survive a machine crash"
-            );
-            false
-        }
-    }
-}
-
 impl Journal {
-    /// Opens (or creates) the journal in `data_dir`, replaying and compacting it.
+    /// Opens (or creates) the journal in `data_dir`, replaying and compacting it; its syncs are
+    /// counted nowhere.
     pub fn open(data_dir: &Path) -> Result<(Journal, Replay), JournalError> {
+        Journal::open_measured(data_dir, JournalMetrics::default())
+    }
+
+    /// [`Journal::open`], its syncs timed into `metrics`.
+    pub fn open_measured(
+        data_dir: &Path,
+        metrics: JournalMetrics,
+    ) -> Result<(Journal, Replay), JournalError> {
         let path = data_dir.join(FILE_NAME);
         let io = |step| {
             let path = path.clone();
@@ -210,17 +422,35 @@ impl Journal {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => return Err(io("read")(e)),
         }
+        let shared = Arc::new(SyncShared {
+            shown: path.display().to_string(),
+            progress: watch::channel(Progress::default()).0,
+            generation: AtomicU64::new(0),
+            metrics,
+            #[cfg(any(test, feature = "testing"))]
+            faults: SyncFaults::default(),
+        });
         let mut journal = Journal {
-            file: Arc::new(open_append(&path).map_err(io("open for append"))?),
+            // Replaced by the compaction below before anything is written to it.
+            segment: Arc::new(Segment {
+                file: open_write(&path).map_err(io("open for writing"))?,
+                generation: 0,
+                end: AtomicU64::new(0),
+                capacity: AtomicU64::new(0),
+                growing: Mutex::new(()),
+            }),
             appended: 0,
-            syncer: Syncer::start(&path),
+            syncer: Syncer::start(&shared),
+            shared,
             path,
         };
         journal.compact(&replay.grants)?;
         Ok((journal, replay))
     }
 
-    /// Rewrites the journal as exactly these grants (atomically), then appends after them.
+    /// Rewrites the journal as exactly these grants (atomically), preallocates it again, then
+    /// appends after them. Everything appended before is durable once this returns `Ok` (the
+    /// snapshot was synced), and a failed sync before it no longer matters.
     pub fn compact(&mut self, grants: &BTreeMap<GrantKey, Grant>) -> Result<(), JournalError> {
         let mut text = String::new();
         for (key, grant) in grants {
@@ -231,15 +461,40 @@ impl Journal {
             text.push_str(&self.encode(&entry)?);
         }
         write_atomic(&self.path, text.as_bytes())?;
-        self.file = Arc::new(open_append(&self.path).map_err(|source| JournalError::Io {
+        let file = open_write(&self.path).map_err(|source| JournalError::Io {
             path: self.path.clone(),
-            step: "reopen for append",
+            step: "reopen for writing",
             source,
-        })?);
-        // The snapshot was synced by its atomic write: everything appended so far is on disk.
-        self.syncer
-            .synced
-            .fetch_max(self.appended, Ordering::Release);
+        })?;
+        let end = text.len() as u64;
+        let segment = Segment {
+            file,
+            generation: self.shared.generation.load(Ordering::Acquire) + 1,
+            end: AtomicU64::new(end),
+            capacity: AtomicU64::new(end),
+            growing: Mutex::new(()),
+        };
+        // Preallocated before the first append. Without it (a full disk) appends grow the file
+        // themselves, and say so if they cannot.
+        match segment
+            .write_zeros(PREALLOCATE)
+            .and_then(|to| segment.file.sync_data().map(|()| to))
+        {
+            Ok(to) => segment.capacity.store(to, Ordering::Release),
+            Err(e) => tracing::warn!(
+                "ledger journal {}: cannot preallocate {PREALLOCATE} bytes: {e}",
+                self.path.display()
+            ),
+        }
+        self.shared
+            .generation
+            .store(segment.generation, Ordering::Release);
+        self.segment = Arc::new(segment);
+        let appended = self.appended;
+        self.shared.progress.send_modify(|p| {
+            p.through = p.through.max(appended);
+            p.failure = None;
+        });
         Ok(())
     }
 
@@ -252,39 +507,147 @@ impl Journal {
         Ok(line)
     }
 
-    /// Appends one entry: written to the file before returning (no crash of this process can
-    /// lose it), made durable on disk by the syncer right after (see the module docs).
+    /// Appends one entry: written in place before returning (no crash of this process can lose
+    /// it), made durable by the syncer right after; a [`Ticket`] taken now waits for that.
     pub fn append(&mut self, entry: &Entry) -> Result<(), JournalError> {
         let line = self.encode(entry)?;
-        (&*self.file)
-            .write_all(line.as_bytes())
-            .map_err(|source| JournalError::Io {
-                path: self.path.clone(),
-                step: "append",
-                source,
-            })?;
+        let segment = &self.segment;
+        let end = segment.end.load(Ordering::Acquire);
+        let len = line.len() as u64;
+        let io = |step| {
+            let path = self.path.clone();
+            move |source| JournalError::Io { path, step, source }
+        };
+        if end + len > segment.capacity.load(Ordering::Acquire) {
+            // No room left (the syncer grows the file ahead of this, when it is idle): grow it
+            // here; this entry's sync then also commits the new size.
+            let _growing = segment
+                .growing
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            let capacity = segment.capacity.load(Ordering::Acquire);
+            if end + len > capacity {
+                let by = (end + len - capacity).next_multiple_of(PREALLOCATE);
+                let to = segment.write_zeros(by).map_err(io("grow"))?;
+                segment.capacity.store(to, Ordering::Release);
+                self.shared.metrics.grown();
+            }
+        }
+        if let Err(e) = segment.file.write_all_at(line.as_bytes(), end) {
+            // Zeros back over what part of it was written, best effort: the next entry goes
+            // here, and nothing of this one may be read as part of it.
+            let _ = segment
+                .file
+                .write_all_at(&ZEROS[..line.len().min(ZEROS.len())], end);
+            return Err(io("append")(e));
+        }
+        segment.end.store(end + len, Ordering::Release);
         self.appended += 1;
-        self.syncer.request(&self.file, self.appended, &self.path);
+        self.syncer
+            .request(&self.shared, &self.segment, self.appended);
         Ok(())
     }
 
-    /// How many appends were written, and how many of them the syncer has made durable.
+    /// A claim on every append written so far: [`Ticket::durable`] resolves when they are all
+    /// on disk. Take it under the same lock as the appends it must cover.
+    pub fn ticket(&self) -> Ticket {
+        Ticket {
+            through: self.appended,
+            progress: self.shared.progress.subscribe(),
+        }
+    }
+
+    /// How many appends were written, and how many of them are durable.
     pub fn durability(&self) -> Durability {
         Durability {
             appended: self.appended,
-            synced: self.syncer.synced.load(Ordering::Acquire),
+            synced: self.shared.progress.borrow().through,
         }
     }
 
     pub fn path(&self) -> &Path {
         &self.path
     }
+
+    /// The file's length: where the zeros ahead of the entries end.
+    pub fn capacity(&self) -> u64 {
+        self.segment.capacity.load(Ordering::Acquire)
+    }
+
+    /// The syncs this journal will fail or hold (tests only).
+    #[cfg(any(test, feature = "testing"))]
+    pub fn faults(&self) -> SyncFaults {
+        self.shared.faults.clone()
+    }
 }
 
-fn open_append(path: &Path) -> std::io::Result<File> {
+/// Syncs a test makes fail or wait: [`SyncFaults::fail_next`] fails the next `n` syncs,
+/// [`SyncFaults::hold`] holds every sync (the appends stay written, not durable) until
+/// [`SyncFaults::release`]; [`SyncFaults::syncs`] counts the syncs tried.
+#[cfg(any(test, feature = "testing"))]
+#[derive(Debug, Clone, Default)]
+pub struct SyncFaults {
+    state: Arc<(Mutex<FaultState>, std::sync::Condvar)>,
+}
+
+#[cfg(any(test, feature = "testing"))]
+#[derive(Debug, Default)]
+struct FaultState {
+    fail: u32,
+    held: bool,
+    syncs: u64,
+}
+
+#[cfg(any(test, feature = "testing"))]
+impl SyncFaults {
+    fn state(&self) -> std::sync::MutexGuard<'_, FaultState> {
+        self.state.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The next `n` syncs fail (as a failing disk's `fdatasync` would).
+    pub fn fail_next(&self, n: u32) {
+        self.state().fail = n;
+    }
+
+    /// Every sync waits until [`SyncFaults::release`].
+    pub fn hold(&self) {
+        self.state().held = true;
+    }
+
+    pub fn release(&self) {
+        self.state().held = false;
+        self.state.1.notify_all();
+    }
+
+    /// The syncs tried so far (the appends' and the growths', failed ones included).
+    pub fn syncs(&self) -> u64 {
+        self.state().syncs
+    }
+
+    fn before_sync(&self) -> std::io::Result<()> {
+        let mut state = self.state();
+        while state.held {
+            state = self
+                .state
+                .1
+                .wait(state)
+                .unwrap_or_else(PoisonError::into_inner);
+        }
+        state.syncs += 1;
+        if state.fail > 0 {
+            state.fail -= 1;
+            return Err(std::io::Error::other("injected fdatasync failure"));
+        }
+        Ok(())
+    }
+}
+
+/// Opened for positional writes (never `O_APPEND`: Linux would ignore the offset), created 0600.
+fn open_write(path: &Path) -> std::io::Result<File> {
     OpenOptions::new()
         .create(true)
-        .append(true)
+        .write(true)
+        .truncate(false)
         .mode(STATE_FILE_MODE)
         .open(path)
 }
@@ -299,24 +662,37 @@ fn aside_path(path: &Path) -> PathBuf {
     PathBuf::from(name)
 }
 
-/// Replays journal bytes into grants. A last line without its newline is a torn append and is
-/// dropped (`true`); any other line that does not read is corruption (`Err` naming the line).
+/// The entries' part of a journal file: everything before the first zero byte (the
+/// preallocated room, or a hole a torn write left), and whether anything but zeros follows it.
+pub fn written_part(bytes: &[u8]) -> (&[u8], bool) {
+    match bytes.iter().position(|b| *b == 0) {
+        None => (bytes, false),
+        Some(at) => (&bytes[..at], bytes[at..].iter().any(|b| *b != 0)),
+    }
+}
+
+/// Replays journal bytes into grants. The entries end at the first zero byte
+/// ([`written_part`]); a last line without its newline, or bytes past that zero, are a torn
+/// write and are dropped (`true`); any other line that does not read is corruption (`Err`
+/// naming the line).
 pub fn replay_bytes(bytes: &[u8]) -> Result<(BTreeMap<GrantKey, Grant>, bool), String> {
+    let (bytes, past_a_hole) = written_part(bytes);
     let mut grants = BTreeMap::new();
     let complete = bytes.last().is_none_or(|b| *b == b'\n');
     let lines: Vec<&[u8]> = bytes.split(|b| *b == b'\n').collect();
-    let mut torn = false;
+    let mut torn = past_a_hole;
     for (n, line) in lines.iter().enumerate() {
         let last = n + 1 == lines.len();
         if line.iter().all(u8::is_ascii_whitespace) {
             continue;
         }
+        if last && !complete {
+            // Written in part: never synced, never answered, whatever it reads as.
+            torn = true;
+            break;
+        }
         let entry: Entry = match serde_json::from_slice(line) {
             Ok(entry) => entry,
-            Err(_) if last && !complete => {
-                torn = true;
-                break;
-            }
             Err(e) => return Err(format!("line {}: {e}", n + 1)),
         };
         match entry {
@@ -339,137 +715,4 @@ pub fn replay_bytes(bytes: &[u8]) -> Result<(BTreeMap<GrantKey, Grant>, bool), S
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use accel_core::ledger::Family;
-    use std::os::unix::fs::PermissionsExt;
-
-    fn grant(index: u32) -> Grant {
-        Grant {
-            family: Family::Exclusive,
-            resource: "nvidia.com/gpu".into(),
-            device_ids: vec![format!("GPU-{index}")],
-            accelerators: vec![index],
-            units: 1_600_000,
-            cores_percentage: None,
-            partition: None,
-            finished: false,
-        }
-    }
-
-    #[test]
-    fn appends_are_written_at_once_and_synced_by_the_syncer_right_after() {
-        let dir = tempfile::tempdir().unwrap();
-        let (mut j, _) = Journal::open(dir.path()).unwrap();
-        for n in 0..50 {
-            j.append(&Entry::Grant {
-                key: GrantKey::new(format!("pod-{n}"), "main"),
-                grant: grant(n % 8),
-            })
-            .unwrap();
-        }
-        // Written before append returned: another reader sees every line at once.
-        let text = std::fs::read_to_string(j.path()).unwrap();
-        assert_eq!(text.lines().count(), 50);
-        // Synced by the thread soon after, in as few fdatasyncs as it could group.
-        let until = std::time::Instant::now() + std::time::Duration::from_secs(10);
-        while j.durability().synced < 50 {
-            assert!(
-                std::time::Instant::now() < until,
-                "the syncer did not catch up: {:?}",
-                j.durability()
-            );
-            std::thread::sleep(std::time::Duration::from_millis(5));
-        }
-        assert_eq!(
-            j.durability(),
-            Durability {
-                appended: 50,
-                synced: 50
-            }
-        );
-        // A compaction's snapshot is written synced: nothing is left for the thread.
-        let (grants, _) = replay_bytes(text.as_bytes()).unwrap();
-        j.append(&Entry::Release {
-            key: GrantKey::new("pod-0", "main"),
-        })
-        .unwrap();
-        j.compact(&grants).unwrap();
-        assert_eq!(j.durability().synced, 51);
-    }
-
-    #[test]
-    fn dropping_the_journal_waits_for_its_last_sync() {
-        let dir = tempfile::tempdir().unwrap();
-        let (mut j, _) = Journal::open(dir.path()).unwrap();
-        j.append(&Entry::Finish {
-            pod_uid: "a".into(),
-        })
-        .unwrap();
-        let synced = j.syncer.synced.clone();
-        drop(j);
-        assert_eq!(
-            synced.load(Ordering::Acquire),
-            1,
-            "the queued sync ran before the drop returned"
-        );
-    }
-
-    #[test]
-    fn entries_survive_reopen_and_the_file_is_private() {
-        let dir = tempfile::tempdir().unwrap();
-        let (mut j, replay) = Journal::open(dir.path()).unwrap();
-        assert!(replay.grants.is_empty());
-        let a = GrantKey::new("a", "main");
-        let b = GrantKey::new("b", "main");
-        j.append(&Entry::Grant {
-            key: a.clone(),
-            grant: grant(0),
-        })
-        .unwrap();
-        j.append(&Entry::Grant {
-            key: b.clone(),
-            grant: grant(1),
-        })
-        .unwrap();
-        j.append(&Entry::Release { key: b }).unwrap();
-        j.append(&Entry::Finish {
-            pod_uid: "a".into(),
-        })
-        .unwrap();
-        drop(j);
-        let (_, replay) = Journal::open(dir.path()).unwrap();
-        let mut expected = grant(0);
-        expected.finished = true;
-        assert_eq!(replay.grants, BTreeMap::from([(a, expected)]));
-        let mode = std::fs::metadata(dir.path().join(FILE_NAME))
-            .unwrap()
-            .permissions()
-            .mode();
-        assert_eq!(mode & 0o777, 0o600);
-    }
-
-    #[test]
-    fn torn_tail_is_dropped_and_corruption_kept_aside() {
-        let good = serde_json::to_string(&Entry::Grant {
-            key: GrantKey::new("a", "main"),
-            grant: grant(0),
-        })
-        .unwrap();
-        let (grants, torn) = replay_bytes(format!("{good}\n{{\"op\":\"gra").as_bytes()).unwrap();
-        assert!(torn);
-        assert_eq!(grants.len(), 1);
-        assert_eq!(
-            replay_bytes(format!("garbage\n{good}\n").as_bytes()).unwrap_err(),
-            "line 1: expected value at line 1 column 1"
-        );
-        let dir = tempfile::tempdir().unwrap();
-        std::fs::write(dir.path().join(FILE_NAME), "garbage\n").unwrap();
-        let (_, replay) = Journal::open(dir.path()).unwrap();
-        let (aside, reason) = replay.corrupt.unwrap();
-        assert!(aside.to_string_lossy().contains(".corrupt-"));
-        assert_eq!(std::fs::read_to_string(aside).unwrap(), "garbage\n");
-        assert!(reason.starts_with("line 1"));
-        assert!(replay.grants.is_empty());
-    }
-}
+mod tests;

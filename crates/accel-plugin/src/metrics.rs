@@ -1,5 +1,7 @@
 //! The device plugin's Prometheus metrics: how long Allocate and GetPreferredAllocation take per
-//! resource (measured inside the plugin, from the request received to the answer built), the
+//! resource (measured inside the plugin, from the request received to the answer built), what
+//! Allocate's time is made of ([`Stage`]: identification, the ledger lock, the ledger, the
+//! responder, the journal's write and the wait for its sync), the journal's own syncs, the
 //! refusals by reason, and the grants by family.
 //!
 //! This module owns the metric handles, their names, and the closed set of refusal reasons
@@ -307,6 +309,137 @@ struct AttributionLabels {
     by: Attribution,
 }
 
+/// A part of one Allocate's time inside the plugin (issue 44 item 13: what its tail is made
+/// of). Each is timed where it happens and observed once per container request; stages a call
+/// did not go through are not observed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Stage {
+    /// Naming the container: the Pod watch's snapshot and candidate, or the pod-resources List
+    /// and any wait for a Pod the watch lags on (with the kubelet's road, the ledger lock too).
+    Identify,
+    /// Waiting for the ledger lock (the watch's road; the kubelet's counts it in `identify`).
+    Lock,
+    /// The ledger's decision.
+    Ledger,
+    /// The manufacturer's responder building the answer.
+    Respond,
+    /// Writing the grant's journal entry (under the lock; not yet durable).
+    JournalWrite,
+    /// Waiting, with the lock released, for the `fdatasync` that makes the entry durable.
+    Durable,
+}
+
+impl Stage {
+    /// Every stage, in exposition order.
+    pub const ALL: [Stage; 6] = [
+        Stage::Identify,
+        Stage::Lock,
+        Stage::Ledger,
+        Stage::Respond,
+        Stage::JournalWrite,
+        Stage::Durable,
+    ];
+
+    /// The label value.
+    pub fn label(self) -> &'static str {
+        match self {
+            Stage::Identify => "identify",
+            Stage::Lock => "lock",
+            Stage::Ledger => "ledger",
+            Stage::Respond => "respond",
+            Stage::JournalWrite => "journal_write",
+            Stage::Durable => "durable",
+        }
+    }
+
+    fn index(self) -> usize {
+        Stage::ALL
+            .iter()
+            .position(|s| *s == self)
+            .unwrap_or(Stage::ALL.len() - 1)
+    }
+}
+
+impl EncodeLabelValue for Stage {
+    fn encode(&self, encoder: &mut LabelValueEncoder) -> Result<(), std::fmt::Error> {
+        std::fmt::Write::write_str(encoder, self.label())
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct StageLabels {
+    resource: String,
+    stage: Stage,
+}
+
+/// The stages one Allocate went through, and how long each took (summed when a stage ran more
+/// than once, as identification does when it waits for the watch).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct StageTimes {
+    took: [Option<Duration>; Stage::ALL.len()],
+}
+
+impl StageTimes {
+    /// Adds `took` to `stage`.
+    pub fn add(&mut self, stage: Stage, took: Duration) {
+        let slot = &mut self.took[stage.index()];
+        *slot = Some(slot.unwrap_or_default() + took);
+    }
+
+    /// Adds the time since `since` to `stage`, and answers now (the next stage's start).
+    pub fn lap(&mut self, stage: Stage, since: std::time::Instant) -> std::time::Instant {
+        let now = std::time::Instant::now();
+        self.add(stage, now.saturating_duration_since(since));
+        now
+    }
+
+    /// What `stage` took, if the call went through it.
+    pub fn get(&self, stage: Stage) -> Option<Duration> {
+        self.took[stage.index()]
+    }
+}
+
+/// The ledger journal's own metrics: each `fdatasync` (how long, how many appends it made
+/// durable: a group commit covers several) and each time the file grew.
+#[derive(Debug, Clone)]
+pub struct JournalMetrics {
+    sync: Histogram,
+    synced_appends: Counter,
+    grown: Counter,
+}
+
+impl Default for JournalMetrics {
+    fn default() -> Self {
+        JournalMetrics {
+            sync: latency_histogram(),
+            synced_appends: Counter::default(),
+            grown: Counter::default(),
+        }
+    }
+}
+
+impl JournalMetrics {
+    /// One `fdatasync` that took `took` (whatever it answered).
+    pub fn synced(&self, took: Duration) {
+        self.sync.observe(took.as_secs_f64());
+    }
+
+    /// A sync made `appends` more appends durable.
+    pub fn covered(&self, appends: u64) {
+        self.synced_appends.inc_by(appends);
+    }
+
+    /// The file grew by its preallocation.
+    pub fn grown(&self) {
+        self.grown.inc();
+    }
+
+    /// The appends made durable so far.
+    pub fn synced_appends(&self) -> u64 {
+        self.synced_appends.get()
+    }
+}
+
 type HistogramSeries = Series<ResourceLabels, Histogram, fn() -> Histogram>;
 
 fn latency_histogram() -> Histogram {
@@ -318,6 +451,7 @@ fn latency_histogram() -> Histogram {
 #[derive(Debug, Clone)]
 pub struct PluginMetrics {
     allocate: HistogramSeries,
+    stages: Series<StageLabels, Histogram, fn() -> Histogram>,
     preferred: HistogramSeries,
     refusals: Series<RefusalLabels, Counter>,
     grants_series: Series<GrantLabels, Counter>,
@@ -326,6 +460,7 @@ pub struct PluginMetrics {
     attributed_series: Series<AttributionLabels, Counter>,
     /// One handle per [`Attribution`], made once.
     attributed: [Counter; Attribution::ALL.len()],
+    journal: JournalMetrics,
 }
 
 impl Default for PluginMetrics {
@@ -337,11 +472,13 @@ impl Default for PluginMetrics {
                 .map(|by| attributed_series.get_or_create_owned(&AttributionLabels { by })),
             attributed_series,
             allocate: Series::new_with_constructor(latency_histogram as fn() -> Histogram),
+            stages: Series::new_with_constructor(latency_histogram as fn() -> Histogram),
             preferred: Series::new_with_constructor(latency_histogram as fn() -> Histogram),
             refusals: Series::default(),
             grants: GRANT_KINDS
                 .map(|family| grants_series.get_or_create_owned(&GrantLabels { family })),
             grants_series,
+            journal: JournalMetrics::default(),
         }
     }
 }
@@ -355,6 +492,26 @@ impl PluginMetrics {
             "allocate_duration_seconds",
             "Time the plugin took to answer one Allocate call (every container of it), from the request received to the answer built, refusals included, by resource",
             metrics.allocate.clone(),
+        );
+        registry.register(
+            "allocate_stage_duration_seconds",
+            "Time one Allocate spent in each stage inside the plugin, by resource and stage: identify (the container named: Pod watch, pod-resources List, waits), lock (the ledger lock awaited), ledger (its decision), respond (the manufacturer's answer), journal_write (the entry written), durable (the wait for the fdatasync that makes it durable, before the answer)",
+            metrics.stages.clone(),
+        );
+        registry.register(
+            "journal_sync_duration_seconds",
+            "Time each fdatasync of the ledger journal took (one sync covers every append that queued while the previous one ran)",
+            metrics.journal.sync.clone(),
+        );
+        registry.register(
+            "journal_synced_appends",
+            "Journal appends made durable by its syncs (a sync covering several is a group commit)",
+            metrics.journal.synced_appends.clone(),
+        );
+        registry.register(
+            "journal_grown",
+            "Times the ledger journal's preallocated file grew (its one sync that commits metadata)",
+            metrics.journal.grown.clone(),
         );
         registry.register(
             "preferred_allocation_duration_seconds",
@@ -394,6 +551,11 @@ impl PluginMetrics {
             .map_or(0, |i| self.attributed[i].get())
     }
 
+    /// The journal's handles.
+    pub fn journal(&self) -> JournalMetrics {
+        self.journal.clone()
+    }
+
     /// The handles of one resource, made once per pool when the plugins start.
     pub fn for_resource(&self, resource: &str) -> ResourceMetrics {
         let labels = ResourceLabels {
@@ -401,6 +563,12 @@ impl PluginMetrics {
         };
         ResourceMetrics {
             allocate: self.allocate.get_or_create_owned(&labels),
+            stages: Stage::ALL.map(|stage| {
+                self.stages.get_or_create_owned(&StageLabels {
+                    resource: resource.to_string(),
+                    stage,
+                })
+            }),
             preferred: self.preferred.get_or_create_owned(&labels),
             refusals: RefusalReason::ALL.map(|reason| {
                 self.refusals.get_or_create_owned(&RefusalLabels {
@@ -423,6 +591,7 @@ impl PluginMetrics {
 #[derive(Debug, Clone)]
 pub struct ResourceMetrics {
     allocate: Histogram,
+    stages: [Histogram; Stage::ALL.len()],
     preferred: Histogram,
     refusals: [Counter; RefusalReason::ALL.len()],
 }
@@ -433,6 +602,15 @@ impl ResourceMetrics {
         self.allocate.observe(took.as_secs_f64());
         if let Some(status) = refusal {
             self.refusals[RefusalReason::of(status).index()].inc();
+        }
+    }
+
+    /// The stages one Allocate went through.
+    pub fn staged(&self, times: &StageTimes) {
+        for stage in Stage::ALL {
+            if let Some(took) = times.get(stage) {
+                self.stages[stage.index()].observe(took.as_secs_f64());
+            }
         }
     }
 

@@ -5,8 +5,9 @@
 //! Allocate: map the device IDs to accelerators, recognise a retry, identify the container
 //! (pod-resources, then pending Pods; a Pod the watch has not delivered is read from the API
 //! server or waited for, bounded: [`identity`]), let the ledger decide, answer with the
-//! responder, give the grant back if the responder refuses, journal it before answering, and
-//! tell every ListAndWatch stream. Every refusal is logged at warn naming the Pod, the container
+//! responder, give the grant back if the responder refuses, journal it, answer once the entry is
+//! durable (the lock released meanwhile: [`Shared::durable`]), and tell every ListAndWatch
+//! stream. Every refusal is logged at warn naming the Pod, the container
 //! and the reason ([`refused`]). Errors become `tonic::Status` here and nowhere else; each
 //! refusal's `Status` is marked with its reason, and the handlers time every call and count the
 //! refusals ([`crate::metrics`]).
@@ -28,7 +29,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
 use std::time::Duration;
 
 use accel_core::ledger::placement::{self, Request};
-use accel_core::ledger::{Claim, Family, Grant, GrantKey, Ledger, Policy, Refusal, Seat};
+use accel_core::ledger::{Claim, Family, Grant, GrantKey, Ledger, Policy, Receipt, Refusal, Seat};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -42,8 +43,10 @@ use crate::api::podresources::ListPodResourcesResponse;
 use crate::api::podresources::pod_resources_lister_client::PodResourcesListerClient;
 use crate::budget::{slice_budget, slice_cores};
 use crate::identify::IdentifyError;
-use crate::journal::{Entry, Journal, JournalError};
-use crate::metrics::{Attribution, PluginMetrics, RefusalReason, Refuse, ResourceMetrics};
+use crate::journal::{Entry, Journal, JournalError, Ticket};
+use crate::metrics::{
+    Attribution, PluginMetrics, RefusalReason, Refuse, ResourceMetrics, Stage, StageTimes,
+};
 use crate::pods::{Pod, PodSource};
 use crate::pools::{Pool, PoolKind, PoolView};
 use crate::settings::Settings;
@@ -213,6 +216,17 @@ pub enum StartError {
     Preload(#[from] accel_backend::respond::PrepareError),
 }
 
+/// An answer built under the ledger lock and not given yet: it goes out once `ticket` is durable
+/// ([`Shared::durable`]).
+pub(crate) struct Granted {
+    response: dp::ContainerAllocateResponse,
+    /// The grant this call made, given back if it cannot be made durable (none for a retry, a
+    /// sidecar or a partition, whose own path waits for its entry).
+    fresh: Option<Receipt>,
+    /// Covers this grant's journal entry and every entry before it.
+    ticket: Ticket,
+}
+
 struct State {
     ledger: Ledger,
     journal: Journal,
@@ -289,7 +303,7 @@ impl DevicePlugins {
             slices_held_until_gone: config.responder.holds_slices_until_pod_gone(),
             cores_overcommit: config.offer.cores_percentage_overcommit,
         };
-        let (journal, replay) = Journal::open(&config.data_dir)?;
+        let (journal, replay) = Journal::open_measured(&config.data_dir, config.metrics.journal())?;
         let pod_resources =
             PodResourcesListerClient::new(socket::lazy_channel(config.pod_resources_socket()));
         let resource_metrics = pools
@@ -926,14 +940,24 @@ impl Shared {
         }
     }
 
+    /// One container's grant: identified, decided, journalled, its answer built. Not answered
+    /// yet: the caller waits for the journal ([`Shared::durable`]). `times` gets each stage.
     async fn allocate(
         &self,
         pool: &Pool,
         device_ids: Vec<String>,
-    ) -> Result<dp::ContainerAllocateResponse, Status> {
+        times: &mut StageTimes,
+    ) -> Result<Granted, Status> {
         let started = Instant::now();
         if pool.family() == Some(Family::Partitioned) && !device_ids.is_empty() {
-            return self.allocate_partition(pool, device_ids, started).await;
+            let response = self.allocate_partition(pool, device_ids, started).await?;
+            // A fresh partition waited for its own entry; a retry waits for whatever its
+            // first answer's entry may still wait for.
+            return Ok(Granted {
+                response,
+                fresh: None,
+                ticket: self.lock().journal.ticket(),
+            });
         }
         if device_ids.is_empty() {
             return Err(refused(
@@ -962,7 +986,9 @@ impl Shared {
             }
         }
         let retry = {
+            let asked = std::time::Instant::now();
             let state = self.lock();
+            times.lap(Stage::Lock, asked);
             match pool.family() {
                 Some(_) => state
                     .ledger
@@ -980,16 +1006,13 @@ impl Shared {
             }
         };
         if let Some(key) = retry.clone().filter(GrantKey::is_unattributed) {
-            return self.regrant_unattributed(pool, key, &device_ids, &accelerators);
+            return self.regrant_unattributed(pool, key, &device_ids, &accelerators, times);
         }
         if retry.is_none()
             && self.answers_alike(pool)
-            && let Some((response, fresh)) = self.grant_from_watch(pool, &device_ids, &accelerators)
+            && let Some(granted) = self.grant_from_watch(pool, &device_ids, &accelerators, times)
         {
-            if fresh {
-                self.notify_after_answer();
-            }
-            return Ok(response);
+            return Ok(granted);
         }
         if pool.family().is_none() && !self.lock().unverified.is_empty() {
             // A sidecar finds its owner's grant by Pod: settle the grants the watch attributed.
@@ -1009,6 +1032,8 @@ impl Shared {
                 kubelet.as_ref(),
                 started,
                 |state, pod, key| {
+                    // Everything up to here named the container (the List, the lock, any wait).
+                    times.add(Stage::Identify, started.elapsed());
                     let answer = self.grant(
                         state,
                         pool,
@@ -1016,6 +1041,7 @@ impl Shared {
                         key,
                         (device_ids, accelerators),
                         Attribution::Kubelet,
+                        times,
                     );
                     let granted = answer.is_ok();
                     (answer, granted)
@@ -1023,12 +1049,7 @@ impl Shared {
             )
             .await;
         match answer {
-            Ok(Ok((response, fresh))) => {
-                if fresh {
-                    self.notify_after_answer();
-                }
-                Ok(response)
-            }
+            Ok(Ok(granted)) => Ok(granted),
             Ok(Err(status)) => Err(status),
             Err(e) => {
                 let status = match e {
@@ -1044,9 +1065,11 @@ impl Shared {
     /// Grants the tokens (device IDs and their accelerators) to the identified container under
     /// the ledger lock: the ledger
     /// decides, the responder answers (the grant is given back if it refuses), and the grant is
-    /// journalled before the answer. Returns the answer and whether the grant is new. `by` says
-    /// who named the container; a refusal is logged unless it is the watch alone (such a grant
-    /// is retried through the kubelet, which names the right container in the log).
+    /// journalled. Returns the answer, to give once its [`Ticket`] is durable, and the receipt
+    /// when the grant is new. `by` says who named the container; a refusal is logged unless it
+    /// is the watch alone (such a grant is retried through the kubelet, which names the right
+    /// container in the log). `times` gets the ledger, responder and journal stages.
+    #[allow(clippy::too_many_arguments)]
     fn grant(
         &self,
         state: &mut State,
@@ -1055,7 +1078,8 @@ impl Shared {
         key: GrantKey,
         (device_ids, accelerators): (Vec<String>, Vec<u32>),
         by: Attribution,
-    ) -> Result<(dp::ContainerAllocateResponse, bool), Status> {
+        times: &mut StageTimes,
+    ) -> Result<Granted, Status> {
         let records = self.records();
         let who = format!("{}/{} container {}", pod.namespace, pod.name, key.container);
         let refuse = |status: Status| {
@@ -1120,6 +1144,7 @@ impl Shared {
                 .iter()
                 .filter_map(|i| state.ledger.seat(*i))
                 .collect();
+            let responding = std::time::Instant::now();
             let response = self
                 .config
                 .responder
@@ -1139,12 +1164,18 @@ impl Shared {
                             .refused(RefusalReason::Responder),
                     )
                 })?;
+            times.lap(Stage::Respond, responding);
             let mut sorted = device_ids;
             sorted.sort();
             if state.visibility.insert(key, sorted).is_none() {
                 self.config.metrics.granted(None);
             }
-            return Ok((response, false));
+            // Not journalled; the owner's grant it shows was answered (and made durable) first.
+            return Ok(Granted {
+                response,
+                fresh: None,
+                ticket: state.journal.ticket(),
+            });
         };
         let (units, cores) = budget(
             family,
@@ -1164,10 +1195,13 @@ impl Shared {
             cores_percentage: cores,
             partition: None,
         };
+        let deciding = std::time::Instant::now();
         let receipt = state
             .ledger
             .allocate(claim)
-            .map_err(|r| refuse(refusal_status(pod, &key, &r)))?;
+            .map_err(|r| refuse(refusal_status(pod, &key, &r)));
+        let responding = times.lap(Stage::Ledger, deciding);
+        let receipt = receipt?;
         let grant = state.ledger.grant(&key).cloned();
         let Some(grant) = grant else {
             return Err(Status::internal(format!(
@@ -1188,6 +1222,7 @@ impl Shared {
             pod,
             container,
         });
+        let writing = times.lap(Stage::Respond, responding);
         let response = match answered {
             Ok(injection) => container_response(injection),
             Err(e) => {
@@ -1199,12 +1234,17 @@ impl Shared {
                 ));
             }
         };
-        if receipt.fresh
-            && let Err(e) = state.journal.append(&Entry::Grant {
+        let written = if receipt.fresh {
+            let written = state.journal.append(&Entry::Grant {
                 key: key.clone(),
                 grant,
-            })
-        {
+            });
+            times.lap(Stage::JournalWrite, writing);
+            written
+        } else {
+            Ok(())
+        };
+        if let Err(e) = written {
             state.ledger.give_back(&receipt);
             tracing::error!("ledger journal: {e}; grant of {key} given back");
             return Err(refuse(
@@ -1216,7 +1256,54 @@ impl Shared {
             self.config.metrics.granted(Some(family));
             self.config.metrics.attributed(by);
         }
-        Ok((response, receipt.fresh))
+        Ok(Granted {
+            response,
+            ticket: state.journal.ticket(),
+            fresh: receipt.fresh.then_some(receipt),
+        })
+    }
+
+    /// Waits, with no lock held, until `ticket` is durable: no grant is answered before its
+    /// journal entry is on disk. When a sync failed, the journal is rewritten from the ledger
+    /// (every grant it holds, these included, synced by the atomic write) and the answer stands
+    /// if that worked; if not, `fresh` (this call's new grants) are given back and the call is
+    /// refused, so the kubelet retries.
+    async fn durable(&self, ticket: Ticket, fresh: &[Receipt]) -> Result<(), Status> {
+        if ticket.is_durable() {
+            return Ok(());
+        }
+        let Err(failed) = ticket.durable().await else {
+            return Ok(());
+        };
+        let mut state = self.lock();
+        let grants = state.ledger.grants().clone();
+        let rewritten = state.journal.compact(&grants);
+        let Err(e) = rewritten else {
+            tracing::warn!("{failed}; the journal was rewritten from the ledger, the grant stands");
+            return Ok(());
+        };
+        for receipt in fresh {
+            state.ledger.give_back(receipt);
+            let entry = match &receipt.previous {
+                Some(previous) => Entry::Grant {
+                    key: receipt.key.clone(),
+                    grant: previous.clone(),
+                },
+                None => Entry::Release {
+                    key: receipt.key.clone(),
+                },
+            };
+            let _ = state.journal.append(&entry);
+        }
+        drop(state);
+        self.notify();
+        tracing::error!(
+            "{failed}; rewriting the journal failed too ({e}): the call is refused, its new grants given back"
+        );
+        Err(
+            Status::unavailable(format!("{failed}; rewriting the journal failed too: {e}"))
+                .refused(RefusalReason::Journal),
+        )
     }
 }
 
@@ -1347,9 +1434,11 @@ impl DevicePlugin for PoolService {
         request: tonic::Request<dp::AllocateRequest>,
     ) -> Result<tonic::Response<dp::AllocateResponse>, Status> {
         let received = Instant::now();
-        let answer = self.answer_allocate(request.into_inner()).await;
-        self.metrics()
-            .allocated(received.elapsed(), answer.as_ref().err());
+        let mut times = StageTimes::default();
+        let answer = self.answer_allocate(request.into_inner(), &mut times).await;
+        let metrics = self.metrics();
+        metrics.allocated(received.elapsed(), answer.as_ref().err());
+        metrics.staged(&times);
         answer.map(tonic::Response::new)
     }
 
@@ -1367,10 +1456,12 @@ impl PoolService {
         &self.shared.resource_metrics[self.index]
     }
 
-    /// Allocate's answer for every container of the call (timed by the handler).
+    /// Allocate's answer for every container of the call (timed by the handler), given once
+    /// every grant of it is durable.
     async fn answer_allocate(
         &self,
         request: dp::AllocateRequest,
+        times: &mut StageTimes,
     ) -> Result<dp::AllocateResponse, Status> {
         let pools = self.shared.pools();
         let pool = &pools[self.index];
@@ -1382,8 +1473,27 @@ impl PoolService {
             )));
         }
         let mut container_responses = Vec::with_capacity(requests.len());
+        let mut fresh = Vec::new();
+        let mut ticket: Option<Ticket> = None;
         for r in requests {
-            container_responses.push(self.shared.allocate(pool, r.devices_ids).await?);
+            let granted = self.shared.allocate(pool, r.devices_ids, times).await?;
+            container_responses.push(granted.response);
+            fresh.extend(granted.fresh);
+            ticket = Some(match ticket {
+                Some(t) => t.max(granted.ticket),
+                None => granted.ticket,
+            });
+        }
+        if let Some(ticket) = ticket
+            && !(fresh.is_empty() && ticket.is_durable())
+        {
+            let waiting = std::time::Instant::now();
+            let durable = self.shared.durable(ticket, &fresh).await;
+            times.lap(Stage::Durable, waiting);
+            durable?;
+        }
+        if !fresh.is_empty() {
+            self.shared.notify_after_answer();
         }
         Ok(dp::AllocateResponse {
             container_responses,

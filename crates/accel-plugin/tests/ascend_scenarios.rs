@@ -55,7 +55,13 @@ impl Rig {
 
     /// The plugins on a copy of the recorded host `name`, which has `chips` chips.
     async fn on(name: &str, chips: usize, refuse: &[&str]) -> Rig {
+        Rig::on_edited(name, chips, refuse, |_| {}).await
+    }
+
+    /// [`Rig::on`], the copy edited by `edit` before the plugins read it.
+    async fn on_edited(name: &str, chips: usize, refuse: &[&str], edit: impl FnOnce(&Path)) -> Rig {
         let host = accel_testkit::copy_recorded(name);
+        edit(host.path());
         let state = ShareState {
             refuse: refuse.iter().map(|s| s.to_string()).collect(),
             ..ShareState::default()
@@ -437,4 +443,74 @@ async fn the_sidecar_gets_the_owners_ids_and_the_flag() {
     assert_eq!(envs(&admission, "sshd", VISIBILITY), visible("2"));
     assert!(mounts(&admission, "sshd", VISIBILITY).is_empty());
     assert_eq!(rig.flags().on, ["1:0"], "the sidecar is a second tenant");
+}
+
+const TOPO: &str = "HCCL_TOPO_FILE_PATH";
+
+/// Spec §4.4 through the kubelet: the 950 server whose board (`Main Board ID : 0x23`, an A+K
+/// board) and `-t spod-info` (`Super Pod Type : 3`) make it a 16P server answers every grant
+/// of its NPUs — exclusive, shared, a slice — with `HCCL_TOPO_FILE_PATH` naming
+/// `atlas_850_2.json`.
+#[tokio::test]
+async fn a_950_server_grant_names_its_hccl_topology_file() {
+    let rig = Rig::on("ascend-950-server-16p", 16, &[]).await;
+    rig.kubelet.create(pod("a", &[("main", &[(NPU, "2")])]));
+    rig.kubelet.create(pod("b", &[("main", &[(SHARED, "1")])]));
+    rig.kubelet.create(pod("c", &[("main", SLICE)]));
+    let file = "/usr/local/Ascend/driver/topo/950/atlas_850_2.json";
+    for (uid, resource) in [("a", NPU), ("b", SHARED), ("c", SLICED)] {
+        let admission = rig.kubelet.admit(uid).await.unwrap();
+        let envs = envs(&admission, "main", resource);
+        assert_eq!(
+            envs.get(TOPO).map(String::as_str),
+            Some(file),
+            "{uid}: {envs:?}"
+        );
+    }
+}
+
+/// A reading that does not resolve to one form — super-pod type 0 (an 8P server, or
+/// MindCluster's "abnormal" default), or a 2P card's mainboard — gives no topology file: the
+/// grant goes through without the variable, and `detect` says why.
+#[tokio::test]
+async fn a_950_whose_form_does_not_resolve_is_granted_without_a_topology_file() {
+    let rewrite_all = |dir: &Path, command: &str, from: &str, to: &str| {
+        for npu in 0..16 {
+            let path = dir.join(format!("commands/{command}-{npu}/stdout"));
+            let text = std::fs::read_to_string(&path).unwrap();
+            assert!(text.contains(from), "{}", path.display());
+            std::fs::write(&path, text.replace(from, to)).unwrap();
+        }
+    };
+    let zero = |dir: &Path| {
+        rewrite_all(
+            dir,
+            "spod",
+            "Super Pod Type                 : 3",
+            "Super Pod Type                 : 0",
+        )
+    };
+    let two_p = |dir: &Path| rewrite_all(dir, "board", "0x23", "0x6a(2P)");
+    for (case, edit) in [("type 0", &zero as &dyn Fn(&Path)), ("2P card", &two_p)] {
+        let rig = Rig::on_edited("ascend-950-server-16p", 16, &[], edit).await;
+        let notes = {
+            let files = FsHost::new(rig.host.path().join("root"));
+            let commands = RecordedCommands::load(rig.host.path()).unwrap();
+            detector::detect(&files, &commands, DetectOptions::default())
+                .unwrap()
+                .notes
+        };
+        assert!(
+            notes
+                .iter()
+                .any(|n| n
+                    .starts_with("HCCL_TOPO_FILE_PATH: no HCCL topology file for 16 950 NPU(s)")),
+            "{case}: {notes:?}"
+        );
+        rig.kubelet.create(pod("a", &[("main", &[(NPU, "2")])]));
+        let admission = rig.kubelet.admit("a").await.unwrap();
+        let envs = envs(&admission, "main", NPU);
+        assert_eq!(envs.get(TOPO), None, "{case}: {envs:?}");
+        assert!(envs.contains_key("ASCEND_VISIBLE_DEVICES"), "{case}");
+    }
 }

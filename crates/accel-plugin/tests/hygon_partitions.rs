@@ -6,7 +6,9 @@
 //! read-only at its own host path and `DMI_MIG_VISIBLE_DEVICE=MIG-<uuid>` (spec §6.3); its
 //! ownership record is Hygon's per-card marker (spec §6.4); a restart rebinds it; its Pod's
 //! deletion reclaims it (CI, then GI), leaving an instance the driver says is in use for a later
-//! pass (spec §6.5).
+//! pass (spec §6.5). The instance is made with the form Hygon documents (`hy-smi mig -cgi
+//! <profile id> -C -i <dev>`, addendum H1) and read back from its registry file, in Hygon's
+//! grammar (H2); on the live host the instances its registry holds are claimed.
 
 use accel_core::inventory::Accelerator;
 use accel_host::{Commands, Host};
@@ -84,7 +86,23 @@ async fn a_partition_is_made_injected_marked_rebound_after_a_restart_and_reclaim
         rig.host(&conf).is_file(),
         "the driver wrote its registry file"
     );
+    // Hygon's create form: the profile id, `-C`, the card; no placement.
+    let create = format!("hy-smi mig -cgi 3 -C -i {dev}");
+    assert_eq!(rig.runs(|r| r.argv == create && r.success), 1, "{create}");
+    assert_eq!(rig.runs(|r| r.has("-cgi") && r.argv != create), 0);
     let uuid = made.compute_instances[0].uuid.clone();
+    let file =
+        accel_hygon::registry::parse_conf(&std::fs::read_to_string(rig.host(&conf)).unwrap())
+            .unwrap();
+    assert_eq!(
+        (
+            file.gi.profile_id,
+            file.gi.memory_size_mb,
+            file.ci.mig_uuid.as_deref()
+        ),
+        (Some(3), Some(16380), uuid.strip_prefix("MIG-")),
+        "the GI block first, the CI block naming the partition"
+    );
     assert!(uuid.starts_with("MIG-"), "{uuid}");
     let card = dev + 1; // card0 is the BMC's display on this host
     let want = vec![
@@ -202,5 +220,45 @@ async fn a_partition_without_its_registry_file_is_refused_naming_it() {
             .contains("so the container could not activate it"),
         "{}",
         refused.message()
+    );
+}
+
+/// The live host (`hygon-8x-bw150-mig-4-live`): four instances its registry holds in Hygon's
+/// grammar and no marker names. A request of a profile one of them has is served by claiming
+/// it (its `MIG-<mig_uuid>`, its registry file), not by making another.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unowned_instance_of_the_registry_is_claimed_by_a_request_of_its_profile() {
+    let rig = Rig::new(Side {
+        recorded: "hygon-8x-bw150-mig-4-live",
+        backend: accel_hygon::backend::backend(),
+        detect,
+        resources: &[PARTITIONED, VISIBILITY],
+        marker_prefix: "hygon-mig-",
+    })
+    .await;
+    let big = "hygon.com/dcu.partitioned.mig-8g.63gb";
+    rig.kubelet
+        .create(partition_rig::owner("a", PARTITIONED, big, None));
+    let admission = rig.kubelet.admit("a").await.unwrap();
+    let uuid = "MIG-68796702-0003-0000-0000-000000000004";
+    assert_eq!(
+        admission["main"][PARTITIONED]
+            .envs
+            .get("DMI_MIG_VISIBLE_DEVICE")
+            .map(String::as_str),
+        Some(uuid),
+        "DCU 2's live 8g.63gb, as its registry file names it"
+    );
+    let conf = "/etc/dmi_mig_config/ci/dev2gi3ci0.conf";
+    assert!(
+        mounts(&admission, "main", PARTITIONED).contains(&format!("{conf}={conf}:true")),
+        "its registry file, read-only at its own path"
+    );
+    assert_eq!(rig.state().instances.len(), 4, "nothing made");
+    assert_eq!(rig.runs(|r| r.has("-cgi")), 0);
+    let marker = rig.read_marker("a", rig.accelerators[2].uuid.as_deref().unwrap());
+    assert_eq!(
+        (marker["giID"].as_u64(), marker["profile"].as_str()),
+        (Some(3), Some("8g.63gb"))
     );
 }

@@ -296,3 +296,88 @@ fn a_host_without_nvidia_smi_and_a_bad_period_are_one_clear_line() {
         "{err}"
     );
 }
+
+/// The PROCS cell of each accelerator's line of `monitor`'s table (its last column).
+fn procs_column(out: &str) -> Vec<String> {
+    out.lines()
+        .skip(1)
+        .filter_map(|l| l.split_whitespace().last().map(str::to_string))
+        .collect()
+}
+
+/// `monitor` on a recorded host as a table and as JSON: each accelerator's compute processes as
+/// the PROCS column prints them and as `computeProcesses` holds them, in the tool's order.
+fn processes(name: &str) -> (Vec<String>, Vec<serde_json::Value>) {
+    let root = host(name);
+    let (code, out, err) = monitor(&["--host-root", root.to_str().unwrap()]);
+    assert_eq!(code, 0, "{name}: {err}");
+    let column = procs_column(&out);
+    let (code, json, err) = monitor(&["--host-root", root.to_str().unwrap(), "-o", "json"]);
+    assert_eq!(code, 0, "{name}: {err}");
+    let sample: serde_json::Value = serde_json::from_str(json.trim()).unwrap();
+    let counts = sample["gpus"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|g| g["computeProcesses"].clone())
+        .collect();
+    (column, counts)
+}
+
+/// Issue 44 item 8: ixsmi's default table ends with a `Processes:` table like nvidia-smi's, read
+/// from the output the sampler already takes; every recorded host's says `No running processes
+/// found`, which is 0 on each GPU — a reading, as NVIDIA's idle GPUs show it, not `-`.
+#[test]
+fn an_iluvatar_node_reports_the_processes_of_ixsmis_table() {
+    sample_named_as_detected("iluvatar-16x-bi-v150", "iluvatar", 16);
+    let (column, counts) = processes("iluvatar-16x-bi-v150");
+    assert_eq!(column, vec!["0"; 16]);
+    assert_eq!(counts, vec![serde_json::json!(0); 16]);
+    let (column, counts) = processes("iluvatar-bi-v100-ixml3");
+    assert_eq!(
+        (column, counts),
+        (vec!["0".into()], vec![serde_json::json!(0)])
+    );
+}
+
+/// Issue 44 item 8: cnmon's `Processes:` table, in both generations (`VF` on 4.x, `MI` on 5.x):
+/// idle on every recorded host, 0 on each card.
+#[test]
+fn a_cambricon_node_reports_the_processes_of_cnmons_table() {
+    for (name, cards) in [
+        ("cambricon-8x-mlu370-cnmon-v5", 8),
+        ("cambricon-3x-mlu370-cnmon-v4", 3),
+    ] {
+        let (column, counts) = processes(name);
+        assert_eq!(column, vec!["0"; cards], "{name}");
+        assert_eq!(counts, vec![serde_json::json!(0); cards], "{name}");
+    }
+}
+
+/// Issue 44 item 8: mx-smi's `Process:` table (`no process found` on the 2.1.6 host: 0 on each
+/// GPU); the 2.1.12 host's capture ends before any process table, so its counts stay unknown
+/// (`-`), never a 0 that reads as a fact.
+#[test]
+fn a_metax_node_reports_the_processes_of_mx_smis_table_where_it_prints_one() {
+    let (column, counts) = processes("metax-8x-c550");
+    assert_eq!(column, vec!["0"; 8]);
+    assert_eq!(counts, vec![serde_json::json!(0); 8]);
+    let (column, counts) = processes("metax-8x-c500");
+    assert_eq!(column, vec!["-"; 8]);
+    assert_eq!(counts, vec![serde_json::Value::Null; 8]);
+}
+
+/// Issue 44 item 8: `npu-smi info`'s process section (HAZARDS 9), joined to each chip by NPU ID
+/// and chip: the 24.1.RC2 host lists four processes on each of its eight NPUs; the 910B2 host's
+/// table prints no section, so its counts stay unknown.
+#[test]
+fn an_ascend_node_reports_the_processes_of_npu_smi_infos_section() {
+    let sample = sample_named_as_detected("ascend-8x-910a-npu-smi24", "ascend", 8);
+    assert_eq!(sample["gpus"][3]["index"], 3);
+    let (column, counts) = processes("ascend-8x-910a-npu-smi24");
+    assert_eq!(column, vec!["4"; 8]);
+    assert_eq!(counts, vec![serde_json::json!(4); 8]);
+    let (column, counts) = processes("ascend-8x-910b2");
+    assert_eq!(column, vec!["-"; 8]);
+    assert_eq!(counts, vec![serde_json::Value::Null; 8]);
+}

@@ -4,12 +4,15 @@
 //!   resource-name segment (`+me`, `+me.all`, `+gfx`) is left out silently, one with no legal
 //!   placement is left out with a line naming the accelerator and the profile;
 //! - instances: `-i <target> -lgi`, `-lci`, and the tool's own listing of MIG UUIDs
-//!   ([`MigTool::mig_uuids`]);
+//!   ([`MigTool::mig_uuids`]) — or, where the vendor keeps its instances elsewhere, the tool's
+//!   own reading of them ([`MigTool::instances`]: Hygon's registry files);
 //! - create: first what the tool requires of the accelerator ([`MigTool::before_create`]),
 //!   then `-i <target> -cgi <profile-id>:<start> -C` (one GI at that placement and one CI
-//!   covering it, the tool's default compute profile). Whatever fails — the GI made and not the
-//!   CI, no answer within the deadline, the instance not listed afterwards — what this call made
-//!   is destroyed before the error returns;
+//!   covering it, the tool's default compute profile), or the tool's own form
+//!   ([`MigTool::create_call`]: Hygon's names no placement, so the driver picks it and the
+//!   instance is kept only where it picked the one asked for). Whatever fails — the GI made and
+//!   not the CI, no answer within the deadline, the instance not listed afterwards, or listed
+//!   elsewhere — what this call made is destroyed before the error returns;
 //! - busy: the tool's process listing ([`MigTool::busy`]);
 //! - destroy: `-i <target> -gi G -ci C -dci`, then `-i <target> -gi G -dgi`. Every command
 //!   carries `-i`, and every destroy its `-gi` (a bare `-dgi` destroys every GI of the card).
@@ -31,6 +34,20 @@ use crate::partition::{
 
 /// How long one call of the tool may take, unless the partitioner is made with another.
 pub const DEADLINE: Duration = Duration::from_secs(30);
+
+/// How a tool makes one GPU instance with the compute instance covering it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CreateCall {
+    /// The whole argv.
+    pub argv: Vec<String>,
+    /// The call names no placement: the driver picks one, and the instance is kept only where
+    /// it picked the one asked for.
+    pub driver_places: bool,
+    /// The tool's answer to a create is not known to print the ids it made (`created GPU
+    /// instance ID <g>`): when it does not, the instance the call made is the one listed
+    /// afterwards that was not listed before.
+    pub ids_by_listing: bool,
+}
 
 /// What differs between the tools that speak the dialect.
 pub trait MigTool: Send + Sync + std::fmt::Debug {
@@ -71,6 +88,37 @@ pub trait MigTool: Send + Sync + std::fmt::Debug {
     /// [`Partitioner::record_layout`] for this tool's manufacturer.
     fn record_layout(&self) -> RecordLayout {
         RecordLayout::Partitions
+    }
+
+    /// How one GI of `profile_id` at memory slice `start` and its CI are made: the dialect's
+    /// `<tool> mig -i <target> -cgi <profile-id>:<start> -C` unless the tool documents another
+    /// form.
+    fn create_call(&self, gpu: &PartitionGpu, profile_id: u32, start: u32) -> CreateCall {
+        CreateCall {
+            argv: [self.program(), "mig", "-i"]
+                .into_iter()
+                .map(str::to_string)
+                .chain([
+                    self.target(gpu),
+                    "-cgi".into(),
+                    format!("{profile_id}:{start}"),
+                    "-C".into(),
+                ])
+                .collect(),
+            driver_places: false,
+            ids_by_listing: false,
+        }
+    }
+
+    /// `gpu`'s live instances as the tool's vendor keeps them, where that is not the dialect's
+    /// `-lgi`/`-lci` listings (Hygon: the driver's registry files); `None`: the listings.
+    fn instances(
+        &self,
+        cli: &Cli<'_>,
+        gpu: &PartitionGpu,
+    ) -> Option<Result<Vec<Instance>, PartitionError>> {
+        let _ = (cli, gpu);
+        None
     }
 
     /// [`Partitioner::marker_facts`] for this tool's manufacturer.
@@ -365,6 +413,9 @@ impl<T: MigTool> CliPartitioner<T> {
         commands: &dyn Commands,
         gpu: &PartitionGpu,
     ) -> Result<Vec<Instance>, PartitionError> {
+        if let Some(own) = self.tool.instances(&self.cli(commands), gpu) {
+            return own;
+        }
         let lgi = self.listing(commands, gpu, &["-lgi"])?;
         let gis =
             listing::parse_gpu_instances(&lgi).map_err(|e| self.unreadable(gpu, "-lgi", e))?;
@@ -445,6 +496,24 @@ impl<T: MigTool> CliPartitioner<T> {
             return Err(refused(&args, &out));
         }
         Ok(())
+    }
+
+    /// The instances listed now that were not listed `before`, as `(GI, its first CI)`;
+    /// none when the listing fails.
+    fn made_since(
+        &self,
+        commands: &dyn Commands,
+        gpu: &PartitionGpu,
+        before: &[u32],
+    ) -> Vec<(u32, Option<u32>)> {
+        self.instances_locked(commands, gpu)
+            .map(|now| {
+                now.iter()
+                    .filter(|i| !before.contains(&i.gpu_instance))
+                    .map(|i| (i.gpu_instance, i.compute_instances.first().copied()))
+                    .collect()
+            })
+            .unwrap_or_default()
     }
 
     /// Destroys what a failed create left, saying so after `error`.
@@ -542,29 +611,38 @@ impl<T: MigTool + 'static> Partitioner for CliPartitioner<T> {
             .iter()
             .map(|i| i.gpu_instance)
             .collect();
-        let spec = format!("{profile_id}:{start}");
-        let args = ["-cgi", spec.as_str(), "-C"];
-        let call = self.call(gpu, &args);
-        let out = match self.mig(commands, gpu, &args) {
+        let form = self.tool.create_call(gpu, profile_id, start);
+        let argv: Vec<&str> = form.argv.iter().map(String::as_str).collect();
+        let call = form.argv.join(" ");
+        let out = match self.cli(commands).run(gpu, &argv) {
             Ok(out) => out,
             Err(e) => {
                 // No answer: whatever it made by now is found by listing and destroyed.
-                let made: Vec<(u32, Option<u32>)> = self
-                    .instances_locked(commands, gpu)
-                    .map(|now| {
-                        now.iter()
-                            .filter(|i| !before.contains(&i.gpu_instance))
-                            .map(|i| (i.gpu_instance, i.compute_instances.first().copied()))
-                            .collect()
-                    })
-                    .unwrap_or_default();
+                let made = self.made_since(commands, gpu, &before);
                 return Err(self.undo(commands, gpu, &made, e));
             }
         };
         let text = out.stdout_text();
-        let gi = id_after(&text, "created GPU instance ID");
-        let ci = id_after(&text, "created compute instance ID");
-        let made: Vec<(u32, Option<u32>)> = gi.map(|g| (g, ci)).into_iter().collect();
+        let mut gi = id_after(&text, "created GPU instance ID");
+        let mut ci = id_after(&text, "created compute instance ID");
+        let mut made: Vec<(u32, Option<u32>)> = gi.map(|g| (g, ci)).into_iter().collect();
+        if form.ids_by_listing && (gi.is_none() || ci.is_none()) {
+            // The answer names no ids: what the call made is what is listed now and was not.
+            made = self.made_since(commands, gpu, &before);
+            if let [(g, c)] = made.as_slice() {
+                (gi, ci) = (Some(*g), *c);
+            } else if !made.is_empty() {
+                let error = PartitionError::new(
+                    gpu,
+                    Kind::Failed,
+                    format!(
+                        "{call}: {} GPU instances appeared, not one: {made:?}",
+                        made.len()
+                    ),
+                );
+                return Err(self.undo(commands, gpu, &made, error));
+            }
+        }
         let (Some(gi), Some(ci), true) = (gi, ci, out.success()) else {
             let line = text
                 .lines()
@@ -591,6 +669,17 @@ impl<T: MigTool + 'static> Partitioner for CliPartitioner<T> {
                     && instance.uuid.is_some() =>
             {
                 Ok(instance)
+            }
+            Some(instance) if form.driver_places && instance.start != start => {
+                let error = PartitionError::new(
+                    gpu,
+                    Kind::NoRoom,
+                    format!(
+                        "{call}: the driver placed GPU instance {gi} at memory slice {}, not at {start}, the placement this grant holds (the command names none)",
+                        instance.start
+                    ),
+                );
+                Err(self.undo(commands, gpu, &made, error))
             }
             other => {
                 let error = PartitionError::new(

@@ -415,3 +415,40 @@ fn a_csv_query_is_read_by_its_header_without_the_units() {
         (Some("3"), None)
     );
 }
+
+#[test]
+fn a_process_table_is_read_from_its_label_line_under_a_title_and_over_a_unit_line() {
+    let text = "\
++---------------------------------------------------+
+| Process:                                          |
+|  GPU     PID        Process Name      GPU Memory  |
+|                                       Usage(MiB)  |
+|===================================================|
+|  0       1234       python3           512         |
+|  3       99         vllm              N/A         |
++---------------------------------------------------+
+";
+    let rows = process_rows(text, &["GPU", "PID", "Process Name"]).unwrap();
+    let read: Vec<(Option<&str>, Option<&str>, Option<&str>)> = rows
+        .iter()
+        .map(|r| (r.get("GPU"), r.get("PID"), r.get("Process Name")))
+        .collect();
+    assert_eq!(
+        read,
+        [
+            (Some("0"), Some("1234"), Some("python3")),
+            (Some("3"), Some("99"), Some("vllm"))
+        ]
+    );
+    let idle = "\
+| GPU  PID  Process name  Usage(MiB) |
+|====================================|
+|  No running processes found        |
++------------------------------------+
+";
+    assert_eq!(
+        process_rows(idle, &["GPU", "PID", "Process name"]).unwrap(),
+        []
+    );
+    assert_eq!(process_rows("| GPU | Name |\n", &["GPU", "PID"]), None);
+}

@@ -41,6 +41,11 @@ pub const MTHREADS_SLICES_PER_ACCELERATOR: u32 = 16;
 /// 0..15; the fixed-share compute quota is a hard partition, so compute is not over-committed).
 pub const METAX_SLICES_PER_ACCELERATOR: u32 = 16;
 
+/// Logical slices a Cambricon MLU hosts at most (spec/cambricon.md §2.4: `logicalSliced.count`
+/// 16, sMLU instances; compute is a hard per-card partition, so not over-committed; the driver's
+/// own bound is UNSURE, §8: it keeps at most 16 profiles a card).
+pub const CAMBRICON_SLICES_PER_ACCELERATOR: u32 = 16;
+
 /// Logical slices a T-Head PPU hosts at most (spec/thead.md §1.2: `logicalSliced.count` 128,
 /// compute over-committed).
 pub const THEAD_SLICES_PER_ACCELERATOR: u32 = 128;
@@ -59,7 +64,7 @@ pub fn slices_per_accelerator(manufacturer: Manufacturer) -> Option<u32> {
         Manufacturer::Ascend => Some(ASCEND_SLICES_PER_ACCELERATOR),
         Manufacturer::Thead => Some(THEAD_SLICES_PER_ACCELERATOR),
         Manufacturer::Metax => Some(METAX_SLICES_PER_ACCELERATOR),
-        _ => None,
+        Manufacturer::Cambricon => Some(CAMBRICON_SLICES_PER_ACCELERATOR),
     }
 }
 
@@ -128,5 +133,6 @@ mod tests {
         assert_eq!(slices_per_accelerator(Manufacturer::Amd), Some(128));
         assert_eq!(slices_per_accelerator(Manufacturer::Ascend), Some(63));
         assert_eq!(slices_per_accelerator(Manufacturer::Thead), Some(128));
+        assert_eq!(slices_per_accelerator(Manufacturer::Cambricon), Some(16));
     }
 }

@@ -223,11 +223,52 @@ impl HostTools {
 
 impl Commands for HostTools {
     fn run(&self, argv: &[&str], deadline: Duration) -> Result<CommandOutput, CommandError> {
+        self.launch(argv, None, deadline)
+    }
+
+    fn run_with_input(
+        &self,
+        argv: &[&str],
+        input: &[u8],
+        deadline: Duration,
+    ) -> Result<CommandOutput, CommandError> {
+        self.launch(argv, Some(input), deadline)
+    }
+
+    fn search_note(&self, program: &str) -> Option<String> {
+        let places = self.places.get(program)?;
+        Some(format!(
+            "looked for in {} under the host root {}",
+            places.search.join(":"),
+            self.root.display()
+        ))
+    }
+
+    fn is_installed(&self, program: &str) -> bool {
+        if self.places.contains_key(program) {
+            self.locate(program).is_some()
+        } else {
+            self.own.is_installed(program)
+        }
+    }
+}
+
+impl HostTools {
+    /// Runs `argv` (its input, when given, on standard input) as the host installed it.
+    fn launch(
+        &self,
+        argv: &[&str],
+        input: Option<&[u8]>,
+        deadline: Duration,
+    ) -> Result<CommandOutput, CommandError> {
         let Some(program) = argv.first() else {
             return Err(CommandError::Empty);
         };
         let Some(places) = self.places.get(*program) else {
-            return self.own.run(argv, deadline);
+            return match input {
+                Some(input) => self.own.run_with_input(argv, input, deadline),
+                None => self.own.run(argv, deadline),
+            };
         };
         let Some(host_path) = self.locate(program) else {
             self.say_missing(program, places);
@@ -246,6 +287,7 @@ impl Commands for HostTools {
                 program: &path,
                 args: tool_args.collect(),
                 env,
+                input,
             };
             return run_launch(&launch, argv, deadline);
         }
@@ -264,25 +306,9 @@ impl Commands for HostTools {
             program: &chroot,
             args,
             env,
+            input,
         };
         run_launch(&launch, argv, deadline)
-    }
-
-    fn search_note(&self, program: &str) -> Option<String> {
-        let places = self.places.get(program)?;
-        Some(format!(
-            "looked for in {} under the host root {}",
-            places.search.join(":"),
-            self.root.display()
-        ))
-    }
-
-    fn is_installed(&self, program: &str) -> bool {
-        if self.places.contains_key(program) {
-            self.locate(program).is_some()
-        } else {
-            self.own.is_installed(program)
-        }
     }
 }
 
@@ -524,6 +550,30 @@ mod tests {
             tools.run(&["sh", "-c", "true"], LONG),
             Err(CommandError::NotInstalled { .. })
         ));
+    }
+
+    #[test]
+    fn a_host_tool_reads_its_input_on_standard_input() {
+        let dir = tempfile::tempdir().unwrap();
+        let bin = dir.path().join("bin");
+        executable(
+            &bin.join("ask-smi"),
+            "#!/bin/sh\nread q\nread m\necho \"quota=$q memory=$m args=$*\"\n",
+        );
+        let bin_text = bin.display().to_string();
+        let tools = HostTools::new(
+            "/",
+            [ToolPlaces::vendor(&["ask-smi"], &[bin_text.as_str()], &[])],
+        );
+        let out = tools
+            .run_with_input(&["ask-smi", "-CP"], b"25\n4096\n", LONG)
+            .unwrap();
+        assert_eq!(out.stdout_text(), "quota=25 memory=4096 args=-CP\n");
+        // A program no row names gets its input too.
+        let out = tools
+            .run_with_input(&["sh", "-c", "cat"], b"own\n", LONG)
+            .unwrap();
+        assert_eq!(out.stdout_text(), "own\n");
     }
 
     #[test]

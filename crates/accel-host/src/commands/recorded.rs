@@ -4,9 +4,12 @@
 //! (optional), `status` (exit status as text, absent: 0; `signal` for a program ended by a
 //! signal), `delay-ms` (optional; longer than the caller's deadline means the program hangs) and
 //! `timed-out` (written by `record` when the program gave no answer in time: replay hangs and
-//! returns what was recorded as partial output). Replay matches the exact argv; an argv not
-//! recorded behaves like a program that is not installed, and a program counts as installed when
-//! any argv of it is recorded. Everything is read once, at load; a folder that cannot be read is
+//! returns what was recorded as partial output) and `stdin` (optional: what the program was fed
+//! on its standard input, for a tool that asks its questions there, `cnmon smlu -CP`). Replay
+//! matches the exact argv, and the exact input: a folder with `stdin` answers only
+//! [`Commands::run_with_input`] with those bytes, one without answers only [`Commands::run`].
+//! An argv (and input) not recorded behaves like a program that is not installed, and a program
+//! counts as installed when any argv of it is recorded. Everything is read once, at load; a folder that cannot be read is
 //! an error naming the file, never a silently missing program.
 
 use std::path::{Path, PathBuf};
@@ -41,7 +44,7 @@ pub enum ReplayLoadError {
     /// A `delay-ms` file holds no whole number of milliseconds.
     #[error("{path}: bad delay {text:?} (expected whole milliseconds such as 1500)")]
     BadDelay { path: PathBuf, text: String },
-    /// Two folders record the same argv, so replay could not choose.
+    /// Two folders record the same argv (and the same input), so replay could not choose.
     #[error("{first} and {second}: both record the argv {argv:?}")]
     Duplicate {
         first: PathBuf,
@@ -69,6 +72,8 @@ enum Ending {
 struct Recording {
     folder: PathBuf,
     argv: Vec<String>,
+    /// What it was fed on standard input (`None`: nothing, the program was run without input).
+    input: Option<Vec<u8>>,
     output: CommandOutput,
     ending: Ending,
 }
@@ -155,6 +160,7 @@ fn load_one(folder: &Path) -> Result<Recording, ReplayLoadError> {
     Ok(Recording {
         folder: folder.to_path_buf(),
         argv,
+        input: read_optional(&folder.join("stdin"))?,
         output: CommandOutput {
             status,
             stdout: read_optional(&folder.join("stdout"))?.unwrap_or_default(),
@@ -206,7 +212,10 @@ impl RecordedCommands {
         let mut recordings: Vec<Recording> = Vec::with_capacity(folders.len());
         for folder in folders {
             let recording = load_one(&folder)?;
-            if let Some(earlier) = recordings.iter().find(|r| r.argv == recording.argv) {
+            if let Some(earlier) = recordings
+                .iter()
+                .find(|r| r.argv == recording.argv && r.input == recording.input)
+            {
                 return Err(ReplayLoadError::Duplicate {
                     first: earlier.folder.clone(),
                     second: recording.folder,
@@ -226,10 +235,41 @@ impl RecordedCommands {
 
 impl Commands for RecordedCommands {
     fn run(&self, argv: &[&str], deadline: Duration) -> Result<CommandOutput, CommandError> {
+        self.replay(argv, None, deadline)
+    }
+
+    fn run_with_input(
+        &self,
+        argv: &[&str],
+        input: &[u8],
+        deadline: Duration,
+    ) -> Result<CommandOutput, CommandError> {
+        self.replay(argv, Some(input), deadline)
+    }
+
+    fn is_installed(&self, program: &str) -> bool {
+        self.recordings
+            .iter()
+            .any(|r| r.argv.first().is_some_and(|p| p == program))
+    }
+}
+
+impl RecordedCommands {
+    /// The recording of `argv` fed `input`, answered as it ended.
+    fn replay(
+        &self,
+        argv: &[&str],
+        input: Option<&[u8]>,
+        deadline: Duration,
+    ) -> Result<CommandOutput, CommandError> {
         let Some(program) = argv.first() else {
             return Err(CommandError::Empty);
         };
-        let Some(recording) = self.recordings.iter().find(|r| r.argv == argv) else {
+        let Some(recording) = self
+            .recordings
+            .iter()
+            .find(|r| r.argv == argv && r.input.as_deref() == input)
+        else {
             return Err(CommandError::NotInstalled {
                 program: program.to_string(),
             });
@@ -257,12 +297,6 @@ impl Commands for RecordedCommands {
                 Ok(recording.output.clone())
             }
         }
-    }
-
-    fn is_installed(&self, program: &str) -> bool {
-        self.recordings
-            .iter()
-            .any(|r| r.argv.first().is_some_and(|p| p == program))
     }
 }
 
@@ -331,6 +365,76 @@ mod tests {
             Err(CommandError::NotInstalled { .. })
         ));
         assert_eq!(commands.argvs().count(), 2);
+    }
+
+    #[test]
+    fn a_recorded_input_is_part_of_what_is_matched() {
+        let dir = tempfile::tempdir().unwrap();
+        let argv = "cnmon\nsmlu\n-c\n0\n-CP\n";
+        command(
+            dir.path(),
+            "cp-25",
+            &[
+                ("argv", argv),
+                ("stdin", "25\n4096\n"),
+                ("stdout", "profile 3"),
+            ],
+        );
+        command(
+            dir.path(),
+            "cp-50",
+            &[
+                ("argv", argv),
+                ("stdin", "50\n4096\n"),
+                ("stdout", "profile 4"),
+            ],
+        );
+        command(dir.path(), "cp-none", &[("argv", argv), ("stdout", "asks")]);
+        let commands = RecordedCommands::load(dir.path()).unwrap();
+        let cp = ["cnmon", "smlu", "-c", "0", "-CP"];
+        let answer = |input: &[u8]| {
+            commands
+                .run_with_input(&cp, input, LONG)
+                .map(|o| o.stdout_text())
+        };
+        assert_eq!(answer(b"25\n4096\n").unwrap(), "profile 3");
+        assert_eq!(answer(b"50\n4096\n").unwrap(), "profile 4");
+        assert_eq!(commands.run(&cp, LONG).unwrap().stdout_text(), "asks");
+        assert!(
+            matches!(
+                answer(b"75\n4096\n"),
+                Err(CommandError::NotInstalled { .. })
+            ),
+            "an input not recorded is not recorded"
+        );
+        // Only the input is told apart: the same argv and input twice cannot be chosen between.
+        command(
+            dir.path(),
+            "cp-25-again",
+            &[("argv", argv), ("stdin", "25\n4096\n")],
+        );
+        let message = RecordedCommands::load(dir.path()).unwrap_err().to_string();
+        assert!(message.contains("both record the argv"), "{message}");
+    }
+
+    #[test]
+    fn a_runner_that_cannot_feed_input_says_so_and_runs_nothing() {
+        struct Plain;
+        impl Commands for Plain {
+            fn run(&self, _: &[&str], _: Duration) -> Result<CommandOutput, CommandError> {
+                panic!("never run without its input")
+            }
+            fn is_installed(&self, _: &str) -> bool {
+                true
+            }
+        }
+        match Plain.run_with_input(&["cnmon", "smlu"], b"1\n", LONG) {
+            Err(CommandError::Io { argv, source }) => {
+                assert_eq!(argv, "cnmon smlu");
+                assert_eq!(source.kind(), std::io::ErrorKind::Unsupported);
+            }
+            other => panic!("expected an unsupported input, got {other:?}"),
+        }
     }
 
     #[test]

@@ -2,15 +2,18 @@
 //!
 //! The program runs in its own process group, so a shell wrapper and everything it started are
 //! killed together; its output is read by two threads while it runs, so a program that prints
-//! more than a pipe holds cannot block, and what it printed before the deadline is kept. This
-//! module must not interpret the output.
+//! more than a pipe holds cannot block, and what it printed before the deadline is kept. Input
+//! given for its standard input ([`Commands::run_with_input`]) is written by a third thread,
+//! which closes the pipe when done, so a program that never reads cannot block the caller
+//! either; without input, standard input is `/dev/null`. This module must not interpret the
+//! output.
 
 use std::ffi::OsString;
-use std::io::Read;
+use std::io::{Read, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStderr, ChildStdout, Command, ExitStatus, Stdio};
+use std::process::{Child, ChildStderr, ChildStdin, ChildStdout, Command, ExitStatus, Stdio};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::sync::{Arc, Mutex};
 use std::thread;
@@ -114,6 +117,18 @@ fn spawn_reader<R: Read + Send + 'static>(
         .map(|_| ())
 }
 
+/// Writes `input` into a program's standard input and closes it; a program that exits or is
+/// killed first ends the write with a broken pipe, which is no one's concern.
+fn spawn_writer(mut pipe: ChildStdin, input: Vec<u8>) -> std::io::Result<()> {
+    thread::Builder::new()
+        .name("command-input".into())
+        .spawn(move || {
+            let _ = pipe.write_all(&input);
+            // Dropping the pipe closes it: the program reads end-of-file after the input.
+        })
+        .map(|_| ())
+}
+
 /// Waits until `count` readers said they are done or `until` passed; true when all were.
 fn wait_readers(done: &Receiver<()>, count: usize, until: Instant) -> bool {
     for _ in 0..count {
@@ -151,6 +166,8 @@ pub(crate) struct Launch<'a> {
     pub program: &'a Path,
     pub args: Vec<&'a std::ffi::OsStr>,
     pub env: Vec<(&'static str, OsString)>,
+    /// What is written to its standard input (`None`: `/dev/null`).
+    pub input: Option<&'a [u8]>,
 }
 
 impl Running {
@@ -159,7 +176,11 @@ impl Running {
         command
             .args(&launch.args)
             .envs(launch.env.iter().map(|(k, v)| (k, v)))
-            .stdin(Stdio::null())
+            .stdin(if launch.input.is_some() {
+                Stdio::piped()
+            } else {
+                Stdio::null()
+            })
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             // Its own process group, so the deadline kills what it started too.
@@ -170,7 +191,11 @@ impl Running {
         let (tx, done) = mpsc::channel();
         let pipes: (Option<ChildStdout>, Option<ChildStderr>) =
             (child.stdout.take(), child.stderr.take());
+        let stdin = child.stdin.take();
         let started = (|| {
+            if let (Some(pipe), Some(input)) = (stdin, launch.input) {
+                spawn_writer(pipe, input.to_vec())?;
+            }
             if let Some(pipe) = pipes.0 {
                 spawn_reader(pipe, stdout.clone(), tx.clone())?;
             }
@@ -230,8 +255,13 @@ impl Running {
     }
 }
 
-impl Commands for SystemCommands {
-    fn run(&self, argv: &[&str], deadline: Duration) -> Result<CommandOutput, CommandError> {
+impl SystemCommands {
+    fn launch(
+        &self,
+        argv: &[&str],
+        input: Option<&[u8]>,
+        deadline: Duration,
+    ) -> Result<CommandOutput, CommandError> {
         let Some(program) = argv.first() else {
             return Err(CommandError::Empty);
         };
@@ -244,8 +274,24 @@ impl Commands for SystemCommands {
             program: &path,
             args: argv[1..].iter().map(std::ffi::OsStr::new).collect(),
             env: Vec::new(),
+            input,
         };
         run_launch(&launch, argv, deadline)
+    }
+}
+
+impl Commands for SystemCommands {
+    fn run(&self, argv: &[&str], deadline: Duration) -> Result<CommandOutput, CommandError> {
+        self.launch(argv, None, deadline)
+    }
+
+    fn run_with_input(
+        &self,
+        argv: &[&str],
+        input: &[u8],
+        deadline: Duration,
+    ) -> Result<CommandOutput, CommandError> {
+        self.launch(argv, Some(input), deadline)
     }
 
     fn is_installed(&self, program: &str) -> bool {
@@ -374,6 +420,37 @@ mod tests {
             .unwrap();
         assert_eq!(out.stdout.len(), 1 << 20);
         assert_eq!(out.stderr.len(), 1 << 20);
+    }
+
+    #[test]
+    fn input_is_fed_to_standard_input_and_then_closed() {
+        let commands = SystemCommands::new();
+        // Two answers read line by line, then end-of-file (the loop ends only at EOF).
+        let script = "read a; read b; echo \"got $a and $b\"; while read x; do echo more; done";
+        let out = commands
+            .run_with_input(&["sh", "-c", script], b"50\n4096\n", LONG)
+            .unwrap();
+        assert_eq!(out.stdout_text(), "got 50 and 4096\n");
+        // Without input, standard input is empty.
+        let out = commands.run(&["sh", "-c", "cat; echo end"], LONG).unwrap();
+        assert_eq!(out.stdout_text(), "end\n");
+    }
+
+    #[test]
+    fn a_program_that_never_reads_its_input_still_meets_its_deadline() {
+        let started = Instant::now();
+        // More than a pipe holds, to a program that never reads it.
+        let input = vec![b'x'; 1 << 20];
+        let err = SystemCommands::new()
+            .run_with_input(&["sleep", "30"], &input, Duration::from_millis(200))
+            .unwrap_err();
+        assert!(matches!(err, CommandError::TimedOut { .. }), "{err:?}");
+        assert!(started.elapsed() < Duration::from_secs(3));
+        // One that exits without reading is answered at once.
+        let out = SystemCommands::new()
+            .run_with_input(&["true"], &input, LONG)
+            .unwrap();
+        assert!(out.success());
     }
 
     #[test]

@@ -631,18 +631,36 @@ impl Shared {
             None => self.records().write(&record).err(),
         };
         if failure.is_none() {
-            let mut state = self.lock();
-            state
-                .ledger
-                .set_partition_instance(&reserved.key, instance.clone());
-            let grant = state.ledger.grant(&reserved.key).cloned();
-            if let Some(grant) = grant
-                && let Err(e) = state.journal.append(&Entry::Grant {
-                    key: reserved.key.clone(),
-                    grant,
-                })
+            let ticket = {
+                let mut state = self.lock();
+                state
+                    .ledger
+                    .set_partition_instance(&reserved.key, instance.clone());
+                let grant = state.ledger.grant(&reserved.key).cloned();
+                match grant.map(|grant| {
+                    state.journal.append(&Entry::Grant {
+                        key: reserved.key.clone(),
+                        grant,
+                    })
+                }) {
+                    Some(Err(e)) => {
+                        failure = Some(format!("ledger journal: {e}"));
+                        None
+                    }
+                    _ => Some(state.journal.ticket()),
+                }
+            };
+            // Answered only once durable, like every grant; a failed sync rewrites the journal
+            // from the ledger ([`Shared::durable`]; nothing is given back there: a failure
+            // here destroys the instance and gives the reservation back below).
+            if let Some(ticket) = ticket
+                && let Err(status) = self.durable(ticket, &[]).await
             {
-                failure = Some(format!("ledger journal: {e}"));
+                let mut state = self.lock();
+                let _ = state.journal.append(&Entry::Release {
+                    key: reserved.key.clone(),
+                });
+                failure = Some(status.message().to_string());
             }
         }
         let Some(why) = failure else {

@@ -24,10 +24,10 @@ use accel_core::ledger::{Family, Grant, GrantKey};
 use tokio::time::Instant;
 
 use super::identity::{holds, with_direct};
-use super::{Shared, State};
+use super::{Granted, Shared, State};
 use crate::identify::{self, WatchAnswer};
 use crate::journal::Entry;
-use crate::metrics::Attribution;
+use crate::metrics::{Attribution, Stage, StageTimes};
 use crate::pods::{Phase, Pod};
 use crate::pools::Pool;
 
@@ -91,9 +91,14 @@ impl Shared {
         pool: &Pool,
         device_ids: &[String],
         accelerators: &[u32],
-    ) -> Option<(crate::api::deviceplugin::ContainerAllocateResponse, bool)> {
-        let watched = self.pods.snapshot()?;
+        times: &mut StageTimes,
+    ) -> Option<Granted> {
+        let started = std::time::Instant::now();
+        let watched = self.pods.snapshot();
+        let asked = times.lap(Stage::Identify, started);
+        let watched = watched?;
         let mut state = self.lock();
+        let identifying = times.lap(Stage::Lock, asked);
         let pods = with_direct(watched, &state, &[]);
         let candidate = identify::sole_pending(
             &pods,
@@ -123,6 +128,7 @@ impl Shared {
                 Attribution::Unnamed,
             ),
         };
+        times.lap(Stage::Identify, identifying);
         let answer = self.grant(
             &mut state,
             pool,
@@ -130,10 +136,11 @@ impl Shared {
             key.clone(),
             (device_ids.to_vec(), accelerators.to_vec()),
             by,
+            times,
         );
         // Refused: asked again through the kubelet, so the refusal names the right Pod.
-        let (response, fresh) = answer.ok()?;
-        if fresh {
+        let granted = answer.ok()?;
+        if granted.fresh.is_some() {
             state.unverified.push(Unverified::new(
                 key,
                 &pool.resource,
@@ -143,7 +150,7 @@ impl Shared {
             drop(state);
             self.verify_wake.notify_one();
         }
-        Some((response, fresh))
+        Some(granted)
     }
 
     /// A retried Allocate of a grant still unattributed: the same answer again (the grant is
@@ -154,8 +161,11 @@ impl Shared {
         key: GrantKey,
         device_ids: &[String],
         accelerators: &[u32],
-    ) -> Result<crate::api::deviceplugin::ContainerAllocateResponse, tonic::Status> {
+        times: &mut StageTimes,
+    ) -> Result<Granted, tonic::Status> {
+        let asked = std::time::Instant::now();
         let mut state = self.lock();
+        times.lap(Stage::Lock, asked);
         self.grant(
             &mut state,
             pool,
@@ -163,8 +173,8 @@ impl Shared {
             key,
             (device_ids.to_vec(), accelerators.to_vec()),
             Attribution::Unnamed,
+            times,
         )
-        .map(|(response, _)| response)
     }
 
     /// Puts the unattributed grants the journal held at start in the verifier's hands, as if
