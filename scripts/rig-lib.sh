@@ -22,7 +22,8 @@ fail() { echo "FAIL: $*"; failed=1; }
 rig_up() {
   exec 9>/tmp/rig.lock
   flock 9
-  WITH_KCM=1 WITH_SCHED=1 $K/up.sh >"$1-up.log" 2>&1 && $K/node-up.sh >"$1-node.log" 2>&1 || {
+  # The rig's own processes outlive this script's lock only if they hold it: they get no copy.
+  WITH_KCM=1 WITH_SCHED=1 $K/up.sh 9>&- >"$1-up.log" 2>&1 && $K/node-up.sh 9>&- >"$1-node.log" 2>&1 || {
     echo "rig did not come up ($1-*.log)"; exit 2; }
 }
 

@@ -23,11 +23,16 @@
 //! inventory and its grants stand, never a board without the identity the good pass gave it.
 //! `amd-smi version` gives no identity; its failure is a note.
 //!
+//! **Links.** A board's `peers` carry `XGMI` for every board its KFD node links to by XGMI
+//! (`io_links`/`p2p_links` of type 11) and every board of its XGMI hive (the same non-zero
+//! `hive_id`): the links read first, then joined by the pure [`xgmi_peers`]. The multi-GPU
+//! preference weighs them as it weighs NVLink.
+//!
 //! Answers: no amdgpu card and no KFD GPU node → `Ok(empty)` (no driver); amdgpu cards but no
 //! KFD topology → `Ok(empty)` with a note (ROCm cannot use them); boards found → `Ok(list)`,
 //! unless the identity query failed where the kernel names not every board (`Err`).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use accel_backend::Deadlines;
@@ -36,7 +41,7 @@ use accel_core::Manufacturer;
 use accel_core::busid::BusId;
 use accel_core::inventory::{
     Accelerator, ComputeGeometry, DetectError, Detection, DrmNodes, ManufacturerInventory,
-    Partitioning, Source,
+    Partitioning, PeerLink, Source,
 };
 use accel_host::{Commands, Host, RunFailure, run_bounded};
 
@@ -292,6 +297,14 @@ pub fn detect(host: &dyn Host, commands: &dyn Commands, options: DetectOptions) 
         }
         return Ok(section);
     }
+    let links: BTreeMap<u32, Vec<u32>> = boards
+        .iter()
+        .filter_map(KfdBoard::primary)
+        .map(|node| {
+            let peers = kfd::xgmi_peers(host, kfd::TOPOLOGY_DIR, node.id);
+            (node.id, peers)
+        })
+        .collect();
     let tool = ask_tool(commands, &options);
     section.notes.extend(tool.notes.iter().cloned());
     section.driver_version = tool
@@ -312,15 +325,11 @@ pub fn detect(host: &dyn Host, commands: &dyn Commands, options: DetectOptions) 
             .iter()
             .find(|c| c.bus_id.map(|b| BusId { function: 0, ..b }) == Some(bus))
     };
-    let mut node_index: BTreeMap<u32, u32> = BTreeMap::new();
     let mut seen_ids: BTreeMap<String, u32> = BTreeMap::new();
     // Boards no source names and the identity query said nothing of.
     let mut unanswered: Vec<BusId> = Vec::new();
     for (index, board) in boards.iter().enumerate() {
         let index = u32::try_from(index).unwrap_or(u32::MAX);
-        for node in &board.nodes {
-            node_index.insert(node.id, index);
-        }
         let card = by_bus(board.bus_id);
         let smi: Vec<&StaticGpu> = tool
             .gpus
@@ -384,28 +393,54 @@ pub fn detect(host: &dyn Host, commands: &dyn Commands, options: DetectOptions) 
             boards: boards.len(),
         });
     }
-    // XGMI peers, by accelerator index.
-    if let Some(nodes) = &topology {
-        for board in &boards {
-            let Some(primary) = board.primary() else {
-                continue;
-            };
-            let Some(&me) = node_index.get(&primary.id) else {
-                continue;
-            };
-            let peers = kfd::xgmi_peers(host, kfd::TOPOLOGY_DIR, primary.id);
+    for (index, peers) in xgmi_peers(&boards, &links) {
+        if let Some(a) = section.accelerators.get_mut(index as usize) {
             for peer in peers {
-                if let Some(&other) = node_index.get(&peer)
-                    && other != me
-                    && nodes.iter().any(|n| n.id == peer)
-                    && let Some(a) = section.accelerators.get_mut(me as usize)
-                {
-                    a.peers.insert(other, "XGMI".into());
-                }
+                a.peers.insert(peer, PeerLink::XGMI_WORD.into());
             }
         }
     }
     Ok(section)
+}
+
+/// Each board's XGMI peers by accelerator index (a board's index is its position in `boards`):
+/// the boards its primary node's KFD links of type 11 name (`links`, by node id), and the boards
+/// in its XGMI hive — the same non-zero `hive_id`, the id the driver gives every GPU one XGMI
+/// fabric joins (a trimmed or partial links tree names one end only; the hive names both).
+pub fn xgmi_peers(
+    boards: &[KfdBoard],
+    links: &BTreeMap<u32, Vec<u32>>,
+) -> BTreeMap<u32, BTreeSet<u32>> {
+    let index_of = |node: u32| -> Option<u32> {
+        boards
+            .iter()
+            .position(|b| b.nodes.iter().any(|n| n.id == node))
+            .and_then(|i| u32::try_from(i).ok())
+    };
+    let mut peers: BTreeMap<u32, BTreeSet<u32>> = BTreeMap::new();
+    for (me, board) in boards.iter().enumerate() {
+        let (Ok(me), Some(primary)) = (u32::try_from(me), board.primary()) else {
+            continue;
+        };
+        let linked = links.get(&primary.id).into_iter().flatten();
+        for other in linked.filter_map(|node| index_of(*node)) {
+            if other != me {
+                peers.entry(me).or_default().insert(other);
+            }
+        }
+        let Some(hive) = primary.hive_id() else {
+            continue;
+        };
+        for (other, board) in boards.iter().enumerate() {
+            let Ok(other) = u32::try_from(other) else {
+                continue;
+            };
+            if other != me && board.primary().and_then(kfd::KfdNode::hive_id) == Some(hive) {
+                peers.entry(me).or_default().insert(other);
+            }
+        }
+    }
+    peers
 }
 
 /// Whether the kernel gave its answer on the board's identity: KFD's node carries a

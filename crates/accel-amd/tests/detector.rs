@@ -7,6 +7,8 @@ use std::time::Duration;
 
 use accel_amd::detector::{self, DetectOptions};
 use accel_core::inventory::{DetectError, Grantable};
+use accel_core::ledger::placement::{Request, prefer};
+use accel_core::ledger::{Family, Ledger, Policy, Seat};
 use accel_host::{FsHost, RecordedCommands};
 use accel_testkit::failing_tool::{ToolFailure, copy_with_failing_tool};
 
@@ -122,6 +124,70 @@ fn kfd_nodes_of_another_vendor_are_not_amds() {
     };
     let section = detect_in(&host("amd-8x-mi210-xgmi"), options);
     assert!(section.accelerators.is_empty());
+}
+
+/// Each accelerator's peer indexes, every one of them recorded as `XGMI`.
+fn xgmi_peers(section: &accel_core::ManufacturerInventory) -> Vec<Vec<u32>> {
+    section
+        .accelerators
+        .iter()
+        .map(|a| {
+            assert!(a.peers.values().all(|w| w == "XGMI"), "{:?}", a.peers);
+            a.peers.keys().copied().collect()
+        })
+        .collect()
+}
+
+#[test]
+fn the_mi210_hives_are_xgmi_peers_and_a_pair_request_stays_in_one() {
+    // KFD puts the eight boards in two hives (`hive_id`): 0-3 and 4-7 in bus order.
+    let section = detect_in(&host("amd-8x-mi210-xgmi"), DetectOptions::default());
+    let hives: Vec<Vec<u32>> = (0..8u32)
+        .map(|me| {
+            let first = me / 4 * 4;
+            (first..first + 4).filter(|p| *p != me).collect()
+        })
+        .collect();
+    assert_eq!(xgmi_peers(&section), hives);
+
+    // The recording's NUMA nodes are assembled (0-3 on one, 4-7 on the other), so the hive is
+    // shown on one node: every board on NUMA 0, a pair among 3, 4 and 5 is the hive pair 4-5,
+    // not 3-4 by position.
+    let seats = section.accelerators.iter().map(|a| Seat {
+        numa_node: Some(0),
+        ..Seat::from_accelerator(a, 0)
+    });
+    let ledger = Ledger::new(seats, Policy::default());
+    let pair = prefer(
+        &ledger,
+        &Request {
+            family: Family::Exclusive,
+            candidates: &[3, 4, 5],
+            must_include: &[],
+            size: 2,
+            slice_units: 0,
+            cores_percentage: None,
+        },
+    );
+    assert_eq!(pair, [4, 5]);
+}
+
+#[test]
+fn without_a_hive_id_the_kfd_links_alone_name_the_peers() {
+    // The recorded tree keeps the links of one GPU node (node 2, board 3): they name boards 0-2.
+    let dir = tempfile::tempdir().unwrap();
+    copy(&host("amd-8x-mi210-xgmi"), &dir.path().join("h"));
+    let nodes = dir.path().join("h/root/sys/class/kfd/kfd/topology/nodes");
+    for node in std::fs::read_dir(&nodes).unwrap() {
+        let properties = node.unwrap().path().join("properties");
+        let text = std::fs::read_to_string(&properties).unwrap();
+        let kept: Vec<&str> = text.lines().filter(|l| !l.starts_with("hive_id")).collect();
+        std::fs::write(&properties, kept.join("\n") + "\n").unwrap();
+    }
+    let section = detect_in(&dir.path().join("h"), DetectOptions::default());
+    let mut want = vec![Vec::new(); 8];
+    want[3] = vec![0, 1, 2];
+    assert_eq!(xgmi_peers(&section), want);
 }
 
 #[test]

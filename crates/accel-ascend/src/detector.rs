@@ -2,8 +2,16 @@
 //! `/dev/davinci<N>`, the control nodes, the driver's and CANN's version files), then
 //! `npu-smi` (`info`, `info -m`, and per chip `-t board` for the die id, `-t phyid-remap` for
 //! the physical id where the table does not print it, per NPU `-t common` for the AI cores,
-//! `-t ecc` with `-t ecc-enable` per NPU, or per chip where an NPU has several, and `-t health`
-//! per chip), every call bounded by the pass's [`Budget`] — then one pure join ([`join`]).
+//! `-t ecc` with `-t ecc-enable` per NPU, or per chip where an NPU has several, `-t health`
+//! per chip, and `-t topo` once where two NPUs or more have one chip each), every call bounded
+//! by the pass's [`Budget`] — then one pure join ([`join`]).
+//!
+//! **Links.** `-t topo`'s matrix ([`crate::topo`]) fills each one-chip NPU's `peers` with
+//! npu-smi's words (`HCCS`, `SYS`, `PIX`, …) by accelerator index, which the multi-NPU
+//! preference weighs as it weighs NVLink. A several-chip NPU (310P, an A3's two dies) gets none:
+//! which chip a matrix row means, no capture shows. A query that hangs or prints no matrix is a
+//! note ([`Note::Links`]); a tool that refuses it (an exit status, not found) offers none, and
+//! says nothing.
 //!
 //! **Health**, two sources. ECC (spec/ascend.md §7): a chip is judged by its HBM counters, or
 //! its DDR ones where it has no HBM (310-class cards); it is unhealthy when ECC is enabled and
@@ -66,6 +74,7 @@ use crate::npusmi::{
 };
 use crate::product::{self, Readings};
 use crate::soc::{self, Family};
+use crate::topo;
 
 /// Which DCMI generation the host's driver serves (seed 000, "Ascend: two DCMI API
 /// generations").
@@ -139,6 +148,8 @@ pub enum Note {
         sdid: u32,
         server_index: u32,
     },
+    /// `npu-smi info -t topo` failed or printed no matrix: the NPUs' links are unknown.
+    Links(String),
     /// 950 NPUs whose product form did not resolve: no topology file for their grants.
     NoTopology {
         npus: usize,
@@ -201,6 +212,10 @@ impl fmt::Display for Note {
                 f,
                 "{chip}: its SDID {sdid} names server {} but its Server Index is {server_index}: both are kept as printed",
                 npusmi::sdid_parts(*sdid).server
+            ),
+            Note::Links(why) => write!(
+                f,
+                "{why}: the NPUs' HCCS links are unknown, so a request for several NPUs is placed by NUMA node alone"
             ),
             Note::NoTopology { npus, first, why } => write!(
                 f,
@@ -296,6 +311,9 @@ pub struct Sources {
     /// `-t spod-info` per (NPU, chip) of A3 and 950 chips: what it printed (a refusal that
     /// exits non-zero included), or why it printed nothing.
     pub spod: BTreeMap<(u32, u32), Result<String, String>>,
+    /// `npu-smi info -t topo`, asked where two NPUs or more have one chip each: what it printed,
+    /// or why it printed nothing (`None`: not asked, or the tool has no such query).
+    pub topology: Option<Result<String, String>>,
     pub notes: Vec<Note>,
 }
 
@@ -405,6 +423,77 @@ fn ask_spod(
             }
         }
         Err(out_of_time) => Err(format!("{}: {out_of_time}", argv.join(" "))),
+    }
+}
+
+/// The NPU-to-NPU matrix (`-t topo`), or why it gave none. `None` when the pass's time is spent
+/// (noted once already) or the tool refuses the query — it exits with a status, or is not found
+/// when run (a tool that answered `npu-smi info` moments ago is there: only an install or a
+/// recording without this query answers so): an answer that this host offers no matrix, so
+/// placement goes by NUMA node as it does for a several-chip NPU. A hang, a signal or output
+/// that is no matrix is a failure, and a note.
+fn ask_topology(
+    commands: &dyn Commands,
+    budget: &Budget,
+    notes: &mut Vec<Note>,
+) -> Option<Result<String, String>> {
+    match ask_raw(commands, budget, &owned(topo::TOPO_ARGV), notes).ok()? {
+        Ok(text) => Some(Ok(text)),
+        Err(
+            RunFailure::NotInstalled { .. }
+            | RunFailure::Exited {
+                status: Some(_), ..
+            },
+        ) => None,
+        Err(failure) => Some(Err(failure.to_string())),
+    }
+}
+
+/// The NPUs of exactly one chip, each with that chip: the ones `-t topo`'s `NPU<n>` names
+/// without doubt (which chip of a several-chip NPU a row means, no capture shows).
+fn one_chip_npus(keys: &[(u32, u32)]) -> BTreeMap<u32, u32> {
+    let mut chips: BTreeMap<u32, Vec<u32>> = BTreeMap::new();
+    for (npu, chip) in keys {
+        chips.entry(*npu).or_default().push(*chip);
+    }
+    chips
+        .into_iter()
+        .filter_map(|(npu, chips)| match chips[..] {
+            [chip] => Some((npu, chip)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Puts the matrix's words in each one-chip NPU's `peers` (by accelerator index), or says why
+/// there is none.
+fn link_npus(
+    topology: Option<Result<String, String>>,
+    by_npu: &BTreeMap<u32, u32>,
+    accelerators: &mut [Accelerator],
+    notes: &mut Vec<Note>,
+) {
+    let matrix =
+        match topology.map(|t| t.and_then(|t| topo::parse_topo(&t).map_err(|e| e.to_string()))) {
+            None => return,
+            Some(Ok(matrix)) => matrix,
+            Some(Err(why)) => {
+                notes.push(Note::Links(why));
+                return;
+            }
+        };
+    for (from, row) in &matrix.links {
+        let Some(a) = by_npu
+            .get(from)
+            .and_then(|i| accelerators.get_mut(*i as usize))
+        else {
+            continue;
+        };
+        for (to, word) in row {
+            if let Some(peer) = by_npu.get(to) {
+                a.peers.insert(*peer, word.clone());
+            }
+        }
     }
 }
 
@@ -542,6 +631,9 @@ pub fn read_sources(host: &dyn Host, commands: &dyn Commands, options: &DetectOp
         }
     }
     let npus: BTreeSet<u32> = keys.iter().map(|(n, _)| *n).collect();
+    if one_chip_npus(&keys).len() > 1 {
+        s.topology = ask_topology(commands, &budget, &mut s.notes);
+    }
     for npu in npus {
         match ask(commands, &budget, &npusmi::common_argv(npu), &mut s.notes) {
             Some(Ok(text)) => {
@@ -749,7 +841,9 @@ fn fabric(
     match &spod {
         Some(Ok(SpodInfo::Read(facts))) => {
             a.super_pod = super_pod_of(facts);
-            if let (Some(sdid), Some(server_index)) = (facts.sdid, facts.server_index)
+            // Compared as read into the record: "not a member" on either side is no reading.
+            let read = a.super_pod.unwrap_or_default();
+            if let (Some(sdid), Some(server_index)) = (read.sdid, read.server_index)
                 && npusmi::sdid_parts(sdid).server != server_index
             {
                 notes.push(Note::SdidDisagrees {
@@ -842,6 +936,9 @@ pub fn join(mut s: Sources) -> Detection {
     let mut health_unread: Vec<ChipName> = Vec::new();
     let mut fabric_notes = FabricNotes::default();
     let mut accelerators = Vec::new();
+    // One-chip NPUs by NPU id, then by accelerator index: what `-t topo` rows name.
+    let one_chip = one_chip_npus(&chip_keys(&table));
+    let mut by_npu: BTreeMap<u32, u32> = BTreeMap::new();
     for chip in &table.chips {
         let Some(npu) = chip.npu else { continue };
         let index_in_card = chip.chip.unwrap_or(0);
@@ -945,6 +1042,9 @@ pub fn join(mut s: Sources) -> Detection {
                 index_in_card
             },
         ];
+        if one_chip.get(&npu) == Some(&index_in_card) {
+            by_npu.insert(npu, a.index);
+        }
         accelerators.push(a);
     }
     if used_logic {
@@ -963,6 +1063,7 @@ pub fn join(mut s: Sources) -> Detection {
         });
     }
     notes.extend(fabric_notes.into_notes());
+    link_npus(s.topology.take(), &by_npu, &mut accelerators, &mut notes);
     let mut section = ManufacturerInventory::empty(m);
     section.driver_version = match generation {
         Generation::V1 => s.driver_version,

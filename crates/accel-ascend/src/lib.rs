@@ -18,4 +18,5 @@ pub mod product;
 pub mod responder;
 pub mod share;
 pub mod soc;
+pub mod topo;
 pub mod usage;

@@ -778,6 +778,11 @@ mod tests {
         assert_eq!(die_identity("00000000 00000000"), None);
         assert_eq!(die_identity("NA"), None);
         assert_eq!(die_identity("E281A66C ZZ"), None);
+        assert_eq!(
+            die_identity("E281A66C 00140C979"),
+            None,
+            "a word of more than 8 digits is no 32-bit word, even when its value fits"
+        );
         assert_eq!(die_identity(""), None);
     }
 
@@ -843,5 +848,33 @@ mod tests {
             share_enable_argv(3, 1).join(" "),
             "npu-smi set -t device-share -i 3 -c 1 -d 1"
         );
+        assert_eq!(
+            share_disable_argv(3, 1).join(" "),
+            "npu-smi set -t device-share -i 3 -c 1 -d 0"
+        );
+        assert_eq!(
+            share_query_argv(3, 1).join(" "),
+            "npu-smi info -t device-share -i 3 -c 1"
+        );
+    }
+
+    #[test]
+    fn argv_of_the_chip_queries() {
+        assert_eq!(
+            board_argv(2, 1).join(" "),
+            "npu-smi info -t board -i 2 -c 1"
+        );
+        assert_eq!(
+            phyid_argv(2, 1).join(" "),
+            "npu-smi info -t phyid-remap -i 2 -c 1"
+        );
+    }
+
+    /// `npu-smi info -l` prints one `NPU ID` line per NPU, among its other lines.
+    #[test]
+    fn the_list_counts_its_npu_id_lines() {
+        let text = "        Total Count                    : 2\n\n        NPU ID                         : 0\n        Chip Count                     : 1\n\n        NPU ID                         : 1\n        Chip Count                     : 1\n";
+        assert_eq!(count_listed(text), 2);
+        assert_eq!(count_listed(""), 0);
     }
 }

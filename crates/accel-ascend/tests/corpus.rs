@@ -7,8 +7,7 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 use accel_ascend::npusmi::{self, InfoTable, Layout};
-use accel_ascend::{health, kernel, soc};
-use accel_backend::text;
+use accel_ascend::{health, kernel, soc, topo};
 
 fn fixtures() -> PathBuf {
     accel_testkit::shared_fixtures("ascend")
@@ -57,7 +56,7 @@ enum Reader {
     Ecc,
     /// `npu-smi info -t ecc-enable`.
     EccEnable,
-    /// `npu-smi info -t topo` (a matrix; read by `accel_backend::text::column_table`).
+    /// `npu-smi info -t topo` (the matrix; `accel_ascend::topo`).
     Topology,
     /// `ls /dev/davinci*` and friends.
     DevListing,
@@ -308,13 +307,8 @@ fn read_unit(rel: &str, reader: Reader) -> serde_json::Value {
             "ddr": npusmi::parse_ecc_enable(&text, npusmi::EccMemory::Ddr),
         }),
         Reader::Topology => {
-            let t = text::column_table(&text, &["CPU Affinity"]).unwrap();
-            let rows: Vec<_> = t
-                .rows
-                .iter()
-                .map(|r| (r.name.clone(), r.get("CPU Affinity").map(str::to_string)))
-                .collect();
-            serde_json::json!({ "labels": t.labels, "rows": rows })
+            let t = topo::parse_topo(&text).unwrap();
+            serde_json::json!({ "links": t.links })
         }
         Reader::DevListing => {
             let names: Vec<&str> = text
@@ -712,4 +706,37 @@ fn hazard_26_the_950_map_names_the_physical_id() {
         [(2, 2, Some(6))],
         "NPU ID -1 is an unusable row"
     );
+}
+
+/// A table with a chip column is the chip layout whatever its NPU column is called: the 910B's
+/// table with its `NPU` label spelled `NPU ID` is not the 950's (which has no chip column).
+#[test]
+fn a_chip_column_makes_the_chip_layout_whatever_the_npu_label() {
+    let text = read("npu-smi/paddledocs__2x-910b2c-npu-smi23.0.rc3-info-noprocs.txt");
+    let relabelled = text.replace("| NPU   Name      ", "| NPU ID  Name    ");
+    assert_ne!(relabelled, text);
+    let t = npusmi::parse_info(&relabelled).unwrap();
+    assert_eq!(t.layout, Layout::Chip);
+    let ids: Vec<_> = t.chips.iter().map(|c| (c.npu, c.chip)).collect();
+    assert_eq!(ids, [(Some(0), Some(0)), (Some(1), Some(0))]);
+}
+
+/// Only the 950's form (a `Chip Phy-ID` column, no `Chip Logic ID`) numbers its chips by NPU
+/// ID: the 910A's map with its logic-id column cut off gives no chip, not NPU IDs read as
+/// logic ids.
+#[test]
+fn a_map_without_logic_ids_outside_the_950s_form_gives_no_chips() {
+    let text = read("npu-smi/gpustack__atlas800-9010-8x910a-info-m.txt");
+    let cut: String = text
+        .lines()
+        .map(|line| {
+            let mut fields = accel_backend::text::split_blanks(line);
+            if fields.len() > 2 {
+                fields.remove(2);
+            }
+            format!("{}\n", fields.join("    "))
+        })
+        .collect();
+    assert!(cut.starts_with("NPU ID    Chip ID    Chip Name\n"), "{cut}");
+    assert_eq!(npusmi::parse_mapping(&cut).unwrap(), []);
 }

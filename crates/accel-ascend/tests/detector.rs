@@ -409,6 +409,98 @@ fn a_950_card_is_named_by_its_mainboard_and_refuses_spod_info() {
     );
 }
 
+/// Addendum A3: board ids are read as a 950 mainboard's only when the PCI device id is the
+/// 950's (`0xD806`): the board's own `PCI Device ID`, else the kernel's for the NPU's function.
+/// Another generation's id (`0xD500`, a 310P, whose board ids reuse the same numbers) names no
+/// form, and the note says so.
+#[test]
+fn the_pci_device_id_decides_whether_the_board_ids_are_a_950s() {
+    let other = server_950_with(
+        "board",
+        "PCI Device ID                  : 0xD806",
+        "PCI Device ID                  : 0xD500",
+    );
+    let section = detect_in(other.path(), DetectOptions::default()).unwrap();
+    assert!(
+        section
+            .accelerators
+            .iter()
+            .all(|a| a.product_type.is_none())
+    );
+    let note = Note::NoTopology {
+        npus: 16,
+        first: ChipName { npu: 0, chip: 0 },
+        why: Unresolved::NotA950 {
+            pci_device_id: 0xd500,
+        }
+        .to_string(),
+    }
+    .to_string();
+    assert!(section.notes.contains(&note), "{note}\n{:?}", section.notes);
+
+    // A board that prints no PCI device id: the kernel's says which generation it is.
+    let silent = server_950_with("board", "PCI Device ID                  : 0xD806\n", "");
+    let section = detect_in(silent.path(), DetectOptions::default()).unwrap();
+    assert!(
+        section
+            .accelerators
+            .iter()
+            .all(|a| a.product_type.as_deref() == Some("server-16p")),
+        "{:?}",
+        section.notes
+    );
+    for npu in 1..=16 {
+        let device = silent.path().join(format!(
+            "root/sys/bus/pci/devices/0000:{npu:02x}:00.0/device"
+        ));
+        std::fs::write(device, "0xd500\n").unwrap();
+    }
+    let section = detect_in(silent.path(), DetectOptions::default()).unwrap();
+    assert!(
+        section
+            .accelerators
+            .iter()
+            .all(|a| a.product_type.is_none())
+    );
+    assert!(section.notes.contains(&note), "{note}\n{:?}", section.notes);
+}
+
+/// Spec §4.4: a super-pod value of `0xffffffff` (`4294967295` as `%u` prints it) means "not a
+/// member": it is no value, the others are kept; a record of nothing but that is no record.
+#[test]
+fn a_super_pod_value_of_all_ones_is_no_value() {
+    let dir = copy_host("ascend-a3-server40-spod");
+    rewrite(
+        dir.path(),
+        "spod-0-0",
+        "Super Pod ID                   : 0",
+        "Super Pod ID                   : 4294967295",
+    );
+    std::fs::write(
+        dir.path().join("commands/spod-0-1/stdout"),
+        "\tSDID                           : 4294967295\n\tSuper Pod Size                 : 4294967295\n\tSuper Pod ID                   : 4294967295\n\tServer Index                   : 4294967295\n",
+    )
+    .unwrap();
+    let section = detect_in(dir.path(), DetectOptions::default()).unwrap();
+    let pod = section.accelerators[0].super_pod.unwrap();
+    assert_eq!(
+        (pod.sdid, pod.size, pod.id, pod.server_index),
+        (Some(167_772_160), Some(384), None, Some(40))
+    );
+    assert_eq!(section.accelerators[1].super_pod, None);
+    assert_eq!(
+        section.accelerators[2].super_pod.unwrap().id,
+        Some(0),
+        "the other dies as printed"
+    );
+    // An SDID and a server index of "not a member" are no readings to compare.
+    assert_eq!(
+        section.notes,
+        [Note::Generation(Generation::V1).to_string()],
+        "no SDID disagreement is made of two absent values"
+    );
+}
+
 #[test]
 fn a_driver_that_will_not_initialise_is_a_failed_pass() {
     let e = detect_in(
@@ -427,6 +519,75 @@ fn a_driver_that_will_not_initialise_is_a_failed_pass() {
 
 fn copy_host(name: &str) -> tempfile::TempDir {
     accel_testkit::copy_recorded(name)
+}
+
+/// A copy of `ascend-8x-910b2` whose `npu-smi info -t topo` prints `stdout`.
+fn with_topology(stdout: &str) -> tempfile::TempDir {
+    let dir = copy_host("ascend-8x-910b2");
+    let command = dir.path().join("commands/topo");
+    std::fs::create_dir(&command).unwrap();
+    std::fs::write(command.join("argv"), "npu-smi\ninfo\n-t\ntopo\n").unwrap();
+    std::fs::write(command.join("stdout"), stdout).unwrap();
+    dir
+}
+
+#[test]
+fn the_hccs_matrix_links_every_one_chip_npu_to_its_peers() {
+    // The only capture of `-t topo` is of another 8-NPU host (8× 910B1, every pair HCCS); no
+    // 910B2 capture exists, so it stands in for this host's answer.
+    let capture = std::fs::read_to_string(
+        accel_testkit::shared_fixtures("ascend")
+            .join("npu-smi/arthurchiao__8x-910b1-info-t-topo-hccs.txt"),
+    )
+    .unwrap();
+    let dir = with_topology(&capture);
+    let section = detect_in(dir.path(), DetectOptions::default()).unwrap();
+    for a in &section.accelerators {
+        let peers: Vec<(u32, &str)> = a.peers.iter().map(|(p, w)| (*p, w.as_str())).collect();
+        let want: Vec<(u32, &str)> = (0..8)
+            .filter(|p| *p != a.index)
+            .map(|p| (p, "HCCS"))
+            .collect();
+        assert_eq!(peers, want, "accelerator {}", a.index);
+    }
+    // Read as it was, nothing to say; the recording without the query says nothing either
+    // (`eight_910b2_…`'s notes).
+    assert!(
+        !section.notes.iter().any(|n| n.contains("-t topo")),
+        "{:?}",
+        section.notes
+    );
+}
+
+#[test]
+fn a_topology_query_that_prints_no_matrix_is_a_note_and_one_refused_is_not() {
+    let dir = with_topology(
+        "Error parameter of -t\nUsage: npu-smi info <watch|proc|-h|-m|-l|-t type> [Options...]\n",
+    );
+    let section = detect_in(dir.path(), DetectOptions::default()).unwrap();
+    assert!(section.accelerators.iter().all(|a| a.peers.is_empty()));
+    let note = Note::Links(
+        "npu-smi info -t topo: no NPU matrix in its output: first line \"Error parameter of -t\""
+            .into(),
+    );
+    assert!(
+        section.notes.contains(&note.to_string()),
+        "{:?}",
+        section.notes
+    );
+    assert_eq!(
+        note.to_string(),
+        "npu-smi info -t topo: no NPU matrix in its output: first line \"Error parameter of -t\": the NPUs' HCCS links are unknown, so a request for several NPUs is placed by NUMA node alone"
+    );
+    // The same text with an exit status: the tool refuses the query, the host offers no matrix.
+    std::fs::write(dir.path().join("commands/topo/status"), "255\n").unwrap();
+    let section = detect_in(dir.path(), DetectOptions::default()).unwrap();
+    assert!(section.accelerators.iter().all(|a| a.peers.is_empty()));
+    assert!(
+        !section.notes.iter().any(|n| n.contains("-t topo")),
+        "{:?}",
+        section.notes
+    );
 }
 
 #[test]

@@ -4,7 +4,7 @@
 
 use std::sync::OnceLock;
 
-use accel_ascend::{health, kernel, npuconfig, npusmi, soc};
+use accel_ascend::{health, kernel, npuconfig, npusmi, soc, topo};
 use proptest::prelude::*;
 
 fn corpus() -> &'static [Vec<u8>] {
@@ -40,6 +40,7 @@ fn read_all(s: &str) {
     let _ = kernel::parse_davinci_names(s.split_whitespace());
     let _ = npuconfig::ids(s);
     let _ = soc::family(s);
+    let _ = topo::parse_topo(s);
 }
 
 fn fragments() -> impl Strategy<Value = String> {
@@ -65,6 +66,8 @@ fn fragments() -> impl Strategy<Value = String> {
         Just("Error Code : A4025021 8C03A000\n".to_string()),
         Just("VDie ID : FFFFFFFFF 0 \n".to_string()),
         Just("Device-share Status : True\n".to_string()),
+        Just("       NPU0       NPU1       CPU Affinity\n".to_string()),
+        Just("NPU0       X          HCCS       0-23\n".to_string()),
         Just("dcmi model initialized failed ret is -8020\n".to_string()),
         Just("Version=".to_string()),
         Just("davinci".to_string()),

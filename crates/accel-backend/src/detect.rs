@@ -2,12 +2,15 @@
 //! ([`accel_core::Detection`]: `Ok(list)` measured, `Ok(empty)` nothing to manage, `Err` could not
 //! measure). The backend may keep its own memory in the daemon's state directory (NVIDIA keeps the
 //! GPUs it saw, to list those later passed through to VMs). It must not publish, label or grant.
+//! Where an accelerator sits on the bus is read once for every manufacturer, after its pass
+//! ([`place_on_bus`]).
 
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use accel_core::inventory::PciTopology;
 use accel_core::manufacturer::PciVendorId;
-use accel_core::{Detection, Manufacturer};
+use accel_core::{Detection, Manufacturer, ManufacturerInventory};
 use accel_host::pci::PciClassPrefixes;
 use accel_host::{Commands, Host};
 
@@ -160,6 +163,36 @@ impl DetectRequest<'_> {
     }
 }
 
+/// Fills each accelerator's [`PciTopology`] from the host, the same for every manufacturer: the
+/// bridge walk of its PCI function's `bus/pci/devices` link (accel-host's
+/// [`function_topology`](accel_host::realpath::function_topology), the walk the network
+/// inventory and the bus distance use too) and the function's `class`. An accelerator with no
+/// bus id, or whose function the host does not show (a paravirtual GPU, a masked bus id), gets
+/// none; one its detector placed already keeps its own.
+pub fn place_on_bus(host: &dyn Host, section: &mut ManufacturerInventory) {
+    for accelerator in &mut section.accelerators {
+        if accelerator.pci_topology.is_some() {
+            continue;
+        }
+        let Some(bus) = accelerator.bus_id else {
+            continue;
+        };
+        let address = bus.sysfs();
+        let Some(walk) = accel_host::realpath::function_topology(host, &address) else {
+            continue;
+        };
+        let class_file = format!("{}/{address}/class", accel_host::pci::PCI_DEVICES_DIR);
+        let class = accel_host::realpath::read_attribute(host, &class_file)
+            .ok()
+            .filter(|c| !c.is_empty());
+        accelerator.pci_topology = Some(PciTopology {
+            root_id: walk.root,
+            switches: walk.switches,
+            class,
+        });
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -201,5 +234,71 @@ mod tests {
             snapshot: Duration::ZERO,
         };
         assert!(Budget::start(none).next().is_err());
+    }
+
+    #[test]
+    fn every_accelerator_with_a_pci_function_is_placed_on_the_bus() {
+        use accel_core::BusId;
+        use accel_core::inventory::{Accelerator, Source};
+        use std::os::unix::fs::symlink;
+
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        let behind_switch = "sys/devices/pci0000:15/0000:15:01.0/0000:16:00.0/0000:17:00.0";
+        let flat = "sys/devices/pci0000:03/0000:03:00.0";
+        std::fs::create_dir_all(root.join(behind_switch)).unwrap();
+        std::fs::create_dir_all(root.join(flat)).unwrap();
+        std::fs::write(root.join(behind_switch).join("class"), "0x030200\n").unwrap();
+        std::fs::create_dir_all(root.join(accel_host::pci::PCI_DEVICES_DIR)).unwrap();
+        for (address, target) in [("0000:17:00.0", behind_switch), ("0000:03:00.0", flat)] {
+            let link = root.join(accel_host::pci::PCI_DEVICES_DIR).join(address);
+            symlink(format!("../../../{}", &target["sys/".len()..]), link).unwrap();
+        }
+        let host = accel_host::FsHost::new(root);
+        let at = |index: u32, bus: Option<&str>| {
+            let mut a = Accelerator::new(index, Source::Driver);
+            a.bus_id = bus.map(|b| b.parse::<BusId>().unwrap());
+            a
+        };
+        let mut section = ManufacturerInventory::empty(Manufacturer::Amd);
+        let placed = PciTopology {
+            root_id: "kept".into(),
+            ..PciTopology::default()
+        };
+        let mut already = at(4, Some("0000:03:00.0"));
+        already.pci_topology = Some(placed.clone());
+        section.accelerators = vec![
+            at(0, Some("00000000:17:00.0")),
+            at(1, Some("0000:03:00.0")),
+            at(2, Some("0000:f1:00.0")),
+            at(3, None),
+            already,
+        ];
+        place_on_bus(&host, &mut section);
+        let got: Vec<Option<PciTopology>> = section
+            .accelerators
+            .iter()
+            .map(|a| a.pci_topology.clone())
+            .collect();
+        assert_eq!(
+            got,
+            [
+                Some(PciTopology {
+                    root_id: "0000:15:01.0".into(),
+                    switches: vec!["0000:16:00.0".into(), "0000:15:01.0".into()],
+                    class: Some("0x030200".into()),
+                }),
+                // No bridge above it: the root is the function itself; no class file, no class.
+                Some(PciTopology {
+                    root_id: "0000:03:00.0".into(),
+                    switches: Vec::new(),
+                    class: None,
+                }),
+                // A bus id the host does not show (WSL's virtual bus), and none at all.
+                None,
+                None,
+                Some(placed),
+            ]
+        );
     }
 }

@@ -504,16 +504,12 @@ fn identity_item(
     true
 }
 
-/// Closes the block being read: kept when it holds anything, else only its card number
-/// carries on.
+/// Closes the block being read: kept when it holds anything. An empty one holds nothing but
+/// its card number (every other field is what `is_empty` looks at), so it is left as it is:
+/// the next `Card <n>` heading sets its own number, and at the end it is dropped.
 fn close_block(current: &mut CnmonInfo, out: &mut Vec<CnmonInfo>) {
     if !current.is_empty() {
         out.push(std::mem::take(current));
-    } else {
-        *current = CnmonInfo {
-            card: current.card,
-            ..CnmonInfo::default()
-        };
     }
 }
 
@@ -674,6 +670,30 @@ mod tests {
         );
     }
 
+    /// Every driver state cnmon names (addendum C6) reads as that state, not as `Other`.
+    #[test]
+    fn every_driver_state_is_read_by_its_word() {
+        let states = [
+            DriverState::EarlyInited,
+            DriverState::BringUp,
+            DriverState::Booting,
+            DriverState::LateInit,
+            DriverState::Running,
+            DriverState::BootError,
+            DriverState::Reset,
+            DriverState::ResetError,
+            DriverState::Unknown,
+        ];
+        for state in states {
+            let text = format!("Card 0\nHealth State\n  Driver : {}\n", state.word());
+            assert_eq!(
+                health_of(&text),
+                [read(None, Some(state.clone()))],
+                "{text}"
+            );
+        }
+    }
+
     #[test]
     fn a_health_state_seen_again_opens_the_next_block() {
         let blocks =
@@ -699,14 +719,14 @@ mod tests {
 
     #[test]
     fn ecc_counters_and_retirement_are_read_by_label() {
-        let text = "Card 0\nUUID : a\nDDR ECC Err Count\n  Corrected Err : 3\n  Single Bit Err : 3\n  Uncorrected Err : 1\n  Double Bit Err : N/A\nSRAM ECC Err Count\n  Uncorrected Err : 2\nRetired Pages\n  Single Bit ECC : 0\n  Double Bit ECC : 1\n  is Pending : Yes\n  is Failed : No\nRow-Remapping\n  Correctable Rows : 0\n  Uncorrectable Rows : 4\n  Pending Rows : 0\n";
+        let text = "Card 0\nUUID : a\nDDR ECC Err Count\n  Corrected Err : 3\n  Single Bit Err : 3\n  Uncorrected Err : 1\n  Double Bit Err : N/A\nSRAM ECC Err Count\n  Uncorrected Err : 2\n  Double Bit Err : 5\nRetired Pages\n  Single Bit ECC : 0\n  Double Bit ECC : 1\n  is Pending : Yes\n  is Failed : No\nRow-Remapping\n  Correctable Rows : 0\n  Uncorrectable Rows : 4\n  Pending Rows : 0\n";
         let block = &parse_info(text).unwrap()[0];
         assert_eq!(
             block.ecc,
             InfoEcc {
                 uncorrected: Some(3),
                 corrected: Some(3),
-                double_bit: None,
+                double_bit: Some(5),
                 single_bit: Some(3),
             },
             "a label printed twice (DDR, SRAM) adds up; N/A is no count"

@@ -158,12 +158,24 @@ pub struct Reclaimed {
 pub struct Survey {
     /// Instances a marker names: `(card, instance, pod uid)`.
     pub owned: Vec<(String, String, String)>,
-    /// Instances no marker names (never touched): `(card, instance)`.
-    pub foreign: Vec<(String, String)>,
+    /// Instances no marker names (never touched).
+    pub foreign: Vec<ForeignInstance>,
     /// Markers whose instance the driver no longer lists: `(marker, instance)`.
     pub missing: Vec<(PathBuf, String)>,
     /// Cards whose listing could not be read.
     pub errors: Vec<String>,
+}
+
+/// An instance no marker names: left alone, and told with the command that destroys it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ForeignInstance {
+    /// The card's PCI address.
+    pub card: String,
+    /// The driver's name of the instance (`cap_dev7_mi1`).
+    pub instance: String,
+    /// The command an administrator runs to destroy it if nothing uses it
+    /// (`cnmon smlu -c 7 -D 1`).
+    pub destroy: String,
 }
 
 /// How cnmon is reached.
@@ -796,7 +808,7 @@ impl Smlu {
         let mut survey = Survey::default();
         let markers = scan(&self.dirs);
         let mut read: BTreeSet<&str> = BTreeSet::new();
-        for bdf in self.cards.keys() {
+        for (bdf, index) in &self.cards {
             let listing = match procfs::read(self.host.as_ref(), bdf) {
                 Ok(l) => l,
                 // A card without sMLU state holds no instance.
@@ -819,7 +831,11 @@ impl Smlu {
                             .owned
                             .push((bdf.clone(), i.name.clone(), f.marker.pod_uid.clone()))
                     }
-                    None => survey.foreign.push((bdf.clone(), i.name.clone())),
+                    None => survey.foreign.push(ForeignInstance {
+                        card: bdf.clone(),
+                        instance: i.name.clone(),
+                        destroy: cnmon_smlu::destroy_instance_argv(*index, i.instance_id).join(" "),
+                    }),
                 }
             }
         }
@@ -843,11 +859,8 @@ impl Smlu {
         for (bdf, name, uid) in &survey.owned {
             tracing::info!(card = %bdf, instance = %name, pod = %uid, "found a live sMLU instance and its Pod");
         }
-        for (bdf, name) in &survey.foreign {
-            let index = self
-                .index_of(bdf, name)
-                .map_or("<n>".to_string(), |i| i.to_string());
-            tracing::warn!(card = %bdf, instance = %name, "an sMLU instance no marker records: left alone (made by hand, or by a daemon stopped between creating it and recording it); if nothing uses it, destroy it with `cnmon smlu -c {index} -D <instance id>`");
+        for f in &survey.foreign {
+            tracing::warn!(card = %f.card, instance = %f.instance, "an sMLU instance no marker records: left alone (made by hand, or by a daemon stopped between creating it and recording it); if nothing uses it, destroy it with `{}`", f.destroy);
         }
         for (path, name) in &survey.missing {
             tracing::warn!(marker = %path.display(), instance = %name, "a marker names an sMLU instance the driver no longer lists: its Pod's retried Allocate fails closed, and the reclaimer drops the marker once the Pod is gone");
@@ -1151,6 +1164,109 @@ mod tests {
         }
     }
 
+    /// A host whose listing of the card stays what it read first, whatever cnmon changes.
+    struct FrozenListing {
+        host: FsHost,
+        listing: Vec<u8>,
+    }
+
+    impl FrozenListing {
+        fn of(n: &Node) -> Arc<dyn Host> {
+            let host = FsHost::new(n.dir.path().join("root"));
+            let listing = host.read(&procfs::path(BDF)).unwrap();
+            Arc::new(FrozenListing { host, listing })
+        }
+    }
+
+    impl Host for FrozenListing {
+        fn root(&self) -> &Path {
+            self.host.root()
+        }
+        fn read(&self, path: &str) -> Result<Vec<u8>, accel_host::HostError> {
+            if path == procfs::path(BDF) {
+                return Ok(self.listing.clone());
+            }
+            self.host.read(path)
+        }
+        fn list(&self, path: &str) -> Result<Vec<String>, accel_host::HostError> {
+            self.host.list(path)
+        }
+        fn read_link(&self, path: &str) -> Result<PathBuf, accel_host::HostError> {
+            self.host.read_link(path)
+        }
+        fn exists(&self, path: &str) -> bool {
+            self.host.exists(path)
+        }
+    }
+
+    fn with_host(n: &Node, host: Arc<dyn Host>) -> Smlu {
+        Smlu::new(
+            host,
+            Arc::from(smlu_replay::wrap(
+                n.dir.path(),
+                Box::new(RecordedCommands::load(n.dir.path()).unwrap()),
+            )),
+            n.dir.path().join("pods"),
+            [(BDF.to_string(), 0)],
+        )
+    }
+
+    #[test]
+    fn the_drivers_listing_not_cnmon_says_what_exists() {
+        // cnmon answers that the mode is ON, the listing still reads it off: refused, and
+        // nothing is made on its word.
+        let n = node(false);
+        let e = with_host(&n, FrozenListing::of(&n))
+            .reserve(&request("a", 25, 4096))
+            .unwrap_err();
+        assert_eq!(
+            e,
+            "card 0000:4f:00.0 (device index 0): enable sMLU mode: cnmon answered ON, but the driver's listing still reads smlu_enable:0; to enable it on the host for the card at this PCI address run `cnmon set -c 0 -S 1`, confirming the ordinal with `cnmon`"
+        );
+        assert_eq!(n.state().writes, 1, "the mode write only");
+        assert!(n.instances().is_empty() && n.profiles() == [0]);
+        // cnmon says it created the instance, the listing does not show it: undone, refused.
+        let n = node(true);
+        let e = with_host(&n, FrozenListing::of(&n))
+            .reserve(&request("a", 25, 4096))
+            .unwrap_err();
+        assert_eq!(
+            e,
+            "card 0000:4f:00.0: cnmon created sMLU instance 1, but the driver's listing does not show it"
+        );
+        assert!(
+            n.instances().is_empty(),
+            "the instance cnmon made was destroyed"
+        );
+        assert_eq!(n.profiles(), [0], "then the profile made for it");
+        assert!(!n.smlu.marker_path("a", "main").unwrap().exists());
+        // An instance the listing no longer shows (destroyed by hand) is not destroyed again:
+        // its gone Pod's marker goes at the third pass.
+        let n = node(true);
+        n.smlu.reserve(&request("a", 25, 4096)).unwrap();
+        n.edit(|s| s.instances.clear());
+        let writes = n.state().writes;
+        let none = BTreeSet::new();
+        n.smlu.reclaim_pass(&none);
+        n.smlu.reclaim_pass(&none);
+        let done = n.smlu.reclaim_pass(&none);
+        assert!(
+            done.destroyed.is_empty() && done.errors.is_empty(),
+            "{done:?}"
+        );
+        assert_eq!(done.markers, [n.smlu.marker_path("a", "main").unwrap()]);
+        assert_eq!(
+            done.profiles,
+            [(BDF.to_string(), 1)],
+            "its unused profile goes"
+        );
+        assert_eq!(
+            n.state().writes,
+            writes + 1,
+            "the profile's destruction only"
+        );
+    }
+
     #[test]
     fn a_missing_instance_fails_its_retry_closed() {
         let n = node(true);
@@ -1256,7 +1372,11 @@ mod tests {
         );
         assert_eq!(
             survey.foreign,
-            [(BDF.to_string(), "cap_dev0_mi9".to_string())]
+            [ForeignInstance {
+                card: BDF.to_string(),
+                instance: "cap_dev0_mi9".to_string(),
+                destroy: "cnmon smlu -c 0 -D 9".to_string(),
+            }]
         );
         assert!(survey.missing.is_empty() && survey.errors.is_empty());
         let none = BTreeSet::new();

@@ -96,6 +96,30 @@ fn every_capture_is_read_as_expected() {
     }
 }
 
+/// A record is a card when it names its card number, its model or its bus id: 4.x prints no
+/// bus id, so a card whose number is a placeholder is kept by its name alone.
+#[test]
+fn a_card_without_its_number_is_kept_by_its_name() {
+    let path = fixtures().join("cnmon").join(V4_3X);
+    let text = String::from_utf8_lossy(&std::fs::read(&path).unwrap()).into_owned();
+    let masked = text.replace("| 1     /   MLU370-X4", "| -     /   MLU370-X4");
+    assert_ne!(masked, text);
+    let t = cnmon::parse_table(&masked).unwrap();
+    let cards: Vec<_> = t
+        .cards
+        .iter()
+        .map(|c| (c.card, c.name.as_deref()))
+        .collect();
+    assert_eq!(
+        cards,
+        [
+            (Some(0), Some("MLU370-X4")),
+            (None, Some("MLU370-X4")),
+            (Some(2), Some("MLU370-X4"))
+        ]
+    );
+}
+
 #[test]
 fn other_text_is_not_a_card_table() {
     let e = cnmon::parse_table("cnmon: command not found\n").unwrap_err();

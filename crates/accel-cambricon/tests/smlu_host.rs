@@ -7,7 +7,7 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use accel_cambricon::smlu::{Request, Smlu};
+use accel_cambricon::smlu::{ForeignInstance, Request, Smlu};
 use accel_cambricon::smlu_replay::{self, STATE_FILE, SmluState};
 use accel_cambricon::{detector, procfs};
 use accel_host::{Commands, FsHost, Host, RecordedCommands};
@@ -57,7 +57,11 @@ fn the_host_is_detected_as_eight_cards_and_its_hand_made_instance_is_foreign() {
     let survey = smlu.survey();
     assert_eq!(
         survey.foreign,
-        [("0000:d3:00.0".to_string(), "cap_dev7_mi1".to_string())]
+        [ForeignInstance {
+            card: "0000:d3:00.0".to_string(),
+            instance: "cap_dev7_mi1".to_string(),
+            destroy: "cnmon smlu -c 7 -D 1".to_string(),
+        }]
     );
     assert!(survey.owned.is_empty() && survey.errors.is_empty());
     // A quarter slice on card 0 reuses the driver's quarter profile.

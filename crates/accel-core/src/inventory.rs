@@ -171,10 +171,16 @@ pub struct Accelerator {
     pub partition_profiles: Vec<PartitionProfile>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub nvlinks: Vec<NvLink>,
-    /// Connection to each peer accelerator, keyed by the peer's index (`NV18`, `SYS`, `PIX`, …),
-    /// from the vendor's topology matrix.
+    /// Connection to each peer accelerator, keyed by the peer's index, in the vendor's topology
+    /// words (`NV18`, `XGMI`, `HCCS`, `SYS`, `PIX`, …): nvidia-smi's matrix, AMD's KFD links and
+    /// XGMI hive, npu-smi's matrix. [`PeerLink::of`] tells a direct link from a PCIe path.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub peers: BTreeMap<u32, String>,
+    /// Where the accelerator's PCI function sits on the bus (the specs' `Topology`: PCI root,
+    /// upstream switches, class), read from sysfs; absent where it has no PCI function there
+    /// (a paravirtual GPU) or the link could not be walked.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pci_topology: Option<PciTopology>,
     /// The DRM device nodes a container is handed (AMD: `/dev/dri/card<N>`, `/dev/dri/renderD<M>`),
     /// their minors read apart from sysfs; absent for a manufacturer that injects no DRM nodes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -228,6 +234,58 @@ pub struct SuperPod {
     /// The super-pod type code (the 950).
     #[serde(default, rename = "type", skip_serializing_if = "Option::is_none")]
     pub pod_type: Option<u32>,
+}
+
+/// A direct accelerator-to-accelerator link, one a vendor's topology names: traffic between the
+/// two does not cross PCIe. What the multi-accelerator preference prefers, whichever the
+/// manufacturer ([`crate::ledger::placement`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum PeerLink {
+    /// NVIDIA NVLink: `nvidia-smi topo -m` prints `NV<n>`, n bonded links.
+    NvLink,
+    /// AMD XGMI (Infinity Fabric): a KFD `io_links`/`p2p_links` entry of type 11, or two GPUs
+    /// the driver puts in one XGMI hive (the same non-zero KFD `hive_id`).
+    Xgmi,
+    /// Huawei HCCS: `npu-smi info -t topo` prints `HCCS`.
+    Hccs,
+}
+
+impl PeerLink {
+    /// The word a detector records in [`Accelerator::peers`] for an XGMI link.
+    pub const XGMI_WORD: &'static str = "XGMI";
+    /// The word a detector records in [`Accelerator::peers`] for an HCCS link (npu-smi's own).
+    pub const HCCS_WORD: &'static str = "HCCS";
+
+    /// The link a topology word names; `None` for a PCIe or system path (`SYS`, `NODE`, `PHB`,
+    /// `PXB`, `PIX`), the diagonal (`X`) and anything else. `NV` alone is no NVLink: the matrix
+    /// always prints the count.
+    pub fn of(word: &str) -> Option<PeerLink> {
+        let word = word.trim();
+        match word {
+            PeerLink::XGMI_WORD => Some(PeerLink::Xgmi),
+            PeerLink::HCCS_WORD => Some(PeerLink::Hccs),
+            _ => word
+                .strip_prefix("NV")
+                .filter(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+                .map(|_| PeerLink::NvLink),
+        }
+    }
+}
+
+/// Where a PCI function sits on the bus, as the bridge walk of its sysfs link reads it (spec
+/// amd.md §1.5, ascend.md §1.3 step 8: `PciRootID`, the upstream switches, `PciClass`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PciTopology {
+    /// The outermost PCI bridge above the function, or the function itself when no bridge is
+    /// above it (sysfs form, `0000:15:01.0`).
+    pub root_id: String,
+    /// The bridges above the function, innermost first; empty when none is.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub switches: Vec<String>,
+    /// The function's 24-bit class code as sysfs prints it (`0x030200`); absent when unread.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub class: Option<String>,
 }
 
 /// An accelerator's DRM minors (`card<N>`, `renderD<M>`): unrelated numbers, each as read.
@@ -299,6 +357,7 @@ impl Accelerator {
             partition_profiles: Vec::new(),
             nvlinks: Vec::new(),
             peers: BTreeMap::new(),
+            pci_topology: None,
             drm: None,
             compute_geometry: None,
             partitioning: None,
@@ -370,6 +429,7 @@ impl Accelerator {
         keep(&mut self.reported_faults, &last.reported_faults, &mut kept);
         keep(&mut self.super_pod, &last.super_pod, &mut kept);
         keep(&mut self.product_type, &last.product_type, &mut kept);
+        keep(&mut self.pci_topology, &last.pci_topology, &mut kept);
         keep_all(
             &mut self.physical_indexes,
             &last.physical_indexes,
@@ -515,7 +575,7 @@ impl Inventory {
     /// minor, persistence mode, driver model, GSP firmware, exclusion, DRM nodes, compute
     /// geometry and partitioning, ECC and row-remap counters, the health the vendor's tool
     /// states (`reported_faults`), the driver's own numbers,
-    /// links and peers, MIG devices and profiles, the MIG mode — takes its last value, and each manufacturer's versions likewise. A fact this pass read is never
+    /// links and peers, the PCI topology, MIG devices and profiles, the MIG mode — takes its last value, and each manufacturer's versions likewise. A fact this pass read is never
     /// replaced, and health is not touched. An accelerator whose MIG mode was kept is classified
     /// again, so a MIG card does not turn whole because its tool was silent. Each section that
     /// kept anything says so in a note; returns how many facts were kept.

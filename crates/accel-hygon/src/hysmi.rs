@@ -329,6 +329,17 @@ mod tests {
     }
 
     #[test]
+    fn an_object_without_cards_is_refused_unless_it_is_empty() {
+        assert_eq!(parse_json("hy-smi", "{}"), Ok(SmiDocument::default()));
+        assert_eq!(
+            parse_json("hy-smi", r#"{"system": {"Driver version": "6.3.8"}}"#),
+            Err(SmiError::NoCards {
+                what: "hy-smi".into()
+            })
+        );
+    }
+
+    #[test]
     fn a_cut_document_keeps_its_whole_cards() {
         let doc = r#"{"card0": {"Unique ID": "7137d9b2a08a4841"}, "card1": {"Unique ID": "71"#;
         let got = parse_json("hy-smi", doc).unwrap();

@@ -674,6 +674,47 @@ mod tests {
         );
     }
 
+    /// Addendum H2: the registry file's compute-instance block names its card (`pci`); a file
+    /// naming another card than the grant's is refused, and one naming the granted card serves.
+    #[test]
+    fn a_registry_file_whose_pci_line_names_another_card_is_refused() {
+        let tmp = tempfile::tempdir().unwrap();
+        put(tmp.path(), "/etc/dmi_mig_config/dev0", "0000:0f:00.0\n");
+        let conf = "/etc/dmi_mig_config/ci/dev0gi3ci0.conf";
+        let mut file = registry::CiConf::default();
+        file.gi.id = Some(3);
+        file.gi.pci = Some("0000:0f:00.0".into());
+        file.ci.gi_id = Some(3);
+        file.ci.id = Some(0);
+        file.ci.pci = Some("0000:34:00.0".into());
+        file.ci.mig_uuid = Some("68796700-0003-0000-0000-000000000001".into());
+        put(tmp.path(), conf, &file.render());
+        let seat = seat();
+        let seats = [&seat];
+        let pod = pod();
+        let partition = instance("MIG-68796700-0003-0000-0000-000000000001");
+        // Only the compute-instance block's `pci` counts (position decides): the GI block's
+        // agreeing line does not make the file the granted card's.
+        let e = responder(tmp.path())
+            .respond(&answer(&seats, &pod, Some(&partition)))
+            .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "partition MIG-68796700-0003-0000-0000-000000000001's registry file {conf:?} names the card at 0000:34:00.0, not the granted 0000:0f:00.0: fail closed"
+            )
+        );
+        file.ci.pci = Some("0000:0f:00.0".into());
+        put(tmp.path(), conf, &file.render());
+        let got = responder(tmp.path())
+            .respond(&answer(&seats, &pod, Some(&partition)))
+            .unwrap();
+        assert_eq!(
+            got.envs.get(MIG_VISIBLE).map(String::as_str),
+            Some("MIG-68796700-0003-0000-0000-000000000001")
+        );
+    }
+
     #[test]
     fn a_slice_of_zero_compute_units_is_refused_with_the_specs_words() {
         let tmp = tempfile::tempdir().unwrap();

@@ -149,6 +149,31 @@ fn the_cut_json_captures_keep_their_whole_cards() {
     assert_ne!(a.vendor, b.vendor);
 }
 
+/// A release that prints a figure as a JSON number rather than a string (every capture
+/// quotes them) is read the same: the number's text goes through the same conversion.
+#[test]
+fn a_figure_printed_as_a_json_number_reads_as_if_quoted() {
+    let text =
+        read(&fixtures().join("hy-smi/gpustack-2032__k100ai-hy-smi-json-truncated-excerpt.txt"));
+    let numbers = text
+        .replace(
+            r#""vram Total Memory (MiB)": "65520""#,
+            r#""vram Total Memory (MiB)": 65520"#,
+        )
+        .replace(r#""HCU use (%)": "0.0""#, r#""HCU use (%)": 12.5"#);
+    assert_ne!(numbers, text);
+    let doc = hysmi::parse_json("hy-smi", &numbers).unwrap();
+    let read: Vec<_> = doc
+        .cards
+        .iter()
+        .map(|c| (c.vram_mib, c.utilisation_percent))
+        .collect();
+    assert_eq!(
+        read,
+        [(Some(65_520), Some(12.5)), (Some(65_520), Some(12.5))]
+    );
+}
+
 /// HAZARD 6: the ANSI banner is stripped, the DCU agent is `Device Type: DCU`, a redacted
 /// marketing name is kept as printed (it is not a placeholder).
 #[test]

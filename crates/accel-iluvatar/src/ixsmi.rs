@@ -230,6 +230,8 @@ mod tests {
                     1, [N/A], Iluvatar BI-V150, 00000000:16:00.0, [N/A]\n";
         let gpus = parse_query(text).unwrap();
         assert_eq!(gpus.len(), 2);
+        let indices: Vec<_> = gpus.iter().map(|g| g.index).collect();
+        assert_eq!(indices, [Some(0), Some(1)]);
         assert_eq!(gpus[0].uuid.as_deref(), Some("GPU-0f1e"));
         assert_eq!(gpus[0].memory_mib, Some(32_768));
         assert_eq!(
@@ -250,11 +252,17 @@ mod tests {
     #[test]
     fn a_compute_capability_needs_a_major() {
         let caps = parse_compute_caps(
-            "index, pci.bus_id, compute_cap\n0, 00000000:13:00.0, 7.1\n1, 00000000:16:00.0, 0.0\n2, x, N/A\n",
+            "index, pci.bus_id, compute_cap\n0, 00000000:13:00.0, 7.1\n1, 00000000:16:00.0, 0.0\n2, x, N/A\n3, x, 7.x\n4, x, 7.\n",
         )
         .unwrap();
         let got: Vec<Option<&str>> = caps.iter().map(|c| c.compute_cap.as_deref()).collect();
-        assert_eq!(got, [Some("7.1"), None, None]);
+        assert_eq!(
+            got,
+            [Some("7.1"), None, None, None, None],
+            "a minor that is no digits, or none, is no capability"
+        );
+        let indices: Vec<_> = caps.iter().map(|c| c.index).collect();
+        assert_eq!(indices, [Some(0), Some(1), Some(2), Some(3), Some(4)]);
         assert!(parse_compute_caps("").is_err());
     }
 

@@ -11,10 +11,13 @@ const FILES: &[&str] = &[
     "paddlenlp__16x-bi-v150-ixml4.1.0-dec2024.txt",
 ];
 
-fn read(file: &str) -> IxsmiTable {
+fn capture(file: &str) -> String {
     let path = accel_testkit::shared_fixture_folder("iluvatar", "ixsmi").join(file);
-    let text = String::from_utf8_lossy(&std::fs::read(&path).unwrap()).into_owned();
-    ixsmi::parse_table(&text).unwrap_or_else(|e| panic!("{file}: {e}"))
+    String::from_utf8_lossy(&std::fs::read(&path).unwrap()).into_owned()
+}
+
+fn read(file: &str) -> IxsmiTable {
+    ixsmi::parse_table(&capture(file)).unwrap_or_else(|e| panic!("{file}: {e}"))
 }
 
 #[test]
@@ -59,6 +62,25 @@ fn hazard_2_tool_and_driver_versions_differ_and_cuda_may_be_absent() {
         (Some("4.0.0"), Some("4.1.0"))
     );
     assert_eq!(container.cuda_version, None, "N/A is no version");
+}
+
+/// The banner without the GPU box under it (the capture cut after its title) is ixsmi's
+/// output with no GPUs, not text of another program; either version is banner enough.
+#[test]
+fn a_banner_alone_is_a_table_without_gpus() {
+    let text = capture("ixctk__1x-bi-v150s-container-ixml4.0.0-driver4.1.0-cuda-na.txt");
+    let banner: String = text.lines().take(2).map(|l| format!("{l}\n")).collect();
+    assert!(banner.contains("IX-ML: 4.0.0"), "{banner}");
+    let t = ixsmi::parse_table(&banner).unwrap();
+    assert_eq!(t.banner.driver_version.as_deref(), Some("4.1.0"));
+    assert_eq!(t.gpus, []);
+    let driver_only = banner.replace("IX-ML: 4.0.0", "IX-ML: N/A  ");
+    let t = ixsmi::parse_table(&driver_only).unwrap();
+    assert_eq!(
+        (t.banner.tool_version, t.banner.driver_version.as_deref()),
+        (None, Some("4.1.0"))
+    );
+    assert_eq!(t.gpus, []);
 }
 
 #[test]

@@ -165,12 +165,26 @@ fn try_render(helm: &Path, sets: &[&str]) -> Result<Vec<Value>, String> {
 
 /// `helm template` with values files (`-f`, in order) and then `--set` arguments.
 fn try_render_files(helm: &Path, files: &[&Path], sets: &[&str]) -> Result<Vec<Value>, String> {
+    try_render_with(helm, files, &[], sets)
+}
+
+/// `helm template` as if the cluster served `api_versions` too (`--api-versions`), with values
+/// files and `--set` arguments.
+fn try_render_with(
+    helm: &Path,
+    files: &[&Path],
+    api_versions: &[&str],
+    sets: &[&str],
+) -> Result<Vec<Value>, String> {
     let mut command = Command::new(helm);
     command
         .arg("template")
         .arg("dm")
         .arg(chart())
         .args(["--namespace", NAMESPACE]);
+    for api in api_versions {
+        command.args(["--api-versions", api]);
+    }
     for file in files {
         command.arg("--values").arg(file);
     }
@@ -2286,4 +2300,360 @@ fn the_chart_creates_the_runtime_classes_whose_runtimes_do_the_injecting() {
     );
     let none = render(&helm, &["deviceManager.createRuntimeClasses=false"]);
     assert!(classes(&none).is_empty());
+}
+
+/// The Prometheus Operator's API, which the PodMonitors and the PrometheusRule need.
+const MONITORING_API: &str = "monitoring.coreos.com/v1";
+
+/// Every monitoring object asked for.
+const MONITORING_ON: [&str; 3] = [
+    "monitoring.podMonitor.enabled=true",
+    "monitoring.prometheusRule.enabled=true",
+    "monitoring.dashboard.enabled=true",
+];
+
+/// The chart rendered with `sets`, the Operator's API served or not.
+fn render_monitoring(helm: &Path, api: bool, sets: &[&str]) -> Vec<Value> {
+    let apis: &[&str] = if api { &[MONITORING_API] } else { &[] };
+    try_render_with(helm, &[], apis, sets)
+        .unwrap_or_else(|e| panic!("helm template {sets:?} (api {api}) failed: {e}"))
+}
+
+/// The dashboard ConfigMaps of a rendering (by the sidecar's label).
+fn dashboards(docs: &[Value]) -> Vec<&Value> {
+    of_kind(docs, "ConfigMap")
+        .into_iter()
+        .filter(|c| c["metadata"]["labels"]["grafana_dashboard"] == "1")
+        .collect()
+}
+
+/// Every series README.md's metrics table lists, by name (the families: no `_total`,
+/// `_bucket`).
+fn readme_series() -> BTreeSet<String> {
+    let readme = std::fs::read_to_string(repo().join("README.md")).expect("README.md");
+    let mut names = BTreeSet::new();
+    for line in readme
+        .lines()
+        .filter(|l| l.starts_with("| `device_manager_"))
+    {
+        let first = line.split('|').nth(1).unwrap_or_default();
+        for name in first
+            .split('`')
+            .filter(|n| n.starts_with("device_manager_"))
+        {
+            names.insert(family_of(name.trim()));
+        }
+    }
+    names
+}
+
+/// A series' family: its name without a counter's or a histogram's suffix.
+fn family_of(name: &str) -> String {
+    let mut family = name;
+    for suffix in ["_total", "_bucket", "_count", "_sum"] {
+        family = family.strip_suffix(suffix).unwrap_or(family);
+    }
+    family.to_string()
+}
+
+/// The `device_manager_*` series an expression reads, as families.
+fn series_in(expr: &str) -> BTreeSet<String> {
+    expr.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+        .filter(|w| w.starts_with("device_manager_"))
+        .map(family_of)
+        .collect()
+}
+
+/// Issue 47 item 3: the PodMonitors and the PrometheusRule are rendered only when asked and the
+/// cluster serves the Prometheus Operator's API; the dashboard whenever asked; nothing by default.
+#[test]
+fn monitoring_objects_are_rendered_only_when_asked_and_where_the_operators_api_exists() {
+    let Some(helm) = helm() else { return };
+    let count = |docs: &[Value]| {
+        [
+            of_kind(docs, "PodMonitor").len(),
+            of_kind(docs, "PrometheusRule").len(),
+            dashboards(docs).len(),
+        ]
+    };
+    assert_eq!(
+        count(&render_monitoring(&helm, true, &[])),
+        [0, 0, 0],
+        "not asked"
+    );
+    assert_eq!(
+        count(&render_monitoring(&helm, false, &MONITORING_ON)),
+        [0, 0, 1],
+        "no API"
+    );
+    let docs = render_monitoring(&helm, true, &MONITORING_ON);
+    assert_eq!(count(&docs), [2, 1, 1], "asked, with the API");
+
+    // The daemons' PodMonitor selects every daemon Pod of the release by a label its template
+    // carries and scrapes the port the container names `metrics`, keeping the holding series'
+    // namespace, pod and container, and naming the node.
+    let monitor = find(&docs, "PodMonitor", NODE_ACCOUNT);
+    let selector = monitor["spec"]["selector"]["matchLabels"]
+        .as_object()
+        .expect("matchLabels");
+    let daemonsets = of_kind(&docs, "DaemonSet");
+    assert!(!daemonsets.is_empty());
+    for ds in daemonsets {
+        let template = &ds["spec"]["template"];
+        for (key, value) in selector {
+            assert_eq!(&template["metadata"]["labels"][key], value, "{key}");
+        }
+        let daemon = container(&template["spec"], "containers", "device-manager");
+        assert_eq!(daemon["ports"][0]["name"], "metrics");
+    }
+    assert_eq!(
+        monitor["spec"]["namespaceSelector"],
+        json!({"matchNames": [NAMESPACE]})
+    );
+    let endpoint = &monitor["spec"]["podMetricsEndpoints"][0];
+    assert_eq!(endpoint["port"], "metrics");
+    assert_eq!(endpoint["path"], "/metrics");
+    assert_eq!(endpoint["honorLabels"], true);
+    assert_eq!(endpoint["interval"], "30s");
+    assert_eq!(
+        endpoint["relabelings"],
+        json!([{"sourceLabels": ["__meta_kubernetes_pod_node_name"], "targetLabel": "node"}])
+    );
+    // The worker's: its Pods, the webhooks' TLS port.
+    let monitor = find(&docs, "PodMonitor", WORKER);
+    let template = &find(&docs, "Deployment", WORKER)["spec"]["template"];
+    for (key, value) in monitor["spec"]["selector"]["matchLabels"]
+        .as_object()
+        .expect("matchLabels")
+    {
+        assert_eq!(&template["metadata"]["labels"][key], value, "{key}");
+    }
+    let worker = container(&template["spec"], "containers", "worker");
+    assert_eq!(worker["ports"][0]["name"], "https");
+    let endpoint = &monitor["spec"]["podMetricsEndpoints"][0];
+    assert_eq!(
+        [&endpoint["port"], &endpoint["scheme"], &endpoint["path"]],
+        ["https", "https", "/metrics"]
+    );
+
+    // Labels a Prometheus selects by, and the interval, are values.
+    let docs = render_monitoring(
+        &helm,
+        true,
+        &[
+            MONITORING_ON[0],
+            MONITORING_ON[1],
+            "monitoring.podMonitor.labels.release=kps",
+            "monitoring.podMonitor.interval=15s",
+            "monitoring.prometheusRule.labels.release=kps",
+        ],
+    );
+    for name in [NODE_ACCOUNT, WORKER] {
+        let monitor = find(&docs, "PodMonitor", name);
+        assert_eq!(monitor["metadata"]["labels"]["release"], "kps");
+        assert_eq!(monitor["spec"]["podMetricsEndpoints"][0]["interval"], "15s");
+    }
+    assert_eq!(
+        find(&docs, "PrometheusRule", NODE_ACCOUNT)["metadata"]["labels"]["release"],
+        "kps"
+    );
+
+    // A daemon PodMonitor over daemons that serve no metrics is refused, naming both values.
+    let refused = try_render_with(
+        &helm,
+        &[],
+        &[MONITORING_API],
+        &[MONITORING_ON[0], "deviceManager.metrics.enabled=false"],
+    )
+    .expect_err("no metrics to scrape");
+    assert!(
+        refused.contains("monitoring.podMonitor.enabled")
+            && refused.contains("deviceManager.metrics.enabled is false"),
+        "{refused}"
+    );
+}
+
+/// Issue 47 item 3: the PrometheusRule's day-one alerts, each with a severity, a summary, a
+/// description and a runbook line (and a runbook URL where one is given), each `for` a value,
+/// the staleness three inventory intervals, and every series they read one the daemon exports
+/// (README.md's metrics table).
+#[test]
+fn the_prometheus_rule_has_the_day_one_alerts_each_with_a_runbook() {
+    let Some(helm) = helm() else { return };
+    let docs = render_monitoring(&helm, true, &MONITORING_ON);
+    let rule = find(&docs, "PrometheusRule", NODE_ACCOUNT);
+    let rules = rule["spec"]["groups"][0]["rules"]
+        .as_array()
+        .expect("rules");
+    let names: Vec<&str> = rules.iter().map(|r| r["alert"].as_str().unwrap()).collect();
+    assert_eq!(
+        names,
+        [
+            "AcceleratorUnhealthy",
+            "AcceleratorHardwareFaults",
+            "AcceleratorDetectionFailing",
+            "AcceleratorAllocateRefusals",
+            "AcceleratorPublishBacklogStuck",
+        ]
+    );
+    let exported = readme_series();
+    for r in rules {
+        let name = r["alert"].as_str().unwrap();
+        for key in ["summary", "description", "runbook"] {
+            assert!(
+                r["annotations"][key].as_str().is_some_and(|t| t.len() > 20),
+                "{name}: {key}"
+            );
+        }
+        assert!(r["annotations"].get("runbook_url").is_none(), "{name}");
+        assert!(
+            ["critical", "warning"].contains(&r["labels"]["severity"].as_str().unwrap()),
+            "{name}"
+        );
+        let expr = r["expr"].as_str().expect("expr");
+        let read = series_in(expr);
+        assert!(!read.is_empty(), "{name}: {expr}");
+        for series in read {
+            assert!(
+                exported.contains(&series),
+                "{name} reads {series}, which README.md does not list"
+            );
+        }
+    }
+    let by = |docs: &[Value], alert: &str| {
+        find(docs, "PrometheusRule", NODE_ACCOUNT)["spec"]["groups"][0]["rules"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["alert"] == alert)
+            .unwrap()
+            .clone()
+    };
+    assert_eq!(by(&docs, "AcceleratorUnhealthy")["for"], "1m");
+    assert_eq!(
+        by(&docs, "AcceleratorUnhealthy")["labels"]["severity"],
+        "critical"
+    );
+    assert!(
+        by(&docs, "AcceleratorDetectionFailing")["expr"]
+            .as_str()
+            .unwrap()
+            .ends_with("> 1800"),
+        "three inventory intervals of 600 s"
+    );
+    let docs = render_monitoring(
+        &helm,
+        true,
+        &[
+            MONITORING_ON[1],
+            "monitoring.prometheusRule.runbookUrl=https://runbooks.example/dm",
+            "monitoring.prometheusRule.for.AcceleratorUnhealthy=5m",
+            "deviceManager.inventoryInterval=300",
+        ],
+    );
+    let unhealthy = by(&docs, "AcceleratorUnhealthy");
+    assert_eq!(unhealthy["for"], "5m");
+    assert_eq!(
+        unhealthy["annotations"]["runbook_url"],
+        "https://runbooks.example/dm#acceleratorunhealthy"
+    );
+    assert!(
+        by(&docs, "AcceleratorDetectionFailing")["expr"]
+            .as_str()
+            .unwrap()
+            .ends_with("> 900")
+    );
+    // deploy/README.md has the section each runbook_url points at.
+    let deploy_readme = std::fs::read_to_string(repo().join("deploy/README.md")).unwrap();
+    for name in names {
+        assert!(
+            deploy_readme.contains(&format!("### {name}\n")),
+            "deploy/README.md has no runbook section for {name}"
+        );
+    }
+}
+
+/// Issue 47 item 3: the Grafana dashboard as a ConfigMap the sidecar loads: the fleet by
+/// manufacturer and model, each card's usage and holder, health and faults, and the plugin's
+/// Allocate latency in the same panel as the kubelet's own histogram; every series it reads is
+/// one the daemon exports or the kubelet's.
+#[test]
+fn the_dashboard_is_a_configmap_the_grafana_sidecar_loads() {
+    let Some(helm) = helm() else { return };
+    let docs = render_monitoring(&helm, false, &["monitoring.dashboard.enabled=true"]);
+    let maps = dashboards(&docs);
+    assert_eq!(maps.len(), 1);
+    let map = maps[0];
+    assert_eq!(map["metadata"]["namespace"], NAMESPACE);
+    let dashboard: Value = serde_json::from_str(
+        map["data"]["device-manager.json"]
+            .as_str()
+            .expect("the dashboard's JSON"),
+    )
+    .expect("the dashboard is JSON");
+    let variables: Vec<&str> = dashboard["templating"]["list"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(variables, ["datasource", "node", "manufacturer"]);
+    let exported = readme_series();
+    let mut titles = BTreeMap::new();
+    for panel in dashboard["panels"].as_array().unwrap() {
+        let Some(targets) = panel["targets"].as_array() else {
+            continue;
+        };
+        let exprs: Vec<&str> = targets
+            .iter()
+            .map(|t| t["expr"].as_str().unwrap())
+            .collect();
+        for expr in &exprs {
+            for series in series_in(expr) {
+                assert!(
+                    exported.contains(&series),
+                    "{expr}: {series} is not in README.md"
+                );
+            }
+        }
+        assert_eq!(panel["datasource"]["uid"], "${datasource}");
+        titles.insert(
+            panel["title"].as_str().unwrap().to_string(),
+            exprs.join("\n"),
+        );
+    }
+    let panel = |title: &str| {
+        titles
+            .get(title)
+            .unwrap_or_else(|| panic!("no panel {title:?}: {:?}", titles.keys()))
+    };
+    assert!(
+        panel("Accelerators by manufacturer and model").contains("device_manager_accelerator_info")
+    );
+    assert!(panel("Holders").contains("device_manager_ledger_holding"));
+    assert!(panel("Utilization").contains("device_manager_gpu_utilization_percent"));
+    assert!(panel("Unhealthy accelerators").contains("device_manager_accelerator_healthy"));
+    assert!(panel("Kernel-log faults").contains("device_manager_accelerator_faults_total"));
+    let latency = panel("Allocate latency: the plugin and the kubelet");
+    assert!(
+        latency.contains("device_manager_allocate_duration_seconds_bucket")
+            && latency.contains("kubelet_device_plugin_alloc_duration_seconds_bucket"),
+        "{latency}"
+    );
+    // Another namespace for the sidecar, and its folder annotation.
+    let docs = render_monitoring(
+        &helm,
+        false,
+        &[
+            "monitoring.dashboard.enabled=true",
+            "monitoring.dashboard.namespace=monitoring",
+            "monitoring.dashboard.annotations.grafana_folder=Accelerators",
+        ],
+    );
+    let map = dashboards(&docs)[0];
+    assert_eq!(map["metadata"]["namespace"], "monitoring");
+    assert_eq!(
+        map["metadata"]["annotations"]["grafana_folder"],
+        "Accelerators"
+    );
 }

@@ -12,10 +12,13 @@ fn fixtures() -> PathBuf {
     accel_testkit::shared_fixtures("metax")
 }
 
-fn table(name: &str) -> MxSmiTable {
+fn fixture_text(name: &str) -> String {
     let path = fixtures().join("mx-smi").join(name);
-    let text = String::from_utf8_lossy(&std::fs::read(&path).unwrap()).into_owned();
-    mxsmi::parse_table(&text).unwrap_or_else(|e| panic!("{name}: {e}"))
+    String::from_utf8_lossy(&std::fs::read(&path).unwrap()).into_owned()
+}
+
+fn table(name: &str) -> MxSmiTable {
+    mxsmi::parse_table(&fixture_text(name)).unwrap_or_else(|e| panic!("{name}: {e}"))
 }
 
 type Expectation = fn(&MxSmiTable);
@@ -89,6 +92,49 @@ fn another_vendors_mx_smi_is_refused() {
     ));
 }
 
+/// HAZARDS.md item 6 from the other side: the MetaX banner or the MACA version alone is
+/// enough. The 2.1.6 capture without its log banner (an excerpt from the box down; its names,
+/// `MXC550`, never say MetaX) is read by its MACA version; the 2.1.12 capture on a host
+/// without the MACA runtime (`MACA Version: N/A`) by its banner.
+#[test]
+fn either_the_banner_or_the_maca_version_makes_a_table_metaxs() {
+    let paddle = fixture_text("paddlenlp__8x-mxc550-mx-smi2.1.6-kmd2.5.014-power-no-cap.txt");
+    let no_banner: String = paddle
+        .lines()
+        .filter(|l| !l.contains("MetaX"))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    let t = mxsmi::parse_table(&no_banner).unwrap();
+    assert_eq!(t.maca_version.as_deref(), Some("2.23.0.1018"));
+    assert_eq!(t.gpus.len(), 8);
+    let gpustack = fixture_text("gpustack-4832__8x-c500-mx-smi2.1.12-kmd2.12.13-excerpt.txt");
+    let no_maca = gpustack.replace("MACA Version: 2.29.0.19", "MACA Version: N/A      ");
+    assert_ne!(no_maca, gpustack);
+    let t = mxsmi::parse_table(&no_maca).unwrap();
+    assert_eq!(t.maca_version, None);
+    assert_eq!(t.gpus.len(), 2);
+}
+
+/// A record is a GPU when it names its ordinal or its bus id: one printed as a placeholder
+/// leaves the other to identify it (the record is skipped only when neither is there).
+#[test]
+fn a_gpu_with_its_ordinal_or_its_bus_id_alone_is_still_read() {
+    let gpustack = fixture_text("gpustack-4832__8x-c500-mx-smi2.1.12-kmd2.12.13-excerpt.txt");
+    let masked = gpustack
+        .replace("| 0000:0e:00.0        |", "| N/A                 |")
+        .replace("| 1           MetaX C500", "| N/A         MetaX C500");
+    let t = mxsmi::parse_table(&masked).unwrap();
+    let ids: Vec<_> = t
+        .gpus
+        .iter()
+        .map(|g| (g.gpu, g.bus_id.map(|b| b.sysfs())))
+        .collect();
+    assert_eq!(
+        ids,
+        [(Some(0), None), (None, Some("0000:0f:00.0".to_string()))]
+    );
+}
+
 /// `testdata/captures/metax/` (SOURCES.md there).
 fn repo_captures() -> PathBuf {
     accel_testkit::workspace_root().join("testdata/captures/metax")
@@ -142,6 +188,30 @@ fn repo_expectations() -> Vec<(&'static str, CaptureCheck)> {
             );
         }),
     ]
+}
+
+/// A bus id is a word with colons and a function after a dot: a time of day
+/// (`14:23:08`, which would read as domain 0x14, bus 0x23, device 8) is none, so `mx-smi -L`
+/// kept with a logger's timestamp still gives each GPU's own address.
+#[test]
+fn a_time_of_day_on_a_list_line_is_no_bus_id() {
+    let listed = capture("kcover__8x-c500-mx-smi2.2.9-list-excerpt.txt");
+    let stamped: String = listed
+        .lines()
+        .map(|l| format!("2026-04-23 14:23:08 {l}\n"))
+        .collect();
+    let buses: Vec<_> = mxsmi::parse_list(&stamped)
+        .unwrap()
+        .iter()
+        .map(|g| g.bus_id.map(|b| b.sysfs()))
+        .collect();
+    assert_eq!(
+        buses,
+        [
+            Some("0000:08:00.0".to_string()),
+            Some("0000:3c:00.0".to_string())
+        ]
+    );
 }
 
 #[test]

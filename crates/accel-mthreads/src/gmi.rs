@@ -374,6 +374,11 @@ mod tests {
             })
         );
         assert_eq!(gpus[0].cores, Some(8192), "the section ends at its indent");
+        assert_eq!(
+            parse_query("GPU 3\n  UUID : u\n").unwrap()[0].index,
+            Some(3),
+            "a `GPU <index>` heading gives the index"
+        );
     }
 
     #[test]
@@ -394,10 +399,18 @@ mod tests {
             ecc_of(flat)[0].as_ref().unwrap().volatile_uncorrected,
             Some(3)
         );
-        // N/A, a counter of no stated kind, or none at all: no reading.
+        // Headings ending in a colon are headings all the same.
+        let colons = "GPU 0\n UUID : u\n ECC Errors:\n  Volatile:\n   DRAM Uncorrectable : 2\n";
+        assert_eq!(
+            ecc_of(colons)[0].as_ref().unwrap().volatile_uncorrected,
+            Some(2)
+        );
+        // N/A, a counter of no stated kind, a DRAM count that is neither corrected nor not (a
+        // total), or none at all: no reading.
         for text in [
             "GPU 0\n UUID : u\n ECC Errors\n  Volatile\n   DRAM Uncorrectable : N/A\n",
             "GPU 0\n UUID : u\n ECC Errors\n  DRAM Uncorrectable : 2\n",
+            "GPU 0\n UUID : u\n ECC Errors\n  Volatile\n   DRAM Total : 9\n",
             "GPU 0\n UUID : u\n",
         ] {
             assert_eq!(ecc_of(text), [None], "{text}");

@@ -11,10 +11,13 @@ const FILES: &[&str] = &[
     "vllmomni-pr2337__s5000-gmi2.3.2-driver3.3.5-server-perf-ecc-excerpt.txt",
 ];
 
-fn read(file: &str) -> GmiTable {
+fn capture(file: &str) -> String {
     let path = accel_testkit::shared_fixture_folder("mthreads", "mthreads-gmi").join(file);
-    let text = String::from_utf8_lossy(&std::fs::read(&path).unwrap()).into_owned();
-    gmi::parse_table(&text).unwrap_or_else(|e| panic!("{file}: {e}"))
+    String::from_utf8_lossy(&std::fs::read(&path).unwrap()).into_owned()
+}
+
+fn read(file: &str) -> GmiTable {
+    gmi::parse_table(&capture(file)).unwrap_or_else(|e| panic!("{file}: {e}"))
 }
 
 #[test]
@@ -84,4 +87,49 @@ fn hazard_5_a_trimmed_capture_gives_the_rows_it_has() {
     );
     assert_eq!(g.device_type, None, "the device-type line was trimmed");
     assert!(!g.is_virtual());
+}
+
+/// The title without the table under it (the capture cut after its rule) is mthreads-gmi's
+/// output with no GPUs, not another program's text; either version is title enough.
+#[test]
+fn a_title_alone_is_a_table_without_gpus() {
+    let text = capture("torchmusa-134__s30-gmi2.0.0-driver3.1.0-user-trimmed.txt");
+    let title: String = text.lines().take(4).map(|l| format!("{l}\n")).collect();
+    let t = gmi::parse_table(&title).unwrap();
+    assert_eq!(
+        (t.tool_version.as_deref(), t.driver_version.as_deref()),
+        (Some("2.0.0"), Some("3.1.0"))
+    );
+    assert_eq!(t.gpus, []);
+    let driver_only = title.replace("mthreads-gmi:2.0.0", "mthreads-gmi     ");
+    let t = gmi::parse_table(&driver_only).unwrap();
+    assert_eq!(
+        (t.tool_version, t.driver_version.as_deref()),
+        (None, Some("3.1.0"))
+    );
+    assert_eq!(t.gpus, []);
+}
+
+/// A row is a GPU when it names its index or its bus id: one printed as a placeholder leaves
+/// the other to identify it.
+#[test]
+fn a_gpu_with_its_index_or_its_bus_id_alone_is_still_read() {
+    let text = capture("torchmusa-87__s4000-gmi1.14.0-driver2.7.0-excerpt.txt")
+        .replace("|00000000:0f:00.0    |", "|N/A                 |")
+        .replace("1    MTT S4000", "-    MTT S4000");
+    let t = gmi::parse_table(&text).unwrap();
+    let ids: Vec<_> = t
+        .gpus
+        .iter()
+        .map(|g| (g.index, g.bus_id.map(|b| b.sysfs())))
+        .collect();
+    assert_eq!(
+        ids,
+        [
+            (Some(0), None),
+            (None, Some("0000:10:00.0".to_string())),
+            (Some(2), Some("0000:11:00.0".to_string())),
+            (Some(3), Some("0000:13:00.0".to_string())),
+        ]
+    );
 }

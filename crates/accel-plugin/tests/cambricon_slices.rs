@@ -4,11 +4,12 @@
 //! ([`accel_cambricon::smlu_replay`]: `cnmon smlu -c <n> -C <p>` makes an instance the listing
 //! then shows, with its node under `root/dev/cambricon-caps/`). A slice reuses or makes a profile
 //! and makes an instance, and its container gets the card's nodes, the instance node and
-//! `VIRTUAL_DEVICES`; a card with the mode off is switched on first; a finished Pod's slice stays
-//! charged; a deleted Pod's instance (then the profile made for it) is destroyed after three
-//! reclaim passes, across a restart that finds every live instance and its owner; a hand-made
-//! instance is never touched; a driver without sMLU refuses in the spec's words and gives the
-//! grant back.
+//! `VIRTUAL_DEVICES`; a card with the mode off is switched on first and stays on once its last
+//! instance is gone; a finished Pod's slice stays charged and its instance kept; a deleted Pod's
+//! instance (then the profile made for it) is destroyed after three reclaim passes, across a
+//! restart that finds every live instance and its owner, and the 60 s ticker alone finishes a
+//! reclaim; a hand-made instance is never touched; a driver without sMLU refuses in the spec's
+//! words and gives the grant back.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -17,7 +18,7 @@ use std::time::Duration;
 
 use accel_backend::respond::{EngineFacts, InjectionStrategy, ResponderSetup};
 use accel_cambricon::responder::CambriconResponder;
-use accel_cambricon::smlu::{self, Survey};
+use accel_cambricon::smlu::{self, ForeignInstance, Survey};
 use accel_cambricon::smlu_replay::{self, STATE_FILE, SmluState};
 use accel_core::Manufacturer;
 use accel_core::inventory::Accelerator;
@@ -282,6 +283,56 @@ async fn a_card_whose_mode_is_off_is_switched_on_first_and_stays_on() {
         "/dev/cambricon-caps/cap_dev0_mi1"
     );
     assert!(rig.state().cards[0].enabled);
+    assert_eq!(rig.state().writes, 2, "the mode, then the instance");
+    // The Pod gone and its instance reclaimed, the card's last one: the mode is not turned
+    // back off (spec §4.4 step 2: an administrator clears it with cnmon).
+    rig.kubelet.delete("a");
+    testing::wait_released(rig.plugins(), "a").await;
+    rig.plugins().reconcile_pods();
+    rig.plugins().reconcile_pods();
+    assert_eq!(rig.instances(), [(7, 1, 2)], "a's instance destroyed");
+    assert!(rig.state().cards[0].enabled, "still on");
+    assert_eq!(
+        rig.state().writes,
+        3,
+        "the instance's destruction only: no mode write, and the driver's profile 1 stays"
+    );
+}
+
+/// Spec §4.6: besides every Pod change, a 60 s ticker runs the reclaim pass, so a deleted
+/// Pod's instance goes though nothing changes after its deletion. The clock is paused once
+/// the deletion's own pass has run; each tick is then an explicit minute.
+#[tokio::test]
+async fn the_60_s_ticker_alone_finishes_a_reclaim() {
+    use accel_backend::respond::Responder;
+    let rig = Rig::new().await;
+    let responder = rig.responder.clone().unwrap();
+    assert_eq!(responder.reclaim_interval(), Some(Duration::from_secs(60)));
+    create(&rig, "a", "10", Some("30"));
+    rig.kubelet.admit("a").await.unwrap();
+    rig.kubelet.delete("a");
+    // The watch's reconcile of the deletion released the grant and ran the first pass.
+    testing::wait_released(rig.plugins(), "a").await;
+    tokio::time::pause();
+    let mut ticks = 0;
+    while rig.instances().contains(&(0, 1, 3)) {
+        assert!(
+            ticks < 2,
+            "two ticks of the ticker did not reclaim a's instance"
+        );
+        tokio::time::advance(Duration::from_secs(60)).await;
+        // The pass runs on a blocking thread, and the paused clock stands still while it runs:
+        // a sleep ends only after it.
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        ticks += 1;
+    }
+    assert_eq!(ticks, 2, "passes two and three were the ticker's");
+    assert_eq!(rig.instances(), [(7, 1, 2)]);
+    assert_eq!(
+        rig.profiles_of(0),
+        [0, 1, 2],
+        "then the profile made for it"
+    );
 }
 
 #[tokio::test]
@@ -291,14 +342,25 @@ async fn a_deleted_pods_instance_is_reclaimed_after_three_passes_across_a_restar
     rig.kubelet.admit("a").await.unwrap();
     assert_eq!(rig.profiles_of(0), [0, 1, 2, 3], "a profile made for a");
     rig.kubelet.finish("a");
-    rig.plugins().reconcile_pods();
+    for _ in 0..4 {
+        rig.plugins().reconcile_pods();
+    }
     assert_eq!(
         rig.plugins().ledger().grants().len(),
         1,
         "a Succeeded Pod's slice is still charged: its instance is not destroyed yet"
     );
+    assert!(
+        rig.instances().contains(&(0, 1, 3)),
+        "four passes, and a finished Pod that still exists keeps its instance"
+    );
     // A restart: the marker and the driver's listing are what it reads.
     rig.restart().await;
+    assert_eq!(
+        rig.plugins().ledger().grants().len(),
+        1,
+        "the restarted ledger still charges the slice"
+    );
     let survey = rig.survey();
     assert_eq!(
         survey.owned,
@@ -310,7 +372,11 @@ async fn a_deleted_pods_instance_is_reclaimed_after_three_passes_across_a_restar
     );
     assert_eq!(
         survey.foreign,
-        [("0000:d3:00.0".to_string(), "cap_dev7_mi1".to_string())]
+        [ForeignInstance {
+            card: "0000:d3:00.0".to_string(),
+            instance: "cap_dev7_mi1".to_string(),
+            destroy: "cnmon smlu -c 7 -D 1".to_string(),
+        }]
     );
     rig.kubelet.delete("a");
     rig.plugins().reconcile_pods();

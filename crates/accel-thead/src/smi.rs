@@ -449,8 +449,21 @@ mod tests {
             (Some(MigMode::Enabled), Some(MigMode::Disabled))
         );
         assert_eq!((a.minor, a.uuid.as_deref()), (Some(1), Some("GPU-1")));
+        assert_eq!(a.product.as_deref(), Some("PPU-ZW810E"));
         assert_eq!(q.cards[1].minor, None);
         assert!(parse_query("hello\n").is_err());
+        // The banner alone (no card attached) is the query's answer, its versions read.
+        let banner =
+            parse_query("Driver Version : 2.1.0\nHGGC Version : 1.4.2\nAttached PPUs : 0\n")
+                .unwrap();
+        assert_eq!(
+            (
+                banner.driver_version.as_deref(),
+                banner.hggc_version.as_deref(),
+                banner.cards.len()
+            ),
+            (Some("2.1.0"), Some("1.4.2"), 0)
+        );
     }
 
     #[test]
@@ -480,6 +493,15 @@ mod tests {
             (Some(0), None, Some(525179))
         );
         assert!(rows[0].is_compute());
+        let graphics = ProcessRow {
+            kind: Some("G".into()),
+            ..ProcessRow::default()
+        };
+        assert!(
+            !graphics.is_compute(),
+            "a graphics process is no compute one"
+        );
+        assert!(!ProcessRow::default().is_compute());
         assert_eq!(
             (rows[1].card, rows[1].gpu_instance, rows[1].compute_instance),
             (Some(3), Some(1), Some(0))

@@ -90,6 +90,49 @@ fn the_device_table_reads_by_header_with_ppu_for_gpu() {
     insta::assert_debug_snapshot!("table-1x-zw810e", table);
 }
 
+/// A release that renames one of the two columns the device table is told by (`Bus-Id`,
+/// `Memory-Usage`) still has its table, read by the other; a card whose bus id is a
+/// placeholder is kept by its index.
+#[test]
+fn the_device_table_needs_one_of_its_two_columns_and_a_card_one_of_its_two_ids() {
+    let text = read(TABLE);
+    let renamed = text.replace("| Memory-Usage         |", "| Memory Used          |");
+    assert_ne!(renamed, text);
+    let table = smi::parse_table(&renamed).unwrap();
+    let cards: Vec<_> = table
+        .cards
+        .iter()
+        .map(|c| (c.index, c.bus_id.map(|b| b.sysfs()), c.memory_total_mib))
+        .collect();
+    assert_eq!(cards, [(Some(0), Some("0000:00:11.0".to_string()), None)]);
+    let masked = text.replace("| 00000000:00:11.0     |", "| N/A                  |");
+    assert_ne!(masked, text);
+    let table = smi::parse_table(&masked).unwrap();
+    let cards: Vec<_> = table.cards.iter().map(|c| (c.index, c.bus_id)).collect();
+    assert_eq!(cards, [(Some(0), None)]);
+}
+
+/// Another program's text (here the lspci capture) is refused by every reader, quoting its
+/// first line.
+#[test]
+fn another_programs_text_is_refused_quoting_its_first_line() {
+    let text = format!("\n{}", read(LSPCI));
+    let first = "0000:08:00.0 3D controller: Alibaba (China) Co., Ltd. Device 6001 (rev 01)";
+    assert_eq!(
+        [
+            smi::parse_table(&text).map(|_| ()),
+            smi::parse_list(&text).map(|_| ()),
+            smi::parse_query(&text).map(|_| ()),
+        ],
+        ["", " -L", " -q"].map(|args| {
+            Err(SmiError::NotOutput {
+                args,
+                first: first.into(),
+            })
+        })
+    );
+}
+
 #[test]
 fn the_driver_not_loaded_answer_is_named_not_misread() {
     // HAZARDS item 5.

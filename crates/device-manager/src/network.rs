@@ -21,7 +21,6 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, SystemTime};
 
-use accel_core::BusId;
 use accel_core::interfaces::{
     DeviceInterface, PciPlace, carry_first_seen, rdma_labels, significant,
 };
@@ -54,7 +53,6 @@ struct State {
     baseline: Option<Vec<DeviceInterface>>,
     rounds: u32,
     failing: bool,
-    places: BTreeMap<BusId, Option<PciPlace>>,
 }
 
 /// The labels the node's NodeFeature carries (spec/rdma.md §7 beside the accelerators'): the
@@ -179,38 +177,28 @@ impl Network {
         }
     }
 
-    /// Where each of the inventory's accelerators sits on the bus (its `bus/pci/devices` link
-    /// walked as a NIC's is), for the distance label; one read per accelerator, remembered.
+    /// Where each of the inventory's accelerators sits on the bus, for the distance label: the
+    /// PCI topology the detection pass read for it (`accel_backend::detect::place_on_bus`, the
+    /// bridge walk a NIC's place is read with), its NUMA node beside it.
     pub fn accelerator_places(&self, inventory: &Inventory) -> Vec<PciPlace> {
-        let mut state = self.lock();
-        let mut out = Vec::new();
-        for accelerator in inventory.manufacturers.iter().flat_map(|s| &s.accelerators) {
-            let Some(bus) = accelerator.bus_id else {
-                continue;
-            };
-            let host = self.host.as_ref();
-            let place = state
-                .places
-                .entry(bus)
-                .or_insert_with(|| {
-                    let address = bus.sysfs();
-                    accel_host::realpath::function_topology(host, &address).map(|t| PciPlace {
-                        pci_bus_id: address,
-                        pci_root_id: t.root,
-                        pci_switches: t.switches,
-                        numa: String::new(),
-                    })
+        inventory
+            .manufacturers
+            .iter()
+            .flat_map(|s| &s.accelerators)
+            .filter_map(|accelerator| {
+                let bus = accelerator.bus_id?;
+                let topology = accelerator.pci_topology.as_ref()?;
+                Some(PciPlace {
+                    pci_bus_id: bus.sysfs(),
+                    pci_root_id: topology.root_id.clone(),
+                    pci_switches: topology.switches.clone(),
+                    numa: accelerator
+                        .numa_node
+                        .map(|n| n.to_string())
+                        .unwrap_or_default(),
                 })
-                .clone();
-            if let Some(mut place) = place {
-                place.numa = accelerator
-                    .numa_node
-                    .map(|n| n.to_string())
-                    .unwrap_or_default();
-                out.push(place);
-            }
-        }
-        out
+            })
+            .collect()
     }
 }
 

@@ -163,7 +163,9 @@ impl Node {
 
     /// One collection pass, as [`Node::detect`] but without reading `faults.json`: the daemon
     /// holds the fault record itself and applies it. Every backend of the build detects
-    /// (`crate::backends`); each keeps its own memory in `data_dir` when given.
+    /// (`crate::backends`); each keeps its own memory in `data_dir` when given. Each
+    /// accelerator's PCI topology is then read from the host
+    /// ([`accel_backend::detect::place_on_bus`]).
     pub fn collect(
         &self,
         data_dir: Option<&Path>,
@@ -182,7 +184,11 @@ impl Node {
                 vendor_ids: &self.table.get(backend.manufacturer).pci_vendor_ids,
                 pci_gate: self.pci_gate,
             };
-            let detection = backend.detector.detect(&request)?;
+            let mut detection = backend.detector.detect(&request)?;
+            // Where each accelerator sits on the bus, read the same way for every manufacturer.
+            if let Ok(section) = &mut detection {
+                accel_backend::detect::place_on_bus(self.host.as_ref(), section);
+            }
             if let Ok(section) = &detection
                 && !section.accelerators.is_empty()
             {

@@ -1,6 +1,8 @@
 //! `device-manager monitor` through the real binary on the recorded hosts: one line per GPU
 //! (table or JSON), `--watch` every `--monitor-period`, a host without nvidia-smi and a bad period
-//! each one clear line (issue 12, item 7).
+//! each one clear line (issue 12, item 7); each accelerator's holders from the daemon's ledger
+//! journal beside its usage, for every manufacturer, named by the kubelet's pod-resources
+//! (issue 47, item 5).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -17,6 +19,8 @@ fn monitor(args: &[&str]) -> (i32, String, String) {
         .args(args)
         .env_remove("HOST_ROOT")
         .env_remove("MONITOR_PERIOD")
+        .env_remove("DATA_DIR")
+        .env_remove("KUBELET_DIR")
         .output()
         .unwrap();
     (
@@ -380,4 +384,382 @@ fn an_ascend_node_reports_the_processes_of_npu_smi_infos_section() {
     let (column, counts) = processes("ascend-8x-910b2");
     assert_eq!(column, vec!["-"; 8]);
     assert_eq!(counts, vec![serde_json::Value::Null; 8]);
+}
+
+/// One recorded host of each manufacturer, with its usage recorded.
+const EVERY_MANUFACTURER: [(&str, &str); 9] = [
+    ("nvidia", "hgx-h100-8gpu"),
+    ("amd", "amd-8x-mi300x"),
+    ("ascend", "ascend-8x-910b2"),
+    ("cambricon", "cambricon-8x-mlu370-cnmon-v5"),
+    ("hygon", "hygon-4x-k100ai"),
+    ("iluvatar", "iluvatar-16x-bi-v150"),
+    ("metax", "metax-8x-c500"),
+    ("mthreads", "mthreads-8x-s4000"),
+    ("thead", "thead-16x-zw810e"),
+];
+
+/// `detect`'s index of each UUID on a recorded host.
+fn detected_indexes(root: &Path) -> std::collections::BTreeMap<String, u64> {
+    let o = Command::new(env!("CARGO_BIN_EXE_device-manager"))
+        .args([
+            "detect",
+            "-o",
+            "json",
+            "--host-root",
+            root.to_str().unwrap(),
+        ])
+        .env_remove("HOST_ROOT")
+        .output()
+        .unwrap();
+    let detected: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    detected["manufacturers"][0]["accelerators"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|a| Some((a["uuid"].as_str()?.to_string(), a["index"].as_u64()?)))
+        .collect()
+}
+
+/// A ledger journal as the daemon writes it: one grant line per (pod UID, container, family,
+/// resource, device IDs, accelerator indexes, units, cores percentage).
+type Line<'a> = (
+    &'a str,
+    &'a str,
+    &'a str,
+    &'a str,
+    &'a [&'a str],
+    &'a [u64],
+    u64,
+    Option<u32>,
+);
+
+fn write_journal(dir: &Path, lines: &[Line<'_>]) {
+    let mut text = String::new();
+    for (uid, container, family, resource, ids, on, units, cores) in lines {
+        let mut grant = serde_json::json!({
+            "family": family,
+            "resource": resource,
+            "deviceIds": ids,
+            "accelerators": on,
+            "units": units,
+        });
+        if let Some(cores) = cores {
+            grant["coresPercentage"] = serde_json::json!(cores);
+        }
+        let entry = serde_json::json!({
+            "op": "grant",
+            "key": {"podUid": uid, "container": container},
+            "grant": grant,
+        });
+        text.push_str(&format!("{entry}\n"));
+    }
+    std::fs::write(dir.join("ledger.journal"), text).unwrap();
+}
+
+/// Issue 47 item 5, on a recorded host of each of the nine manufacturers: with the daemon's
+/// ledger readable, each accelerator's line ends with its holders' family and holders (the Pod
+/// UID when the kubelet cannot be asked), placed by the UUID detection gives the ledger's index;
+/// the JSON lists them under the accelerator; a free one shows `-` and an empty list.
+#[test]
+fn every_manufacturers_accelerators_show_their_holders_beside_their_usage() {
+    for (m, name) in EVERY_MANUFACTURER {
+        let root = host(name);
+        let root_text = root.to_str().unwrap();
+        let indexes = detected_indexes(&root);
+        let (code, out, err) =
+            monitor(&["--host-root", root_text, "--manufacturer", m, "-o", "json"]);
+        assert_eq!(code, 0, "{name}: {err}");
+        let sample: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+        let sampled: Vec<String> = sample["gpus"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|g| g["uuid"].as_str().unwrap().to_string())
+            .collect();
+        assert!(
+            sample["gpus"][0].get("holders").is_none(),
+            "{name}: no ledger, no holders"
+        );
+        // The whole first card to one container; a share of the last sampled one to another.
+        let first = &sampled[0];
+        let last = sampled.last().unwrap();
+        let (a, b) = (indexes[first], indexes[last]);
+        let data = tempfile::tempdir().unwrap();
+        let manufacturer: accel_core::Manufacturer = m.parse().unwrap();
+        let base = accel_core::manufacturer::ManufacturerTable::default()
+            .get(manufacturer)
+            .resource_base
+            .clone();
+        let shared = format!("{base}.shared");
+        let whole = [first.as_str()];
+        let share_id = format!("{last}::0");
+        let share = [share_id.as_str()];
+        let mut journal: Vec<Line<'_>> = vec![(
+            "uid-a",
+            "main",
+            "exclusive",
+            &base,
+            &whole,
+            std::slice::from_ref(&a),
+            1_600_000,
+            None,
+        )];
+        if last != first {
+            journal.push((
+                "uid-b",
+                "web",
+                "shared",
+                &shared,
+                &share,
+                std::slice::from_ref(&b),
+                160_000,
+                None,
+            ));
+        }
+        write_journal(data.path(), &journal);
+        let ledger = [
+            "--host-root",
+            root_text,
+            "--manufacturer",
+            m,
+            "--data-dir",
+            data.path().to_str().unwrap(),
+            "--kubelet-dir",
+            data.path().to_str().unwrap(),
+        ];
+        let (code, out, err) = monitor(&ledger);
+        assert_eq!(code, 0, "{name}: {err}");
+        assert!(
+            err.contains("did not answer: holders are named by Pod UID"),
+            "{name}: {err}"
+        );
+        let lines: Vec<&str> = out.lines().collect();
+        assert!(
+            lines[0].ends_with("FAMILY     HOLDER"),
+            "{name}: {}",
+            lines[0]
+        );
+        assert_eq!(lines.len(), sampled.len() + 1, "{name}:\n{out}");
+        for (uuid, line) in sampled.iter().zip(&lines[1..]) {
+            assert!(line.starts_with(uuid.as_str()), "{name}: {line}");
+            let want = if uuid == first {
+                "exclusive  pod uid-a container main"
+            } else if uuid == last {
+                "shared     pod uid-b container web"
+            } else {
+                "-          -"
+            };
+            assert!(
+                line.ends_with(want),
+                "{name}: {line:?} should end with {want:?}"
+            );
+        }
+        let (code, out, err) = monitor(&[&ledger[..], &["-o", "json"]].concat());
+        assert_eq!(code, 0, "{name}: {err}");
+        let sample: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+        let gpus = sample["gpus"].as_array().unwrap();
+        assert_eq!(
+            gpus[0]["holders"],
+            serde_json::json!([{
+                "namespace": null, "pod": null, "container": "main", "podUid": "uid-a",
+                "family": "exclusive", "resource": base, "memoryMiB": null,
+                "coresPercentage": null, "profile": null,
+            }]),
+            "{name}"
+        );
+        let free = gpus
+            .iter()
+            .filter(|g| g["holders"] == serde_json::json!([]))
+            .count();
+        assert_eq!(free, sampled.len() - journal.len(), "{name}");
+    }
+}
+
+/// A kubelet's pod-resources that answers List with one fixed answer.
+struct PodResources(accel_plugin::api::podresources::ListPodResourcesResponse);
+
+#[tonic::async_trait]
+impl accel_plugin::api::podresources::pod_resources_lister_server::PodResourcesLister
+    for PodResources
+{
+    async fn list(
+        &self,
+        _: tonic::Request<accel_plugin::api::podresources::ListPodResourcesRequest>,
+    ) -> Result<
+        tonic::Response<accel_plugin::api::podresources::ListPodResourcesResponse>,
+        tonic::Status,
+    > {
+        Ok(tonic::Response::new(self.0.clone()))
+    }
+
+    async fn get_allocatable_resources(
+        &self,
+        _: tonic::Request<accel_plugin::api::podresources::AllocatableResourcesRequest>,
+    ) -> Result<
+        tonic::Response<accel_plugin::api::podresources::AllocatableResourcesResponse>,
+        tonic::Status,
+    > {
+        Err(tonic::Status::unimplemented("List only"))
+    }
+
+    async fn get(
+        &self,
+        _: tonic::Request<accel_plugin::api::podresources::GetPodResourcesRequest>,
+    ) -> Result<
+        tonic::Response<accel_plugin::api::podresources::GetPodResourcesResponse>,
+        tonic::Status,
+    > {
+        Err(tonic::Status::unimplemented("List only"))
+    }
+}
+
+/// Issue 47 item 5: the kubelet's pod-resources names each holder `namespace/pod/container`, by
+/// the resource and device IDs the kubelet handed it (a slice with its budget, and a grant the
+/// daemon answered before it knew its container).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_kubelet_names_each_holder_namespace_pod_container() {
+    use accel_plugin::api::podresources as pr;
+    let root = host("hgx-h100-8gpu");
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    std::fs::create_dir_all(&data).unwrap();
+    let gpu1 = "GPU-7e7d2a20-56b8-3220-e75c-1f3185864bda";
+    write_journal(
+        &data,
+        &[
+            (
+                "",
+                "nvidia.com/gpu=GPU-63d1e50a-b952-d15c-0740-12bc14859142",
+                "exclusive",
+                "nvidia.com/gpu",
+                &[GPU0],
+                &[0],
+                1_600_000,
+                None,
+            ),
+            (
+                "uid-s",
+                "infer",
+                "sliced",
+                "nvidia.com/gpu.sliced",
+                &["GPU-7e7d2a20-56b8-3220-e75c-1f3185864bda::7"],
+                &[1],
+                400_000,
+                Some(50),
+            ),
+        ],
+    );
+    let devices = |resource: &str, id: &str| pr::ContainerDevices {
+        resource_name: resource.into(),
+        device_ids: vec![id.into()],
+        ..Default::default()
+    };
+    let answer = pr::ListPodResourcesResponse {
+        pod_resources: vec![
+            pr::PodResources {
+                name: "trainer".into(),
+                namespace: "team-a".into(),
+                containers: vec![pr::ContainerResources {
+                    name: "main".into(),
+                    devices: vec![devices("nvidia.com/gpu", GPU0)],
+                    ..Default::default()
+                }],
+            },
+            pr::PodResources {
+                name: "chat".into(),
+                namespace: "team-b".into(),
+                containers: vec![pr::ContainerResources {
+                    name: "infer".into(),
+                    devices: vec![devices(
+                        "nvidia.com/gpu.sliced",
+                        "GPU-7e7d2a20-56b8-3220-e75c-1f3185864bda::7",
+                    )],
+                    ..Default::default()
+                }],
+            },
+        ],
+    };
+    let socket_dir = dir.path().join("kubelet/pod-resources");
+    std::fs::create_dir_all(&socket_dir).unwrap();
+    let listener = tokio::net::UnixListener::bind(socket_dir.join("kubelet.sock")).unwrap();
+    let incoming = async_stream::stream! {
+        loop {
+            yield listener.accept().await.map(|(stream, _)| stream);
+        }
+    };
+    let server = tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(
+                pr::pod_resources_lister_server::PodResourcesListerServer::new(PodResources(
+                    answer,
+                )),
+            )
+            .serve_with_incoming(incoming),
+    );
+    let args = [
+        "--host-root".to_string(),
+        root.display().to_string(),
+        "--manufacturer".into(),
+        "nvidia".into(),
+        "--data-dir".into(),
+        data.display().to_string(),
+        "--kubelet-dir".into(),
+        dir.path().join("kubelet").display().to_string(),
+    ];
+    let (code, out, err) = tokio::task::spawn_blocking(move || {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        monitor(&args)
+    })
+    .await
+    .unwrap();
+    server.abort();
+    assert_eq!(code, 0, "{err}");
+    assert!(err.is_empty(), "the kubelet answered: {err}");
+    let lines: Vec<&str> = out.lines().collect();
+    assert!(
+        lines[1].starts_with(GPU0) && lines[1].ends_with("exclusive  team-a/trainer/main"),
+        "{out}"
+    );
+    assert!(
+        lines[2].starts_with(gpu1)
+            && lines[2].ends_with("sliced     team-b/chat/infer (20389 MiB, 50 % cores)"),
+        "{out}"
+    );
+}
+
+/// A journal that does not read is one line on stderr, and the usage is still printed.
+#[test]
+fn a_journal_that_does_not_read_is_one_line_and_the_usage_still_prints() {
+    let root = host("hgx-h100-8gpu");
+    let data = tempfile::tempdir().unwrap();
+    std::fs::write(
+        data.path().join("ledger.journal"),
+        "{\"op\":\"grant\"}\nnot json\n",
+    )
+    .unwrap();
+    let (code, out, err) = monitor(&[
+        "--host-root",
+        root.to_str().unwrap(),
+        "--manufacturer",
+        "nvidia",
+        "--data-dir",
+        data.path().to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(out.lines().count(), 9, "{out}");
+    assert!(!out.contains("HOLDER"), "{out}");
+    let journal = data.path().join("ledger.journal");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.starts_with(&format!(
+            "device-manager: monitor: {}: the ledger journal does not read (line 1: ",
+            journal.display()
+        )) && err.trim_end().ends_with("; holders are not shown"),
+        "{err}"
+    );
+    // --data-dir is one manufacturer's: without --manufacturer it is refused.
+    let (code, _, err) = monitor(&["--host-root", root.to_str().unwrap(), "--data-dir", "/tmp"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("--manufacturer"), "{err}");
 }

@@ -872,6 +872,83 @@ fn metax_reads_sgpu_mode_and_simulates_its_slices_without_writing_sysfs() {
     );
 }
 
+/// spec/cambricon.md §5 on the sMLU host (`cambricon-8x-mlu370-smlu`, its cnmon and listing
+/// the recording's stateful replay) with card 0's mode off: card 0's `smlu-mode` row asks the
+/// mode on and puts it straight back off in the spelling `cnmon set -h` names, the other cards'
+/// (on) are left alone, the simulated slices run no cnmon, and the driver ends as it was found;
+/// `--dry-run` writes nothing.
+#[test]
+fn cambricon_turns_an_off_smlu_mode_on_and_straight_back_off() {
+    let host = tempfile::tempdir().unwrap();
+    support::copy_tree(
+        &support::hosts().join("cambricon-8x-mlu370-smlu"),
+        host.path(),
+    );
+    let state_path = host.path().join("smlu-state.json");
+    let state = |path: &Path| -> serde_json::Value {
+        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+    };
+    let mut off = state(&state_path);
+    off["cards"][0]["enabled"] = false.into();
+    std::fs::write(&state_path, off.to_string()).unwrap();
+    let listing = host
+        .path()
+        .join("root/proc/driver/cambricon/mlus/0000:4f:00.0/smlu");
+    let text = std::fs::read_to_string(&listing).unwrap();
+    std::fs::write(&listing, text.replacen("smlu_enable:1", "smlu_enable:0", 1)).unwrap();
+    let before = state(&state_path);
+
+    let dry = preflight(host.path(), &["--manufacturer", "cambricon", "--dry-run"]);
+    assert_eq!(dry.status, 0, "{}\n{}", dry.stdout, dry.stderr);
+    let modes = checks_of(&yaml(&dry), "smlu-mode");
+    assert_eq!(modes[0].0, "ok");
+    assert!(modes[0].1.contains("this is a dry run"), "{}", modes[0].1);
+    assert_eq!(state(&state_path), before, "a dry run writes nothing");
+
+    let run = preflight(host.path(), &["--manufacturer", "cambricon"]);
+    assert_eq!(run.status, 0, "{}\n{}", run.stdout, run.stderr);
+    let doc = yaml(&run);
+    let modes = checks_of(&doc, "smlu-mode");
+    assert_eq!(modes.len(), 8);
+    assert_eq!(
+        modes[0],
+        (
+            "ok".into(),
+            "sMLU mode is off, and this driver accepted being asked to turn it on, so the allocator will manage to when a slice lands on this accelerator; it was put back the way it was found".into()
+        )
+    );
+    for (state, reason) in &modes[1..] {
+        assert_eq!((state.as_str(), reason.as_str()), ("ok", "sMLU mode is on"));
+    }
+    for (state, reason) in checks_of(&doc, "sliced-runtime-loaded") {
+        assert_eq!(state, "ok");
+        assert!(
+            reason.contains("(its cnmon calls recorded, not made)"),
+            "{reason}"
+        );
+    }
+    let after = state(&state_path);
+    assert_eq!(after["cards"][0]["enabled"], false, "put back off");
+    assert_eq!(after["writes"], 2, "on, then off: nothing else was written");
+    assert_eq!(
+        (&after["instances"], &after["profiles"]),
+        (&before["instances"], &before["profiles"]),
+        "the simulated slices made nothing"
+    );
+    assert!(
+        std::fs::read_to_string(&listing)
+            .unwrap()
+            .starts_with("smlu_support:1 smlu_enable:0"),
+        "the driver's listing reads off again"
+    );
+    assert!(
+        !host
+            .path()
+            .join("root/var/lib/gpustack/operator/pods")
+            .exists()
+    );
+}
+
 /// spec/thead.md §8 on the mixed recorded host (cards 14 and 15 in MIG mode): no host
 /// cross-check; `mig-partitioning` ok on the MIG cards, whose management rows stop at declared
 /// with no sliced rows, and not-declared on the whole cards; the probe needs `--probe-image`

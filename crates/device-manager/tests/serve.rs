@@ -384,15 +384,16 @@ async fn serve_answers_prometheus_metrics_on_its_listen_address() {
         .unwrap();
     // The plugins register once the first detection has answered; the listener is up before.
     kubelet.wait_for(&["nvidia.com/gpu"]).await;
-    // The live usage is sampled beside detection: wait (bounded by the kit's deadline, not a
-    // count of tries) for its first sample; the asserts below say what is missing, once the
-    // daemon is stopped.
+    // The live usage is sampled beside detection, and the ledger's occupancy is exported once
+    // the plugins hand their ledger over (a moment after they register): wait (bounded by the
+    // kit's deadline, not a count of tries) for both; the asserts below say what is missing,
+    // once the daemon is stopped.
     let deadline = std::time::Instant::now() + accel_plugin::testing::WAIT;
     let mut metrics = http_get(addr, "GET", "/metrics");
-    while !metrics
-        .as_ref()
-        .is_ok_and(|m| m.contains("device_manager_gpu_memory_total_mib{"))
-        && std::time::Instant::now() < deadline
+    while !metrics.as_ref().is_ok_and(|m| {
+        m.contains("device_manager_gpu_memory_total_mib{")
+            && m.contains("device_manager_ledger_used_percent{")
+    }) && std::time::Instant::now() < deadline
     {
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
         metrics = http_get(addr, "GET", "/metrics");
@@ -422,8 +423,38 @@ async fn serve_answers_prometheus_metrics_on_its_listen_address() {
         "{body}"
     );
     assert_eq!(samples.all("device_manager_accelerator_healthy").len(), 8);
+    // Issue 47: the info series to join on, and the ledger's occupancy (no holding: no grant).
+    assert_eq!(
+        samples.get(
+            "device_manager_accelerator_info",
+            &[
+                ("manufacturer", "nvidia"),
+                ("index", "0"),
+                ("uuid", "GPU-63d1e50a-b952-d15c-0740-12bc14859142"),
+                ("product", "NVIDIA H100 80GB HBM3"),
+                ("group", "nvidia-h100-80gb-hbm3"),
+                ("bus_id", "00000000:18:00.0"),
+                ("numa_node", "0"),
+            ]
+        ),
+        Some(1.0),
+        "{body}"
+    );
+    assert_eq!(samples.all("device_manager_accelerator_info").len(), 8);
+    assert_eq!(samples.all("device_manager_ledger_used_percent").len(), 8);
+    assert!(samples.all("device_manager_ledger_holding").is_empty());
+    assert_eq!(
+        samples.get(
+            "device_manager_detection_failing",
+            &[("manufacturer", "nvidia")]
+        ),
+        Some(0.0)
+    );
     // The samples `monitor` prints, per GPU (issue 12, item 7).
-    let gpu0 = [("uuid", "GPU-63d1e50a-b952-d15c-0740-12bc14859142")];
+    let gpu0 = [
+        ("manufacturer", "nvidia"),
+        ("uuid", "GPU-63d1e50a-b952-d15c-0740-12bc14859142"),
+    ];
     assert_eq!(
         samples.get("device_manager_gpu_memory_total_mib", &gpu0),
         Some(81559.0),

@@ -19,7 +19,7 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
-use crate::inventory::{Accelerator, Grantable};
+use crate::inventory::{Accelerator, Grantable, PeerLink};
 use units::{SHARES_PER_ACCELERATOR, UNITS_PER_ACCELERATOR, UNITS_PER_SHARE};
 
 pub use crate::resources::Family;
@@ -198,11 +198,10 @@ impl Seat {
         }
     }
 
-    /// Whether the topology shows an NVLink (`NV<n>`) to `peer`.
-    pub fn nvlinked_to(&self, peer: u32) -> bool {
-        self.peers
-            .get(&peer)
-            .is_some_and(|link| link.starts_with("NV"))
+    /// The direct link its topology shows to `peer` (NVLink, XGMI, HCCS: [`PeerLink::of`]),
+    /// whichever the manufacturer; `None` for a PCIe path or no entry.
+    pub fn link_to(&self, peer: u32) -> Option<PeerLink> {
+        self.peers.get(&peer).and_then(|word| PeerLink::of(word))
     }
 }
 

@@ -4,7 +4,9 @@
 //! Slices and shares pack: the most-occupied accelerator that still fits comes first, ties broken
 //! by position, so identical requests against identical state place identically (seed 000,
 //! "Placement preference"). Beyond the seed, a multi-accelerator exclusive request prefers a set
-//! on one NUMA node and, where the topology shows it, NVLink-connected. It stays a preference:
+//! on one NUMA node and, where the topology shows them, joined by direct links — NVLink, XGMI,
+//! HCCS, whichever the manufacturer's detector recorded ([`PeerLink`]); a link either end
+//! records counts, as a trimmed or one-sided topology names it on one end only. It stays a preference:
 //! the allocation check is the guard. "Still fits" is [`Ledger::fits`], the function the
 //! allocation refuses with, fed the slice's own units on each accelerator ([`prefer_by`]) and its
 //! cores percentage, which the ledger weighs where compute is not over-committed (so a slice is
@@ -15,12 +17,13 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::{Family, Ledger, Occupancy};
+use crate::inventory::PeerLink;
 
 /// Above this many candidate sets the exclusive search turns greedy (a node with dozens of
 /// accelerators); below it every set is scored.
 const MAX_SETS_SCORED: u64 = 20_000;
 
-/// How good an exclusive set is; lower is better (NUMA nodes spanned, pairs without NVLink,
+/// How good an exclusive set is; lower is better (NUMA nodes spanned, pairs without a direct link,
 /// free accelerators left on the touched NUMA nodes, then the positions themselves).
 type SetScore = (usize, usize, usize, Vec<u32>);
 
@@ -125,7 +128,7 @@ fn fits(ledger: &Ledger, index: u32, family: Family, units: u64, cores: Option<u
 }
 
 /// The best `wanted` accelerators from `fitting` to join `must`: fewest NUMA nodes spanned, then
-/// fewest pairs without an NVLink, then the set that leaves the fewest free accelerators on the
+/// fewest pairs without a direct link ([`linked`]), then the set that leaves the fewest free accelerators on the
 /// NUMA nodes it touches (keeping other nodes whole), then the lowest positions.
 fn exclusive_set(ledger: &Ledger, must: &[u32], fitting: &[u32], wanted: usize) -> Vec<u32> {
     // Equivalent mutant (`&&`): a shortcut only. Without it, no wanted accelerator scores just
@@ -169,9 +172,9 @@ fn score(
     for (n, a) in whole.iter().enumerate() {
         // Equivalent mutant (`n * 1`): counting each accelerator against itself adds the same
         // number (the set's size) to every candidate set, and all are one size; only a seat
-        // NVLinked to itself, which no topology shows, could tell.
+        // linked to itself, which no topology shows, could tell.
         for b in &whole[n + 1..] {
-            if !ledger.seat(*a).is_some_and(|s| s.nvlinked_to(*b)) {
+            if linked(ledger, *a, *b).is_none() {
                 unlinked += 1;
             }
         }
@@ -182,6 +185,13 @@ fn score(
         .sum::<usize>()
         .saturating_sub(set.len());
     (numa.len(), unlinked, left, set.to_vec())
+}
+
+/// The direct link between `a` and `b` as either end records it: a topology may name a link on
+/// one end only (a KFD tree that lists one GPU's links), and the link joins both.
+pub fn linked(ledger: &Ledger, a: u32, b: u32) -> Option<PeerLink> {
+    let one_way = |from: u32, to: u32| ledger.seat(from).and_then(|s| s.link_to(to));
+    one_way(a, b).or_else(|| one_way(b, a))
 }
 
 fn numa_counts(ledger: &Ledger, fitting: &[u32]) -> BTreeMap<Option<u32>, usize> {
@@ -252,6 +262,90 @@ fn greedy(ledger: &Ledger, sorted: &[u32], wanted: usize) -> Vec<u32> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::inventory::Grantable;
+    use crate::ledger::{Policy, Seat};
+
+    /// Four whole accelerators on one NUMA node, `peers` recorded on the seat of the first of
+    /// each pair only (as a trimmed topology may).
+    fn one_numa_node(links: &[(u32, u32, &str)]) -> Ledger {
+        let mut seats: Vec<Seat> = (0..4)
+            .map(|index| Seat {
+                index,
+                uuid: Some(format!("ACC-{index}")),
+                numa_node: Some(0),
+                peers: BTreeMap::new(),
+                memory_mib: Some(65_536),
+                grantable: Grantable::Whole,
+                healthy: true,
+                slice_capacity: 0,
+                partitions: Vec::new(),
+            })
+            .collect();
+        for (a, b, word) in links {
+            seats[*a as usize].peers.insert(*b, (*word).to_string());
+        }
+        Ledger::new(seats, Policy::default())
+    }
+
+    fn pair(ledger: &Ledger, candidates: &[u32]) -> Vec<u32> {
+        prefer(
+            ledger,
+            &Request {
+                family: Family::Exclusive,
+                candidates,
+                must_include: &[],
+                size: 2,
+                slice_units: 0,
+                cores_percentage: None,
+            },
+        )
+    }
+
+    #[test]
+    fn a_pair_request_takes_the_directly_linked_pair_whichever_the_link() {
+        // Without links the positions decide: 0 and 1. Each vendor's link between 2 and 3 wins,
+        // recorded on 3 only, pointing back at 2, as AMD's trimmed KFD tree shows it.
+        assert_eq!(pair(&one_numa_node(&[]), &[0, 1, 2, 3]), vec![0, 1]);
+        for word in ["NV12", "XGMI", "HCCS"] {
+            let ledger = one_numa_node(&[(3, 2, word), (0, 1, "SYS")]);
+            assert_eq!(pair(&ledger, &[0, 1, 2, 3]), vec![2, 3], "{word}");
+            assert_eq!(linked(&ledger, 2, 3), PeerLink::of(word), "{word}");
+            assert_eq!(linked(&ledger, 0, 1), None, "SYS is a PCIe path");
+        }
+    }
+
+    #[test]
+    fn a_link_still_does_not_outweigh_the_numa_node() {
+        // 0-1 on NUMA 0 unlinked; 1-2 across NUMA nodes over XGMI: one node is kept first.
+        let mut ledger = one_numa_node(&[(1, 2, "XGMI")]);
+        let mut seats: Vec<Seat> = ledger.seats().cloned().collect();
+        seats[2].numa_node = Some(1);
+        seats[3].numa_node = Some(1);
+        ledger = Ledger::new(seats, Policy::default());
+        assert_eq!(pair(&ledger, &[0, 1, 2]), vec![0, 1]);
+    }
+
+    #[test]
+    fn topology_words_name_a_direct_link_or_none() {
+        for (word, link) in [
+            ("NV18", Some(PeerLink::NvLink)),
+            ("NV4", Some(PeerLink::NvLink)),
+            ("XGMI", Some(PeerLink::Xgmi)),
+            (" HCCS ", Some(PeerLink::Hccs)),
+            ("NV", None),
+            ("NVX", None),
+            ("NODE", None),
+            ("SYS", None),
+            ("PHB", None),
+            ("PXB", None),
+            ("PIX", None),
+            ("X", None),
+            ("", None),
+            ("hccs", None),
+        ] {
+            assert_eq!(PeerLink::of(word), link, "{word:?}");
+        }
+    }
 
     #[test]
     fn candidate_sets_are_counted_exactly_up_to_the_scoring_limit() {

@@ -1,21 +1,36 @@
 //! `device-manager monitor [--host-root DIR] [--manufacturer M] [-o table|json] [--watch]
-//! [--monitor-period 15s]`: each accelerator's live usage, one line per accelerator
-//! (utilization, memory used/total, temperature, power, compute processes), read with each
-//! manufacturer's sampler (the backend's `UsageSampler`: nvidia-smi's CSV query, seed 002 "Live
-//! samples"; amd-smi's `metric --json`). Without `--manufacturer`, every manufacturer whose
-//! tool is on the host is sampled; one whose tool is missing is skipped. With `--watch` it
-//! samples again every period until interrupted (or `--count` samples); a sample that fails is
-//! reported on stderr and the watch goes on. Samples never enter the inventory.
+//! [--monitor-period 15s] [--data-dir DIR] [--kubelet-dir DIR]`: each accelerator's live usage,
+//! one line per accelerator (utilization, memory used/total, temperature, power, compute
+//! processes), read with each manufacturer's sampler (the backend's `UsageSampler`: nvidia-smi's
+//! CSV query, seed 002 "Live samples"; amd-smi's `metric --json`). Without `--manufacturer`,
+//! every manufacturer whose tool is on the host is sampled; one whose tool is missing is
+//! skipped. With `--watch` it samples again every period until interrupted (or `--count`
+//! samples); a sample that fails is reported on stderr and the watch goes on. Samples never
+//! enter the inventory.
+//!
+//! Beside the usage, where the daemon's ledger can be read (the journal in the manufacturer's
+//! data directory, `--data-dir` or `serve`'s default), each accelerator's holders: family and
+//! `namespace/pod/container`, with a slice's budget or a partition's profile
+//! ([`crate::holdings`]). The journal is read, never written; the grants name accelerators by
+//! index, so the manufacturer is detected once to know each index's UUID, and the kubelet's
+//! pod-resources answer (`--kubelet-dir`) names each grant's Pod (without it, the Pod UID).
 
 use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, SystemTime};
 
-use accel_backend::usage::{SampleError, UsageSample, UsageSampler};
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use accel_backend::usage::{AcceleratorUsage, SampleError, UsageSample, UsageSampler};
+use accel_backend::{Deadlines, DetectRequest};
 use accel_core::Manufacturer;
+use accel_core::ledger::{Family, Grant, GrantKey};
+use accel_host::pci::PciClassPrefixes;
 
 use super::Format;
+use crate::holdings::{self, Card, Holder, Holding};
 use crate::node::Node;
 use crate::settings::Settings;
 
@@ -43,6 +58,14 @@ pub struct Args {
     /// Sample only this manufacturer's accelerators.
     #[arg(long, env = "MANUFACTURER")]
     pub manufacturer: Option<Manufacturer>,
+    /// The daemon's data directory, whose ledger journal says who holds each accelerator
+    /// (default: each manufacturer's directory as `serve` keeps it). One manufacturer's: it
+    /// needs --manufacturer.
+    #[arg(long, env = "DATA_DIR", requires = "manufacturer")]
+    pub data_dir: Option<PathBuf>,
+    /// The kubelet's directory: its pod-resources socket names the Pod of each holder.
+    #[arg(long, env = "KUBELET_DIR", default_value = "/var/lib/kubelet")]
+    pub kubelet_dir: PathBuf,
 }
 
 /// A period: whole seconds (`15`), or a number with `s`, `m` or `h` (`15s`, `2m`); at least 1 s.
@@ -75,13 +98,22 @@ pub fn run(args: Args, settings: &Settings) -> anyhow::Result<ExitCode> {
     let node = Node::open_with(&args.host_root, settings.tool_places())?;
     let deadline = Duration::from_secs(args.query_timeout);
     let samplers = samplers(args.manufacturer)?;
+    let mut ledgers = Ledgers {
+        explicit: args.data_dir.clone(),
+        root: settings.daemon_dir(),
+        pod_resources: args.kubelet_dir.join("pod-resources/kubelet.sock"),
+        cards: BTreeMap::new(),
+        said: Vec::new(),
+    };
     let mut taken = 0u64;
     loop {
         match sample_all(&samplers, node.commands.as_ref(), deadline) {
             Ok(samples) => {
                 let now = SystemTime::now();
+                let names = ledgers.kubelet_names();
                 for sample in &samples {
-                    print!("{}", render(sample, args.output, now));
+                    let held = ledgers.holdings(sample.manufacturer, &node, deadline, &names);
+                    print!("{}", render(sample, held.as_deref(), args.output, now));
                 }
             }
             Err(e) if !args.watch => {
@@ -157,26 +189,243 @@ pub fn sample_all(
     })
 }
 
-/// One sample as the chosen format prints it.
-pub fn render(sample: &UsageSample, format: Format, time: SystemTime) -> String {
+/// Where the daemons' ledgers are, and what reading them needs: each manufacturer's cards by
+/// index (detected once), and what was already said on stderr (once each).
+struct Ledgers {
+    /// `--data-dir`: the one manufacturer's directory.
+    explicit: Option<PathBuf>,
+    /// The daemons' root, under which each manufacturer's default directory is.
+    root: PathBuf,
+    pod_resources: PathBuf,
+    cards: BTreeMap<Manufacturer, BTreeMap<u32, Card>>,
+    said: Vec<String>,
+}
+
+/// How a grant's container is named: by the kubelet's answer, when it gave one.
+type Names = Option<Box<dyn Fn(&GrantKey, &Grant) -> Option<Holder>>>;
+
+impl Ledgers {
+    /// Says `line` on stderr, once per run.
+    fn say(&mut self, line: String) {
+        if !self.said.contains(&line) {
+            eprintln!("device-manager: monitor: {line}");
+            self.said.push(line);
+        }
+    }
+
+    /// The holdings in `manufacturer`'s ledger; `None` when it has no ledger to read (no
+    /// journal where its daemon keeps one, or one that does not read: said once).
+    fn holdings(
+        &mut self,
+        manufacturer: Manufacturer,
+        node: &Node,
+        deadline: Duration,
+        names: &Names,
+    ) -> Option<Vec<Holding>> {
+        let dir = match &self.explicit {
+            Some(dir) => dir.clone(),
+            None => crate::datadir::state_dir(&self.root, manufacturer),
+        };
+        let grants = match read_journal(&dir) {
+            Ok(Some(grants)) => grants,
+            Ok(None) if self.explicit.is_none() => return None,
+            Ok(None) => {
+                self.say(format!(
+                    "{}: no ledger journal; holders are not shown",
+                    dir.display()
+                ));
+                return None;
+            }
+            Err(why) => {
+                self.say(format!("{why}; holders are not shown"));
+                return None;
+            }
+        };
+        if !grants.is_empty() && !self.cards.contains_key(&manufacturer) {
+            let cards = detect_cards(node, manufacturer, deadline);
+            if cards.is_empty() {
+                self.say(format!(
+                    "{manufacturer}: detection named no accelerator, so the ledger's grants cannot be placed"
+                ));
+            }
+            self.cards.insert(manufacturer, cards);
+        }
+        if !grants.is_empty() && names.is_none() {
+            let socket = self.pod_resources.display().to_string();
+            self.say(format!(
+                "the kubelet's pod-resources ({socket}) did not answer: holders are named by Pod UID"
+            ));
+        }
+        let cards = self.cards.get(&manufacturer).cloned().unwrap_or_default();
+        let name = |key: &GrantKey, grant: &Grant| names.as_ref().and_then(|n| n(key, grant));
+        Some(holdings::holdings(manufacturer, &grants, &cards, name))
+    }
+
+    /// The kubelet's pod-resources answer as a way to name grants, or `None` when it did not
+    /// answer within a second.
+    fn kubelet_names(&self) -> Names {
+        let socket = self.pod_resources.clone();
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .ok()?;
+        let answer = runtime.block_on(async move {
+            let channel = accel_plugin::socket::connect(socket).await.ok()?;
+            let mut client = accel_plugin::api::podresources::pod_resources_lister_client::PodResourcesListerClient::new(channel);
+            let call = client.list(accel_plugin::api::podresources::ListPodResourcesRequest {});
+            match tokio::time::timeout(Duration::from_secs(1), call).await {
+                Ok(Ok(answer)) => Some(answer.into_inner()),
+                _ => None,
+            }
+        })?;
+        Some(Box::new(holdings::name_by_kubelet(&answer)))
+    }
+}
+
+/// The grants of the journal in `dir`: `Ok(None)` when there is none, `Err` (one line naming
+/// the file) when it cannot be read. Read only; a torn last line is what the daemon drops too.
+fn read_journal(dir: &Path) -> Result<Option<BTreeMap<GrantKey, Grant>>, String> {
+    let path = dir.join(accel_plugin::journal::FILE_NAME);
+    let bytes = match std::fs::read(&path) {
+        Ok(bytes) => bytes,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => {
+            return Err(format!(
+                "{}: cannot read the ledger journal: {e}",
+                path.display()
+            ));
+        }
+    };
+    accel_plugin::journal::replay_bytes(&bytes)
+        .map(|(grants, _)| Some(grants))
+        .map_err(|e| format!("{}: the ledger journal does not read ({e})", path.display()))
+}
+
+/// The manufacturer's accelerators by index, detected on the node (what the ledger's indexes
+/// are); none when its detector does not answer.
+fn detect_cards(
+    node: &Node,
+    manufacturer: Manufacturer,
+    deadline: Duration,
+) -> BTreeMap<u32, Card> {
+    let Ok(backend) = crate::backends::backend(manufacturer) else {
+        return BTreeMap::new();
+    };
+    let prefixes = PciClassPrefixes::default();
+    let request = DetectRequest {
+        host: node.host.as_ref(),
+        commands: node.commands.as_ref(),
+        deadlines: Deadlines {
+            per_query: deadline,
+            snapshot: deadline * 2,
+        },
+        state_dir: None,
+        pci_classes: &prefixes,
+        vendor_ids: &node.table.get(manufacturer).pci_vendor_ids,
+        pci_gate: false,
+    };
+    match backend.detector.detect(&request) {
+        Ok(Ok(section)) => holdings::cards_of_inventory(&section.accelerators),
+        _ => BTreeMap::new(),
+    }
+}
+
+/// The holdings on one sampled accelerator.
+fn held_on<'a>(row: &AcceleratorUsage, held: &'a [Holding]) -> Vec<&'a Holding> {
+    held.iter()
+        .filter(|h| h.uuid.as_deref() == Some(row.uuid.as_str()))
+        .collect()
+}
+
+/// One sample as the chosen format prints it; `held`: the ledger's holdings, when it was read.
+pub fn render(
+    sample: &UsageSample,
+    held: Option<&[Holding]>,
+    format: Format,
+    time: SystemTime,
+) -> String {
     match format {
         Format::Json => {
+            let gpus: Vec<serde_json::Value> = sample
+                .accelerators
+                .iter()
+                .map(|row| {
+                    let mut gpu = serde_json::to_value(row).unwrap_or_default();
+                    if let (Some(held), Some(object)) = (held, gpu.as_object_mut()) {
+                        let holders = held_on(row, held).into_iter().map(holder_json).collect();
+                        object.insert("holders".into(), serde_json::Value::Array(holders));
+                    }
+                    gpu
+                })
+                .collect();
             let value = serde_json::json!({
                 "time": crate::publish::rfc3339(time),
                 "manufacturer": sample.manufacturer,
                 "source": sample.source,
-                "gpus": sample.accelerators,
+                "gpus": gpus,
             });
             format!("{value}\n")
         }
-        Format::Table => table(sample),
+        Format::Table => table(sample, held),
     }
 }
 
-/// One line per accelerator, in the tool's order; a reading the tool did not give is `-`.
-pub fn table(sample: &UsageSample) -> String {
-    let header = ["UUID", "UTIL", "MEMORY", "TEMP", "POWER", "PROCS"];
-    let rows: Vec<[String; 6]> = sample
+/// One holding as `monitor -o json` lists it under its accelerator.
+fn holder_json(h: &Holding) -> serde_json::Value {
+    let holder = h.holder.as_ref();
+    serde_json::json!({
+        "namespace": holder.map(|n| n.namespace.clone()),
+        "pod": holder.map(|n| n.pod.clone()),
+        "container": holder.map(|n| n.container.clone()).or_else(|| h.container.clone()),
+        "podUid": (!h.pod_uid.is_empty()).then(|| h.pod_uid.clone()),
+        "family": h.family,
+        "resource": h.resource,
+        "memoryMiB": h.memory_mib,
+        "coresPercentage": h.cores_percentage,
+        "profile": h.profile,
+    })
+}
+
+/// The FAMILY and HOLDER cells of an accelerator: its holders' family, and each holder with a
+/// slice's budget or a partition's profile; `-` when nobody holds it.
+fn holder_cells(held: &[&Holding]) -> [String; 2] {
+    if held.is_empty() {
+        return ["-".into(), "-".into()];
+    }
+    let mut families: Vec<Family> = held.iter().map(|h| h.family).collect();
+    families.dedup();
+    let family: Vec<&str> = families.iter().map(|f| f.name()).collect();
+    let who: Vec<String> = held
+        .iter()
+        .map(|h| {
+            let budget: Vec<String> = [
+                h.profile.clone(),
+                h.memory_mib
+                    .filter(|_| h.profile.is_none())
+                    .map(|m| format!("{m} MiB")),
+                h.cores_percentage.map(|c| format!("{c} % cores")),
+            ]
+            .into_iter()
+            .flatten()
+            .collect();
+            if budget.is_empty() {
+                h.who()
+            } else {
+                format!("{} ({})", h.who(), budget.join(", "))
+            }
+        })
+        .collect();
+    [family.join(","), who.join("; ")]
+}
+
+/// One line per accelerator, in the tool's order; a reading the tool did not give is `-`. With
+/// the ledger read, each line ends with its holders' family and the holders.
+pub fn table(sample: &UsageSample, held: Option<&[Holding]>) -> String {
+    let mut header = vec!["UUID", "UTIL", "MEMORY", "TEMP", "POWER", "PROCS"];
+    if held.is_some() {
+        header.extend(["FAMILY", "HOLDER"]);
+    }
+    let rows: Vec<Vec<String>> = sample
         .accelerators
         .iter()
         .map(|r| {
@@ -190,7 +439,7 @@ pub fn table(sample: &UsageSample) -> String {
                 (Some(draw), None) => format!("{draw:.0} W"),
                 (None, Some(limit)) => format!("- / {limit:.0} W"),
             };
-            [
+            let mut cells = vec![
                 r.uuid.clone(),
                 r.utilization_percent
                     .map_or_else(|| "-".to_string(), |u| format!("{u:.0} %")),
@@ -200,10 +449,14 @@ pub fn table(sample: &UsageSample) -> String {
                 power,
                 r.compute_processes
                     .map_or_else(|| "-".to_string(), |p| p.to_string()),
-            ]
+            ];
+            if let Some(held) = held {
+                cells.extend(holder_cells(&held_on(r, held)));
+            }
+            cells
         })
         .collect();
-    let mut widths = header.map(str::len);
+    let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
     for row in &rows {
         for (w, cell) in widths.iter_mut().zip(row.iter()) {
             *w = (*w).max(cell.len());

@@ -30,7 +30,7 @@ use tokio::sync::watch;
 
 use crate::admin::server::AdminServer;
 use crate::daemon::loops::Loops;
-use crate::daemon::metrics::{DaemonMetrics, GpuUsageMetrics};
+use crate::daemon::metrics::{DaemonMetrics, GpuUsageMetrics, LedgerMetrics};
 use crate::daemon::{self, Daemon, DaemonOptions};
 use crate::datadir::{self, DataDirLock};
 use crate::network::Network;
@@ -459,10 +459,11 @@ pub fn run(args: Args, settings: &Settings) -> anyhow::Result<ExitCode> {
     let publish_metrics = PublishMetrics::register(&mut registry);
     let prepared = Prepared::open(&args, settings, daemon_metrics)?;
     let daemon = prepared.daemon.clone();
-    registry.register_collector(Box::new(daemon.health_metrics()));
+    registry.register_collector(Box::new(
+        daemon.accelerator_metrics(settings.grammar().group_naming()),
+    ));
     let (usage_tx, usage) = watch::channel(None);
     registry.register_collector(Box::new(GpuUsageMetrics { usage }));
-    let registry = Arc::new(registry);
     // Bound before the plugins register, so a `refresh` sent as soon as the kubelet sees us
     // waits in the backlog (a second daemon on this data directory already stopped at the
     // directory's lock, in `Prepared::open`).
@@ -481,6 +482,15 @@ pub fn run(args: Args, settings: &Settings) -> anyhow::Result<ExitCode> {
         }
         None => Arc::new(MemoryPods::unsynced()),
     };
+    registry.register_collector(Box::new(LedgerMetrics {
+        manufacturer: args.manufacturer,
+        plugins: {
+            let daemon = daemon.clone();
+            Arc::new(move || daemon.plugin_handle())
+        },
+        pods: pods.clone(),
+    }));
+    let registry = Arc::new(registry);
     runtime.block_on(async move {
         let (metrics_stop, metrics_stopped) = watch::channel(false);
         let metrics_server = match args.metrics_listen {

@@ -259,24 +259,26 @@ async fn amd_faults_and_health_are_in_the_metrics() {
     let mut options = options(&data_dir(&data));
     options.metrics = DaemonMetrics::register(&mut registry);
     let mut rig = start(host.path(), options).await;
-    registry.register_collector(Box::new(rig.daemon.health_metrics()));
+    registry.register_collector(Box::new(rig.daemon.accelerator_metrics(Default::default())));
     rig.line(PAGE_FAULT_GPU1);
     rig.line(PAGE_FAULT_GPU1);
     rig.line(RAS_GPU0);
     rig.wait_health(GPU0, "Unhealthy", SETTLE).await;
     let samples = scrape(&registry);
-    let labels = |condition: &str, class: &str| {
+    // Each fault carries the board at its bus address, the uuid the info series joins on.
+    let labels = |condition: &str, class: &str, uuid: &str| {
         BTreeMap::from([
             ("class".to_string(), class.to_string()),
             ("condition".to_string(), condition.to_string()),
             ("manufacturer".to_string(), "amd".to_string()),
+            ("uuid".to_string(), uuid.to_string()),
         ])
     };
     assert_eq!(
         samples.all("device_manager_accelerator_faults_total"),
         vec![
-            (labels("AmdPageFault", "application"), 2.0),
-            (labels("AmdRasUncorrectable", "hardware"), 1.0),
+            (labels("AmdPageFault", "application", GPU1), 2.0),
+            (labels("AmdRasUncorrectable", "hardware", GPU0), 1.0),
         ]
     );
     assert!(
@@ -286,7 +288,7 @@ async fn amd_faults_and_health_are_in_the_metrics() {
     let health = |index: &str, uuid: &str| {
         samples.get(
             "device_manager_accelerator_healthy",
-            &[("index", index), ("uuid", uuid)],
+            &[("manufacturer", "amd"), ("index", index), ("uuid", uuid)],
         )
     };
     assert_eq!(samples.all("device_manager_accelerator_healthy").len(), 8);
@@ -312,7 +314,7 @@ async fn amd_usage_is_in_the_gauges() {
     let (_usage, usage) = tokio::sync::watch::channel(Some(sample));
     registry.register_collector(Box::new(super::metrics::GpuUsageMetrics { usage }));
     let samples = scrape(&registry);
-    let gauge = |name: &str| samples.get(name, &[("uuid", GPU0)]);
+    let gauge = |name: &str| samples.get(name, &[("manufacturer", "amd"), ("uuid", GPU0)]);
     assert_eq!(gauge("device_manager_gpu_utilization_percent"), Some(0.0));
     assert_eq!(gauge("device_manager_gpu_memory_total_mib"), Some(46064.0));
     assert_eq!(gauge("device_manager_gpu_memory_used_mib"), Some(1758.0));

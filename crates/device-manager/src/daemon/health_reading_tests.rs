@@ -204,7 +204,7 @@ async fn a_sick_reading_takes_the_accelerator_out_until_it_clears_and_stands_for
         let mut options = super::test_support::options(m, &data);
         options.metrics = DaemonMetrics::register(&mut registry);
         let rig = start(case, host.path(), options).await;
-        registry.register_collector(Box::new(rig.daemon.health_metrics()));
+        registry.register_collector(Box::new(rig.daemon.accelerator_metrics(Default::default())));
         let whole = case.whole();
         assert_eq!(rig.count(whole, "Healthy"), case.cards, "{m}");
 
@@ -253,7 +253,11 @@ async fn a_sick_reading_takes_the_accelerator_out_until_it_clears_and_stands_for
         assert_eq!(
             samples.get(
                 "device_manager_accelerator_healthy",
-                &[("index", index.as_str()), ("uuid", case.sick_uuid)]
+                &[
+                    ("manufacturer", m.name()),
+                    ("index", index.as_str()),
+                    ("uuid", case.sick_uuid)
+                ]
             ),
             Some(0.0),
             "{m}"

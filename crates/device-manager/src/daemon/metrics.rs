@@ -1,12 +1,18 @@
 //! The node daemon's Prometheus metrics: kernel-log faults of every manufacturer by
-//! manufacturer, condition and class (`accelerator_faults`; NVIDIA's also as XIDs by code and
-//! class, counted where the daemon takes each kernel-log event), detection passes by outcome and their duration, and each
-//! accelerator's health as the inventory last published it (read at scrape time from
-//! [`Daemon::published`](super::Daemon::published), so it cannot drift from what is published),
-//! and each GPU's live usage as last sampled ([`GpuUsageMetrics`], the samples `monitor` prints).
+//! manufacturer, accelerator, condition and class (`accelerator_faults`; NVIDIA's also as XIDs
+//! by code and class, counted where the daemon takes each kernel-log event), detection passes by
+//! outcome and their duration; read at scrape time from what the daemon holds, so they cannot
+//! drift from it: each accelerator's info series and health as the inventory last published it
+//! and the detection's own state ([`AcceleratorSeries`], from
+//! [`Daemon::published`](super::Daemon::published)), each accelerator's live usage as last
+//! sampled ([`GpuUsageMetrics`], the samples `monitor` prints), and who holds what in the
+//! plugins' ledger ([`LedgerMetrics`]: one series per holding, each accelerator's occupancy).
 //!
-//! This module owns the metric handles and their names; what a pass or a fault means stays in
-//! `daemon` and the backends.
+//! Every per-accelerator series carries `manufacturer` and `uuid`, the keys of the info series
+//! (`accelerator_info`: index, product, group, bus id, NUMA node), so a query reaches the model
+//! through one join (the kube-state-metrics pattern). This module owns the metric handles and
+//! their names; what a pass or a fault means stays in `daemon` and the backends, who holds what
+//! in the ledger.
 
 use std::fmt::Write as _;
 use std::time::Duration;
@@ -15,7 +21,8 @@ use accel_backend::health::{FaultClass, KernelFault};
 use accel_backend::usage::{AcceleratorUsage, UsageSample};
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{
-    DescriptorEncoder, EncodeLabelSet, EncodeLabelValue, EncodeMetric, LabelValueEncoder,
+    DescriptorEncoder, EncodeGaugeValue, EncodeLabelSet, EncodeLabelValue, EncodeMetric,
+    LabelValueEncoder,
 };
 use prometheus_client::metrics::MetricType;
 use prometheus_client::metrics::counter::Counter;
@@ -25,7 +32,14 @@ use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 use tokio::sync::watch;
 
+use accel_core::Manufacturer;
+use accel_core::inventory::Accelerator;
+use accel_core::labels::{GroupNaming, group_key};
+use accel_plugin::PluginHandle;
+use accel_plugin::pods::PodSource;
+
 use super::Published;
+use crate::holdings::{self, Holding};
 
 /// Upper bounds of the detection-duration buckets, in seconds: a pass over procfs alone takes
 /// milliseconds, nvidia-smi's `-q -x` on a loaded 8-GPU node a few seconds, and each query is
@@ -99,6 +113,9 @@ struct XidLabels {
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 struct FaultLabels {
     manufacturer: String,
+    /// The accelerator at the fault's bus address; empty when the line names none the
+    /// inventory knows.
+    uuid: String,
     condition: String,
     class: Class,
 }
@@ -110,8 +127,25 @@ struct PassLabels {
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 struct AcceleratorLabels {
+    manufacturer: String,
     index: u32,
     uuid: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct InfoLabels {
+    manufacturer: String,
+    index: u32,
+    uuid: String,
+    product: String,
+    group: String,
+    bus_id: String,
+    numa_node: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct ManufacturerLabels {
+    manufacturer: String,
 }
 
 /// The daemon's metrics. [`DaemonMetrics::register`] puts them in the registry `serve` serves;
@@ -151,7 +185,7 @@ impl DaemonMetrics {
         );
         registry.register(
             "accelerator_faults",
-            "Accelerator faults read from the kernel log, every manufacturer's, by manufacturer, condition (Xid79, FallenOffBus, AmdRasUncorrectable, AmdAcaDeferred, AmdGpuReset, AmdRingTimeout, AmdPageFault …) and class (application: a condition only, the workload's fault; hardware: takes the accelerator out of service)",
+            "Accelerator faults read from the kernel log, every manufacturer's, by manufacturer, accelerator (uuid; empty when the line names no accelerator the inventory knows), condition (Xid79, FallenOffBus, AmdRasUncorrectable, AmdAcaDeferred, AmdGpuReset, AmdRingTimeout, AmdPageFault …) and class (application: a condition only, the workload's fault; hardware: takes the accelerator out of service)",
             metrics.faults.clone(),
         );
         registry.register(
@@ -167,12 +201,14 @@ impl DaemonMetrics {
         metrics
     }
 
-    /// Counts one kernel-log fault: by manufacturer and condition, and, where its classifier
-    /// counts faults by code (NVIDIA's XIDs), also by code.
-    pub fn fault(&self, fault: &KernelFault, by_code: bool) {
+    /// Counts one kernel-log fault: by manufacturer, accelerator (`uuid`, the one at the
+    /// fault's bus address, if known) and condition, and, where its classifier counts faults by
+    /// code (NVIDIA's XIDs), also by code.
+    pub fn fault(&self, fault: &KernelFault, uuid: Option<&str>, by_code: bool) {
         self.faults
             .get_or_create(&FaultLabels {
                 manufacturer: fault.manufacturer.name().to_string(),
+                uuid: uuid.unwrap_or_default().to_string(),
                 condition: fault.condition.clone(),
                 class: Class(fault.class),
             })
@@ -201,44 +237,97 @@ impl DaemonMetrics {
     }
 }
 
-/// Each accelerator's health as last published, read at every scrape: 1 healthy, 0 not.
+/// Each accelerator as last published, read at every scrape: its info series (1, with what it
+/// is), its health (1 healthy, 0 not), and the detection's state (whether the last pass failed,
+/// and when the last one that measured ran).
 #[derive(Debug)]
-pub struct AcceleratorHealth {
+pub struct AcceleratorSeries {
     pub published: watch::Receiver<Option<Published>>,
+    /// How group ids are formed on this deployment (the `group` label is the `Devices` group).
+    pub naming: GroupNaming,
 }
 
-impl Collector for AcceleratorHealth {
+impl Collector for AcceleratorSeries {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
-        let mut family = encoder.encode_descriptor(
-            "accelerator_healthy",
-            "Whether the accelerator passes the health rule as last published (1) or not (0), by index and UUID",
-            None,
-            MetricType::Gauge,
-        )?;
         let published = self.published.borrow();
-        let accelerators = published
+        let accelerators: Vec<(Manufacturer, &Accelerator)> = published
             .iter()
             .flat_map(|p| p.inventory.manufacturers.iter())
-            .flat_map(|s| s.accelerators.iter());
-        for accelerator in accelerators {
-            let labels = AcceleratorLabels {
-                index: accelerator.index,
-                uuid: accelerator.uuid.clone().unwrap_or_default(),
-            };
-            ConstGauge::new(i64::from(accelerator.healthy))
-                .encode(family.encode_family(&labels)?)?;
-        }
-        Ok(())
+            .flat_map(|s| s.accelerators.iter().map(move |a| (s.name, a)))
+            .collect();
+        gauges(
+            &mut encoder,
+            (
+                "accelerator_info",
+                "Each accelerator the daemon detected (always 1), with what it is: manufacturer, index, uuid, product, group (the Devices group id), bus_id, numa_node; join on manufacturer and uuid",
+            ),
+            accelerators.iter().map(|(m, a)| {
+                let product = a.product.as_deref().unwrap_or_default();
+                let labels = InfoLabels {
+                    manufacturer: m.name().to_string(),
+                    index: a.index,
+                    uuid: a.uuid.clone().unwrap_or_default(),
+                    product: product.to_string(),
+                    group: group_key(*m, product, a.memory_mib, self.naming),
+                    bus_id: a.bus_id.map(|b| b.to_string()).unwrap_or_default(),
+                    numa_node: a.numa_node.map(|n| n.to_string()).unwrap_or_default(),
+                };
+                (labels, Some(1_i64))
+            }),
+        )?;
+        gauges(
+            &mut encoder,
+            (
+                "accelerator_healthy",
+                "Whether the accelerator passes the health rule as last published (1) or not (0), by manufacturer, index and uuid",
+            ),
+            accelerators.iter().map(|(m, a)| {
+                let labels = AcceleratorLabels {
+                    manufacturer: m.name().to_string(),
+                    index: a.index,
+                    uuid: a.uuid.clone().unwrap_or_default(),
+                };
+                (labels, Some(i64::from(a.healthy)))
+            }),
+        )?;
+        let of = |p: &Published| ManufacturerLabels {
+            manufacturer: p.manufacturer.name().to_string(),
+        };
+        gauges(
+            &mut encoder,
+            (
+                "detection_failing",
+                "Whether the daemon's last detection pass could not measure (1; the last inventory is kept) or measured (0), by manufacturer",
+            ),
+            published
+                .iter()
+                .map(|p| (of(p), Some(i64::from(p.failure.is_some())))),
+        )?;
+        gauges(
+            &mut encoder,
+            (
+                "detection_last_success_timestamp_seconds",
+                "When the last detection pass that measured finished, in seconds since the Unix epoch, by manufacturer",
+            ),
+            published.iter().map(|p| {
+                let at = p
+                    .detected_at
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0.0, |d| d.as_secs_f64());
+                (of(p), Some(at))
+            }),
+        )
     }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 struct GpuLabels {
+    manufacturer: String,
     uuid: String,
 }
 
 /// Each accelerator's live usage as last sampled (the backend's `UsageSampler`, every monitor
-/// period), read at every scrape. A reading the driver did not give has no series; a GPU the
+/// period), read at every scrape, by manufacturer and uuid. A reading the driver did not give has no series; a GPU the
 /// last sample did not list has none either.
 #[derive(Debug)]
 pub struct GpuUsageMetrics {
@@ -249,6 +338,10 @@ impl Collector for GpuUsageMetrics {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
         let usage = self.usage.borrow();
         let gpus = usage.as_ref().map_or(&[][..], |s| &s.accelerators[..]);
+        let manufacturer = usage
+            .as_ref()
+            .map(|s| s.manufacturer.name().to_string())
+            .unwrap_or_default();
         type Reading = fn(&AcceleratorUsage) -> Option<f64>;
         let series: [(
             &str,
@@ -299,6 +392,7 @@ impl Collector for GpuUsageMetrics {
             for gpu in gpus {
                 if let Some(value) = reading(gpu) {
                     let labels = GpuLabels {
+                        manufacturer: manufacturer.clone(),
                         uuid: gpu.uuid.clone(),
                     };
                     ConstGauge::new(value).encode(family.encode_family(&labels)?)?;
@@ -306,6 +400,181 @@ impl Collector for GpuUsageMetrics {
             }
         }
         Ok(())
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, EncodeLabelSet)]
+struct HoldingLabels {
+    manufacturer: String,
+    index: u32,
+    uuid: String,
+    namespace: String,
+    pod: String,
+    pod_uid: String,
+    container: String,
+    family: String,
+    /// A partition's profile; empty (no label) for the other families.
+    profile: String,
+}
+
+impl HoldingLabels {
+    fn of(h: &Holding) -> HoldingLabels {
+        let holder = h.holder.as_ref();
+        HoldingLabels {
+            manufacturer: h.manufacturer.name().to_string(),
+            index: h.index,
+            uuid: h.uuid.clone().unwrap_or_default(),
+            namespace: holder.map(|n| n.namespace.clone()).unwrap_or_default(),
+            pod: holder.map(|n| n.pod.clone()).unwrap_or_default(),
+            pod_uid: h.pod_uid.clone(),
+            container: holder
+                .map(|n| n.container.clone())
+                .or_else(|| h.container.clone())
+                .unwrap_or_default(),
+            family: h.family.name().to_string(),
+            profile: h.profile.clone().unwrap_or_default(),
+        }
+    }
+}
+
+/// The holdings sharing one label set: how many (more than one only for grants not named yet,
+/// several shares of one card), and their slices' budgets summed.
+#[derive(Debug, Default)]
+struct Held {
+    grants: i64,
+    memory_mib: Option<u64>,
+    cores_percentage: Option<u32>,
+}
+
+/// Who holds what in the plugins' ledger, read at every scrape: one series per holding (a grant
+/// on one accelerator, named by its Pod through the daemon's Pod watch), present while the grant
+/// lives and gone with it, with the slice's budget beside it; and each accelerator's occupancy.
+/// Nothing before the plugins serve. The series are bounded by the node's grants: at most one
+/// per token the kubelet can hand out.
+pub struct LedgerMetrics {
+    pub manufacturer: Manufacturer,
+    /// The running plugins, once they serve.
+    pub plugins: std::sync::Arc<dyn Fn() -> Option<PluginHandle> + Send + Sync>,
+    /// The node's Pods, which name each grant's Pod UID.
+    pub pods: std::sync::Arc<dyn PodSource>,
+}
+
+impl std::fmt::Debug for LedgerMetrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LedgerMetrics")
+            .field("manufacturer", &self.manufacturer)
+            .finish_non_exhaustive()
+    }
+}
+
+/// One gauge family of `rows`, each row's value read by `value` (no series where it gives none).
+fn gauges<L: EncodeLabelSet, V: EncodeGaugeValue + Copy>(
+    encoder: &mut DescriptorEncoder,
+    (name, help): (&str, &str),
+    rows: impl Iterator<Item = (L, Option<V>)>,
+) -> Result<(), std::fmt::Error>
+where
+    ConstGauge<V>: EncodeMetric,
+{
+    let mut family = encoder.encode_descriptor(name, help, None, MetricType::Gauge)?;
+    for (labels, value) in rows {
+        if let Some(value) = value {
+            ConstGauge::new(value).encode(family.encode_family(&labels)?)?;
+        }
+    }
+    Ok(())
+}
+
+impl Collector for LedgerMetrics {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let Some(plugins) = (self.plugins)() else {
+            return Ok(());
+        };
+        // The Pods first: the ledger lock is held only to read the ledger.
+        let pods = self.pods.snapshot().unwrap_or_default();
+        let name = holdings::name_by_uid(pods.iter().map(|p| &**p));
+        let (rows, occupied) = plugins.with_ledger(|ledger| {
+            let cards = holdings::cards_of_seats(ledger.seats());
+            let rows = holdings::holdings(self.manufacturer, ledger.grants(), &cards, &name);
+            (rows, holdings::occupancy(self.manufacturer, ledger))
+        });
+        let mut held: std::collections::BTreeMap<HoldingLabels, Held> = Default::default();
+        for row in &rows {
+            let entry = held.entry(HoldingLabels::of(row)).or_default();
+            entry.grants += 1;
+            if let Some(mib) = row.memory_mib {
+                entry.memory_mib = Some(entry.memory_mib.unwrap_or(0) + mib);
+            }
+            if let Some(cores) = row.cores_percentage {
+                entry.cores_percentage = Some(entry.cores_percentage.unwrap_or(0) + cores);
+            }
+        }
+        gauges(
+            &mut encoder,
+            (
+                "ledger_holding",
+                "One series per grant on an accelerator while the grant lives (the value counts grants not yet named that share the labels): manufacturer, index, uuid, namespace, pod, pod_uid, container, family, profile (partitions)",
+            ),
+            held.iter().map(|(l, h)| (l.clone(), Some(h.grants))),
+        )?;
+        gauges(
+            &mut encoder,
+            (
+                "ledger_holding_memory_mib",
+                "The memory budget of a slice, or the VRAM of a partition's profile, held on the accelerator, in MiB (sliced and partitioned holdings)",
+            ),
+            held.iter()
+                .map(|(l, h)| (l.clone(), h.memory_mib.map(|m| m as f64))),
+        )?;
+        gauges(
+            &mut encoder,
+            (
+                "ledger_holding_cores_percent",
+                "The compute cap of a slice held on the accelerator, in percent (sliced holdings)",
+            ),
+            held.iter()
+                .map(|(l, h)| (l.clone(), h.cores_percentage.map(i64::from))),
+        )?;
+        let by_card = |o: &holdings::Occupied| AcceleratorLabels {
+            manufacturer: o.manufacturer.name().to_string(),
+            index: o.index,
+            uuid: o.uuid.clone().unwrap_or_default(),
+        };
+        gauges(
+            &mut encoder,
+            (
+                "ledger_used_percent",
+                "The ledger's charge on the accelerator, in percent of it (a share is 10, a slice its memory budget, an exclusive or partitioned grant what it takes)",
+            ),
+            occupied.iter().map(|o| (by_card(o), Some(o.used_percent))),
+        )?;
+        gauges(
+            &mut encoder,
+            (
+                "ledger_shares_taken",
+                "Ownership shares taken on the accelerator (of 10)",
+            ),
+            occupied
+                .iter()
+                .map(|o| (by_card(o), Some(i64::from(o.shares)))),
+        )?;
+        gauges(
+            &mut encoder,
+            (
+                "ledger_slices_taken",
+                "Logical slices taken on the accelerator",
+            ),
+            occupied
+                .iter()
+                .map(|o| (by_card(o), Some(i64::from(o.slices)))),
+        )?;
+        gauges(
+            &mut encoder,
+            ("ledger_holders", "Grants that charge the accelerator"),
+            occupied
+                .iter()
+                .map(|o| (by_card(o), Some(i64::from(o.holders)))),
+        )
     }
 }
 

@@ -48,6 +48,7 @@ use accel_backend::usage::{SampleError, UsageSample, UsageSampler};
 use accel_core::Manufacturer;
 use accel_core::devices::AcceleratorFault;
 use accel_core::inventory::{Inventory, ManufacturerInventory};
+use accel_core::labels::GroupNaming;
 use accel_core::ledger::units::slices_per_accelerator;
 use accel_core::ledger::{Ledger, Seat};
 use accel_host::pci::{self, PciClassPrefixes, PciSetFingerprint};
@@ -58,7 +59,7 @@ use tokio::sync::watch;
 
 use crate::admin::{AdminHandler, Refreshed};
 use crate::node::Node;
-use metrics::{AcceleratorHealth, DaemonMetrics, PassOutcome};
+use metrics::{AcceleratorSeries, DaemonMetrics, PassOutcome};
 
 #[cfg(test)]
 mod amd_tests;
@@ -68,6 +69,8 @@ mod failing_tool_tests;
 mod health_reading_tests;
 pub mod loops;
 pub mod metrics;
+#[cfg(test)]
+mod metrics_tests;
 #[cfg(test)]
 pub(crate) mod test_support;
 #[cfg(test)]
@@ -298,10 +301,12 @@ impl Daemon {
         )
     }
 
-    /// The accelerator-health gauge, read from what is published at each scrape.
-    pub fn health_metrics(&self) -> AcceleratorHealth {
-        AcceleratorHealth {
+    /// The accelerators' info, health and detection series, read from what is published at each
+    /// scrape; `naming` forms the `group` label as the `Devices` object's group ids.
+    pub fn accelerator_metrics(&self, naming: GroupNaming) -> AcceleratorSeries {
+        AcceleratorSeries {
             published: self.published(),
+            naming,
         }
     }
 
@@ -454,6 +459,11 @@ impl Daemon {
             .collect()
     }
 
+    /// The running plugins, once they serve.
+    pub fn plugin_handle(&self) -> Option<PluginHandle> {
+        self.plugins.get().cloned()
+    }
+
     /// Connects the running plugins: from now on seat and health changes reach
     /// ListAndWatch. The current seats and health are pushed at once.
     pub fn attach(&self, plugins: PluginHandle) {
@@ -493,7 +503,17 @@ impl Daemon {
             } = &mut *guard;
             let outcome = faults.on_entry(entry, inventory, now);
             if let Some(event) = &outcome.event {
-                self.options.metrics.fault(event, faults.counted_by_code());
+                let uuid = event.bus_id.and_then(|bus| {
+                    inventory
+                        .manufacturers
+                        .iter()
+                        .flat_map(|s| s.accelerators.iter())
+                        .find(|a| a.bus_id == Some(bus))
+                        .and_then(|a| a.uuid.as_deref())
+                });
+                self.options
+                    .metrics
+                    .fault(event, uuid, faults.counted_by_code());
             }
             if outcome.changed.is_some() {
                 faults.apply(inventory);

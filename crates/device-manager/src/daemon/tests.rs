@@ -1273,7 +1273,7 @@ async fn metered(host: &Path, data: &Path) -> (Rig, prometheus_client::registry:
     let mut options = options(data);
     options.metrics = DaemonMetrics::register(&mut registry);
     let rig = Rig::start_with(host, options).await;
-    registry.register_collector(Box::new(rig.daemon.health_metrics()));
+    registry.register_collector(Box::new(rig.daemon.accelerator_metrics(Default::default())));
     (rig, registry)
 }
 
@@ -1312,7 +1312,7 @@ async fn detection_passes_are_counted_by_outcome_and_timed() {
     assert_eq!(
         samples.get(
             "device_manager_accelerator_healthy",
-            &[("index", "1"), ("uuid", GPU1)]
+            &[("manufacturer", "nvidia"), ("index", "1"), ("uuid", GPU1)]
         ),
         Some(1.0)
     );
@@ -1375,7 +1375,7 @@ async fn xids_are_counted_by_code_and_class_and_health_follows() {
     let health = |index: &str, uuid: &str| {
         samples.get(
             "device_manager_accelerator_healthy",
-            &[("index", index), ("uuid", uuid)],
+            &[("manufacturer", "nvidia"), ("index", index), ("uuid", uuid)],
         )
     };
     assert_eq!(health("1", GPU1), Some(0.0), "a hardware XID");

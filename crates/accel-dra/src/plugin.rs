@@ -1,0 +1,188 @@
+//! The `DRAPlugin` service (DRA kubelet plugin API v1): prepare resolves each claim to its
+//! devices and what the container is given for them ([`ClaimResolver`]), writes the claim's CDI
+//! spec and answers its CDI device ids; unprepare removes the spec. A claim that fails is
+//! answered with its own error, never with a gRPC failure, which would make the kubelet discard
+//! the answers of every other claim in the call.
+//!
+//! This module decides no allocation: which accelerators a claim holds is the resolver's answer
+//! (the scheduler's allocation, read from the API server, in the next step of issue 46).
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::sync::Arc;
+
+use accel_backend::respond::{Injection, ResponderError};
+use tonic::{Request, Response, Status};
+
+use crate::api::dra;
+use crate::cdi::{CdiError, CdiSpecs};
+
+/// A ResourceClaim as the kubelet names it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClaimRef {
+    pub namespace: String,
+    pub name: String,
+    pub uid: String,
+}
+
+/// One device of a claim's allocation, as the allocation result names it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AllocatedDevice {
+    /// The claim's requests the device serves; empty: all of them.
+    pub request_names: Vec<String>,
+    pub pool_name: String,
+    pub device_name: String,
+}
+
+/// What a claim resolves to on this node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResolvedClaim {
+    /// The claim's devices of this driver.
+    pub devices: Vec<AllocatedDevice>,
+    /// What the claim's containers are given, for all its devices together: the responder's
+    /// answer for the same accelerators as one device-plugin grant (a visibility variable
+    /// names every accelerator at once, so the answer is per claim, not per device).
+    pub injection: Injection,
+}
+
+/// Why a claim could not be resolved.
+#[derive(Debug, thiserror::Error)]
+pub enum ResolveError {
+    /// The claim holds no device of this driver on this node (not allocated, allocated
+    /// elsewhere, or already gone).
+    #[error("claim {namespace}/{name} ({uid}) has no device of this driver on this node")]
+    NotAllocated {
+        namespace: String,
+        name: String,
+        uid: String,
+    },
+    /// The manufacturer's responder refused to answer for the claim's accelerators.
+    #[error("the responder refused the claim")]
+    Responder(#[from] ResponderError),
+}
+
+/// Resolves a claim to the project's accelerators and the injection for them. The kubelet-side
+/// service only asks; the answer (the claim's allocation from the API server, the ledger, the
+/// responder) is the implementation's.
+pub trait ClaimResolver: Send + Sync + 'static {
+    /// The claim's devices and injection, or why there are none.
+    fn resolve(
+        &self,
+        claim: &ClaimRef,
+    ) -> impl Future<Output = Result<ResolvedClaim, ResolveError>> + Send;
+}
+
+/// Why one claim was not prepared or unprepared: the text of its per-claim error.
+#[derive(Debug, thiserror::Error)]
+enum ClaimError {
+    #[error(transparent)]
+    Resolve(#[from] ResolveError),
+    #[error(transparent)]
+    Cdi(#[from] CdiError),
+}
+
+/// The `DRAPlugin` service over a resolver and one manufacturer's CDI specs.
+#[derive(Debug)]
+pub struct DraService<R> {
+    resolver: Arc<R>,
+    specs: CdiSpecs,
+}
+
+impl<R: ClaimResolver> DraService<R> {
+    pub fn new(resolver: Arc<R>, specs: CdiSpecs) -> DraService<R> {
+        DraService { resolver, specs }
+    }
+
+    async fn prepare(&self, claim: &ClaimRef) -> Result<Vec<dra::Device>, ClaimError> {
+        // A uid that cannot name the spec is refused before anything is resolved.
+        self.specs.spec_path(&claim.uid)?;
+        let resolved = self.resolver.resolve(claim).await?;
+        let ids = self.specs.write(&claim.uid, &resolved.injection)?;
+        Ok(resolved
+            .devices
+            .into_iter()
+            .map(|d| dra::Device {
+                request_names: d.request_names,
+                pool_name: d.pool_name,
+                device_name: d.device_name,
+                cdi_device_ids: ids.clone(),
+            })
+            .collect())
+    }
+}
+
+fn claim_ref(claim: dra::Claim) -> ClaimRef {
+    ClaimRef {
+        namespace: claim.namespace,
+        name: claim.name,
+        uid: claim.uid,
+    }
+}
+
+/// The per-claim error text: the error and each of its causes, the one place a claim's failure
+/// becomes the kubelet's words.
+fn error_text(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut cause = error.source();
+    while let Some(c) = cause {
+        text.push_str(": ");
+        text.push_str(&c.to_string());
+        cause = c.source();
+    }
+    text
+}
+
+#[tonic::async_trait]
+impl<R: ClaimResolver> dra::dra_plugin_server::DraPlugin for DraService<R> {
+    async fn node_prepare_resources(
+        &self,
+        request: Request<dra::NodePrepareResourcesRequest>,
+    ) -> Result<Response<dra::NodePrepareResourcesResponse>, Status> {
+        let mut claims = BTreeMap::new();
+        for claim in request.into_inner().claims.into_iter().map(claim_ref) {
+            let answer = match self.prepare(&claim).await {
+                Ok(devices) => {
+                    tracing::info!(claim = %claim.uid, namespace = %claim.namespace, name = %claim.name, devices = devices.len(), "prepared claim");
+                    dra::NodePrepareResourceResponse {
+                        devices,
+                        error: String::new(),
+                    }
+                }
+                Err(e) => {
+                    let error = error_text(&e);
+                    tracing::warn!(claim = %claim.uid, namespace = %claim.namespace, name = %claim.name, %error, "claim not prepared");
+                    dra::NodePrepareResourceResponse {
+                        devices: Vec::new(),
+                        error,
+                    }
+                }
+            };
+            claims.insert(claim.uid, answer);
+        }
+        Ok(Response::new(dra::NodePrepareResourcesResponse { claims }))
+    }
+
+    async fn node_unprepare_resources(
+        &self,
+        request: Request<dra::NodeUnprepareResourcesRequest>,
+    ) -> Result<Response<dra::NodeUnprepareResourcesResponse>, Status> {
+        let mut claims = BTreeMap::new();
+        for claim in request.into_inner().claims.into_iter().map(claim_ref) {
+            let error = match self.specs.remove(&claim.uid) {
+                Ok(()) => {
+                    tracing::info!(claim = %claim.uid, namespace = %claim.namespace, name = %claim.name, "unprepared claim");
+                    String::new()
+                }
+                Err(e) => {
+                    let error = error_text(&e);
+                    tracing::warn!(claim = %claim.uid, %error, "claim not unprepared");
+                    error
+                }
+            };
+            claims.insert(claim.uid, dra::NodeUnprepareResourceResponse { error });
+        }
+        Ok(Response::new(dra::NodeUnprepareResourcesResponse {
+            claims,
+        }))
+    }
+}

@@ -1,0 +1,356 @@
+//! The DRA driver driven over its real unix sockets as the kubelet drives it: the plugin
+//! watcher's GetInfo and NotifyRegistrationStatus on the registration socket, then
+//! NodePrepareResources / NodeUnprepareResources on the endpoint GetInfo named. Claims resolve
+//! from memory (the API server's allocation is the next step of issue 46).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use accel_backend::respond::{DeviceNode, Injection, Mount};
+use accel_core::manufacturer::Manufacturer;
+use accel_dra::api::dra::{self, dra_plugin_client::DraPluginClient};
+use accel_dra::api::registration::{self as reg, registration_client::RegistrationClient};
+use accel_dra::cdi::CdiSpecs;
+use accel_dra::plugin::{
+    AllocatedDevice, ClaimRef, ClaimResolver, DraService, ResolveError, ResolvedClaim,
+};
+use accel_dra::{DriverName, RegistrationOutcome, ServedDriver};
+use tokio::sync::watch;
+
+const DRIVER: &str = "nvidia.gpustack.ai";
+const HELD: &str = "3b0c7f52-4d1e-4a8b-9c61-0e2f5a7d9b13";
+const UNKNOWN: &str = "9e4d1c2b-7a6f-4e3d-8b21-5c0a9f8e7d65";
+
+/// Claims by uid; any other claim is not allocated here.
+struct MemoryResolver(BTreeMap<String, ResolvedClaim>);
+
+impl ClaimResolver for MemoryResolver {
+    async fn resolve(&self, claim: &ClaimRef) -> Result<ResolvedClaim, ResolveError> {
+        self.0
+            .get(&claim.uid)
+            .cloned()
+            .ok_or_else(|| ResolveError::NotAllocated {
+                namespace: claim.namespace.clone(),
+                name: claim.name.clone(),
+                uid: claim.uid.clone(),
+            })
+    }
+}
+
+fn two_gpus() -> ResolvedClaim {
+    let device = |name: &str, request: &str| AllocatedDevice {
+        request_names: vec![request.to_string()],
+        pool_name: "node-a".to_string(),
+        device_name: name.to_string(),
+    };
+    ResolvedClaim {
+        devices: vec![device("gpu-0", "train"), device("gpu-1", "train")],
+        injection: Injection {
+            envs: BTreeMap::from([(
+                "NVIDIA_VISIBLE_DEVICES".to_string(),
+                "GPU-0a,GPU-1b".to_string(),
+            )]),
+            mounts: vec![Mount {
+                container_path: "/etc/ld.so.preload".into(),
+                host_path: "/var/lib/gpustack/preload/ld.so.preload".into(),
+                read_only: true,
+            }],
+            devices: vec![DeviceNode {
+                container_path: "/dev/nvidia0".into(),
+                host_path: "/dev/nvidia0".into(),
+                permissions: "rw".into(),
+            }],
+            ..Injection::default()
+        },
+    }
+}
+
+fn claim(uid: &str) -> dra::Claim {
+    dra::Claim {
+        namespace: "ml".to_string(),
+        uid: uid.to_string(),
+        name: format!("claim-{}", &uid[..uid.len().min(4)]),
+    }
+}
+
+/// Fails the test with what it was waiting for instead of hanging.
+async fn within<T>(what: &str, future: impl std::future::Future<Output = T>) -> T {
+    tokio::time::timeout(Duration::from_secs(20), future)
+        .await
+        .unwrap_or_else(|_| panic!("deadlocked waiting for {what}"))
+}
+
+struct Rig {
+    kubelet_dir: PathBuf,
+    cdi_dir: PathBuf,
+    stop: watch::Sender<bool>,
+    served: ServedDriver,
+    _temp: tempfile::TempDir,
+}
+
+fn start() -> Rig {
+    let temp = tempfile::tempdir().unwrap();
+    let kubelet_dir = temp.path().join("var/lib/kubelet");
+    let cdi_dir = temp.path().join("var/run/cdi");
+    let resolver = MemoryResolver(BTreeMap::from([(HELD.to_string(), two_gpus())]));
+    let service = DraService::new(
+        Arc::new(resolver),
+        CdiSpecs::new(&cdi_dir, Manufacturer::Nvidia),
+    );
+    let (stop, stopped) = watch::channel(false);
+    let served = accel_dra::serve(
+        &kubelet_dir,
+        DriverName::parse(DRIVER).unwrap(),
+        service,
+        stopped,
+    )
+    .unwrap();
+    Rig {
+        kubelet_dir,
+        cdi_dir,
+        stop,
+        served,
+        _temp: temp,
+    }
+}
+
+/// The registration socket where the kubelet's plugin watcher looks for it.
+fn registration_socket(kubelet_dir: &Path) -> PathBuf {
+    kubelet_dir.join(format!("plugins_registry/{DRIVER}-reg.sock"))
+}
+
+#[tokio::test]
+async fn the_kubelet_registers_the_driver_prepares_and_unprepares_claims() {
+    let mut rig = start();
+    let channel = within(
+        "the registration socket",
+        accel_dra::socket::connect(registration_socket(&rig.kubelet_dir)),
+    )
+    .await
+    .unwrap();
+    let mut registration = RegistrationClient::new(channel);
+    let info = within("GetInfo", registration.get_info(reg::InfoRequest {}))
+        .await
+        .unwrap()
+        .into_inner();
+    let endpoint = rig.kubelet_dir.join(format!("plugins/{DRIVER}/dra.sock"));
+    assert_eq!(
+        info,
+        reg::PluginInfo {
+            r#type: "DRAPlugin".to_string(),
+            name: DRIVER.to_string(),
+            endpoint: endpoint.display().to_string(),
+            supported_versions: vec!["v1.DRAPlugin".to_string()],
+        }
+    );
+    assert_eq!(
+        *rig.served.registration.borrow(),
+        RegistrationOutcome::Pending
+    );
+    within(
+        "NotifyRegistrationStatus",
+        registration.notify_registration_status(reg::RegistrationStatus {
+            plugin_registered: true,
+            error: String::new(),
+        }),
+    )
+    .await
+    .unwrap();
+    within(
+        "the registration outcome",
+        rig.served
+            .registration
+            .wait_for(|o| *o == RegistrationOutcome::Registered),
+    )
+    .await
+    .unwrap();
+
+    // The kubelet dials the endpoint GetInfo named.
+    let channel = within(
+        "the DRA socket",
+        accel_dra::socket::connect(PathBuf::from(&info.endpoint)),
+    )
+    .await
+    .unwrap();
+    let mut plugin = DraPluginClient::new(channel);
+    let prepared = within(
+        "NodePrepareResources",
+        plugin.node_prepare_resources(dra::NodePrepareResourcesRequest {
+            claims: vec![claim(HELD), claim(UNKNOWN), claim("../escape")],
+        }),
+    )
+    .await
+    .expect("per-claim failures are not a gRPC failure")
+    .into_inner()
+    .claims;
+    assert_eq!(
+        prepared.keys().collect::<Vec<_>>(),
+        ["../escape", HELD, UNKNOWN],
+        "every claim of the request is answered"
+    );
+
+    let held = &prepared[HELD];
+    assert_eq!(held.error, "");
+    let id = format!("gpustack.ai/nvidia={HELD}");
+    let device = |name: &str| dra::Device {
+        request_names: vec!["train".to_string()],
+        pool_name: "node-a".to_string(),
+        device_name: name.to_string(),
+        cdi_device_ids: vec![id.clone()],
+    };
+    assert_eq!(held.devices, [device("gpu-0"), device("gpu-1")]);
+    let spec_path = rig.cdi_dir.join(format!("gpustack-nvidia-{HELD}.json"));
+    let spec: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&spec_path).unwrap()).unwrap();
+    assert_eq!(spec["kind"], "gpustack.ai/nvidia");
+    assert_eq!(spec["devices"][0]["name"], HELD);
+    assert_eq!(
+        spec["devices"][0]["containerEdits"]["env"],
+        serde_json::json!(["NVIDIA_VISIBLE_DEVICES=GPU-0a,GPU-1b"])
+    );
+
+    let unknown = &prepared[UNKNOWN];
+    assert!(unknown.devices.is_empty());
+    assert_eq!(
+        unknown.error,
+        format!("claim ml/claim-9e4d ({UNKNOWN}) has no device of this driver on this node")
+    );
+    let escape = &prepared["../escape"];
+    assert!(escape.devices.is_empty());
+    assert!(
+        escape
+            .error
+            .starts_with("claim uid \"../escape\" is not a CDI device name"),
+        "{}",
+        escape.error
+    );
+    let specs: Vec<_> = std::fs::read_dir(&rig.cdi_dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(
+        specs,
+        [spec_path.file_name().unwrap()],
+        "one spec, the held claim's"
+    );
+
+    let unprepared = within(
+        "NodeUnprepareResources",
+        plugin.node_unprepare_resources(dra::NodeUnprepareResourcesRequest {
+            claims: vec![claim(HELD), claim("a/b")],
+        }),
+    )
+    .await
+    .unwrap()
+    .into_inner()
+    .claims;
+    assert_eq!(unprepared[HELD].error, "");
+    assert!(!spec_path.exists(), "unprepare removes the claim's spec");
+    assert!(
+        unprepared["a/b"]
+            .error
+            .starts_with("claim uid \"a/b\" is not a CDI device name"),
+        "{}",
+        unprepared["a/b"].error
+    );
+
+    rig.stop.send_replace(true);
+    within("the servers' shutdown", &mut rig.served.task)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        !registration_socket(&rig.kubelet_dir).exists(),
+        "the kubelet learns the driver is gone from its socket's removal"
+    );
+}
+
+#[tokio::test]
+async fn a_refusal_by_the_kubelet_is_reported_and_a_stale_socket_is_replaced() {
+    let rig = start();
+    rig.stop.send_replace(true);
+    let mut served = rig.served;
+    within("the first servers' shutdown", &mut served.task)
+        .await
+        .unwrap()
+        .unwrap();
+    // A socket left behind by a run that died is replaced, not an error.
+    let stale =
+        std::os::unix::net::UnixListener::bind(registration_socket(&rig.kubelet_dir)).unwrap();
+    drop(stale);
+
+    let resolver = MemoryResolver(BTreeMap::new());
+    let service = DraService::new(
+        Arc::new(resolver),
+        CdiSpecs::new(&rig.cdi_dir, Manufacturer::Nvidia),
+    );
+    let (_stop, stopped) = watch::channel(false);
+    let mut served = accel_dra::serve(
+        &rig.kubelet_dir,
+        DriverName::parse(DRIVER).unwrap(),
+        service,
+        stopped,
+    )
+    .unwrap();
+    let channel = within(
+        "the registration socket",
+        accel_dra::socket::connect(registration_socket(&rig.kubelet_dir)),
+    )
+    .await
+    .unwrap();
+    within(
+        "NotifyRegistrationStatus",
+        RegistrationClient::new(channel).notify_registration_status(reg::RegistrationStatus {
+            plugin_registered: false,
+            error: "driver name already registered".to_string(),
+        }),
+    )
+    .await
+    .unwrap();
+    let outcome = within(
+        "the registration outcome",
+        served
+            .registration
+            .wait_for(|o| *o != RegistrationOutcome::Pending),
+    )
+    .await
+    .unwrap()
+    .clone();
+    assert_eq!(
+        outcome,
+        RegistrationOutcome::Refused("driver name already registered".to_string())
+    );
+}
+
+#[tokio::test]
+async fn a_spec_that_cannot_be_written_fails_its_claim_alone() {
+    use accel_dra::api::dra::dra_plugin_server::DraPlugin;
+    let temp = tempfile::tempdir().unwrap();
+    // The CDI directory's place is taken by a file.
+    let cdi_dir = temp.path().join("cdi");
+    std::fs::write(&cdi_dir, "").unwrap();
+    let resolver = MemoryResolver(BTreeMap::from([(HELD.to_string(), two_gpus())]));
+    let service = DraService::new(
+        Arc::new(resolver),
+        CdiSpecs::new(&cdi_dir, Manufacturer::Nvidia),
+    );
+    let answer = service
+        .node_prepare_resources(tonic::Request::new(dra::NodePrepareResourcesRequest {
+            claims: vec![claim(HELD)],
+        }))
+        .await
+        .expect("a claim's failure is not a gRPC failure")
+        .into_inner();
+    let held = &answer.claims[HELD];
+    assert!(held.devices.is_empty());
+    assert!(
+        held.error.starts_with(&format!(
+            "cannot create the CDI directory {}: ",
+            cdi_dir.display()
+        )),
+        "{}",
+        held.error
+    );
+}
