@@ -57,7 +57,7 @@ case "$M" in
   ascend) HOSTREC=ascend-8x-910b2; TOOL=npu-smi=/usr/local/Ascend/driver/tools/npu-smi; BASE=huawei.com/npu
     VENDOR=19e5; COUNT=8; CLASS=ascend ;;
   cambricon) HOSTREC=cambricon-8x-mlu370-cnmon-v5; TOOL=cnmon=/usr/bin/cnmon; BASE=cambricon.com/mlu; VENDOR=cabc
-    COUNT=8; SLICE="not run: Cambricon slices are not offered (docs/manufacturers/cambricon.md)" ;;
+    COUNT=8; SLICE="not run: a Cambricon slice is an sMLU instance cnmon makes and the driver lists in /proc/driver/cambricon, which a stand-in replaying by argv has no driver behind (scripts/rig-cambricon-smlu.sh runs it on the stateful recorded host)" ;;
   hygon) HOSTREC=hygon-4x-k100ai; TOOL=hy-smi=/opt/hyhal/bin/hy-smi; BASE=hygon.com/dcu; VENDOR=1d94; COUNT=4
     EXCL=1; SHARE=2 ;;
   iluvatar) HOSTREC=iluvatar-16x-bi-v150; TOOL=ixsmi=/usr/local/corex/bin/ixsmi; BASE=iluvatar.com/gpu; VENDOR=1e3e

@@ -3,15 +3,19 @@
 //! prepared claim built from the backend's manufacturer-neutral `Injection`.
 //!
 //! What a claim holds is behind [`plugin::ClaimResolver`]: this crate asks it and writes what it
-//! answers. Resolving a claim from its ResourceClaim's allocation status through the API server,
-//! charging the ledger, creating partitions at prepare time and publishing ResourceSlices are
-//! not built yet (docs/ARCHITECTURE.md, "DRA"); the tests resolve claims from memory.
+//! answers; [`claims::ApiClaimResolver`] reads it from the ResourceClaim's allocation status.
+//! The node's accelerators become one ResourceSlice per manufacturer ([`slices`], pure), which
+//! [`publish`] writes through the API server. Charging the ledger, creating partitions at
+//! prepare time and the daemon's wiring are not built yet (docs/ARCHITECTURE.md, "DRA").
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 pub mod api;
 pub mod cdi;
+pub mod claims;
 pub mod plugin;
+pub mod publish;
 pub mod registration;
+pub mod slices;
 pub mod socket;
 
 use std::path::Path;

@@ -5,7 +5,7 @@
 //! the answers of every other claim in the call.
 //!
 //! This module decides no allocation: which accelerators a claim holds is the resolver's answer
-//! (the scheduler's allocation, read from the API server, in the next step of issue 46).
+//! (the scheduler's allocation, read from the API server by [`crate::claims`]).
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -55,6 +55,45 @@ pub enum ResolveError {
         namespace: String,
         name: String,
         uid: String,
+    },
+    /// The ResourceClaim could not be read from the API server.
+    #[error("cannot read ResourceClaim {namespace}/{name}")]
+    Read {
+        namespace: String,
+        name: String,
+        /// Boxed: the client's error is large and this enum travels in every claim's answer.
+        #[source]
+        source: Box<kube::Error>,
+    },
+    /// The ResourceClaim of that name is another claim than the kubelet's (deleted and made
+    /// again since the kubelet read it).
+    #[error(
+        "ResourceClaim {namespace}/{name} has uid {found}, not the {expected} the kubelet asked to prepare"
+    )]
+    UidMismatch {
+        namespace: String,
+        name: String,
+        expected: String,
+        found: String,
+    },
+    /// The claim's devices were allocated by other drivers only.
+    #[error("claim {namespace}/{name} is allocated to {drivers}, none of it to {driver}")]
+    OtherDriver {
+        namespace: String,
+        name: String,
+        driver: String,
+        drivers: String,
+    },
+    /// The claim holds a device of this driver that this node does not publish.
+    #[error(
+        "claim {namespace}/{name} holds device {pool}/{device} of this driver, which node {node} does not publish"
+    )]
+    UnknownDevice {
+        namespace: String,
+        name: String,
+        node: String,
+        pool: String,
+        device: String,
     },
     /// The manufacturer's responder refused to answer for the claim's accelerators.
     #[error("the responder refused the claim")]

@@ -2302,6 +2302,65 @@ fn the_chart_creates_the_runtime_classes_whose_runtimes_do_the_injecting() {
     assert!(classes(&none).is_empty());
 }
 
+/// The DRA API the DeviceClasses are written in (Kubernetes 1.34+).
+const DRA_API: &str = "resource.k8s.io/v1";
+
+/// The DeviceClasses of a rendering, by name.
+fn device_classes(docs: &[Value]) -> BTreeMap<String, &Value> {
+    of_kind(docs, "DeviceClass")
+        .into_iter()
+        .map(|c| {
+            (
+                c["metadata"]["name"].as_str().expect("a name").to_string(),
+                c,
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn device_classes_only_when_asked_and_served() {
+    let Some(helm) = helm() else { return };
+    let with_api = |sets: &[&str]| {
+        try_render_with(&helm, &[], &[DRA_API], sets)
+            .unwrap_or_else(|e| panic!("helm template {sets:?} failed: {e}"))
+    };
+    assert!(device_classes(&with_api(&[])).is_empty(), "off by default");
+    assert!(
+        device_classes(&render(&helm, &["dra.enabled=true"])).is_empty(),
+        "rendered where the cluster does not serve {DRA_API}"
+    );
+    let docs = with_api(&["dra.enabled=true"]);
+    let classes = device_classes(&docs);
+    for m in Manufacturer::ALL {
+        // The class and its selector name the driver the daemon publishes under.
+        let driver = accel_dra::slices::driver_for(m).expect("a driver name");
+        let class = classes
+            .get(driver.as_str())
+            .unwrap_or_else(|| panic!("no DeviceClass {driver}"));
+        assert_eq!(class["apiVersion"], DRA_API);
+        assert_eq!(
+            class["metadata"]["labels"]["device.gpustack.ai/manufacturer"],
+            m.name()
+        );
+        let domain = accel_dra::slices::ATTRIBUTE_DOMAIN;
+        assert_eq!(
+            class["spec"],
+            json!({"selectors": [{"cel": {"expression": format!(
+                "device.driver == \"{driver}\" && device.attributes[\"{domain}\"].healthy"
+            )}}]})
+        );
+    }
+    assert_eq!(classes.len(), Manufacturer::ALL.len());
+    let without_ascend = with_api(&[
+        "dra.enabled=true",
+        "global.manufacturers.ascend.enabled=false",
+    ]);
+    let names: BTreeSet<String> = device_classes(&without_ascend).into_keys().collect();
+    assert!(!names.contains("ascend.gpustack.ai"), "{names:?}");
+    assert_eq!(names.len(), Manufacturer::ALL.len() - 1);
+}
+
 /// The Prometheus Operator's API, which the PodMonitors and the PrometheusRule need.
 const MONITORING_API: &str = "monitoring.coreos.com/v1";
 

@@ -1,0 +1,237 @@
+//! The [`ClaimResolver`] that reads a claim's allocation from the API server: the
+//! `resource.k8s.io/v1` ResourceClaim the kubelet names (namespace, name, and the uid it must
+//! still have), its `status.allocation.devices.results` of this driver, each result's device
+//! name mapped back to the accelerator index it was published for ([`crate::slices`]), and the
+//! injection for those accelerators from a [`ClaimInjector`].
+//!
+//! This module decides no allocation (the scheduler's is read, never changed) and writes
+//! nothing to the API server; what a claim's containers are given is the injector's answer.
+
+use std::borrow::Cow;
+use std::collections::BTreeSet;
+use std::sync::RwLock;
+
+use accel_backend::respond::{Injection, ResponderError};
+use accel_core::manufacturer::Manufacturer;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::api::Api;
+use serde::{Deserialize, Serialize};
+
+use crate::plugin::{AllocatedDevice, ClaimRef, ClaimResolver, ResolveError, ResolvedClaim};
+use crate::publish::{RESOURCE_GROUP, RESOURCE_VERSION};
+use crate::registration::DriverName;
+use crate::slices::{self, ResourceSliceSpec};
+
+/// A ResourceClaim, the fields this module reads.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ResourceClaim {
+    pub metadata: ObjectMeta,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<ClaimStatus>,
+}
+
+/// `status` of a ResourceClaim.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ClaimStatus {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allocation: Option<Allocation>,
+}
+
+/// `status.allocation`: what the scheduler allocated.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Allocation {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub devices: Option<DeviceAllocation>,
+}
+
+/// `status.allocation.devices`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DeviceAllocation {
+    #[serde(default)]
+    pub results: Vec<DeviceResult>,
+}
+
+/// One allocated device: which request it serves and which driver, pool and device it is.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DeviceResult {
+    pub request: String,
+    pub driver: String,
+    pub pool: String,
+    pub device: String,
+}
+
+impl kube::Resource for ResourceClaim {
+    type DynamicType = ();
+    type Scope = k8s_openapi::NamespaceResourceScope;
+
+    fn kind(_: &()) -> Cow<'_, str> {
+        "ResourceClaim".into()
+    }
+    fn group(_: &()) -> Cow<'_, str> {
+        RESOURCE_GROUP.into()
+    }
+    fn version(_: &()) -> Cow<'_, str> {
+        RESOURCE_VERSION.into()
+    }
+    fn plural(_: &()) -> Cow<'_, str> {
+        "resourceclaims".into()
+    }
+    fn meta(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+    fn meta_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.metadata
+    }
+}
+
+/// What a claim's containers are given for its accelerators: the manufacturer's responder,
+/// asked as for one grant of these accelerators.
+pub trait ClaimInjector: Send + Sync + 'static {
+    /// The injection for `indexes` (ascending, without repeats) held by `claim`.
+    fn inject(&self, claim: &ClaimRef, indexes: &[u32]) -> Result<Injection, ResponderError>;
+}
+
+/// Resolves claims of one driver on one node from the API server.
+pub struct ApiClaimResolver<I> {
+    client: kube::Client,
+    driver: DriverName,
+    manufacturer: Manufacturer,
+    node: String,
+    /// The accelerator indexes this node publishes as devices now.
+    published: RwLock<BTreeSet<u32>>,
+    injector: I,
+}
+
+impl<I> std::fmt::Debug for ApiClaimResolver<I> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ApiClaimResolver")
+            .field("driver", &self.driver)
+            .field("node", &self.node)
+            .finish()
+    }
+}
+
+impl<I: ClaimInjector> ApiClaimResolver<I> {
+    /// A resolver for `manufacturer`'s claims under `driver` on `node`, which knows no device
+    /// until [`ApiClaimResolver::set_published`] is told the node's slice.
+    pub fn new(
+        client: kube::Client,
+        driver: DriverName,
+        manufacturer: Manufacturer,
+        node: &str,
+        injector: I,
+    ) -> ApiClaimResolver<I> {
+        ApiClaimResolver {
+            client,
+            driver,
+            manufacturer,
+            node: node.to_string(),
+            published: RwLock::new(BTreeSet::new()),
+            injector,
+        }
+    }
+
+    /// Takes the devices of the slice this node published: a claim holding any other device
+    /// (one gone since the scheduler allocated it) is refused.
+    pub fn set_published(&self, spec: &ResourceSliceSpec) {
+        let indexes = spec
+            .devices
+            .iter()
+            .filter_map(|d| slices::index_of(self.manufacturer, &d.name))
+            .collect();
+        // A poisoned lock still holds a whole set (it is only ever replaced).
+        *self.published.write().unwrap_or_else(|e| e.into_inner()) = indexes;
+    }
+
+    fn published(&self) -> BTreeSet<u32> {
+        self.published
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// The claim's results of this driver as accelerator indexes, or why there are none.
+    fn our_devices(
+        &self,
+        claim: &ClaimRef,
+        results: &[DeviceResult],
+    ) -> Result<(Vec<AllocatedDevice>, Vec<u32>), ResolveError> {
+        let ours: Vec<&DeviceResult> = results
+            .iter()
+            .filter(|r| r.driver == self.driver.as_str())
+            .collect();
+        if ours.is_empty() {
+            if results.is_empty() {
+                return Err(ResolveError::NotAllocated {
+                    namespace: claim.namespace.clone(),
+                    name: claim.name.clone(),
+                    uid: claim.uid.clone(),
+                });
+            }
+            let drivers: BTreeSet<&str> = results.iter().map(|r| r.driver.as_str()).collect();
+            return Err(ResolveError::OtherDriver {
+                namespace: claim.namespace.clone(),
+                name: claim.name.clone(),
+                driver: self.driver.to_string(),
+                drivers: drivers.into_iter().collect::<Vec<_>>().join(", "),
+            });
+        }
+        let published = self.published();
+        let mut indexes = BTreeSet::new();
+        let mut devices = Vec::new();
+        for result in ours {
+            let index = slices::index_of(self.manufacturer, &result.device)
+                .filter(|i| result.pool == self.node && published.contains(i))
+                .ok_or_else(|| ResolveError::UnknownDevice {
+                    namespace: claim.namespace.clone(),
+                    name: claim.name.clone(),
+                    node: self.node.clone(),
+                    pool: result.pool.clone(),
+                    device: result.device.clone(),
+                })?;
+            indexes.insert(index);
+            devices.push(AllocatedDevice {
+                request_names: vec![result.request.clone()],
+                pool_name: result.pool.clone(),
+                device_name: result.device.clone(),
+            });
+        }
+        Ok((devices, indexes.into_iter().collect()))
+    }
+}
+
+impl<I: ClaimInjector> ClaimResolver for ApiClaimResolver<I> {
+    async fn resolve(&self, claim: &ClaimRef) -> Result<ResolvedClaim, ResolveError> {
+        let claims: Api<ResourceClaim> = Api::namespaced(self.client.clone(), &claim.namespace);
+        let object = claims
+            .get(&claim.name)
+            .await
+            .map_err(|source| ResolveError::Read {
+                namespace: claim.namespace.clone(),
+                name: claim.name.clone(),
+                source: Box::new(source),
+            })?;
+        let found = object.metadata.uid.unwrap_or_default();
+        if found != claim.uid {
+            return Err(ResolveError::UidMismatch {
+                namespace: claim.namespace.clone(),
+                name: claim.name.clone(),
+                expected: claim.uid.clone(),
+                found,
+            });
+        }
+        let results = object
+            .status
+            .and_then(|s| s.allocation)
+            .and_then(|a| a.devices)
+            .map(|d| d.results)
+            .unwrap_or_default();
+        let (devices, indexes) = self.our_devices(claim, &results)?;
+        let injection = self.injector.inject(claim, &indexes)?;
+        Ok(ResolvedClaim { devices, injection })
+    }
+}

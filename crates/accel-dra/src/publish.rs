@@ -1,0 +1,239 @@
+//! Publishing a node's devices: one `resource.k8s.io/v1` ResourceSlice per node and
+//! manufacturer, written through the API server. The slice is created with the Node as its
+//! owner (so it goes when the Node goes), replaced with the pool generation bumped when its
+//! devices change, and left alone when nothing changed.
+//!
+//! This module writes what [`crate::slices`] computes and decides nothing about which
+//! accelerators are devices. It takes a measured section, never a failed pass: a detection that
+//! could not measure is not a manufacturer with no accelerators, so the caller keeps the slice
+//! as it is by not calling [`SlicePublisher::publish`].
+
+use std::borrow::Cow;
+
+use accel_core::inventory::ManufacturerInventory;
+use accel_core::labels::GroupNaming;
+use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use kube::api::{Api, PostParams};
+use serde::{Deserialize, Serialize};
+
+use crate::registration::DriverName;
+use crate::slices::{self, ResourceSliceSpec, SliceError};
+
+/// The API group of the DRA objects (`resource.k8s.io/v1`, Kubernetes 1.34+).
+pub const RESOURCE_GROUP: &str = "resource.k8s.io";
+/// The version of the DRA objects read and written.
+pub const RESOURCE_VERSION: &str = "v1";
+
+/// A ResourceSlice as this project writes and reads it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ResourceSlice {
+    /// `resource.k8s.io/v1`, sent with every write as the API server expects.
+    #[serde(default = "slice_api_version")]
+    pub api_version: String,
+    #[serde(default = "slice_kind")]
+    pub kind: String,
+    pub metadata: ObjectMeta,
+    pub spec: ResourceSliceSpec,
+}
+
+fn slice_api_version() -> String {
+    format!("{RESOURCE_GROUP}/{RESOURCE_VERSION}")
+}
+
+fn slice_kind() -> String {
+    "ResourceSlice".into()
+}
+
+impl kube::Resource for ResourceSlice {
+    type DynamicType = ();
+    type Scope = k8s_openapi::ClusterResourceScope;
+
+    fn kind(_: &()) -> Cow<'_, str> {
+        "ResourceSlice".into()
+    }
+    fn group(_: &()) -> Cow<'_, str> {
+        RESOURCE_GROUP.into()
+    }
+    fn version(_: &()) -> Cow<'_, str> {
+        RESOURCE_VERSION.into()
+    }
+    fn plural(_: &()) -> Cow<'_, str> {
+        "resourceslices".into()
+    }
+    fn meta(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+    fn meta_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.metadata
+    }
+}
+
+/// What a publish did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Published {
+    /// The slice did not exist and was created at this generation.
+    Created { generation: i64 },
+    /// The devices changed; the slice was replaced at this (bumped) generation.
+    Updated { generation: i64 },
+    /// The slice already held these devices; nothing was written.
+    Unchanged { generation: i64 },
+}
+
+/// Why a slice was not published.
+#[derive(Debug, thiserror::Error)]
+pub enum PublishError {
+    /// The section cannot be a slice (the reason names what and where).
+    #[error(transparent)]
+    Slice(#[from] SliceError),
+    /// The slice's name, `<node>-<driver>`, is longer than an object name may be.
+    #[error(
+        "ResourceSlice name {name:?} is longer than 253 characters (node name and driver together)"
+    )]
+    Name { name: String },
+    /// The current slice could not be read.
+    #[error("cannot read ResourceSlice {name}")]
+    Read {
+        name: String,
+        #[source]
+        source: kube::Error,
+    },
+    /// The Node that will own the slice could not be read.
+    #[error("cannot read Node {node}, the owner of its ResourceSlices")]
+    Node {
+        node: String,
+        #[source]
+        source: kube::Error,
+    },
+    /// The Node the API server answered has no uid to own the slice by.
+    #[error("Node {node} has no uid; its ResourceSlice cannot name it as owner")]
+    NodeUid { node: String },
+    /// The slice could not be created or replaced.
+    #[error("cannot write ResourceSlice {name}")]
+    Write {
+        name: String,
+        #[source]
+        source: kube::Error,
+    },
+}
+
+/// Publishes one node's slices.
+#[derive(Clone)]
+pub struct SlicePublisher {
+    slices: Api<ResourceSlice>,
+    nodes: Api<Node>,
+    node: String,
+    naming: GroupNaming,
+}
+
+impl std::fmt::Debug for SlicePublisher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SlicePublisher")
+            .field("node", &self.node)
+            .field("naming", &self.naming)
+            .finish()
+    }
+}
+
+/// The slice of `driver` on `node`: one name per node and driver, so the publisher finds its
+/// own slice with one read instead of a list.
+pub fn slice_name(node: &str, driver: &DriverName) -> String {
+    format!("{node}-{driver}")
+}
+
+/// The longest object name (a DNS subdomain).
+const OBJECT_NAME_MAX: usize = 253;
+
+impl SlicePublisher {
+    pub fn new(client: kube::Client, node: &str, naming: GroupNaming) -> SlicePublisher {
+        SlicePublisher {
+            slices: Api::all(client.clone()),
+            nodes: Api::all(client),
+            node: node.to_string(),
+            naming,
+        }
+    }
+
+    /// Makes `driver`'s slice on this node hold `section`'s devices.
+    pub async fn publish(
+        &self,
+        driver: &DriverName,
+        section: &ManufacturerInventory,
+    ) -> Result<Published, PublishError> {
+        let name = slice_name(&self.node, driver);
+        if name.len() > OBJECT_NAME_MAX {
+            return Err(PublishError::Name { name });
+        }
+        let current = self
+            .slices
+            .get_opt(&name)
+            .await
+            .map_err(|source| PublishError::Read {
+                name: name.clone(),
+                source,
+            })?;
+        let Some(mut current) = current else {
+            let spec = slices::slice_spec(driver, &self.node, section, self.naming, 1)?;
+            return self.create(name, spec).await;
+        };
+        let generation = current.spec.pool.generation;
+        let mut spec = slices::slice_spec(driver, &self.node, section, self.naming, generation)?;
+        if spec == current.spec {
+            return Ok(Published::Unchanged { generation });
+        }
+        spec.pool.generation = generation.saturating_add(1);
+        let generation = spec.pool.generation;
+        current.spec = spec;
+        // The read's resourceVersion travels with the replacement: a slice changed in between
+        // is refused (409) rather than overwritten, and the next pass publishes again.
+        self.slices
+            .replace(&name, &PostParams::default(), &current)
+            .await
+            .map_err(|source| PublishError::Write { name, source })?;
+        Ok(Published::Updated { generation })
+    }
+
+    async fn create(
+        &self,
+        name: String,
+        spec: ResourceSliceSpec,
+    ) -> Result<Published, PublishError> {
+        let node = self
+            .nodes
+            .get(&self.node)
+            .await
+            .map_err(|source| PublishError::Node {
+                node: self.node.clone(),
+                source,
+            })?;
+        let Some(uid) = node.metadata.uid else {
+            return Err(PublishError::NodeUid {
+                node: self.node.clone(),
+            });
+        };
+        let owner = OwnerReference {
+            api_version: "v1".into(),
+            kind: "Node".into(),
+            name: self.node.clone(),
+            uid,
+            ..OwnerReference::default()
+        };
+        let generation = spec.pool.generation;
+        let slice = ResourceSlice {
+            api_version: slice_api_version(),
+            kind: slice_kind(),
+            metadata: ObjectMeta {
+                name: Some(name.clone()),
+                owner_references: Some(vec![owner]),
+                ..ObjectMeta::default()
+            },
+            spec,
+        };
+        self.slices
+            .create(&PostParams::default(), &slice)
+            .await
+            .map_err(|source| PublishError::Write { name, source })?;
+        Ok(Published::Created { generation })
+    }
+}

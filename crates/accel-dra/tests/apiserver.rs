@@ -1,0 +1,457 @@
+//! The DRA driver's API-server side against a recorded API server (tower_test::mock::pair +
+//! kube::Client::new): a small scripted server stores what it is sent and answers as the API
+//! server does (404 for a missing object, 409 for a stale resourceVersion), and records every
+//! request, so the tests assert each request: ResourceSlice publishing (created with the Node as
+//! owner, replaced with the generation bumped when the devices change, nothing written when
+//! nothing changed) and the claim resolver (the allocation of this driver mapped back to
+//! accelerators; another driver's claim, a uid mismatch and an unknown device refused).
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+use accel_backend::respond::{Injection, ResponderError};
+use accel_core::inventory::{Accelerator, ManufacturerInventory};
+use accel_core::labels::GroupNaming;
+use accel_core::manufacturer::Manufacturer;
+use accel_dra::claims::{ApiClaimResolver, ClaimInjector};
+use accel_dra::plugin::{AllocatedDevice, ClaimRef, ClaimResolver, ResolveError};
+use accel_dra::publish::{PublishError, Published, SlicePublisher};
+use accel_dra::slices;
+use http::{Request, Response, StatusCode};
+use http_body_util::BodyExt;
+use kube::client::Body;
+use serde_json::{Value, json};
+
+const NODE_PATH: &str = "/api/v1/nodes/node-1";
+const SLICES: &str = "/apis/resource.k8s.io/v1/resourceslices";
+const SLICE_PATH: &str = "/apis/resource.k8s.io/v1/resourceslices/node-1-nvidia.gpustack.ai";
+const CLAIM_PATH: &str = "/apis/resource.k8s.io/v1/namespaces/ml/resourceclaims/train";
+
+/// One request as the server saw it.
+#[derive(Debug, Clone)]
+struct Seen {
+    method: String,
+    path: String,
+    body: Value,
+}
+
+fn status(code: StatusCode, reason: &str, message: String) -> (StatusCode, Value) {
+    (
+        code,
+        json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+            "message": message, "reason": reason, "code": code.as_u16()}),
+    )
+}
+
+/// The scripted API server: objects by path, every request recorded.
+#[derive(Default)]
+struct Server {
+    objects: BTreeMap<String, Value>,
+    seen: Vec<Seen>,
+    version: u64,
+    /// A path whose object another writer changes right after each read of it.
+    changed_after_read: Option<String>,
+}
+
+impl Server {
+    fn answer(&mut self, seen: &Seen) -> (StatusCode, Value) {
+        self.version += 1;
+        let path = seen.path.clone();
+        match seen.method.as_str() {
+            "GET" => match self.objects.get_mut(&path) {
+                Some(o) => {
+                    let answer = o.clone();
+                    if self.changed_after_read.as_ref() == Some(&path) {
+                        o["metadata"]["resourceVersion"] = json!(format!("{}-other", self.version));
+                    }
+                    (StatusCode::OK, answer)
+                }
+                None => status(
+                    StatusCode::NOT_FOUND,
+                    "NotFound",
+                    format!("{path} not found"),
+                ),
+            },
+            "POST" => {
+                let mut object = seen.body.clone();
+                let name = object["metadata"]["name"].as_str().unwrap().to_string();
+                let path = format!("{path}/{name}");
+                if self.objects.contains_key(&path) {
+                    return status(StatusCode::CONFLICT, "AlreadyExists", path);
+                }
+                object["metadata"]["resourceVersion"] = json!(self.version.to_string());
+                object["metadata"]["uid"] = json!(format!("uid-{}", self.version));
+                self.objects.insert(path, object.clone());
+                (StatusCode::CREATED, object)
+            }
+            "PUT" => {
+                let stored = self
+                    .objects
+                    .get(&path)
+                    .map(|o| &o["metadata"]["resourceVersion"]);
+                if stored != Some(&seen.body["metadata"]["resourceVersion"]) {
+                    return status(
+                        StatusCode::CONFLICT,
+                        "Conflict",
+                        "the object has been modified".into(),
+                    );
+                }
+                let mut object = seen.body.clone();
+                object["metadata"]["resourceVersion"] = json!(self.version.to_string());
+                self.objects.insert(path, object.clone());
+                (StatusCode::OK, object)
+            }
+            _ => (StatusCode::METHOD_NOT_ALLOWED, json!({})),
+        }
+    }
+
+    fn writes(&self) -> Vec<&Seen> {
+        self.seen.iter().filter(|s| s.method != "GET").collect()
+    }
+}
+
+fn client(server: Arc<Mutex<Server>>) -> kube::Client {
+    let (service, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+    tokio::spawn(async move {
+        while let Some((request, send)) = handle.next_request().await {
+            let method = request.method().to_string();
+            let path = request.uri().path().to_string();
+            let bytes = request.into_body().collect().await.unwrap().to_bytes();
+            let body = if bytes.is_empty() {
+                Value::Null
+            } else {
+                serde_json::from_slice(&bytes).unwrap()
+            };
+            let seen = Seen { method, path, body };
+            let (code, answer) = {
+                let mut s = server.lock().unwrap();
+                let answer = s.answer(&seen);
+                s.seen.push(seen);
+                answer
+            };
+            send.send_response(
+                Response::builder()
+                    .status(code)
+                    .body(Body::from(serde_json::to_vec(&answer).unwrap()))
+                    .unwrap(),
+            );
+        }
+    });
+    kube::Client::new(service, "default")
+}
+
+fn cluster() -> Arc<Mutex<Server>> {
+    let mut server = Server::default();
+    server.objects.insert(
+        NODE_PATH.into(),
+        json!({"apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": "node-1", "uid": "node-uid-1"}}),
+    );
+    Arc::new(Mutex::new(server))
+}
+
+fn accelerator(index: u32) -> Accelerator {
+    serde_json::from_value(json!({
+        "index": index, "uuid": format!("GPU-{index}"), "product": "Tesla T4",
+        "memoryMiB": 15360, "healthy": true, "grantable": "whole", "source": "driver",
+    }))
+    .unwrap()
+}
+
+fn two_gpus() -> ManufacturerInventory {
+    ManufacturerInventory {
+        driver_version: Some("590.48.01".into()),
+        accelerators: vec![accelerator(0), accelerator(1)],
+        ..ManufacturerInventory::empty(Manufacturer::Nvidia)
+    }
+}
+
+fn nvidia() -> accel_dra::DriverName {
+    slices::driver_for(Manufacturer::Nvidia).unwrap()
+}
+
+fn publisher(server: &Arc<Mutex<Server>>) -> SlicePublisher {
+    SlicePublisher::new(client(server.clone()), "node-1", GroupNaming::default())
+}
+
+#[tokio::test]
+async fn a_new_slice_is_created_with_the_node_as_owner() {
+    let server = cluster();
+    let published = publisher(&server).publish(&nvidia(), &two_gpus()).await;
+    assert_eq!(published.unwrap(), Published::Created { generation: 1 });
+    let s = server.lock().unwrap();
+    let requests: Vec<(&str, &str)> = s
+        .seen
+        .iter()
+        .map(|r| (r.method.as_str(), r.path.as_str()))
+        .collect();
+    assert_eq!(
+        requests,
+        [("GET", SLICE_PATH), ("GET", NODE_PATH), ("POST", SLICES)]
+    );
+    let body = &s.seen[2].body;
+    assert_eq!(body["apiVersion"], "resource.k8s.io/v1");
+    assert_eq!(body["kind"], "ResourceSlice");
+    assert_eq!(body["metadata"]["name"], "node-1-nvidia.gpustack.ai");
+    assert_eq!(
+        body["metadata"]["ownerReferences"],
+        json!([{"apiVersion": "v1", "kind": "Node", "name": "node-1", "uid": "node-uid-1"}])
+    );
+    let expected =
+        slices::slice_spec(&nvidia(), "node-1", &two_gpus(), GroupNaming::default(), 1).unwrap();
+    assert_eq!(body["spec"], serde_json::to_value(&expected).unwrap());
+    assert_eq!(
+        body["spec"]["pool"],
+        json!({"name": "node-1", "generation": 1, "resourceSliceCount": 1})
+    );
+    assert_eq!(body["spec"]["nodeName"], "node-1");
+    assert_eq!(body["spec"]["driver"], "nvidia.gpustack.ai");
+}
+
+#[tokio::test]
+async fn unchanged_devices_write_nothing() {
+    let server = cluster();
+    let publisher = publisher(&server);
+    publisher.publish(&nvidia(), &two_gpus()).await.unwrap();
+    let writes = server.lock().unwrap().writes().len();
+    let again = publisher.publish(&nvidia(), &two_gpus()).await.unwrap();
+    assert_eq!(again, Published::Unchanged { generation: 1 });
+    let s = server.lock().unwrap();
+    assert_eq!(s.writes().len(), writes, "{:?}", s.seen.last());
+    assert_eq!(s.seen.last().unwrap().method, "GET");
+}
+
+#[tokio::test]
+async fn changed_devices_bump_the_pool_generation() {
+    let server = cluster();
+    let publisher = publisher(&server);
+    publisher.publish(&nvidia(), &two_gpus()).await.unwrap();
+    let version = server.lock().unwrap().objects[SLICE_PATH]["metadata"]["resourceVersion"].clone();
+
+    let mut sick = two_gpus();
+    sick.accelerators[1].healthy = false;
+    let published = publisher.publish(&nvidia(), &sick).await.unwrap();
+    assert_eq!(published, Published::Updated { generation: 2 });
+    {
+        let s = server.lock().unwrap();
+        let put = s.seen.last().unwrap();
+        assert_eq!(
+            (put.method.as_str(), put.path.as_str()),
+            ("PUT", SLICE_PATH)
+        );
+        assert_eq!(put.body["metadata"]["resourceVersion"], version);
+        assert_eq!(put.body["spec"]["pool"]["generation"], 2);
+        assert_eq!(
+            put.body["spec"]["devices"][1]["attributes"]["gpustack.ai/healthy"],
+            json!({"bool": false})
+        );
+        // The owner set at creation stays.
+        assert_eq!(
+            put.body["metadata"]["ownerReferences"][0]["uid"],
+            "node-uid-1"
+        );
+    }
+    let again = publisher.publish(&nvidia(), &sick).await.unwrap();
+    assert_eq!(again, Published::Unchanged { generation: 2 });
+
+    let mut one = sick.clone();
+    one.accelerators.pop();
+    let published = publisher.publish(&nvidia(), &one).await.unwrap();
+    assert_eq!(published, Published::Updated { generation: 3 });
+    let s = server.lock().unwrap();
+    let stored = &s.objects[SLICE_PATH]["spec"];
+    assert_eq!(stored["pool"]["generation"], 3);
+    assert_eq!(stored["devices"].as_array().unwrap().len(), 1);
+}
+
+#[tokio::test]
+async fn a_slice_changed_since_it_was_read_is_not_overwritten() {
+    let server = cluster();
+    let publisher = publisher(&server);
+    publisher.publish(&nvidia(), &two_gpus()).await.unwrap();
+    server.lock().unwrap().changed_after_read = Some(SLICE_PATH.into());
+    let mut one = two_gpus();
+    one.accelerators.pop();
+    let e = publisher.publish(&nvidia(), &one).await.unwrap_err();
+    assert!(matches!(e, PublishError::Write { .. }), "{e}");
+    assert_eq!(
+        e.to_string(),
+        "cannot write ResourceSlice node-1-nvidia.gpustack.ai"
+    );
+    let s = server.lock().unwrap();
+    assert_eq!(s.objects[SLICE_PATH]["spec"]["pool"]["generation"], 1);
+    assert_eq!(
+        s.objects[SLICE_PATH]["spec"]["devices"]
+            .as_array()
+            .unwrap()
+            .len(),
+        2
+    );
+}
+
+#[tokio::test]
+async fn a_node_that_cannot_be_read_is_named() {
+    let server = Arc::new(Mutex::new(Server::default()));
+    let e = publisher(&server)
+        .publish(&nvidia(), &two_gpus())
+        .await
+        .unwrap_err();
+    assert!(matches!(e, PublishError::Node { .. }), "{e}");
+    assert_eq!(
+        e.to_string(),
+        "cannot read Node node-1, the owner of its ResourceSlices"
+    );
+    assert!(server.lock().unwrap().writes().is_empty());
+}
+
+/// The injector the test hands the resolver: records the accelerators it was asked for and
+/// names them in one variable.
+#[derive(Default)]
+struct Recording {
+    asked: Mutex<Vec<Vec<u32>>>,
+}
+
+/// The resolver owns its injector; the test keeps a handle on what it recorded.
+struct Injector(Arc<Recording>);
+
+impl ClaimInjector for Injector {
+    fn inject(&self, _claim: &ClaimRef, indexes: &[u32]) -> Result<Injection, ResponderError> {
+        self.0.asked.lock().unwrap().push(indexes.to_vec());
+        let names: Vec<String> = indexes.iter().map(|i| format!("GPU-{i}")).collect();
+        Ok(Injection {
+            envs: BTreeMap::from([("NVIDIA_VISIBLE_DEVICES".into(), names.join(","))]),
+            ..Injection::default()
+        })
+    }
+}
+
+fn claim_object(uid: &str, results: Value) -> Value {
+    json!({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+        "metadata": {"name": "train", "namespace": "ml", "uid": uid},
+        "spec": {"devices": {"requests": [{"name": "gpus"}]}},
+        "status": {"allocation": {"devices": {"results": results}}}})
+}
+
+fn result(driver: &str, pool: &str, device: &str) -> Value {
+    json!({"request": "gpus", "driver": driver, "pool": pool, "device": device})
+}
+
+fn train() -> ClaimRef {
+    ClaimRef {
+        namespace: "ml".into(),
+        name: "train".into(),
+        uid: "claim-uid-1".into(),
+    }
+}
+
+fn resolver(server: &Arc<Mutex<Server>>, recording: &Arc<Recording>) -> ApiClaimResolver<Injector> {
+    let resolver = ApiClaimResolver::new(
+        client(server.clone()),
+        nvidia(),
+        Manufacturer::Nvidia,
+        "node-1",
+        Injector(recording.clone()),
+    );
+    let spec =
+        slices::slice_spec(&nvidia(), "node-1", &two_gpus(), GroupNaming::default(), 1).unwrap();
+    resolver.set_published(&spec);
+    resolver
+}
+
+async fn resolve_with(
+    results: Value,
+    uid: &str,
+) -> (
+    Result<accel_dra::plugin::ResolvedClaim, ResolveError>,
+    Arc<Recording>,
+) {
+    let server = cluster();
+    server
+        .lock()
+        .unwrap()
+        .objects
+        .insert(CLAIM_PATH.into(), claim_object(uid, results));
+    let recording = Arc::new(Recording::default());
+    let resolved = resolver(&server, &recording).resolve(&train()).await;
+    (resolved, recording)
+}
+
+#[tokio::test]
+async fn a_claim_resolves_to_its_devices_of_this_driver() {
+    let results = json!([
+        result("nvidia.gpustack.ai", "node-1", "gpu-1"),
+        result("nic.example.com", "node-1", "eth0"),
+        result("nvidia.gpustack.ai", "node-1", "gpu-0"),
+    ]);
+    let (resolved, recording) = resolve_with(results, "claim-uid-1").await;
+    let resolved = resolved.unwrap();
+    let device = |name: &str| AllocatedDevice {
+        request_names: vec!["gpus".into()],
+        pool_name: "node-1".into(),
+        device_name: name.into(),
+    };
+    assert_eq!(resolved.devices, [device("gpu-1"), device("gpu-0")]);
+    assert_eq!(*recording.asked.lock().unwrap(), [vec![0, 1]]);
+    assert_eq!(
+        resolved.injection.envs["NVIDIA_VISIBLE_DEVICES"],
+        "GPU-0,GPU-1"
+    );
+}
+
+#[tokio::test]
+async fn another_drivers_claim_is_refused() {
+    let results = json!([result("gpu.example.com", "node-1", "gpu-0")]);
+    let (resolved, recording) = resolve_with(results, "claim-uid-1").await;
+    let e = resolved.unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "claim ml/train is allocated to gpu.example.com, none of it to nvidia.gpustack.ai"
+    );
+    assert!(recording.asked.lock().unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn a_claim_made_again_under_the_same_name_is_refused() {
+    let results = json!([result("nvidia.gpustack.ai", "node-1", "gpu-0")]);
+    let (resolved, _) = resolve_with(results, "claim-uid-2").await;
+    assert_eq!(
+        resolved.unwrap_err().to_string(),
+        "ResourceClaim ml/train has uid claim-uid-2, not the claim-uid-1 the kubelet asked to prepare"
+    );
+}
+
+#[tokio::test]
+async fn a_device_this_node_does_not_publish_is_refused() {
+    for (pool, device) in [
+        ("node-1", "gpu-7"),
+        ("node-2", "gpu-0"),
+        ("node-1", "npu-0"),
+    ] {
+        let results = json!([result("nvidia.gpustack.ai", pool, device)]);
+        let (resolved, recording) = resolve_with(results, "claim-uid-1").await;
+        assert_eq!(
+            resolved.unwrap_err().to_string(),
+            format!(
+                "claim ml/train holds device {pool}/{device} of this driver, which node node-1 does not publish"
+            )
+        );
+        assert!(recording.asked.lock().unwrap().is_empty());
+    }
+}
+
+#[tokio::test]
+async fn an_unallocated_or_missing_claim_is_refused() {
+    let (resolved, _) = resolve_with(json!([]), "claim-uid-1").await;
+    assert!(
+        matches!(resolved, Err(ResolveError::NotAllocated { .. })),
+        "{resolved:?}"
+    );
+    let server = cluster();
+    let recording = Arc::new(Recording::default());
+    let e = resolver(&server, &recording)
+        .resolve(&train())
+        .await
+        .unwrap_err();
+    assert_eq!(e.to_string(), "cannot read ResourceClaim ml/train");
+    assert!(matches!(e, ResolveError::Read { .. }));
+}
