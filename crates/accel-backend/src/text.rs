@@ -530,6 +530,8 @@ fn indent(line: &str) -> usize {
 /// left (a process table's one-cell `| No running processes found |`).
 fn columns_of(line: &str, width: usize, margin: usize) -> Vec<(usize, &str)> {
     let cells = cells(line);
+    // `<` or `<=` alike (an equivalent mutant, excluded in .cargo/mutants.toml): a line of
+    // `width` cells would skip `width - width`, none.
     let skipped = if cells.len() < width && indent(line) > margin {
         width - cells.len()
     } else {
@@ -565,7 +567,9 @@ fn line_labels(line: &str) -> Vec<String> {
 }
 
 /// Whether `line` holds every anchor word as text at all (compared without case): the cheap
-/// test before a line is split into labels.
+/// test before a line is split into labels. Every caller asks [`has_all`] of the line's labels
+/// next, and a label is a piece of the line, so `true` here changes no answer, only the cost
+/// (an equivalent mutant, excluded in .cargo/mutants.toml).
 fn mentions_all(line: &str, anchor: &[&str]) -> bool {
     let line = line.as_bytes();
     anchor.iter().all(|word| {

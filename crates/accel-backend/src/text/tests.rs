@@ -12,6 +12,8 @@ fn cleaning_drops_escapes_nuls_and_carriage_returns() {
         "xyBz"
     );
     assert_eq!(clean("cut \u{1b}[1;3"), "cut ");
+    // An OSC ends at BEL or at `ESC \`, not at a backslash inside it.
+    assert_eq!(clean("\u{1b}]0;C:\\dir\u{7}x"), "x");
     assert!(matches!(clean("plain"), Cow::Borrowed("plain")));
 }
 
@@ -48,6 +50,8 @@ fn figures_carry_their_unit() {
     assert_eq!(figure("12 %"), Some((12.0, "%")));
     assert_eq!(figure("-5 C"), Some((-5.0, "C")));
     assert_eq!(figure("42"), Some((42.0, "")));
+    // A second dot ends the number: a figure closed by a full stop keeps its number.
+    assert_eq!(figure("45.5."), Some((45.5, ".")));
     for raw in [
         "N/A",
         "MiB",
@@ -125,7 +129,17 @@ fn hex_and_unique_ids() {
     assert_eq!(hex("0x1d94"), Some(0x1d94));
     assert_eq!(hex("1D94"), Some(0x1d94));
     assert_eq!(hex("0X1d94"), Some(0x1d94));
-    for raw in ["", "0x", "N/A", "0x1g", "12345678901234567", "-1", "+1"] {
+    // More than 16 digits is no 64-bit figure, even when leading zeros keep its value small.
+    for raw in [
+        "",
+        "0x",
+        "N/A",
+        "0x1g",
+        "12345678901234567",
+        "0x00000000000000001d94",
+        "-1",
+        "+1",
+    ] {
         assert_eq!(hex(raw), None, "{raw:?}");
     }
     assert_eq!(unique_id("7137d9b2a08a4841"), Some(0x7137_d9b2_a08a_4841));
@@ -277,6 +291,53 @@ fn a_box_table_is_read_by_its_header() {
     );
     assert_eq!(box_table(BOX, &["Nothing"]), None);
     assert_eq!(box_table(BOX, &[]), None);
+    // An empty anchor word is in no header.
+    assert_eq!(box_table(BOX, &["Bus-Id", ""]), None);
+    assert_eq!(column_table("DCU  Temp\n0    30.0c\n", &["DCU", ""]), None);
+    assert_eq!(csv_table("index, uuid\n0, a\n", &["uuid", ""]), None);
+}
+
+#[test]
+fn the_header_is_every_line_of_its_run_whichever_the_anchor_is_on() {
+    let by_first = box_table(BOX, &["Bus-Id", "Name"]).unwrap();
+    let by_second = box_table(BOX, &["Fan", "Memory-Usage"]).unwrap();
+    assert_eq!(by_second, by_first);
+}
+
+#[test]
+fn a_second_rule_under_the_header_is_no_end_of_the_table() {
+    let doubled = BOX.replacen(
+        "+===================+===================+==============+\n",
+        "+===================+===================+==============+\n+-------------------+-------------------+--------------+\n",
+        1,
+    );
+    assert_ne!(doubled, BOX);
+    let table = box_table(&doubled, &["Bus-Id", "Name"]).unwrap();
+    let ids: Vec<_> = table.records.iter().map(|r| r.get("ID")).collect();
+    assert_eq!(ids, [Some("0"), Some("1")]);
+}
+
+/// A line indented past the header's margin has left its first cells out and pairs from the
+/// right, though its header line prints those cells blank; the margin is the header's own
+/// indent, so a whole table indented (here by 4) reads the same.
+#[test]
+fn a_line_indented_past_the_margin_pairs_from_the_right() {
+    let text = "\
+    +-----------+---------+---------------------------------+
+    | ID  Name  | Bus-Id  | Util                            |
+    |           |         | ECC Mode                        |
+    +===========+=========+=================================+
+    | 0   S4000 | 0f:00.0 | 0%                              |
+                          | On-die, EDC                     |
+    +-----------+---------+---------------------------------+
+";
+    let table = box_table(text, &["ID", "Bus-Id"]).unwrap();
+    assert_eq!(table.records.len(), 1, "{table:#?}");
+    let r = &table.records[0];
+    assert_eq!(
+        (r.get("Name"), r.get("Util"), r.get("ECC Mode")),
+        (Some("S4000"), Some("0%"), Some("On-die, EDC"))
+    );
 }
 
 #[test]
@@ -314,6 +375,10 @@ ID   Name  |PCIe      |%GPU  Mem
     let table = box_table(trimmed, &["ID", "PCIe"]).unwrap();
     assert_eq!(table.records.len(), 1);
     assert_eq!(table.records[0].get("Name"), Some("S30"));
+    // A blank line after the last row closes no header: the row is still a record.
+    let table = box_table(&format!("{trimmed}\n"), &["ID", "PCIe"]).unwrap();
+    assert_eq!(table.header.len(), 1);
+    assert_eq!(table.records.len(), 1);
 }
 
 #[test]
@@ -333,6 +398,11 @@ DCU  Temp   AvgPwr  Fan   Perf  PwrCap  VRAM%  DCU%
     assert_eq!(table.rows[0].get("PwrCap").and_then(watts), Some(280.0));
     assert_eq!(table.rows[1].get("AvgPwr"), None);
     assert_eq!(table.rows[1].get("Perf"), None);
+    assert_eq!(
+        (&table.rows[0].name, &table.rows[1].name),
+        (&None, &None),
+        "a row no longer than the header has no name"
+    );
     let matrix = "      A     B     Affinity\nA     X     L1    0-3\nB     L1    X     4-7\n\nLegend: X self\n";
     let table = column_table(matrix, &["Affinity"]).unwrap();
     assert_eq!(table.rows.len(), 2);
@@ -408,6 +478,17 @@ fn a_csv_query_is_read_by_its_header_without_the_units() {
     assert!(t.rows[1].fields.is_empty());
     assert!(csv_table(text, &["compute_cap"]).is_none());
     assert!(csv_table("", &["uuid"]).is_none());
+    // Only a bracket that ends the label is its unit.
+    let t = csv_table("index, note [a] b\n0, x\n", &["index"]).unwrap();
+    assert_eq!(t.labels, ["index", "note [a] b"]);
+    // The header is the line whose fields are the anchor, not a line mentioning its words.
+    let t = csv_table(
+        "Warning: uuid may read N/A\nindex, uuid\n0, GPU-1\n",
+        &["uuid"],
+    )
+    .unwrap();
+    assert_eq!(t.labels, ["index", "uuid"]);
+    assert_eq!(t.rows[0].get("uuid"), Some("GPU-1"));
     // A short row leaves its last labels out.
     let t = csv_table("index, uuid\n3\n", &["index"]).unwrap();
     assert_eq!(
@@ -451,4 +532,21 @@ fn a_process_table_is_read_from_its_label_line_under_a_title_and_over_a_unit_lin
         []
     );
     assert_eq!(process_rows("| GPU | Name |\n", &["GPU", "PID"]), None);
+    // A capture cut after the label line has no table: the blank line is no `===` rule.
+    let cut = "| GPU  PID  Process name  Usage(MiB) |\n\n";
+    assert_eq!(process_rows(cut, &["GPU", "PID", "Process name"]), None);
+    // Only the idle line is dropped: a row whose first value merely holds the word
+    // (a table that leads with the process name) is a process.
+    let named_first = "\
+| Process name  PID   GPU |
+|=========================|
+| process_pool  4242  0   |
++-------------------------+
+";
+    let rows = process_rows(named_first, &["Process name", "PID"]).unwrap();
+    let read: Vec<_> = rows
+        .iter()
+        .map(|r| (r.get("Process name"), r.get("PID")))
+        .collect();
+    assert_eq!(read, [(Some("process_pool"), Some("4242"))]);
 }
