@@ -51,12 +51,7 @@ fn says_none(record: &Record) -> bool {
 }
 
 fn process_of(record: &Record) -> InfoProcess {
-    let number = |label| {
-        record
-            .get(label)
-            .and_then(text::whole)
-            .and_then(|n| u32::try_from(n).ok())
-    };
+    let number = |label| record.number(label);
     InfoProcess {
         npu: number("NPU"),
         chip: number("Chip"),

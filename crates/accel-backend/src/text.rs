@@ -368,6 +368,14 @@ impl Record {
     pub fn get(&self, label: &str) -> Option<&str> {
         self.raw(label).and_then(present)
     }
+
+    /// The value under `label` as a whole number that fits a `u32` (an index, an ordinal, a
+    /// PID): [`get`](Record::get) then [`whole`]; `None` otherwise.
+    pub fn number(&self, label: &str) -> Option<u32> {
+        self.get(label)
+            .and_then(whole)
+            .and_then(|n| u32::try_from(n).ok())
+    }
 }
 
 /// A box table: the labels of each header line, and the records under it.

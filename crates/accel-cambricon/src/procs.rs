@@ -35,12 +35,7 @@ pub fn parse_processes(text: &str) -> Option<Vec<CnmonProcess>> {
 }
 
 fn process_of(record: &Record) -> CnmonProcess {
-    let number = |label| {
-        record
-            .get(label)
-            .and_then(text::whole)
-            .and_then(|n| u32::try_from(n).ok())
-    };
+    let number = |label| record.number(label);
     CnmonProcess {
         card: number("Card"),
         instance: number("MI").or_else(|| number("VF")),

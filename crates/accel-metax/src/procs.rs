@@ -33,12 +33,7 @@ pub fn parse_processes(text: &str) -> Option<Vec<MxSmiProcess>> {
 }
 
 fn process_of(record: &Record) -> MxSmiProcess {
-    let number = |label| {
-        record
-            .get(label)
-            .and_then(text::whole)
-            .and_then(|n| u32::try_from(n).ok())
-    };
+    let number = |label| record.number(label);
     MxSmiProcess {
         gpu: number("GPU"),
         pid: number("PID"),
