@@ -238,6 +238,31 @@ impl CdiSpecs {
         })
     }
 
+    /// The claim uids this manufacturer's specs in the directory are named for (a directory
+    /// not made yet holds none); for the sweep of specs whose claims are gone.
+    pub fn claim_uids(&self) -> std::io::Result<Vec<String>> {
+        let prefix = format!("{SPEC_FILE_PREFIX}{}-", self.manufacturer.name());
+        let entries = match std::fs::read_dir(&self.dir) {
+            Ok(entries) => entries,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(e),
+        };
+        let mut uids = Vec::new();
+        for entry in entries {
+            let name = entry?.file_name();
+            let uid = name
+                .to_str()
+                .and_then(|n| n.strip_prefix(&prefix))
+                .and_then(|n| n.strip_suffix(".json"))
+                .filter(|uid| is_device_name(uid));
+            if let Some(uid) = uid {
+                uids.push(uid.to_string());
+            }
+        }
+        uids.sort();
+        Ok(uids)
+    }
+
     /// Removes the claim's spec; a spec already gone is not an error (unprepare is retried).
     pub fn remove(&self, claim_uid: &str) -> Result<(), CdiError> {
         let path = self.spec_path(claim_uid)?;
@@ -320,6 +345,21 @@ pub fn is_spec_file(path: &Path) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_specs_named_are_this_manufacturers_claims() {
+        let temp = tempfile::tempdir().unwrap();
+        let specs = CdiSpecs::new(temp.path().join("cdi"), Manufacturer::Nvidia);
+        assert!(specs.claim_uids().unwrap().is_empty(), "no directory yet");
+        specs.write("claim-b", &injection()).unwrap();
+        specs.write("claim-a", &injection()).unwrap();
+        CdiSpecs::new(temp.path().join("cdi"), Manufacturer::Amd)
+            .write("claim-c", &injection())
+            .unwrap();
+        std::fs::write(temp.path().join("cdi/nvidia.json"), "{}").unwrap();
+        std::fs::write(temp.path().join("cdi/gpustack-nvidia-.json"), "{}").unwrap();
+        assert_eq!(specs.claim_uids().unwrap(), ["claim-a", "claim-b"]);
+    }
     use accel_backend::respond::{DeviceNode as Node, Mount};
     use serde_json::{Value, json};
 

@@ -2,16 +2,20 @@
 //! `resource.k8s.io/v1` ResourceClaim the kubelet names (namespace, name, and the uid it must
 //! still have), its `status.allocation.devices.results` of this driver, each result's device
 //! name mapped back to the accelerator index it was published for ([`crate::slices`]), and the
-//! injection for those accelerators from a [`ClaimInjector`].
+//! Pod it is reserved for (`status.reservedFor`). The grant itself is a [`ClaimLedger`]'s: the
+//! daemon's is the device plugin's one ledger, which charges and journals the claim and answers
+//! the manufacturer's responder's injection for it.
 //!
 //! This module decides no allocation (the scheduler's is read, never changed) and writes
-//! nothing to the API server; what a claim's containers are given is the injector's answer.
+//! nothing to the API server. [`ApiClaimResolver::live_claims`] lists which claims are still
+//! prepared-worthy here, so a claim gone while no unprepare reached us is reclaimed.
 
 use std::borrow::Cow;
 use std::collections::BTreeSet;
+use std::future::Future;
 use std::sync::RwLock;
 
-use accel_backend::respond::{Injection, ResponderError};
+use accel_backend::respond::Injection;
 use accel_core::manufacturer::Manufacturer;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::Api;
@@ -36,6 +40,28 @@ pub struct ResourceClaim {
 pub struct ClaimStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub allocation: Option<Allocation>,
+    /// The consumers the claim is reserved for (Pods, for a kubelet's claim).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub reserved_for: Vec<ConsumerReference>,
+}
+
+/// `status.reservedFor[]`: who uses the claim.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ConsumerReference {
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub api_group: String,
+    pub resource: String,
+    pub name: String,
+    pub uid: String,
+}
+
+/// The Pod a claim is reserved for, as the claim names it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReservedPod {
+    pub namespace: String,
+    pub name: String,
+    pub uid: String,
 }
 
 /// `status.allocation`: what the scheduler allocated.
@@ -88,11 +114,23 @@ impl kube::Resource for ResourceClaim {
     }
 }
 
-/// What a claim's containers are given for its accelerators: the manufacturer's responder,
-/// asked as for one grant of these accelerators.
-pub trait ClaimInjector: Send + Sync + 'static {
-    /// The injection for `indexes` (ascending, without repeats) held by `claim`.
-    fn inject(&self, claim: &ClaimRef, indexes: &[u32]) -> Result<Injection, ResponderError>;
+/// Where a resolved claim is granted: charged to its accelerators, made durable, and answered
+/// with what its containers are given (the manufacturer's responder, asked as for one grant of
+/// these accelerators).
+pub trait ClaimLedger: Send + Sync + 'static {
+    /// Grants `devices` (the allocation's device names) on `indexes` (ascending, without
+    /// repeats) to `claim`, reserved for `pod`; a retried prepare is answered again without a
+    /// second charge. The error is the refusal's one line.
+    fn grant(
+        &self,
+        claim: &ClaimRef,
+        pod: &ReservedPod,
+        devices: &[String],
+        indexes: &[u32],
+    ) -> impl Future<Output = Result<Injection, String>> + Send;
+
+    /// Releases the claim's grant; whether it held one.
+    fn release(&self, claim_uid: &str) -> bool;
 }
 
 /// Resolves claims of one driver on one node from the API server.
@@ -103,7 +141,7 @@ pub struct ApiClaimResolver<I> {
     node: String,
     /// The accelerator indexes this node publishes as devices now.
     published: RwLock<BTreeSet<u32>>,
-    injector: I,
+    ledger: I,
 }
 
 impl<I> std::fmt::Debug for ApiClaimResolver<I> {
@@ -115,7 +153,7 @@ impl<I> std::fmt::Debug for ApiClaimResolver<I> {
     }
 }
 
-impl<I: ClaimInjector> ApiClaimResolver<I> {
+impl<I: ClaimLedger> ApiClaimResolver<I> {
     /// A resolver for `manufacturer`'s claims under `driver` on `node`, which knows no device
     /// until [`ApiClaimResolver::set_published`] is told the node's slice.
     pub fn new(
@@ -123,7 +161,7 @@ impl<I: ClaimInjector> ApiClaimResolver<I> {
         driver: DriverName,
         manufacturer: Manufacturer,
         node: &str,
-        injector: I,
+        ledger: I,
     ) -> ApiClaimResolver<I> {
         ApiClaimResolver {
             client,
@@ -131,7 +169,7 @@ impl<I: ClaimInjector> ApiClaimResolver<I> {
             manufacturer,
             node: node.to_string(),
             published: RwLock::new(BTreeSet::new()),
-            injector,
+            ledger,
         }
     }
 
@@ -204,7 +242,46 @@ impl<I: ClaimInjector> ApiClaimResolver<I> {
     }
 }
 
-impl<I: ClaimInjector> ClaimResolver for ApiClaimResolver<I> {
+/// Whether a claim's status holds a result of `driver` in pool `node`.
+fn allocated_here(status: &ClaimStatus, driver: &str, node: &str) -> bool {
+    status
+        .allocation
+        .as_ref()
+        .and_then(|a| a.devices.as_ref())
+        .is_some_and(|d| {
+            d.results
+                .iter()
+                .any(|r| r.driver == driver && r.pool == node)
+        })
+}
+
+impl<I: ClaimLedger> ApiClaimResolver<I> {
+    /// The ledger the claims are granted in.
+    pub fn ledger(&self) -> &I {
+        &self.ledger
+    }
+
+    /// The UIDs of the claims that may be prepared here now: each allocated a device of this
+    /// driver on this node and reserved for some consumer. A claim the ledger holds that is
+    /// not among them (deleted with its Pod, or no longer reserved) is to be reclaimed.
+    pub async fn live_claims(&self) -> Result<BTreeSet<String>, kube::Error> {
+        let claims: Api<ResourceClaim> = Api::all(self.client.clone());
+        let list = claims.list(&kube::api::ListParams::default()).await?;
+        Ok(list
+            .items
+            .into_iter()
+            .filter(|c| {
+                c.status.as_ref().is_some_and(|s| {
+                    !s.reserved_for.is_empty()
+                        && allocated_here(s, self.driver.as_str(), &self.node)
+                })
+            })
+            .filter_map(|c| c.metadata.uid)
+            .collect())
+    }
+}
+
+impl<I: ClaimLedger> ClaimResolver for ApiClaimResolver<I> {
     async fn resolve(&self, claim: &ClaimRef) -> Result<ResolvedClaim, ResolveError> {
         let claims: Api<ResourceClaim> = Api::namespaced(self.client.clone(), &claim.namespace);
         let object = claims
@@ -224,14 +301,36 @@ impl<I: ClaimInjector> ClaimResolver for ApiClaimResolver<I> {
                 found,
             });
         }
-        let results = object
-            .status
-            .and_then(|s| s.allocation)
+        let status = object.status.unwrap_or_default();
+        let results = status
+            .allocation
             .and_then(|a| a.devices)
             .map(|d| d.results)
             .unwrap_or_default();
         let (devices, indexes) = self.our_devices(claim, &results)?;
-        let injection = self.injector.inject(claim, &indexes)?;
+        let pod = status
+            .reserved_for
+            .iter()
+            .find(|r| r.api_group.is_empty() && r.resource == "pods")
+            .map(|r| ReservedPod {
+                namespace: claim.namespace.clone(),
+                name: r.name.clone(),
+                uid: r.uid.clone(),
+            })
+            .ok_or_else(|| ResolveError::NotReserved {
+                namespace: claim.namespace.clone(),
+                name: claim.name.clone(),
+            })?;
+        let names: Vec<String> = devices.iter().map(|d| d.device_name.clone()).collect();
+        let injection = self
+            .ledger
+            .grant(claim, &pod, &names, &indexes)
+            .await
+            .map_err(ResolveError::Granted)?;
         Ok(ResolvedClaim { devices, injection })
+    }
+
+    async fn release(&self, claim: &ClaimRef) {
+        self.ledger.release(&claim.uid);
     }
 }

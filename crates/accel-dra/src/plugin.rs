@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::Arc;
 
-use accel_backend::respond::{Injection, ResponderError};
+use accel_backend::respond::Injection;
 use tonic::{Request, Response, Status};
 
 use crate::api::dra;
@@ -95,9 +95,13 @@ pub enum ResolveError {
         pool: String,
         device: String,
     },
-    /// The manufacturer's responder refused to answer for the claim's accelerators.
-    #[error("the responder refused the claim")]
-    Responder(#[from] ResponderError),
+    /// The claim is reserved for no Pod yet (the kubelet prepares only reserved claims).
+    #[error("claim {namespace}/{name} is reserved for no Pod")]
+    NotReserved { namespace: String, name: String },
+    /// The ledger or the manufacturer's responder refused the claim's accelerators (the
+    /// refusal names the claim and why).
+    #[error("{0}")]
+    Granted(String),
 }
 
 /// Resolves a claim to the project's accelerators and the injection for them. The kubelet-side
@@ -109,6 +113,14 @@ pub trait ClaimResolver: Send + Sync + 'static {
         &self,
         claim: &ClaimRef,
     ) -> impl Future<Output = Result<ResolvedClaim, ResolveError>> + Send;
+
+    /// Gives back what resolving the claim took (its grant in the ledger), once its CDI spec
+    /// is gone; called for every unprepare and for a prepare whose spec could not be written.
+    /// Nothing by default.
+    fn release(&self, claim: &ClaimRef) -> impl Future<Output = ()> + Send {
+        let _ = claim;
+        async {}
+    }
 }
 
 /// Why one claim was not prepared or unprepared: the text of its per-claim error.
@@ -136,7 +148,14 @@ impl<R: ClaimResolver> DraService<R> {
         // A uid that cannot name the spec is refused before anything is resolved.
         self.specs.spec_path(&claim.uid)?;
         let resolved = self.resolver.resolve(claim).await?;
-        let ids = self.specs.write(&claim.uid, &resolved.injection)?;
+        let ids = match self.specs.write(&claim.uid, &resolved.injection) {
+            Ok(ids) => ids,
+            Err(e) => {
+                // Nothing the container could use was written: what was taken goes back.
+                self.resolver.release(claim).await;
+                return Err(e.into());
+            }
+        };
         Ok(resolved
             .devices
             .into_iter()
@@ -207,7 +226,12 @@ impl<R: ClaimResolver> dra::dra_plugin_server::DraPlugin for DraService<R> {
     ) -> Result<Response<dra::NodeUnprepareResourcesResponse>, Status> {
         let mut claims = BTreeMap::new();
         for claim in request.into_inner().claims.into_iter().map(claim_ref) {
-            let error = match self.specs.remove(&claim.uid) {
+            let removed = self.specs.remove(&claim.uid);
+            if removed.is_ok() {
+                // The spec is gone, so no container can be given the devices any more.
+                self.resolver.release(&claim).await;
+            }
+            let error = match removed {
                 Ok(()) => {
                     tracing::info!(claim = %claim.uid, namespace = %claim.namespace, name = %claim.name, "unprepared claim");
                     String::new()

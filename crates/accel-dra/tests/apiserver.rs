@@ -4,16 +4,17 @@
 //! request, so the tests assert each request: ResourceSlice publishing (created with the Node as
 //! owner, replaced with the generation bumped when the devices change, nothing written when
 //! nothing changed) and the claim resolver (the allocation of this driver mapped back to
-//! accelerators; another driver's claim, a uid mismatch and an unknown device refused).
+//! accelerators and granted to the claim for the Pod it is reserved for; another driver's claim,
+//! a uid mismatch, an unreserved claim and an unknown device refused; the live claims listed).
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
-use accel_backend::respond::{Injection, ResponderError};
+use accel_backend::respond::Injection;
 use accel_core::inventory::{Accelerator, ManufacturerInventory};
 use accel_core::labels::GroupNaming;
 use accel_core::manufacturer::Manufacturer;
-use accel_dra::claims::{ApiClaimResolver, ClaimInjector};
+use accel_dra::claims::{ApiClaimResolver, ClaimLedger, ReservedPod};
 use accel_dra::plugin::{AllocatedDevice, ClaimRef, ClaimResolver, ResolveError};
 use accel_dra::publish::{PublishError, Published, SlicePublisher};
 use accel_dra::slices;
@@ -26,6 +27,7 @@ const NODE_PATH: &str = "/api/v1/nodes/node-1";
 const SLICES: &str = "/apis/resource.k8s.io/v1/resourceslices";
 const SLICE_PATH: &str = "/apis/resource.k8s.io/v1/resourceslices/node-1-nvidia.gpustack.ai";
 const CLAIM_PATH: &str = "/apis/resource.k8s.io/v1/namespaces/ml/resourceclaims/train";
+const CLAIMS: &str = "/apis/resource.k8s.io/v1/resourceclaims";
 
 /// One request as the server saw it.
 #[derive(Debug, Clone)]
@@ -58,6 +60,19 @@ impl Server {
         self.version += 1;
         let path = seen.path.clone();
         match seen.method.as_str() {
+            "GET" if path == CLAIMS => {
+                let items: Vec<Value> = self
+                    .objects
+                    .iter()
+                    .filter(|(p, _)| p.contains("/resourceclaims/"))
+                    .map(|(_, o)| o.clone())
+                    .collect();
+                (
+                    StatusCode::OK,
+                    json!({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimList",
+                        "metadata": {"resourceVersion": self.version.to_string()}, "items": items}),
+                )
+            }
             "GET" => match self.objects.get_mut(&path) {
                 Some(o) => {
                     let answer = o.clone();
@@ -304,24 +319,42 @@ async fn a_node_that_cannot_be_read_is_named() {
     assert!(server.lock().unwrap().writes().is_empty());
 }
 
-/// The injector the test hands the resolver: records the accelerators it was asked for and
-/// names them in one variable.
+/// The ledger the test hands the resolver: records what it was asked to grant and release,
+/// and names the accelerators in one variable.
 #[derive(Default)]
 struct Recording {
     asked: Mutex<Vec<Vec<u32>>>,
+    granted: Mutex<Vec<(String, ReservedPod, Vec<String>)>>,
+    released: Mutex<Vec<String>>,
 }
 
-/// The resolver owns its injector; the test keeps a handle on what it recorded.
-struct Injector(Arc<Recording>);
+/// The resolver owns its ledger; the test keeps a handle on what it recorded.
+struct Ledger(Arc<Recording>);
 
-impl ClaimInjector for Injector {
-    fn inject(&self, _claim: &ClaimRef, indexes: &[u32]) -> Result<Injection, ResponderError> {
+impl ClaimLedger for Ledger {
+    async fn grant(
+        &self,
+        claim: &ClaimRef,
+        pod: &ReservedPod,
+        devices: &[String],
+        indexes: &[u32],
+    ) -> Result<Injection, String> {
         self.0.asked.lock().unwrap().push(indexes.to_vec());
+        self.0
+            .granted
+            .lock()
+            .unwrap()
+            .push((claim.uid.clone(), pod.clone(), devices.to_vec()));
         let names: Vec<String> = indexes.iter().map(|i| format!("GPU-{i}")).collect();
         Ok(Injection {
             envs: BTreeMap::from([("NVIDIA_VISIBLE_DEVICES".into(), names.join(","))]),
             ..Injection::default()
         })
+    }
+
+    fn release(&self, claim_uid: &str) -> bool {
+        self.0.released.lock().unwrap().push(claim_uid.to_string());
+        true
     }
 }
 
@@ -329,7 +362,8 @@ fn claim_object(uid: &str, results: Value) -> Value {
     json!({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
         "metadata": {"name": "train", "namespace": "ml", "uid": uid},
         "spec": {"devices": {"requests": [{"name": "gpus"}]}},
-        "status": {"allocation": {"devices": {"results": results}}}})
+        "status": {"allocation": {"devices": {"results": results}},
+            "reservedFor": [{"resource": "pods", "name": "trainer-0", "uid": "pod-uid-7"}]}})
 }
 
 fn result(driver: &str, pool: &str, device: &str) -> Value {
@@ -344,13 +378,13 @@ fn train() -> ClaimRef {
     }
 }
 
-fn resolver(server: &Arc<Mutex<Server>>, recording: &Arc<Recording>) -> ApiClaimResolver<Injector> {
+fn resolver(server: &Arc<Mutex<Server>>, recording: &Arc<Recording>) -> ApiClaimResolver<Ledger> {
     let resolver = ApiClaimResolver::new(
         client(server.clone()),
         nvidia(),
         Manufacturer::Nvidia,
         "node-1",
-        Injector(recording.clone()),
+        Ledger(recording.clone()),
     );
     let spec =
         slices::slice_spec(&nvidia(), "node-1", &two_gpus(), GroupNaming::default(), 1).unwrap();
@@ -392,10 +426,86 @@ async fn a_claim_resolves_to_its_devices_of_this_driver() {
     };
     assert_eq!(resolved.devices, [device("gpu-1"), device("gpu-0")]);
     assert_eq!(*recording.asked.lock().unwrap(), [vec![0, 1]]);
+    // Granted to the claim for the Pod it is reserved for, by the allocation's device names.
+    assert_eq!(
+        *recording.granted.lock().unwrap(),
+        [(
+            "claim-uid-1".to_string(),
+            ReservedPod {
+                namespace: "ml".into(),
+                name: "trainer-0".into(),
+                uid: "pod-uid-7".into()
+            },
+            vec!["gpu-1".to_string(), "gpu-0".to_string()]
+        )]
+    );
     assert_eq!(
         resolved.injection.envs["NVIDIA_VISIBLE_DEVICES"],
         "GPU-0,GPU-1"
     );
+}
+
+#[tokio::test]
+async fn a_claim_reserved_for_no_pod_is_refused_before_anything_is_granted() {
+    let server = cluster();
+    let mut object = claim_object(
+        "claim-uid-1",
+        json!([result("nvidia.gpustack.ai", "node-1", "gpu-0")]),
+    );
+    object["status"]["reservedFor"] = json!([]);
+    server
+        .lock()
+        .unwrap()
+        .objects
+        .insert(CLAIM_PATH.into(), object);
+    let recording = Arc::new(Recording::default());
+    let e = resolver(&server, &recording)
+        .resolve(&train())
+        .await
+        .unwrap_err();
+    assert_eq!(e.to_string(), "claim ml/train is reserved for no Pod");
+    assert!(recording.granted.lock().unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn live_claims_are_those_allocated_here_and_reserved() {
+    let server = cluster();
+    let here = json!([result("nvidia.gpustack.ai", "node-1", "gpu-0")]);
+    let mut unreserved = claim_object("unreserved", here.clone());
+    unreserved["status"]["reservedFor"] = json!([]);
+    let mut unallocated = claim_object("unallocated", json!([]));
+    unallocated["status"]
+        .as_object_mut()
+        .unwrap()
+        .remove("allocation");
+    let claims = [
+        ("live", claim_object("live", here.clone())),
+        ("unreserved", unreserved),
+        ("unallocated", unallocated),
+        (
+            "elsewhere",
+            claim_object(
+                "elsewhere",
+                json!([result("nvidia.gpustack.ai", "node-2", "gpu-0")]),
+            ),
+        ),
+        (
+            "other-driver",
+            claim_object(
+                "other-driver",
+                json!([result("amd.gpustack.ai", "node-1", "gpu-0")]),
+            ),
+        ),
+    ];
+    for (name, object) in claims {
+        server.lock().unwrap().objects.insert(
+            format!("/apis/resource.k8s.io/v1/namespaces/ml/resourceclaims/{name}"),
+            object,
+        );
+    }
+    let recording = Arc::new(Recording::default());
+    let live = resolver(&server, &recording).live_claims().await.unwrap();
+    assert_eq!(live, ["live".to_string()].into());
 }
 
 #[tokio::test]

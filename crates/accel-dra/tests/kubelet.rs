@@ -24,7 +24,11 @@ const HELD: &str = "3b0c7f52-4d1e-4a8b-9c61-0e2f5a7d9b13";
 const UNKNOWN: &str = "9e4d1c2b-7a6f-4e3d-8b21-5c0a9f8e7d65";
 
 /// Claims by uid; any other claim is not allocated here.
-struct MemoryResolver(BTreeMap<String, ResolvedClaim>);
+/// Claims by uid, and the uids it was asked to release.
+struct MemoryResolver(
+    BTreeMap<String, ResolvedClaim>,
+    Arc<std::sync::Mutex<Vec<String>>>,
+);
 
 impl ClaimResolver for MemoryResolver {
     async fn resolve(&self, claim: &ClaimRef) -> Result<ResolvedClaim, ResolveError> {
@@ -36,6 +40,10 @@ impl ClaimResolver for MemoryResolver {
                 name: claim.name.clone(),
                 uid: claim.uid.clone(),
             })
+    }
+
+    async fn release(&self, claim: &ClaimRef) {
+        self.1.lock().unwrap().push(claim.uid.clone());
     }
 }
 
@@ -84,6 +92,7 @@ async fn within<T>(what: &str, future: impl std::future::Future<Output = T>) -> 
 
 struct Rig {
     kubelet_dir: PathBuf,
+    released: Arc<std::sync::Mutex<Vec<String>>>,
     cdi_dir: PathBuf,
     stop: watch::Sender<bool>,
     served: ServedDriver,
@@ -94,7 +103,11 @@ fn start() -> Rig {
     let temp = tempfile::tempdir().unwrap();
     let kubelet_dir = temp.path().join("var/lib/kubelet");
     let cdi_dir = temp.path().join("var/run/cdi");
-    let resolver = MemoryResolver(BTreeMap::from([(HELD.to_string(), two_gpus())]));
+    let released = Arc::default();
+    let resolver = MemoryResolver(
+        BTreeMap::from([(HELD.to_string(), two_gpus())]),
+        Arc::clone(&released),
+    );
     let service = DraService::new(
         Arc::new(resolver),
         CdiSpecs::new(&cdi_dir, Manufacturer::Nvidia),
@@ -109,6 +122,7 @@ fn start() -> Rig {
     .unwrap();
     Rig {
         kubelet_dir,
+        released,
         cdi_dir,
         stop,
         served,
@@ -248,6 +262,11 @@ async fn the_kubelet_registers_the_driver_prepares_and_unprepares_claims() {
     .claims;
     assert_eq!(unprepared[HELD].error, "");
     assert!(!spec_path.exists(), "unprepare removes the claim's spec");
+    assert_eq!(
+        *rig.released.lock().unwrap(),
+        [HELD.to_string()],
+        "the claim whose spec went is released; nothing else is"
+    );
     assert!(
         unprepared["a/b"]
             .error
@@ -281,7 +300,7 @@ async fn a_refusal_by_the_kubelet_is_reported_and_a_stale_socket_is_replaced() {
         std::os::unix::net::UnixListener::bind(registration_socket(&rig.kubelet_dir)).unwrap();
     drop(stale);
 
-    let resolver = MemoryResolver(BTreeMap::new());
+    let resolver = MemoryResolver(BTreeMap::new(), Arc::default());
     let service = DraService::new(
         Arc::new(resolver),
         CdiSpecs::new(&rig.cdi_dir, Manufacturer::Nvidia),
@@ -331,7 +350,11 @@ async fn a_spec_that_cannot_be_written_fails_its_claim_alone() {
     // The CDI directory's place is taken by a file.
     let cdi_dir = temp.path().join("cdi");
     std::fs::write(&cdi_dir, "").unwrap();
-    let resolver = MemoryResolver(BTreeMap::from([(HELD.to_string(), two_gpus())]));
+    let released = Arc::default();
+    let resolver = MemoryResolver(
+        BTreeMap::from([(HELD.to_string(), two_gpus())]),
+        Arc::clone(&released),
+    );
     let service = DraService::new(
         Arc::new(resolver),
         CdiSpecs::new(&cdi_dir, Manufacturer::Nvidia),
@@ -352,5 +375,10 @@ async fn a_spec_that_cannot_be_written_fails_its_claim_alone() {
         )),
         "{}",
         held.error
+    );
+    assert_eq!(
+        *released.lock().unwrap(),
+        [HELD.to_string()],
+        "what resolving took goes back when no spec could be written"
     );
 }

@@ -2361,6 +2361,70 @@ fn device_classes_only_when_asked_and_served() {
     assert_eq!(names.len(), Manufacturer::ALL.len() - 1);
 }
 
+#[test]
+fn dra_runs_every_daemon_with_its_driver_sockets_cdi_directory_and_rbac() {
+    let Some(helm) = helm() else { return };
+    let node_rules = |docs: &[Value]| {
+        grants(bound_to(
+            docs,
+            "ClusterRoleBinding",
+            &format!("{NODE_ACCOUNT}-node"),
+            NODE_ACCOUNT,
+        ))
+    };
+    let off = render(&helm, &[]);
+    let on = render(&helm, &["dra.enabled=true"]);
+    let off_rules = node_rules(&off);
+    assert!(
+        off_rules.keys().all(|k| !k.starts_with("resource.k8s.io/")),
+        "{off_rules:?}"
+    );
+    let mut expected = off_rules.clone();
+    expected.extend(expect_grants(&[
+        (
+            "resource.k8s.io/resourceslices",
+            &["get", "create", "update"],
+        ),
+        ("resource.k8s.io/resourceclaims", &["get", "list"]),
+    ]));
+    assert_eq!(node_rules(&on), expected);
+    for m in Manufacturer::ALL {
+        let spec = pod_spec(&on, "DaemonSet", &daemonset_name(m));
+        let daemon = container(spec, "containers", "device-manager");
+        let env = env(daemon);
+        assert_eq!(env["DRA"]["value"], "true", "{m}");
+        assert_eq!(env["CDI_DIR"]["value"], "/var/run/cdi", "{m}");
+        let mounts: BTreeMap<&str, &str> = daemon["volumeMounts"]
+            .as_array()
+            .expect("mounts")
+            .iter()
+            .map(|v| {
+                (
+                    v["name"].as_str().unwrap(),
+                    v["mountPath"].as_str().unwrap(),
+                )
+            })
+            .collect();
+        let volumes: BTreeMap<&str, &str> = spec["volumes"]
+            .as_array()
+            .expect("volumes")
+            .iter()
+            .filter_map(|v| Some((v["name"].as_str()?, v["hostPath"]["path"].as_str()?)))
+            .collect();
+        for (name, path) in [
+            ("dra-plugins", "/var/lib/kubelet/plugins"),
+            ("dra-registry", "/var/lib/kubelet/plugins_registry"),
+            ("cdi-dir", "/var/run/cdi"),
+        ] {
+            assert_eq!(mounts.get(name), Some(&path), "{m}: mount {name}");
+            assert_eq!(volumes.get(name), Some(&path), "{m}: volume {name}");
+        }
+        let off_spec = pod_spec(&off, "DaemonSet", &daemonset_name(m));
+        let off_env = self::env(container(off_spec, "containers", "device-manager"));
+        assert!(!off_env.contains_key("DRA"), "{m}");
+    }
+}
+
 /// The Prometheus Operator's API, which the PodMonitors and the PrometheusRule need.
 const MONITORING_API: &str = "monitoring.coreos.com/v1";
 

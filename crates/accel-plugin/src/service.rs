@@ -53,6 +53,7 @@ use crate::settings::Settings;
 use crate::socket;
 use accel_backend::respond::{Answer, Injection, Responder};
 
+mod claims;
 mod identity;
 mod orphans;
 mod partition;
@@ -60,6 +61,7 @@ mod rebuild;
 mod reseat;
 mod verify;
 
+pub use claims::{ClaimGrant, ClaimRefusal};
 pub use identity::{DIRECT_GRACE, IDENTIFY_WAIT};
 pub use orphans::{DEFAULT_DEBOUNCE as DEFAULT_ORPHAN_DEBOUNCE, Orphans};
 pub use reseat::DroppedGrant;

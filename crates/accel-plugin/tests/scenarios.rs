@@ -773,3 +773,78 @@ async fn auto_injection_follows_a_cdi_spec_generated_after_the_plugins_started()
         format!("nvidia.com/gpu={other}")
     );
 }
+
+fn claim_on(index: u32, uid: &str) -> accel_plugin::service::ClaimGrant {
+    accel_plugin::service::ClaimGrant {
+        claim_uid: uid.into(),
+        pod: pod("claimer", 1, &[("main", &[])]),
+        driver: "nvidia.gpustack.ai".into(),
+        devices: vec![format!("gpu-{index}")],
+        accelerators: vec![index],
+    }
+}
+
+#[tokio::test]
+async fn a_claims_card_is_never_granted_to_a_container_and_the_reverse_across_a_restart() {
+    let mut rig = Rig::new(seats(2), Settings::default()).await;
+    // DRA takes card 0: the responder's answer for it, charged and journalled.
+    let handle = rig.plugins().handle();
+    let injection = handle.grant_claim(&claim_on(0, "claim-1")).await.unwrap();
+    assert_eq!(injection.envs["NVIDIA_VISIBLE_DEVICES"], uuid(0));
+    // Its every token turns Unhealthy for the kubelet, the exclusive one too.
+    let held = uuid(0);
+    for resource in [GPU, SHARED, SLICED] {
+        rig.kubelet
+            .wait_devices(resource, |d| {
+                d.iter()
+                    .filter(|t| t.id.starts_with(&held))
+                    .all(|t| t.health == "Unhealthy")
+            })
+            .await;
+    }
+    // A kubelet that allocates it anyway is refused by the one ledger.
+    rig.kubelet.create(pod("a", 1, &[("main", &[(GPU, "1")])]));
+    let err = rig
+        .kubelet
+        .allocate_raw(GPU, vec![uuid(0)])
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::FailedPrecondition, "{}", err.message());
+    // The kubelet's own path takes card 1, which DRA then cannot have.
+    let admission = rig.kubelet.admit("a").await.unwrap();
+    assert_eq!(
+        env(&admission, "main", GPU, "NVIDIA_VISIBLE_DEVICES"),
+        uuid(1)
+    );
+    let refused = handle
+        .grant_claim(&claim_on(1, "claim-2"))
+        .await
+        .unwrap_err();
+    assert!(
+        refused
+            .to_string()
+            .starts_with("the ledger refused ResourceClaim claim-2: accelerator 1"),
+        "{refused}"
+    );
+    // A restart finds the claim in the journal: card 0 stays DRA's, and a retried prepare is
+    // answered without a second charge.
+    rig.restart_plugins().await;
+    let handle = rig.plugins().handle();
+    assert_eq!(handle.claim_uids(), ["claim-1".to_string()].into());
+    rig.kubelet
+        .wait_devices(GPU, |d| {
+            d.iter()
+                .any(|t| t.id.starts_with(&held) && t.health == "Unhealthy")
+        })
+        .await;
+    handle.grant_claim(&claim_on(0, "claim-1")).await.unwrap();
+    assert_eq!(rig.plugins().ledger().occupancy(0).unwrap().holders, 1);
+    // Released (unprepare): the card is the kubelet's again.
+    assert!(handle.release_claim("claim-1"));
+    assert!(!handle.release_claim("claim-1"));
+    rig.kubelet
+        .wait_devices(GPU, |d| d.iter().all(|t| t.health == "Healthy"))
+        .await;
+    rig.restart_plugins().await;
+    assert!(rig.plugins().handle().claim_uids().is_empty());
+}

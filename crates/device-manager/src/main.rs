@@ -22,6 +22,7 @@ mod daemon;
 mod datadir;
 #[cfg(feature = "demo")]
 mod demo;
+mod dra;
 mod holdings;
 mod metrics;
 mod network;

@@ -75,7 +75,29 @@ impl GrantKey {
     pub fn is_unattributed(&self) -> bool {
         self.pod_uid.is_empty()
     }
+
+    /// The key of a grant made through a DRA ResourceClaim (issue 46): the claim, not a Pod,
+    /// holds it (one claim may be shared by several Pods), so it lives as long as the claim is
+    /// prepared on this node and is released when the claim is unprepared or gone, never on a
+    /// Pod's word. Its "Pod UID" is [`CLAIM_PREFIX`] and the claim's UID, which no Pod UID
+    /// (a bare UUID) can be.
+    pub fn claim(claim_uid: &str) -> GrantKey {
+        GrantKey {
+            pod_uid: format!("{CLAIM_PREFIX}{claim_uid}"),
+            container: CLAIM_CONTAINER.to_string(),
+        }
+    }
+
+    /// The ResourceClaim UID of a [`GrantKey::claim`] key; `None` for a container's.
+    pub fn claim_uid(&self) -> Option<&str> {
+        self.pod_uid.strip_prefix(CLAIM_PREFIX)
+    }
 }
+
+/// What a claim key's Pod UID starts with.
+pub const CLAIM_PREFIX: &str = "resourceclaim:";
+/// The container part of a claim key.
+const CLAIM_CONTAINER: &str = "dra";
 
 impl fmt::Display for GrantKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -85,6 +107,8 @@ impl fmt::Display for GrantKey {
                 "the grant of {} (container not named yet)",
                 self.container
             )
+        } else if let Some(claim) = self.claim_uid() {
+            write!(f, "ResourceClaim {claim}")
         } else {
             write!(f, "pod {} container {}", self.pod_uid, self.container)
         }
@@ -469,8 +493,25 @@ impl Ledger {
         seat.healthy
             && match occupancy.mode {
                 Mode::Free => true,
-                Mode::Held(held) => held == family,
+                // A card a ResourceClaim holds is the DRA driver's: the kubelet, which does not
+                // know it, must not count its tokens as free.
+                Mode::Held(held) => held == family && !self.held_by_claim(index),
             }
+    }
+
+    /// Whether a ResourceClaim's grant charges accelerator `index`.
+    pub fn held_by_claim(&self, index: u32) -> bool {
+        self.grants.iter().any(|(key, grant)| {
+            key.claim_uid().is_some() && grant.accelerators.contains(&index) && self.charges(grant)
+        })
+    }
+
+    /// Whether a container's grant (one the device plugin made) charges accelerator `index`:
+    /// such a card is not offered through DRA.
+    pub fn held_by_container(&self, index: u32) -> bool {
+        self.grants.iter().any(|(key, grant)| {
+            key.claim_uid().is_none() && grant.accelerators.contains(&index) && self.charges(grant)
+        })
     }
 
     /// Records a claim, or refuses it. A retry of a recorded claim (same family, resource and
@@ -851,9 +892,22 @@ impl Ledger {
         self.remove(key)
     }
 
-    /// The Pods that hold grants.
+    /// The Pods that hold grants (a ResourceClaim's grant is the claim's, not a Pod's).
     pub fn pod_uids(&self) -> BTreeSet<String> {
-        self.grants.keys().map(|k| k.pod_uid.clone()).collect()
+        self.grants
+            .keys()
+            .filter(|k| k.claim_uid().is_none())
+            .map(|k| k.pod_uid.clone())
+            .collect()
+    }
+
+    /// The ResourceClaims that hold grants, by UID.
+    pub fn claim_uids(&self) -> BTreeSet<String> {
+        self.grants
+            .keys()
+            .filter_map(GrantKey::claim_uid)
+            .map(str::to_string)
+            .collect()
     }
 
     fn keys_of(&self, pod_uid: &str) -> Vec<GrantKey> {

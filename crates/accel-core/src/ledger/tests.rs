@@ -1229,3 +1229,54 @@ fn exactly_20000_candidate_sets_are_still_scored() {
         );
     }
 }
+
+fn claim_grant(uid: &str, accelerators: &[u32]) -> Claim {
+    Claim {
+        key: GrantKey::claim(uid),
+        family: Family::Exclusive,
+        resource: "nvidia.gpustack.ai".into(),
+        device_ids: accelerators.iter().map(|i| format!("gpu-{i}")).collect(),
+        accelerators: accelerators.to_vec(),
+        slice_units: 0,
+        cores_percentage: None,
+        partition: None,
+    }
+}
+
+#[test]
+fn a_claims_card_is_no_token_of_the_plugin_and_no_pod_holds_it() {
+    let mut l = ledger(3);
+    l.allocate(claim_grant("c-1", &[0])).unwrap();
+    l.allocate(claim("pod-a", Family::Exclusive, &[1], 0))
+        .unwrap();
+    // The claim's card: every family's token is unusable, the exclusive one included (the
+    // kubelet never handed it out, so it would count it free).
+    for family in [Family::Exclusive, Family::Shared, Family::Sliced] {
+        assert!(!l.token_healthy(0, family), "{family}");
+    }
+    // A container's exclusive card keeps its exclusive token (the kubelet knows it is used).
+    assert!(l.token_healthy(1, Family::Exclusive));
+    assert!(l.token_healthy(2, Family::Exclusive));
+    assert!(l.held_by_claim(0) && !l.held_by_claim(1) && !l.held_by_claim(2));
+    assert!(l.held_by_container(1) && !l.held_by_container(0) && !l.held_by_container(2));
+    // The one ledger: neither API may take what the other holds.
+    assert!(matches!(
+        l.allocate(claim("pod-b", Family::Exclusive, &[0], 0)),
+        Err(Refusal::ExclusivelyHeld { .. })
+    ));
+    assert!(matches!(
+        l.allocate(claim_grant("c-2", &[1])),
+        Err(Refusal::ExclusivelyHeld { .. })
+    ));
+    // A claim is no Pod: the Pods' reconcile never sees it.
+    assert_eq!(l.pod_uids(), BTreeSet::from(["pod-a".to_string()]));
+    assert_eq!(l.claim_uids(), BTreeSet::from(["c-1".to_string()]));
+    assert_eq!(GrantKey::claim("c-1").claim_uid(), Some("c-1"));
+    assert_eq!(GrantKey::new("c-1", "dra").claim_uid(), None);
+    assert_eq!(GrantKey::claim("c-1").to_string(), "ResourceClaim c-1");
+    // A retried prepare is answered without charging again.
+    assert!(!l.allocate(claim_grant("c-1", &[0])).unwrap().fresh);
+    l.release(&GrantKey::claim("c-1")).unwrap();
+    assert!(l.token_healthy(0, Family::Exclusive) && !l.held_by_claim(0));
+    l.verify().unwrap();
+}

@@ -117,6 +117,15 @@ pub struct Args {
     /// listed every fifth of it (at most every minute).
     #[arg(long, env = "PARTITION_ORPHAN_DEBOUNCE", default_value = "5m", value_parser = crate::cmd::monitor::parse_period)]
     pub partition_orphan_debounce: Duration,
+    /// Serve the accelerators through Dynamic Resource Allocation too: a DRA kubelet plugin
+    /// (driver `<manufacturer>.gpustack.ai`) beside the device plugins, on their one ledger,
+    /// publishing the node's ResourceSlice (needs a cluster serving `resource.k8s.io/v1`).
+    #[arg(long, env = "DRA")]
+    pub dra: bool,
+    /// Where the DRA driver writes one CDI spec per prepared claim: the container runtime's
+    /// CDI directory as the daemon sees it.
+    #[arg(long, env = "CDI_DIR", default_value = accel_dra::cdi::DEFAULT_CDI_DIR)]
+    pub cdi_dir: PathBuf,
 }
 
 /// Samples the accelerators' live usage every `period` on the blocking pool (the vendor's tool
@@ -336,6 +345,11 @@ impl Prepared {
         })
     }
 
+    /// The kubelet's directory (device plugins, pod-resources, DRA plugins and their registry).
+    pub fn kubelet_dir(&self) -> &std::path::Path {
+        &self.paths.kubelet_dir
+    }
+
     /// The data directory (journal, faults, Pod working directories).
     pub fn data_dir(&self) -> &std::path::Path {
         &self.paths.data_dir
@@ -539,6 +553,8 @@ pub fn run(args: Args, settings: &Settings) -> anyhow::Result<ExitCode> {
         tracing::info!("admin socket at {}", admin.path().display());
         let shutdown = shutdown_signal();
         tokio::pin!(shutdown);
+        let kubelet_dir = prepared.kubelet_dir().to_path_buf();
+        let dra_pods = pods.clone();
         // The plugins start when the manufacturer's accelerators are first detected.
         let started = {
             let start = prepared.start_plugins(&args, pods, plugin_metrics);
@@ -547,10 +563,37 @@ pub fn run(args: Args, settings: &Settings) -> anyhow::Result<ExitCode> {
                 () = &mut shutdown => None,
             }
         };
+        let mut dra = None;
         if let Some(plugins) = &started {
             tracing::info!("serving {:?}", plugins.resources());
             begun.serving(plugins);
+            if args.dra {
+                match &client {
+                    Some(client) => {
+                        let options = crate::dra::DraOptions {
+                            node: args.node_name.clone(),
+                            manufacturer: args.manufacturer,
+                            kubelet_dir: kubelet_dir.clone(),
+                            cdi_dir: args.cdi_dir.clone(),
+                            naming: settings.grammar().group_naming(),
+                        };
+                        dra = Some(crate::dra::start(
+                            options,
+                            client.clone(),
+                            plugins.handle(),
+                            dra_pods.clone(),
+                            daemon.published(),
+                        )?);
+                    }
+                    None => tracing::error!(
+                        "--dra: no cluster configuration, so no ResourceSlice can be published; the DRA driver is not served"
+                    ),
+                }
+            }
             shutdown.await;
+        }
+        if let Some(dra) = dra {
+            dra.stop().await;
         }
         admin.shutdown();
         if let Some(sampler) = sampler {

@@ -220,6 +220,8 @@ impl Node {
             // serve's default: the demo's partition is reclaimed through its record, and the
             // recorded hosts carry no hand-carved instance to wait for.
             partition_orphan_debounce: Duration::from_secs(300),
+            dra: false,
+            cdi_dir: work.join(name).join("cdi"),
         };
         let mut node = Node {
             name: name.to_string(),

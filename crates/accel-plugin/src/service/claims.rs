@@ -1,0 +1,176 @@
+//! Grants made through DRA ResourceClaims (issue 46), on the device plugin's one ledger: a claim
+//! is charged, journalled and answered by the manufacturer's responder exactly as a container's
+//! grant is, under its own key ([`GrantKey::claim`]). The card is then nobody else's: the
+//! ledger refuses a container's grant on it, and its tokens read Unhealthy in ListAndWatch, so
+//! the kubelet stops counting it. A claim's grant ends when the DRA driver releases it
+//! (unprepare, or its claim gone from the API server), never on a Pod's word.
+
+use accel_backend::respond::{Answer, Injection};
+use accel_core::ledger::{Claim, Family, GrantKey, Seat};
+
+use super::PluginHandle;
+use crate::journal::Entry;
+use crate::pods::Pod;
+
+/// What a prepared claim asks for: whole accelerators.
+#[derive(Debug, Clone)]
+pub struct ClaimGrant {
+    /// The ResourceClaim's UID.
+    pub claim_uid: String,
+    /// A Pod the claim is reserved for: what the responder reads (its runtime class).
+    pub pod: Pod,
+    /// The DRA driver the devices were allocated from (`nvidia.gpustack.ai`): the grant's
+    /// resource, which no device plugin resource can be.
+    pub driver: String,
+    /// The allocated device names, one per accelerator.
+    pub devices: Vec<String>,
+    /// The accelerators, by index.
+    pub accelerators: Vec<u32>,
+}
+
+/// Why a claim was not granted.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ClaimRefusal {
+    /// The ledger refused it (the card is held, unhealthy, or not this node's).
+    #[error("the ledger refused ResourceClaim {claim}: {reason}")]
+    Ledger { claim: String, reason: String },
+    /// The manufacturer's responder could not answer for the cards.
+    #[error("the responder refused ResourceClaim {claim}: {reason}")]
+    Responder { claim: String, reason: String },
+    /// The grant could not be made durable; nothing was granted.
+    #[error("ResourceClaim {claim}: the grant could not be made durable: {reason}")]
+    Journal { claim: String, reason: String },
+}
+
+impl PluginHandle {
+    /// Charges `ask`'s accelerators to its claim, journals the grant (durable before this
+    /// returns) and answers the responder's injection for them. A retried prepare of a granted
+    /// claim is answered again without charging twice.
+    pub async fn grant_claim(&self, ask: &ClaimGrant) -> Result<Injection, ClaimRefusal> {
+        let key = GrantKey::claim(&ask.claim_uid);
+        let claim_uid = || ask.claim_uid.clone();
+        let (injection, ticket, fresh) = {
+            let mut guard = self.shared.lock();
+            let state = &mut *guard;
+            let mut device_ids = ask.devices.clone();
+            device_ids.sort();
+            let mut accelerators = ask.accelerators.clone();
+            accelerators.sort_unstable();
+            accelerators.dedup();
+            let receipt = state
+                .ledger
+                .allocate(Claim {
+                    key: key.clone(),
+                    family: Family::Exclusive,
+                    resource: ask.driver.clone(),
+                    device_ids,
+                    accelerators,
+                    slice_units: 0,
+                    cores_percentage: None,
+                    partition: None,
+                })
+                .map_err(|r| ClaimRefusal::Ledger {
+                    claim: claim_uid(),
+                    reason: r.to_string(),
+                })?;
+            let Some(grant) = state.ledger.grant(&key).cloned() else {
+                return Err(ClaimRefusal::Ledger {
+                    claim: claim_uid(),
+                    reason: "the grant vanished while it was recorded".into(),
+                });
+            };
+            let seats: Vec<&Seat> = grant
+                .accelerators
+                .iter()
+                .filter_map(|i| state.ledger.seat(*i))
+                .collect();
+            let answered = self.shared.config.responder.respond(&Answer {
+                family: Some(Family::Exclusive),
+                seats: &seats,
+                slice_units: grant.units,
+                cores_percentage: None,
+                partition: None,
+                pod: &ask.pod,
+                container: None,
+            });
+            let injection = match answered {
+                Ok(injection) => injection,
+                Err(e) => {
+                    state.ledger.give_back(&receipt);
+                    return Err(ClaimRefusal::Responder {
+                        claim: claim_uid(),
+                        reason: e.to_string(),
+                    });
+                }
+            };
+            if receipt.fresh
+                && let Err(e) = state.journal.append(&Entry::Grant {
+                    key: key.clone(),
+                    grant,
+                })
+            {
+                state.ledger.give_back(&receipt);
+                return Err(ClaimRefusal::Journal {
+                    claim: claim_uid(),
+                    reason: e.to_string(),
+                });
+            }
+            (
+                injection,
+                state.journal.ticket(),
+                receipt.fresh.then_some(receipt),
+            )
+        };
+        let fresh: Vec<_> = fresh.into_iter().collect();
+        self.shared
+            .durable(ticket, &fresh)
+            .await
+            .map_err(|status| ClaimRefusal::Journal {
+                claim: claim_uid(),
+                reason: status.message().to_string(),
+            })?;
+        if !fresh.is_empty() {
+            tracing::info!(
+                "granted {:?} to ResourceClaim {} through {}",
+                ask.accelerators,
+                ask.claim_uid,
+                ask.driver
+            );
+            self.shared.notify();
+        }
+        Ok(injection)
+    }
+
+    /// Releases the claim's grant (journalled); `false` when it held none (unprepare is
+    /// retried, and a claim refused at prepare holds nothing).
+    pub fn release_claim(&self, claim_uid: &str) -> bool {
+        let key = GrantKey::claim(claim_uid);
+        let released = {
+            let mut state = self.shared.lock();
+            let released = state.ledger.release(&key);
+            if released.is_some()
+                && let Err(e) = state.journal.append(&Entry::Release { key: key.clone() })
+            {
+                tracing::error!("ledger journal: {e}");
+            }
+            released
+        };
+        match released {
+            Some(grant) => {
+                tracing::info!(
+                    "released {key} ({:?} through {})",
+                    grant.accelerators,
+                    grant.resource
+                );
+                self.shared.notify();
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// The claims that hold grants, by UID.
+    pub fn claim_uids(&self) -> std::collections::BTreeSet<String> {
+        self.shared.lock().ledger.claim_uids()
+    }
+}

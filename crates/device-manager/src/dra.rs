@@ -1,0 +1,309 @@
+//! `serve --dra`: the manufacturer's DRA kubelet plugin beside its device plugins, on their one
+//! ledger (issue 46). What `accel-dra` serves is wired here to what the daemon has:
+//!
+//! - claims are granted through [`PluginLedger`], the device plugins' [`PluginHandle`]: charged,
+//!   journalled and answered by the manufacturer's responder, so a card held through a claim is
+//!   never granted through the device plugin (its tokens read Unhealthy) and the reverse (the
+//!   ledger refuses it, and the slice stops offering it);
+//! - the node's ResourceSlice follows each detection the daemon publishes and the ledger: the
+//!   manufacturer's measured section, less the cards a container holds through the device
+//!   plugin (a failed pass carries the last measured inventory forward, so it changes nothing);
+//! - a sweep every [`SWEEP_EVERY`] releases the claims the ledger holds that the API server no
+//!   longer has allocated here and reserved (a claim deleted with its Pod while no unprepare
+//!   reached us), and removes CDI specs whose claim holds nothing.
+
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use accel_backend::respond::Injection;
+use accel_core::Manufacturer;
+use accel_core::inventory::ManufacturerInventory;
+use accel_core::labels::GroupNaming;
+use accel_dra::cdi::CdiSpecs;
+use accel_dra::claims::{ApiClaimResolver, ClaimLedger, ReservedPod};
+use accel_dra::plugin::{ClaimRef, DraService};
+use accel_dra::publish::SlicePublisher;
+use accel_dra::{DriverName, ServedDriver, slices};
+use accel_plugin::PluginHandle;
+use accel_plugin::pods::{Phase, Pod, PodSource};
+use accel_plugin::service::ClaimGrant;
+use anyhow::Context;
+use tokio::sync::watch;
+
+use crate::daemon::Published;
+
+/// How often the claims the ledger holds are checked against the API server.
+pub const SWEEP_EVERY: Duration = Duration::from_secs(30);
+
+/// The device plugins' ledger as the DRA driver's.
+pub struct PluginLedger {
+    handle: PluginHandle,
+    pods: Arc<dyn PodSource>,
+    driver: DriverName,
+    manufacturer: Manufacturer,
+}
+
+impl PluginLedger {
+    /// The Pod the responder is asked for: the watch's copy, or (not delivered yet) one with
+    /// the claim's names alone.
+    fn pod(&self, reserved: &ReservedPod) -> Pod {
+        self.pods
+            .snapshot()
+            .and_then(|pods| {
+                pods.iter()
+                    .find(|p| p.uid == reserved.uid)
+                    .map(|p| Pod::clone(p))
+            })
+            .unwrap_or_else(|| Pod {
+                uid: reserved.uid.clone(),
+                namespace: reserved.namespace.clone(),
+                name: reserved.name.clone(),
+                created: 0,
+                phase: Phase::Pending,
+                runtime_class: None,
+                containers: Vec::new(),
+                allocated: None,
+            })
+    }
+}
+
+impl ClaimLedger for PluginLedger {
+    async fn grant(
+        &self,
+        claim: &ClaimRef,
+        pod: &ReservedPod,
+        devices: &[String],
+        indexes: &[u32],
+    ) -> Result<Injection, String> {
+        let ask = ClaimGrant {
+            claim_uid: claim.uid.clone(),
+            pod: self.pod(pod),
+            driver: self.driver.to_string(),
+            devices: devices.to_vec(),
+            accelerators: indexes.to_vec(),
+        };
+        tracing::debug!(manufacturer = %self.manufacturer, claim = %claim.uid, "granting a claim");
+        self.handle
+            .grant_claim(&ask)
+            .await
+            .map_err(|e| e.to_string())
+    }
+
+    fn release(&self, claim_uid: &str) -> bool {
+        self.handle.release_claim(claim_uid)
+    }
+}
+
+/// Where the driver runs.
+#[derive(Debug, Clone)]
+pub struct DraOptions {
+    pub node: String,
+    pub manufacturer: Manufacturer,
+    pub kubelet_dir: PathBuf,
+    pub cdi_dir: PathBuf,
+    pub naming: GroupNaming,
+}
+
+/// The served driver and its publishing and sweeping loop.
+pub struct RunningDra {
+    served: ServedDriver,
+    stop: watch::Sender<bool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl RunningDra {
+    /// Stops the loop and both servers (the registration socket is removed).
+    pub async fn stop(self) {
+        self.stop.send_replace(true);
+        let _ = self.task.await;
+        match self.served.task.await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => tracing::warn!("DRA servers: {e}"),
+            Err(e) => tracing::warn!("DRA servers: {e}"),
+        }
+    }
+}
+
+/// The section the driver offers: the measured one less the cards a container holds through
+/// the device plugin.
+pub fn offered_section(
+    section: &ManufacturerInventory,
+    handle: &PluginHandle,
+) -> ManufacturerInventory {
+    let mut offered = section.clone();
+    handle.with_ledger(|ledger| {
+        offered
+            .accelerators
+            .retain(|a| !ledger.held_by_container(a.index));
+    });
+    offered
+}
+
+/// Serves the driver and starts its loop (inside the daemon's runtime).
+pub fn start(
+    options: DraOptions,
+    client: kube::Client,
+    handle: PluginHandle,
+    pods: Arc<dyn PodSource>,
+    published: watch::Receiver<Option<Published>>,
+) -> anyhow::Result<RunningDra> {
+    let driver = slices::driver_for(options.manufacturer)
+        .map_err(|e| anyhow::anyhow!("{}: {e}", options.manufacturer))?;
+    let ledger = PluginLedger {
+        handle: handle.clone(),
+        pods,
+        driver: driver.clone(),
+        manufacturer: options.manufacturer,
+    };
+    let resolver = Arc::new(ApiClaimResolver::new(
+        client.clone(),
+        driver.clone(),
+        options.manufacturer,
+        &options.node,
+        ledger,
+    ));
+    let specs = CdiSpecs::new(&options.cdi_dir, options.manufacturer);
+    let service = DraService::new(resolver.clone(), specs.clone());
+    let (stop, stopped) = watch::channel(false);
+    let served = accel_dra::serve(
+        &options.kubelet_dir,
+        driver.clone(),
+        service,
+        stopped.clone(),
+    )
+    .with_context(|| format!("serving the DRA driver {driver}"))?;
+    tracing::info!(
+        "DRA driver {driver} at {} (registration {}), CDI specs in {}",
+        served.sockets.dra.display(),
+        served.sockets.registration.display(),
+        options.cdi_dir.display()
+    );
+    let publisher = SlicePublisher::new(client, &options.node, options.naming);
+    let task = tokio::spawn(run(Loop {
+        options,
+        driver,
+        handle,
+        resolver,
+        specs,
+        publisher,
+        published,
+        stop: stopped,
+    }));
+    Ok(RunningDra { served, stop, task })
+}
+
+struct Loop {
+    options: DraOptions,
+    driver: DriverName,
+    handle: PluginHandle,
+    resolver: Arc<ApiClaimResolver<PluginLedger>>,
+    specs: CdiSpecs,
+    publisher: SlicePublisher,
+    published: watch::Receiver<Option<Published>>,
+    stop: watch::Receiver<bool>,
+}
+
+async fn run(mut l: Loop) {
+    let mut ledger = l.handle.changes();
+    let mut sweep = tokio::time::interval(SWEEP_EVERY);
+    sweep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut last: Option<ManufacturerInventory> = None;
+    loop {
+        let mut sweeping = false;
+        tokio::select! {
+            _ = l.stop.wait_for(|s| *s) => return,
+            changed = l.published.changed() => if changed.is_err() { return },
+            changed = ledger.changed() => if changed.is_err() { return },
+            _ = sweep.tick() => sweeping = true,
+        }
+        let section = l.published.borrow().as_ref().and_then(|p| {
+            p.inventory
+                .manufacturers
+                .iter()
+                .find(|s| s.name == l.options.manufacturer)
+                .cloned()
+        });
+        if let Some(section) = section {
+            let offered = offered_section(&section, &l.handle);
+            if last.as_ref() != Some(&offered) {
+                match l.publisher.publish(&l.driver, &offered).await {
+                    Ok(done) => {
+                        tracing::info!(driver = %l.driver, "ResourceSlice: {done:?}");
+                        if let Ok(spec) = slices::slice_spec(
+                            &l.driver,
+                            &l.options.node,
+                            &offered,
+                            l.options.naming,
+                            1,
+                        ) {
+                            l.resolver.set_published(&spec);
+                        }
+                        last = Some(offered);
+                    }
+                    Err(e) => tracing::warn!(
+                        driver = %l.driver,
+                        "ResourceSlice not published: {}",
+                        crate::dra::chain(&e)
+                    ),
+                }
+            }
+        }
+        if sweeping {
+            sweep_claims(&l).await;
+        }
+    }
+}
+
+/// The error and each of its causes on one line.
+pub fn chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut cause = error.source();
+    while let Some(c) = cause {
+        text.push_str(": ");
+        text.push_str(&c.to_string());
+        cause = c.source();
+    }
+    text
+}
+
+/// Releases the claims held here that the API server no longer has allocated here and
+/// reserved, then removes the specs of claims that hold nothing.
+async fn sweep_claims(l: &Loop) {
+    // Read before the list: a claim granted after it is not judged by a list that predates it.
+    let held = l.handle.claim_uids();
+    if !held.is_empty() {
+        match l.resolver.live_claims().await {
+            Ok(live) => {
+                for uid in held.difference(&live) {
+                    if l.handle.release_claim(uid) {
+                        tracing::info!(claim = %uid, "released a claim no longer allocated here and reserved");
+                    }
+                    if let Err(e) = l.specs.remove(uid) {
+                        tracing::warn!("{}", chain(&e));
+                    }
+                }
+            }
+            Err(e) => tracing::warn!("cannot list ResourceClaims to reclaim gone ones: {e}"),
+        }
+    }
+    // Specs listed before the grants are read: prepare grants before it writes a spec.
+    match l.specs.claim_uids() {
+        Ok(uids) => {
+            let held: BTreeSet<String> = l.handle.claim_uids();
+            for uid in uids.iter().filter(|u| !held.contains(*u)) {
+                match l.specs.remove(uid) {
+                    Ok(()) => {
+                        tracing::info!(claim = %uid, "removed the CDI spec of a claim that holds nothing")
+                    }
+                    Err(e) => tracing::warn!("{}", chain(&e)),
+                }
+            }
+        }
+        Err(e) => tracing::warn!(
+            "cannot list the CDI specs in {}: {e}",
+            l.options.cdi_dir.display()
+        ),
+    }
+}
