@@ -3,13 +3,16 @@
 //! prepared claim built from the backend's manufacturer-neutral `Injection`.
 //!
 //! What a claim holds is behind [`plugin::ClaimResolver`]: this crate asks it and writes what it
-//! answers; [`claims::ApiClaimResolver`] reads it from the ResourceClaim's allocation status.
-//! The node's accelerators become one ResourceSlice per manufacturer ([`slices`], pure), which
-//! [`publish`] writes through the API server. Charging the ledger, creating partitions at
-//! prepare time and the daemon's wiring are not built yet (docs/ARCHITECTURE.md, "DRA").
+//! answers; [`claims::ApiClaimResolver`] reads it from the ResourceClaim's allocation status and
+//! grants it through a [`claims::ClaimLedger`] (the daemon's is the device plugins' one ledger,
+//! `device-manager serve --dra`). The node's accelerators become one ResourceSlice per
+//! manufacturer ([`slices`], pure), which [`publish`] writes through the API server. Creating
+//! partitions at prepare time and consumable capacity are not built yet (docs/ARCHITECTURE.md,
+//! "DRA").
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 pub mod api;
+pub mod authority;
 pub mod cdi;
 pub mod claims;
 pub mod plugin;
@@ -65,7 +68,11 @@ pub fn serve<R: ClaimResolver>(
     let registration_server = tonic::transport::Server::builder()
         .add_service(api::registration::registration_server::RegistrationServer::new(registration))
         .serve_with_incoming_shutdown(
-            UnixListenerStream::new(registration_listener),
+            // The kubelet's plugin watcher sends the socket's path as `:authority`.
+            tokio_stream::StreamExt::map(
+                UnixListenerStream::new(registration_listener),
+                |connection| connection.map(authority::AuthorityRewrite::new),
+            ),
             until_stopped(stop),
         );
     let registration_socket = sockets.registration.clone();

@@ -382,3 +382,99 @@ async fn a_spec_that_cannot_be_written_fails_its_claim_alone() {
         "what resolving took goes back when no spec could be written"
     );
 }
+
+/// One HTTP/2 frame (RFC 9113 §4.1).
+fn h2_frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
+    let mut f = (payload.len() as u32).to_be_bytes()[1..].to_vec();
+    f.push(kind);
+    f.push(flags);
+    f.extend_from_slice(&stream.to_be_bytes());
+    f.extend_from_slice(payload);
+    f
+}
+
+/// An HPACK literal with incremental indexing and an indexed name (6-bit prefix; every index
+/// here is below 63 and every value shorter than 127), plain value.
+fn hpack_literal(name_index: u8, value: &[u8]) -> Vec<u8> {
+    let mut b = vec![0x40 | name_index, value.len() as u8];
+    b.extend_from_slice(value);
+    b
+}
+
+/// GetInfo as the kubelet's plugin watcher sends it: grpc-go dialled with the socket's bare
+/// path, so its `:authority` is that path (v1.36 `operationexecutor.dial`), which an HTTP/2
+/// server built on `h2` refuses unless the driver rewrites it. Answers whether a PluginInfo
+/// came back, or the frame that refused it.
+async fn get_info_as_the_kubelet_dials(socket: &Path) -> Result<Vec<u8>, String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::UnixStream::connect(socket)
+        .await
+        .map_err(|e| e.to_string())?;
+    let mut block = vec![0x83, 0x86]; // :method POST, :scheme http
+    block.extend(hpack_literal(
+        4,
+        b"/pluginregistration.Registration/GetInfo",
+    ));
+    block.extend(hpack_literal(1, socket.display().to_string().as_bytes()));
+    block.extend(hpack_literal(31, b"application/grpc"));
+    block.extend_from_slice(&[0x40, 0x02]);
+    block.extend_from_slice(b"te");
+    block.extend_from_slice(&[0x08]);
+    block.extend_from_slice(b"trailers");
+    let mut out = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+    out.extend(h2_frame(0x4, 0, 0, &[]));
+    out.extend(h2_frame(0x1, 0x4, 1, &block));
+    // An empty InfoRequest: the gRPC message prefix, uncompressed, length 0.
+    out.extend(h2_frame(0x0, 0x1, 1, &[0, 0, 0, 0, 0]));
+    stream.write_all(&out).await.map_err(|e| e.to_string())?;
+    let mut data = Vec::new();
+    loop {
+        let mut header = [0u8; 9];
+        stream
+            .read_exact(&mut header)
+            .await
+            .map_err(|e| format!("the server closed the connection: {e}"))?;
+        let len =
+            (usize::from(header[0]) << 16) | (usize::from(header[1]) << 8) | usize::from(header[2]);
+        let mut payload = vec![0u8; len];
+        stream
+            .read_exact(&mut payload)
+            .await
+            .map_err(|e| e.to_string())?;
+        match header[3] {
+            0x4 if header[4] & 0x1 == 0 => {
+                stream
+                    .write_all(&h2_frame(0x4, 0x1, 0, &[]))
+                    .await
+                    .map_err(|e| e.to_string())?;
+            }
+            0x3 => return Err(format!("RST_STREAM, error code {payload:?}")),
+            0x7 => return Err(format!("GOAWAY {payload:?}")),
+            0x0 => {
+                data.extend_from_slice(&payload);
+                if header[4] & 0x1 != 0 || data.len() > 5 {
+                    return Ok(data);
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+#[tokio::test]
+async fn the_kubelets_plugin_watcher_gets_the_info_though_it_sends_the_socket_path_as_authority() {
+    let rig = start();
+    let socket = registration_socket(&rig.kubelet_dir);
+    let info = within(
+        "GetInfo as the kubelet dials",
+        get_info_as_the_kubelet_dials(&socket),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("the kubelet's GetInfo was refused: {e}"));
+    let text = String::from_utf8_lossy(&info);
+    assert!(
+        text.contains("DRAPlugin") && text.contains(DRIVER),
+        "{text:?}"
+    );
+    assert!(text.contains("v1.DRAPlugin"), "{text:?}");
+}

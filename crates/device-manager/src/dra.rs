@@ -307,3 +307,132 @@ async fn sweep_claims(l: &Loop) {
         ),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use accel_core::inventory::Accelerator;
+    use accel_core::ledger::GrantKey;
+    use accel_nvidia::responder::{EngineFacts, NvidiaResponder};
+    use accel_plugin::pods::MemoryPods;
+    use accel_plugin::service::Offer;
+    use accel_plugin::settings::{InjectionStrategy, Settings};
+    use accel_plugin::testing::{Kubelet, gpu_uuid, pod, seat};
+    use accel_plugin::{Config, DevicePlugins};
+
+    use super::*;
+
+    fn accelerator(index: u32) -> Accelerator {
+        serde_json::from_value(serde_json::json!({
+            "index": index, "uuid": gpu_uuid(index), "product": "NVIDIA A100-SXM4-80GB",
+            "busId": null, "memoryMiB": 81920, "numaNode": 0, "architecture": null,
+            "computeCapability": null, "migMode": null, "healthy": true, "grantable": "whole",
+            "source": "driver", "cores": 6912, "brand": null, "serial": null,
+            "vbiosVersion": null, "boardPartNumber": null, "minorNumber": null,
+            "persistenceMode": null, "driverModel": null, "gspFirmwareVersion": null,
+            "excluded": null, "ecc": null, "remappedRows": null
+        }))
+        .expect("an accelerator")
+    }
+
+    #[tokio::test]
+    async fn a_claim_is_granted_on_the_plugins_ledger_and_a_containers_card_leaves_the_slice() {
+        let dir = tempfile::tempdir().expect("a temp dir");
+        let kubelet = Kubelet::start(&dir.path().join("kubelet"), MemoryPods::new()).await;
+        let config = Config {
+            kubelet_dir: dir.path().join("kubelet"),
+            data_dir: dir.path().join("data"),
+            settings: Settings::default(),
+            offer: Offer::of(Manufacturer::Nvidia),
+            seats: (0..3).map(seat).collect(),
+            responder: Arc::new(NvidiaResponder {
+                strategy: InjectionStrategy::Envvar,
+                cuda_major: Some(13),
+                pod_dir_root: dir.path().join("data/pods"),
+                preload_dir: dir.path().join("data/preload"),
+                library_dir: accel_nvidia::responder::HOST_LIBRARY_DIR.into(),
+                engine: Arc::new(EngineFacts::default()),
+            }),
+            poll_interval: Duration::from_millis(20),
+            partitions: None,
+            metrics: Default::default(),
+        };
+        let pods: Arc<dyn PodSource> = Arc::new(kubelet.pods().clone());
+        let plugins = DevicePlugins::start(config, pods.clone())
+            .await
+            .expect("the plugins start");
+        kubelet.wait_for(&["nvidia.com/gpu"]).await;
+        let handle = plugins.handle();
+        let ledger = PluginLedger {
+            handle: handle.clone(),
+            pods,
+            driver: slices::driver_for(Manufacturer::Nvidia).expect("a driver"),
+            manufacturer: Manufacturer::Nvidia,
+        };
+        let claim = ClaimRef {
+            namespace: "ml".into(),
+            name: "train".into(),
+            uid: "claim-1".into(),
+        };
+        let reserved = ReservedPod {
+            namespace: "ml".into(),
+            name: "trainer".into(),
+            uid: "pod-7".into(),
+        };
+        // The Pod is not in the watch: the responder is asked with the claim's names alone.
+        let injection = ledger
+            .grant(&claim, &reserved, &["gpu-1".into()], &[1])
+            .await
+            .expect("granted");
+        assert_eq!(injection.envs["NVIDIA_VISIBLE_DEVICES"], gpu_uuid(1));
+        let grant = handle.ledger().grant(&GrantKey::claim("claim-1")).cloned();
+        let grant = grant.expect("the claim's grant");
+        assert_eq!(grant.resource, "nvidia.gpustack.ai");
+        assert_eq!(grant.device_ids, ["gpu-1"]);
+        // A container takes a card through the device plugin: it leaves what DRA offers; the
+        // claim's card stays (its claim is allocated there).
+        kubelet.create(pod("a", 1, &[("main", &[("nvidia.com/gpu", "1")])]));
+        kubelet.admit("a").await.expect("admitted");
+        let section = ManufacturerInventory {
+            accelerators: (0..3).map(accelerator).collect(),
+            ..ManufacturerInventory::empty(Manufacturer::Nvidia)
+        };
+        let offered: Vec<u32> = offered_section(&section, &handle)
+            .accelerators
+            .iter()
+            .map(|a| a.index)
+            .collect();
+        let container = handle
+            .ledger()
+            .grants()
+            .iter()
+            .find(|(k, _)| k.claim_uid().is_none())
+            .map(|(_, g)| g.accelerators[0])
+            .expect("the container's grant");
+        assert_ne!(container, 1, "the device plugin gave the claim's card");
+        let expected: Vec<u32> = (0..3).filter(|i| *i != container).collect();
+        assert_eq!(offered, expected);
+        // The refusal is the ledger's one line, naming the claim.
+        let other = ClaimRef {
+            uid: "claim-2".into(),
+            ..claim.clone()
+        };
+        let refused = ledger
+            .grant(
+                &other,
+                &reserved,
+                &[format!("gpu-{container}")],
+                &[container],
+            )
+            .await
+            .expect_err("a container's card");
+        assert!(
+            refused.starts_with("the ledger refused ResourceClaim claim-2: accelerator"),
+            "{refused}"
+        );
+        assert!(ledger.release("claim-1"));
+        assert!(!ledger.release("claim-1"));
+        plugins.stop().await;
+    }
+}

@@ -1,0 +1,202 @@
+#!/usr/bin/env bash
+# rig-dra.sh — the DRA driver (`serve --dra`, issue 46) on the rig's real API server, scheduler
+# and kubelet v1.36, with a CDI-capable containerd built from source (scripts/rig-containerd.sh)
+# in place of the rig's containerd 1.6:
+#   1. three daemons on recorded hosts, each `serve --dra`: nvidia (hgx-h100-8gpu), ascend
+#      (ascend-8x-910b2), mthreads (mthreads-8x-s4000); the chart's DeviceClasses applied
+#      (helm template -s templates/deviceclasses.yaml); each publishes its ResourceSlice (the
+#      driver, the device count, gpu-0's attributes printed);
+#   2. a ResourceClaim by CEL selector (memory >= 40Gi and product == gpu-0's product) for an
+#      NVIDIA card: the scheduler allocates it, the kubelet prepares it through our driver, the
+#      container sees NVIDIA_VISIBLE_DEVICES = the allocated card's UUID through the claim's CDI
+#      spec; the device plugin's allocatable nvidia.com/gpu drops to 7 (one ledger);
+#   3. a device-plugin Pod (nvidia.com/gpu: 1) runs on another card, which leaves the
+#      ResourceSlice; a second claim is allocated neither card;
+#   4. the nvidia daemon restarted while both claims' Pods run: the journal keeps the claims'
+#      cards withheld (allocatable stays 6);
+#   5. one claim each for Ascend and Moore Threads: their containers see
+#      ASCEND_VISIBLE_DEVICES / MTHREADS_VISIBLE_DEVICES;
+#   6. the Pods deleted: the kubelet unprepares, the CDI specs go, allocatable nvidia.com/gpu
+#      is 8 again.
+#   Not built yet, so not checked: hardware partitions by counters, slices by consumable
+#   capacity (docs/ARCHITECTURE.md, "DRA").
+#
+#   scripts/rig-containerd.sh && scripts/build-release.sh && scripts/rig-dra.sh
+#
+# Needs root and the rig (../shared/rig/build.sh). CI cannot run it. The daemons' logs stay in
+# /tmp/rig-dra-<manufacturer>-serve.log.
+set -u
+. "$(dirname "$0")/rig-lib.sh"
+CTRD2=$K/containerd2/bin
+[ -x "$CTRD2/containerd" ] || { echo "no CDI-capable containerd in $CTRD2 (scripts/rig-containerd.sh)"; exit 2; }
+HELM=${HELM:-$(ls "$REPO"/target/ci-helm-*/bin/helm 2>/dev/null | head -1)}
+[ -x "$HELM" ] || { echo "no helm (HELM=...; the deploy tests install one under target/)"; exit 2; }
+CDI=/var/run/cdi
+
+WORK=$(mktemp -d /tmp/rig-dra.XXXXXX)
+chmod 755 "$WORK"
+declare -A SERVE=()
+MS=(nvidia ascend mthreads)
+declare -A HOSTS=([nvidia]=hgx-h100-8gpu [ascend]=ascend-8x-910b2 [mthreads]=mthreads-8x-s4000)
+declare -A VAR=([nvidia]=NVIDIA_VISIBLE_DEVICES [ascend]=ASCEND_VISIBLE_DEVICES [mthreads]=MTHREADS_VISIBLE_DEVICES)
+cleanup() {
+  $KC delete pod -l app=rig-dra --wait=true --timeout=60s >/dev/null 2>&1
+  $KC delete resourceclaim -l app=rig-dra --wait=true --timeout=60s >/dev/null 2>&1
+  for m in "${!SERVE[@]}"; do kill "${SERVE[$m]}" 2>/dev/null; wait "${SERVE[$m]}" 2>/dev/null; done
+  $KC delete resourceslices --all >/dev/null 2>&1
+  $KC delete deviceclass -l app.kubernetes.io/name=device-manager >/dev/null 2>&1
+  rig_down
+  rm -f "$CDI"/gpustack-*.json
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+trap 'exit 143' INT TERM HUP  # a signal ends the script through its EXIT clean-up
+
+# The rig's node with containerd 2 first on its PATH (node-up.sh runs `containerd` from PATH).
+PATH=$CTRD2:$PATH rig_up /tmp/rig-dra
+echo "containerd: $($K/bin/kubectl get node rig-node -o jsonpath='{.status.nodeInfo.containerRuntimeVersion}')"
+fresh_devices
+$KC delete resourceslices --all >/dev/null 2>&1
+"$HELM" template dm "$REPO/deploy/helm/device-manager" --api-versions resource.k8s.io/v1 \
+  --set dra.enabled=true -s templates/deviceclasses.yaml | $KC apply -f - >/dev/null ||
+  fail "the chart's DeviceClasses were not applied"
+echo "DeviceClasses: $($KC get deviceclass -o jsonpath='{.items[*].metadata.name}')"
+
+start_serve() {  # start_serve M: the daemon of M on its recorded host, --dra
+  local m=$1
+  [ -d "$WORK/$m" ] || { mkdir -p "$WORK/$m"; cp -a "$REPO/testdata/hosts/${HOSTS[$m]}" "$WORK/$m/host"; }
+  "$BIN" serve --node-name rig-node --manufacturer "$m" --host-root "$WORK/$m/host" \
+    --kubelet-dir $K/kubelet --data-dir "$WORK/$m/data" --dra --cdi-dir "$CDI" \
+    >>"/tmp/rig-dra-$m-serve.log" 2>&1 &
+  SERVE[$m]=$!
+}
+for m in "${MS[@]}"; do : >"/tmp/rig-dra-$m-serve.log"; start_serve "$m"; done
+
+slice_json() { $KC get resourceslice "rig-node-$1.gpustack.ai" -o json 2>/dev/null; }
+devices_of() { slice_json "$1" | python3 -c 'import json,sys; print(" ".join(d["name"] for d in json.load(sys.stdin)["spec"]["devices"]))' 2>/dev/null; }
+attr() {  # attr M DEVICE KEY: a device's attribute value from the slice
+  slice_json "$1" | python3 -c '
+import json, sys
+d = next(d for d in json.load(sys.stdin)["spec"]["devices"] if d["name"] == sys.argv[1])
+a = d["attributes"]["gpustack.ai/" + sys.argv[2]]
+print(next(iter(a.values())))' "$2" "$3" 2>/dev/null
+}
+for m in "${MS[@]}"; do
+  for _ in $(seq 1 60); do [ -n "$(devices_of "$m")" ] && break; sleep 1; done
+  d=$(devices_of "$m")
+  [ -n "$d" ] || { fail "$m: no ResourceSlice"; continue; }
+  echo "ResourceSlice rig-node-$m.gpustack.ai: $(echo "$d" | wc -w) devices ($d)"
+  dev=${d%% *}
+  echo "  $dev: product=$(attr "$m" "$dev" product) uuid=$(attr "$m" "$dev" uuid) healthy=$(attr "$m" "$dev" healthy)"
+done
+for _ in $(seq 1 60); do [ "$(allocatable nvidia.com/gpu)" = 8 ] && break; sleep 1; done
+echo "allocatable nvidia.com/gpu: $(allocatable nvidia.com/gpu)"
+
+claim() {  # claim NAME CLASS [CEL]
+  local sel=""
+  [ -n "${3:-}" ] && sel="
+        selectors:
+        - cel:
+            expression: '$3'"
+  cat <<EOT | $KC apply -f - >/dev/null
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaim
+metadata: {name: $1, namespace: default, labels: {app: rig-dra}}
+spec:
+  devices:
+    requests:
+    - name: acc
+      exactly:
+        deviceClassName: $2$sel
+EOT
+}
+claim_pod() {  # claim_pod NAME CLAIM
+  cat <<EOT | $KC apply -f - >/dev/null
+apiVersion: v1
+kind: Pod
+metadata: {name: $1, namespace: default, labels: {app: rig-dra}}
+spec:
+  hostNetwork: true
+  restartPolicy: Never
+  terminationGracePeriodSeconds: 0
+  resourceClaims:
+  - {name: acc, resourceClaimName: $2}
+  containers:
+  - name: c
+    image: localhost/rig/busybox:1.0
+    imagePullPolicy: Never
+    command: ["sh", "-c", "env | grep VISIBLE_DEVICES; sleep 3600"]
+    resources: {claims: [{name: acc}]}
+EOT
+}
+allocated() { $KC get resourceclaim "$1" -o jsonpath='{.status.allocation.devices.results[*].device}' 2>/dev/null; }
+
+# 2. a claim by CEL selector
+PRODUCT=$(attr nvidia gpu-0 product)
+claim gpu-a nvidia.gpustack.ai "device.capacity[\"gpustack.ai\"].memory.compareTo(quantity(\"40Gi\")) >= 0 && device.attributes[\"gpustack.ai\"].product == \"$PRODUCT\""
+claim_pod dra-a gpu-a
+if saw dra-a; then
+  DEV_A=$(allocated gpu-a)
+  UUID_A=$(attr nvidia "$DEV_A" uuid)
+  echo "claim gpu-a (memory >= 40Gi, product == $PRODUCT): allocated $DEV_A ($UUID_A)"
+  expect dra-a "the container sees the claim's card through CDI" "^NVIDIA_VISIBLE_DEVICES=$UUID_A\$"
+  ls "$CDI"/gpustack-nvidia-*.json >/dev/null 2>&1 && echo "  ok: CDI spec $(ls "$CDI"/gpustack-nvidia-*.json)" || fail "no CDI spec"
+fi
+for _ in $(seq 1 30); do [ "$(allocatable nvidia.com/gpu)" = 7 ] && break; sleep 1; done
+a=$(allocatable nvidia.com/gpu)
+echo "allocatable nvidia.com/gpu with the claim prepared: $a"
+[ "$a" = 7 ] || fail "the claim's card is still the device plugin's (allocatable $a)"
+
+# 3. a device-plugin Pod, then a second claim
+busybox_pod dra-dp "env | grep VISIBLE_DEVICES; sleep 3600" '{nvidia.com/gpu: "1"}'
+$KC label pod dra-dp app=rig-dra >/dev/null
+if saw dra-dp; then
+  UUID_DP=$($KC logs dra-dp | sed -n 's/^NVIDIA_VISIBLE_DEVICES=//p')
+  [ "$UUID_DP" != "${UUID_A:-}" ] && echo "  ok: the device plugin gave another card ($UUID_DP)" || fail "the device plugin gave the claim's card"
+  for _ in $(seq 1 30); do [ "$(devices_of nvidia | wc -w)" = 7 ] && break; sleep 1; done
+  echo "ResourceSlice devices with a container's card withdrawn: $(devices_of nvidia | wc -w)"
+  [ "$(devices_of nvidia | wc -w)" = 7 ] || fail "the container's card is still offered through DRA"
+fi
+claim gpu-b nvidia.gpustack.ai
+claim_pod dra-b gpu-b
+if saw dra-b; then
+  UUID_B=$($KC logs dra-b | sed -n 's/^NVIDIA_VISIBLE_DEVICES=//p')
+  echo "claim gpu-b: allocated $(allocated gpu-b) ($UUID_B)"
+  case "$UUID_B" in "${UUID_A:-x}"|"${UUID_DP:-x}"|"") fail "the second claim got a held card";; *) echo "  ok: neither held card";; esac
+fi
+
+# 4. restart with the claims prepared
+for _ in $(seq 1 30); do [ "$(allocatable nvidia.com/gpu)" = 6 ] && break; sleep 1; done
+a=$(allocatable nvidia.com/gpu)
+echo "allocatable nvidia.com/gpu with two claims and a container: $a"
+[ "$a" = 6 ] || fail "the second claim's card is still the device plugin's (allocatable $a)"
+kill "${SERVE[nvidia]}"; wait "${SERVE[nvidia]}" 2>/dev/null
+start_serve nvidia
+sleep 5
+for _ in $(seq 1 60); do [ "$(allocatable nvidia.com/gpu)" = 6 ] && break; sleep 1; done
+a=$(allocatable nvidia.com/gpu)
+echo "allocatable nvidia.com/gpu after the daemon restarted (two claims' cards withheld): $a"
+[ "$a" = 6 ] || fail "the restart lost a claim (allocatable $a)"
+
+# 5. the other manufacturers
+for m in ascend mthreads; do
+  claim "acc-$m" "$m.gpustack.ai"
+  claim_pod "dra-$m" "acc-$m"
+  if saw "dra-$m"; then
+    echo "claim acc-$m: allocated $(allocated "acc-$m")"
+    expect "dra-$m" "$m's container sees its card through CDI" "^${VAR[$m]}=." 1
+  fi
+done
+
+# 6. the Pods gone: unprepared, specs removed, cards back
+$KC delete pod -l app=rig-dra --wait=true --timeout=60s >/dev/null 2>&1
+for _ in $(seq 1 60); do
+  [ "$(allocatable nvidia.com/gpu)" = 8 ] && ! ls "$CDI"/gpustack-*.json >/dev/null 2>&1 && break
+  sleep 1
+done
+a=$(allocatable nvidia.com/gpu)
+echo "after the Pods were deleted: allocatable nvidia.com/gpu $a, CDI specs left: $(ls "$CDI"/gpustack-*.json 2>/dev/null | wc -l)"
+[ "$a" = 8 ] || fail "the claims' cards did not come back (allocatable $a)"
+ls "$CDI"/gpustack-*.json >/dev/null 2>&1 && fail "CDI specs left behind"
+grep -h "prepared claim\|unprepared claim\|granted .* to ResourceClaim\|released ResourceClaim" /tmp/rig-dra-*-serve.log | sed 's/^/  log: /' | head -20
+verdict rig-dra
