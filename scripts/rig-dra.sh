@@ -18,8 +18,10 @@
 #      ASCEND_VISIBLE_DEVICES / MTHREADS_VISIBLE_DEVICES;
 #   6. the Pods deleted: the kubelet unprepares, the CDI specs go, allocatable nvidia.com/gpu
 #      is 8 again.
-#   Not built yet, so not checked: hardware partitions by counters, slices by consumable
-#   capacity (docs/ARCHITECTURE.md, "DRA").
+#   7. slices by consumable capacity: two claims of 40Gi/50 % and 30Gi/25 % on one H100 (CEL:
+#      index == 3), their containers told CUDA_DEVICE_MEMORY_LIMIT_0 and CUDA_DEVICE_SM_LIMIT;
+#      a third of 20Gi stays Pending (the scheduler's own accounting).
+#   Not built yet, so not checked: hardware partitions by counters (docs/ARCHITECTURE.md, "DRA").
 #
 #   scripts/rig-containerd.sh && scripts/build-release.sh && scripts/rig-dra.sh
 #
@@ -47,10 +49,24 @@ cleanup() {
   $KC delete deviceclass -l app.kubernetes.io/name=device-manager >/dev/null 2>&1
   rig_down
   rm -f "$CDI"/gpustack-*.json
+  for f in "${made_lib[@]}"; do rm -f "$f" 2>/dev/null || rmdir "$f" 2>/dev/null; done
   rm -rf "$WORK"
 }
 trap cleanup EXIT
 trap 'exit 143' INT TERM HUP  # a signal ends the script through its EXIT clean-up
+
+# Slices need the preload library staged (a stand-in: nothing runs CUDA here), under the
+# recorded host's root (the offer) and on this machine (CDI mounts it from there).
+LIB=/var/lib/gpustack/operator/lib/cuda-13/libvgpu.so
+made_lib=()
+for d in /var/lib/gpustack /var/lib/gpustack/operator /var/lib/gpustack/operator/lib "$(dirname $LIB)"; do
+  [ -e "$d" ] || made_lib=("$d" "${made_lib[@]}")
+done
+if [ ! -e "$LIB" ]; then
+  mkdir -p "$(dirname $LIB)"
+  echo "stand-in preload library (rig-dra.sh)" > "$LIB"
+  made_lib=("$LIB" "${made_lib[@]}")
+fi
 
 # The rig's node with containerd 2 first on its PATH (node-up.sh runs `containerd` from PATH).
 PATH=$CTRD2:$PATH rig_up /tmp/rig-dra
@@ -64,8 +80,15 @@ echo "DeviceClasses: $($KC get deviceclass -o jsonpath='{.items[*].metadata.name
 
 start_serve() {  # start_serve M: the daemon of M on its recorded host, --dra
   local m=$1
-  [ -d "$WORK/$m" ] || { mkdir -p "$WORK/$m"; cp -a "$REPO/testdata/hosts/${HOSTS[$m]}" "$WORK/$m/host"; }
-  "$BIN" serve --node-name rig-node --manufacturer "$m" --host-root "$WORK/$m/host" \
+  if [ ! -d "$WORK/$m" ]; then
+    mkdir -p "$WORK/$m"
+    cp -a "$REPO/testdata/hosts/${HOSTS[$m]}" "$WORK/$m/host"
+    if [ "$m" = nvidia ]; then
+      mkdir -p "$WORK/$m/host/root$(dirname $LIB)"
+      cp "$LIB" "$WORK/$m/host/root$LIB"
+    fi
+  fi
+  RUST_LOG=${RUST_LOG:-info} "$BIN" serve --node-name rig-node --manufacturer "$m" --host-root "$WORK/$m/host" \
     --kubelet-dir $K/kubelet --data-dir "$WORK/$m/data" --dra --cdi-dir "$CDI" \
     >>"/tmp/rig-dra-$m-serve.log" 2>&1 &
   SERVE[$m]=$!
@@ -92,12 +115,17 @@ done
 for _ in $(seq 1 60); do [ "$(allocatable nvidia.com/gpu)" = 8 ] && break; sleep 1; done
 echo "allocatable nvidia.com/gpu: $(allocatable nvidia.com/gpu)"
 
-claim() {  # claim NAME CLASS [CEL]
+claim() {  # claim NAME CLASS [CEL [MEMORY CORES%]]: MEMORY and CORES% as consumed capacity
   local sel=""
   [ -n "${3:-}" ] && sel="
         selectors:
         - cel:
             expression: '$3'"
+  [ -n "${4:-}" ] && sel="$sel
+        capacity:
+          requests:
+            gpustack.ai/memory: $4
+            gpustack.ai/coresPercentage: \"$5\""
   cat <<EOT | $KC apply -f - >/dev/null
 apiVersion: resource.k8s.io/v1
 kind: ResourceClaim
@@ -125,7 +153,7 @@ spec:
   - name: c
     image: localhost/rig/busybox:1.0
     imagePullPolicy: Never
-    command: ["sh", "-c", "env | grep VISIBLE_DEVICES; sleep 3600"]
+    command: ["sh", "-c", "env | grep -E 'VISIBLE_DEVICES|CUDA_DEVICE' | sort; sleep 3600"]
     resources: {claims: [{name: acc}]}
 EOT
 }
@@ -198,5 +226,30 @@ a=$(allocatable nvidia.com/gpu)
 echo "after the Pods were deleted: allocatable nvidia.com/gpu $a, CDI specs left: $(ls "$CDI"/gpustack-*.json 2>/dev/null | wc -l)"
 [ "$a" = 8 ] || fail "the claims' cards did not come back (allocatable $a)"
 ls "$CDI"/gpustack-*.json >/dev/null 2>&1 && fail "CDI specs left behind"
+# 7. slices by consumable capacity: two on one card within its memory, a third Pending
+claim slice-1 nvidia.gpustack.ai 'device.attributes["gpustack.ai"].index == 3' 40Gi 50
+claim slice-2 nvidia.gpustack.ai 'device.attributes["gpustack.ai"].index == 3' 30Gi 25
+claim slice-3 nvidia.gpustack.ai 'device.attributes["gpustack.ai"].index == 3' 20Gi 10
+claim_pod dra-s1 slice-1
+claim_pod dra-s2 slice-2
+if saw dra-s1 && saw dra-s2; then
+  echo "claim slice-1: $($KC get resourceclaim slice-1 -o jsonpath='{.status.allocation.devices.results[0].device} consumed {.status.allocation.devices.results[0].consumedCapacity}')"
+  echo "claim slice-2: $($KC get resourceclaim slice-2 -o jsonpath='{.status.allocation.devices.results[0].device} consumed {.status.allocation.devices.results[0].consumedCapacity}')"
+  expect dra-s1 "slice-1's memory limit is its 40Gi" "^CUDA_DEVICE_MEMORY_LIMIT_0=40960m\$"
+  expect dra-s1 "slice-1's compute cap is its 50 %" "^CUDA_DEVICE_SM_LIMIT=50\$"
+  expect dra-s2 "slice-2's memory limit is its 30Gi" "^CUDA_DEVICE_MEMORY_LIMIT_0=30720m\$"
+  u1=$($KC logs dra-s1 | sed -n 's/^NVIDIA_VISIBLE_DEVICES=//p'); u2=$($KC logs dra-s2 | sed -n 's/^NVIDIA_VISIBLE_DEVICES=//p')
+  [ -n "$u1" ] && [ "$u1" = "$u2" ] && echo "  ok: both slices on one card ($u1)" || fail "the slices are not on one card ($u1, $u2)"
+fi
+claim_pod dra-s3 slice-3
+sleep 10
+phase=$($KC get pod dra-s3 -o jsonpath='{.status.phase}')
+why=$($KC get pod dra-s3 -o jsonpath='{.status.conditions[?(@.type=="PodScheduled")].message}')
+echo "dra-s3 (20Gi more than the card has left): $phase: $why"
+[ "$phase" = Pending ] || fail "the third slice was not kept Pending"
+$KC delete pod dra-s1 dra-s2 dra-s3 --wait=true --timeout=60s >/dev/null 2>&1
+for _ in $(seq 1 60); do [ "$(allocatable nvidia.com/gpu)" = 8 ] && break; sleep 1; done
+echo "after the slices' Pods were deleted: allocatable nvidia.com/gpu $(allocatable nvidia.com/gpu)"
+echo "ResourceSlice rig-node-nvidia.gpustack.ai generation: $($KC get resourceslice rig-node-nvidia.gpustack.ai -o jsonpath='{.spec.pool.generation}') ($(grep -c 'ResourceSlice: Updated' /tmp/rig-dra-nvidia-serve.log) updates: the device plugin's container card withdrawn and given back)"
 grep -h "prepared claim\|unprepared claim\|granted .* to ResourceClaim\|released ResourceClaim" /tmp/rig-dra-*-serve.log | sed 's/^/  log: /' | head -20
 verdict rig-dra

@@ -11,7 +11,7 @@
 //! prepared-worthy here, so a claim gone while no unprepare reached us is reclaimed.
 
 use std::borrow::Cow;
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
 use std::sync::RwLock;
 
@@ -88,6 +88,22 @@ pub struct DeviceResult {
     pub driver: String,
     pub pool: String,
     pub device: String,
+    /// Which share of a device that may be allocated several times this is.
+    #[serde(default, rename = "shareID", skip_serializing_if = "Option::is_none")]
+    pub share_id: Option<String>,
+    /// What this share consumes of the device's capacities, by qualified name.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub consumed_capacity: BTreeMap<String, String>,
+}
+
+/// What a claim's share of a device consumes: a logical slice.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConsumedShare {
+    pub share_id: Option<String>,
+    /// Bytes of the device's memory.
+    pub memory_bytes: Option<u64>,
+    /// Percent of the device's compute; `None` where the claim consumed none (no cap).
+    pub cores_percentage: Option<u32>,
 }
 
 impl kube::Resource for ResourceClaim {
@@ -121,12 +137,14 @@ pub trait ClaimLedger: Send + Sync + 'static {
     /// Grants `devices` (the allocation's device names) on `indexes` (ascending, without
     /// repeats) to `claim`, reserved for `pod`; a retried prepare is answered again without a
     /// second charge. The error is the refusal's one line.
+    /// `share` is the slice a claim consumes of its one device; `None`: whole devices.
     fn grant(
         &self,
         claim: &ClaimRef,
         pod: &ReservedPod,
         devices: &[String],
         indexes: &[u32],
+        share: Option<&ConsumedShare>,
     ) -> impl Future<Output = Result<Injection, String>> + Send;
 
     /// Releases the claim's grant; whether it held one.
@@ -242,6 +260,49 @@ impl<I: ClaimLedger> ApiClaimResolver<I> {
     }
 }
 
+/// The slice a claim consumes: its one result of `driver` that consumed capacity, read; `None`
+/// when no result of ours consumed any (whole devices).
+fn consumed_share(
+    claim: &ClaimRef,
+    driver: &str,
+    results: &[DeviceResult],
+) -> Result<Option<ConsumedShare>, ResolveError> {
+    let ours: Vec<&DeviceResult> = results.iter().filter(|r| r.driver == driver).collect();
+    if ours.iter().all(|r| r.consumed_capacity.is_empty()) {
+        return Ok(None);
+    }
+    let [result] = ours.as_slice() else {
+        return Err(ResolveError::SeveralShares {
+            namespace: claim.namespace.clone(),
+            name: claim.name.clone(),
+        });
+    };
+    let read = |name: &str| -> Result<Option<u64>, ResolveError> {
+        let key = format!("{}/{name}", slices::ATTRIBUTE_DOMAIN);
+        let Some(value) = result.consumed_capacity.get(&key) else {
+            return Ok(None);
+        };
+        accel_core::quantity::parse_count(value)
+            .map(Some)
+            .map_err(|e| ResolveError::Consumed {
+                namespace: claim.namespace.clone(),
+                name: claim.name.clone(),
+                key: key.clone(),
+                value: value.clone(),
+                reason: e.to_string(),
+            })
+    };
+    let memory_bytes = read("memory")?;
+    let cores_percentage = read(slices::CORES_PERCENTAGE)?
+        .filter(|c| *c > 0)
+        .map(|c| u32::try_from(c.min(100)).unwrap_or(100));
+    Ok(Some(ConsumedShare {
+        share_id: result.share_id.clone(),
+        memory_bytes,
+        cores_percentage,
+    }))
+}
+
 /// Whether a claim's status holds a result of `driver` in pool `node`.
 fn allocated_here(status: &ClaimStatus, driver: &str, node: &str) -> bool {
     status
@@ -321,10 +382,11 @@ impl<I: ClaimLedger> ClaimResolver for ApiClaimResolver<I> {
                 namespace: claim.namespace.clone(),
                 name: claim.name.clone(),
             })?;
+        let share = consumed_share(claim, self.driver.as_str(), &results)?;
         let names: Vec<String> = devices.iter().map(|d| d.device_name.clone()).collect();
         let injection = self
             .ledger
-            .grant(claim, &pod, &names, &indexes)
+            .grant(claim, &pod, &names, &indexes, share.as_ref())
             .await
             .map_err(ResolveError::Granted)?;
         Ok(ResolvedClaim { devices, injection })

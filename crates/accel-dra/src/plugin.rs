@@ -95,6 +95,20 @@ pub enum ResolveError {
         pool: String,
         device: String,
     },
+    /// A claim consumes capacity of several devices; a slice is one device's.
+    #[error(
+        "claim {namespace}/{name} consumes capacity of several devices; a slice claim asks one device"
+    )]
+    SeveralShares { namespace: String, name: String },
+    /// A consumed capacity that is no whole quantity.
+    #[error("claim {namespace}/{name}: consumed capacity {key}={value:?} {reason}")]
+    Consumed {
+        namespace: String,
+        name: String,
+        key: String,
+        value: String,
+        reason: String,
+    },
     /// The claim is reserved for no Pod yet (the kubelet prepares only reserved claims).
     #[error("claim {namespace}/{name} is reserved for no Pod")]
     NotReserved { namespace: String, name: String },

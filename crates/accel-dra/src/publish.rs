@@ -125,6 +125,7 @@ pub struct SlicePublisher {
     nodes: Api<Node>,
     node: String,
     naming: GroupNaming,
+    sharing: slices::Sharing,
 }
 
 impl std::fmt::Debug for SlicePublisher {
@@ -152,7 +153,14 @@ impl SlicePublisher {
             nodes: Api::all(client),
             node: node.to_string(),
             naming,
+            sharing: slices::Sharing::Whole,
         }
+    }
+
+    /// Publishes the devices shared as `sharing` says (whole devices unless told).
+    pub fn with_sharing(mut self, sharing: slices::Sharing) -> SlicePublisher {
+        self.sharing = sharing;
+        self
     }
 
     /// Makes `driver`'s slice on this node hold `section`'s devices.
@@ -174,11 +182,25 @@ impl SlicePublisher {
                 source,
             })?;
         let Some(mut current) = current else {
-            let spec = slices::slice_spec(driver, &self.node, section, self.naming, 1)?;
+            let spec = slices::slice_spec_shared(
+                driver,
+                &self.node,
+                section,
+                self.naming,
+                1,
+                self.sharing,
+            )?;
             return self.create(name, spec).await;
         };
         let generation = current.spec.pool.generation;
-        let mut spec = slices::slice_spec(driver, &self.node, section, self.naming, generation)?;
+        let mut spec = slices::slice_spec_shared(
+            driver,
+            &self.node,
+            section,
+            self.naming,
+            generation,
+            self.sharing,
+        )?;
         if spec == current.spec {
             return Ok(Published::Unchanged { generation });
         }

@@ -72,6 +72,9 @@ pub struct ResourcePool {
 #[serde(rename_all = "camelCase")]
 pub struct Device {
     pub name: String,
+    /// Several claims may hold the device at once, each consuming its capacities.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allow_multiple_allocations: Option<bool>,
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub attributes: BTreeMap<String, DeviceAttribute>,
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
@@ -89,11 +92,51 @@ pub enum DeviceAttribute {
     Version(String),
 }
 
-/// A capacity: a Kubernetes quantity.
+/// A capacity: a Kubernetes quantity, and how a claim consumes it where the device may be
+/// allocated to several claims (consumable capacity).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct DeviceCapacity {
     pub value: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request_policy: Option<RequestPolicy>,
 }
+
+/// `requestPolicy`: what a claim that asks nothing consumes, and what it may ask.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RequestPolicy {
+    pub default: String,
+    pub valid_range: ValidRange,
+}
+
+/// `requestPolicy.validRange`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ValidRange {
+    pub min: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step: Option<String>,
+}
+
+/// How a manufacturer's devices may be shared through DRA.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Sharing {
+    /// One claim a device.
+    #[default]
+    Whole,
+    /// Logical slices by consumable capacity (the device plugin offers `.sliced` here): a
+    /// device may be allocated to several claims (`allowMultipleAllocations`), each consuming
+    /// `memory` (a claim that asks none takes all of it: the whole card) and `coresPercentage`
+    /// (one that asks none takes 100 where the manufacturer's slices may not over-commit
+    /// compute, else 0, no cap); `cores`, the core count, is consumed only when asked.
+    Slices { cores_overcommit: bool },
+}
+
+/// The consumable cores percentage of a sliceable device.
+pub const CORES_PERCENTAGE: &str = "coresPercentage";
 
 /// Why a manufacturer's section cannot be a ResourceSlice.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -147,13 +190,27 @@ fn device_kind(manufacturer: Manufacturer) -> &'static str {
     base.rsplit('/').next().unwrap_or(base)
 }
 
-/// The ResourceSlice spec of one manufacturer's section on `node`, at pool `generation`.
+/// The ResourceSlice spec of one manufacturer's section on `node`, at pool `generation`, whole
+/// devices only.
 pub fn slice_spec(
     driver: &DriverName,
     node: &str,
     section: &ManufacturerInventory,
     naming: GroupNaming,
     generation: i64,
+) -> Result<ResourceSliceSpec, SliceError> {
+    slice_spec_shared(driver, node, section, naming, generation, Sharing::Whole)
+}
+
+/// The ResourceSlice spec of one manufacturer's section on `node`, at pool `generation`, its
+/// devices shared as `sharing` says.
+pub fn slice_spec_shared(
+    driver: &DriverName,
+    node: &str,
+    section: &ManufacturerInventory,
+    naming: GroupNaming,
+    generation: i64,
+    sharing: Sharing,
 ) -> Result<ResourceSliceSpec, SliceError> {
     if !is_dns_subdomain(node) {
         return Err(SliceError::NodeName {
@@ -171,7 +228,7 @@ pub fn slice_spec(
             });
         }
         if accelerator.grantable == Grantable::Whole {
-            devices.push(device(section, accelerator, naming));
+            devices.push(device(section, accelerator, naming, sharing));
         }
     }
     if devices.len() > MAX_DEVICES_PER_SLICE {
@@ -193,7 +250,12 @@ pub fn slice_spec(
     })
 }
 
-fn device(section: &ManufacturerInventory, a: &Accelerator, naming: GroupNaming) -> Device {
+fn device(
+    section: &ManufacturerInventory,
+    a: &Accelerator,
+    naming: GroupNaming,
+    sharing: Sharing,
+) -> Device {
     let m = section.name;
     let mut attributes = BTreeMap::new();
     let mut put = |name: &str, value: DeviceAttribute| {
@@ -231,12 +293,28 @@ fn device(section: &ManufacturerInventory, a: &Accelerator, naming: GroupNaming)
     {
         put("driverVersion", value);
     }
+    let sliced = match sharing {
+        Sharing::Whole => None,
+        // A card whose memory is unknown cannot be sliced by it.
+        Sharing::Slices { cores_overcommit } => a.memory_mib.map(|_| cores_overcommit),
+    };
     let mut capacity = BTreeMap::new();
     if let Some(mib) = a.memory_mib {
+        let value = mebibytes_quantity(mib);
+        // Asked nothing, a claim takes all the memory: the whole card.
+        let request_policy = sliced.map(|_| RequestPolicy {
+            default: value.clone(),
+            valid_range: ValidRange {
+                min: "1Mi".into(),
+                max: None,
+                step: None,
+            },
+        });
         capacity.insert(
             qualified("memory"),
             DeviceCapacity {
-                value: mebibytes_quantity(mib),
+                value,
+                request_policy,
             },
         );
     }
@@ -245,11 +323,36 @@ fn device(section: &ManufacturerInventory, a: &Accelerator, naming: GroupNaming)
             qualified("cores"),
             DeviceCapacity {
                 value: count_quantity(u64::from(cores)),
+                request_policy: sliced.map(|_| RequestPolicy {
+                    default: "0".into(),
+                    valid_range: ValidRange {
+                        min: "0".into(),
+                        max: None,
+                        step: None,
+                    },
+                }),
+            },
+        );
+    }
+    if let Some(cores_overcommit) = sliced {
+        capacity.insert(
+            qualified(CORES_PERCENTAGE),
+            DeviceCapacity {
+                value: "100".into(),
+                request_policy: Some(RequestPolicy {
+                    default: if cores_overcommit { "0" } else { "100" }.into(),
+                    valid_range: ValidRange {
+                        min: "0".into(),
+                        max: Some("100".into()),
+                        step: Some("1".into()),
+                    },
+                }),
             },
         );
     }
     Device {
         name: device_name(m, a.index),
+        allow_multiple_allocations: sliced.map(|_| true),
         attributes,
         capacity,
     }
@@ -403,6 +506,58 @@ mod tests {
     fn spec(section: &ManufacturerInventory) -> ResourceSliceSpec {
         let driver = driver_for(section.name).unwrap();
         slice_spec(&driver, "node-1", section, GroupNaming::default(), 1).unwrap()
+    }
+
+    #[test]
+    fn sliceable_devices_are_consumable_capacity_whose_default_is_the_whole_card() {
+        let mut no_memory = accelerator(2);
+        no_memory.memory_mib = None;
+        let section = section(Manufacturer::Nvidia, vec![accelerator(0), no_memory]);
+        let driver = driver_for(Manufacturer::Nvidia).unwrap();
+        let shared = |cores_overcommit| {
+            let spec = slice_spec_shared(
+                &driver,
+                "node-1",
+                &section,
+                GroupNaming::default(),
+                1,
+                Sharing::Slices { cores_overcommit },
+            )
+            .unwrap();
+            serde_json::to_value(&spec.devices).unwrap()
+        };
+        let devices = shared(true);
+        assert_eq!(devices[0]["allowMultipleAllocations"], true);
+        assert_eq!(
+            devices[0]["capacity"],
+            serde_json::json!({
+                "gpustack.ai/memory": {"value": "15Gi", "requestPolicy":
+                    {"default": "15Gi", "validRange": {"min": "1Mi"}}},
+                "gpustack.ai/cores": {"value": "2560", "requestPolicy":
+                    {"default": "0", "validRange": {"min": "0"}}},
+                "gpustack.ai/coresPercentage": {"value": "100", "requestPolicy":
+                    {"default": "0", "validRange": {"min": "0", "max": "100", "step": "1"}}},
+            })
+        );
+        // Where slices may not over-commit compute, one that asks none takes all of it.
+        assert_eq!(
+            shared(false)[0]["capacity"]["gpustack.ai/coresPercentage"]["requestPolicy"]["default"],
+            "100"
+        );
+        // A card whose memory is unknown is published whole.
+        assert!(devices[1].get("allowMultipleAllocations").is_none());
+        assert!(
+            devices[1]["capacity"]["gpustack.ai/cores"]
+                .get("requestPolicy")
+                .is_none()
+        );
+        // Whole devices carry no request policy (the API refuses one on them).
+        let whole = serde_json::to_value(&spec(&section).devices).unwrap();
+        assert!(whole[0].get("allowMultipleAllocations").is_none());
+        assert_eq!(
+            whole[0]["capacity"]["gpustack.ai/memory"],
+            serde_json::json!({"value": "15Gi"})
+        );
     }
 
     #[test]

@@ -14,7 +14,7 @@ use accel_backend::respond::Injection;
 use accel_core::inventory::{Accelerator, ManufacturerInventory};
 use accel_core::labels::GroupNaming;
 use accel_core::manufacturer::Manufacturer;
-use accel_dra::claims::{ApiClaimResolver, ClaimLedger, ReservedPod};
+use accel_dra::claims::{ApiClaimResolver, ClaimLedger, ConsumedShare, ReservedPod};
 use accel_dra::plugin::{AllocatedDevice, ClaimRef, ClaimResolver, ResolveError};
 use accel_dra::publish::{PublishError, Published, SlicePublisher};
 use accel_dra::slices;
@@ -326,6 +326,7 @@ struct Recording {
     asked: Mutex<Vec<Vec<u32>>>,
     granted: Mutex<Vec<(String, ReservedPod, Vec<String>)>>,
     released: Mutex<Vec<String>>,
+    shares: Mutex<Vec<Option<ConsumedShare>>>,
 }
 
 /// The resolver owns its ledger; the test keeps a handle on what it recorded.
@@ -338,7 +339,9 @@ impl ClaimLedger for Ledger {
         pod: &ReservedPod,
         devices: &[String],
         indexes: &[u32],
+        share: Option<&ConsumedShare>,
     ) -> Result<Injection, String> {
+        self.0.shares.lock().unwrap().push(share.cloned());
         self.0.asked.lock().unwrap().push(indexes.to_vec());
         self.0
             .granted
@@ -442,6 +445,65 @@ async fn a_claim_resolves_to_its_devices_of_this_driver() {
     assert_eq!(
         resolved.injection.envs["NVIDIA_VISIBLE_DEVICES"],
         "GPU-0,GPU-1"
+    );
+}
+
+#[tokio::test]
+async fn a_share_of_a_device_is_read_from_its_consumed_capacity() {
+    let mut share = result("nvidia.gpustack.ai", "node-1", "gpu-1");
+    share["shareID"] = json!("7f3e0b52-share");
+    share["consumedCapacity"] =
+        json!({"gpustack.ai/memory": "20Gi", "gpustack.ai/coresPercentage": "30"});
+    let (resolved, recording) = resolve_with(json!([share]), "claim-uid-1").await;
+    resolved.unwrap();
+    assert_eq!(
+        *recording.shares.lock().unwrap(),
+        [Some(ConsumedShare {
+            share_id: Some("7f3e0b52-share".into()),
+            memory_bytes: Some(20 << 30),
+            cores_percentage: Some(30),
+        })]
+    );
+    // A share that consumed no compute carries no cap.
+    let mut share = result("nvidia.gpustack.ai", "node-1", "gpu-1");
+    share["consumedCapacity"] =
+        json!({"gpustack.ai/memory": "1Gi", "gpustack.ai/coresPercentage": "0"});
+    let (resolved, recording) = resolve_with(json!([share]), "claim-uid-1").await;
+    resolved.unwrap();
+    assert_eq!(
+        recording.shares.lock().unwrap()[0]
+            .as_ref()
+            .unwrap()
+            .cores_percentage,
+        None
+    );
+    // Whole devices consume nothing.
+    let (resolved, recording) = resolve_with(
+        json!([result("nvidia.gpustack.ai", "node-1", "gpu-0")]),
+        "claim-uid-1",
+    )
+    .await;
+    resolved.unwrap();
+    assert_eq!(*recording.shares.lock().unwrap(), [None]);
+}
+
+#[tokio::test]
+async fn shares_of_several_devices_or_an_unreadable_share_are_refused() {
+    let mut a = result("nvidia.gpustack.ai", "node-1", "gpu-0");
+    a["consumedCapacity"] = json!({"gpustack.ai/memory": "1Gi"});
+    let b = result("nvidia.gpustack.ai", "node-1", "gpu-1");
+    let (resolved, recording) = resolve_with(json!([a, b]), "claim-uid-1").await;
+    assert_eq!(
+        resolved.unwrap_err().to_string(),
+        "claim ml/train consumes capacity of several devices; a slice claim asks one device"
+    );
+    assert!(recording.granted.lock().unwrap().is_empty());
+    let mut bad = result("nvidia.gpustack.ai", "node-1", "gpu-0");
+    bad["consumedCapacity"] = json!({"gpustack.ai/memory": "1.5"});
+    let (resolved, _) = resolve_with(json!([bad]), "claim-uid-1").await;
+    assert_eq!(
+        resolved.unwrap_err().to_string(),
+        "claim ml/train: consumed capacity gpustack.ai/memory=\"1.5\" must be a whole number"
     );
 }
 

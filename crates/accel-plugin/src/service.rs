@@ -61,7 +61,7 @@ mod rebuild;
 mod reseat;
 mod verify;
 
-pub use claims::{ClaimGrant, ClaimRefusal};
+pub use claims::{ClaimGrant, ClaimRefusal, ClaimSlice};
 pub use identity::{DIRECT_GRACE, IDENTIFY_WAIT};
 pub use orphans::{DEFAULT_DEBOUNCE as DEFAULT_ORPHAN_DEBOUNCE, Orphans};
 pub use reseat::DroppedGrant;

@@ -781,6 +781,7 @@ fn claim_on(index: u32, uid: &str) -> accel_plugin::service::ClaimGrant {
         driver: "nvidia.gpustack.ai".into(),
         devices: vec![format!("gpu-{index}")],
         accelerators: vec![index],
+        slice: None,
     }
 }
 
@@ -847,4 +848,78 @@ async fn a_claims_card_is_never_granted_to_a_container_and_the_reverse_across_a_
         .await;
     rig.restart_plugins().await;
     assert!(rig.plugins().handle().claim_uids().is_empty());
+}
+
+#[tokio::test]
+async fn claims_slice_a_card_by_consumed_capacity_and_a_whole_claim_waits_for_it() {
+    let rig = Rig::new(seats(1), Settings::default()).await;
+    let handle = rig.plugins().handle();
+    let slice = |uid: &str, mib: u64, cores: Option<u32>| accel_plugin::service::ClaimGrant {
+        slice: Some(accel_plugin::service::ClaimSlice {
+            memory_mib: mib,
+            cores_percentage: cores,
+        }),
+        devices: vec![format!("gpu-0/{uid}-share")],
+        ..claim_on(0, uid)
+    };
+    let injection = handle
+        .grant_claim(&slice("s-1", 20_000, Some(30)))
+        .await
+        .unwrap();
+    // The responder's sliced answer: the memory limit and compute cap the preload library reads.
+    assert_eq!(injection.envs["CUDA_DEVICE_MEMORY_LIMIT_0"], "20000m");
+    assert_eq!(injection.envs["CUDA_DEVICE_SM_LIMIT"], "30");
+    handle
+        .grant_claim(&slice("s-2", 40_000, None))
+        .await
+        .unwrap();
+    let ledger = rig.plugins().ledger();
+    let grant = ledger.grant(&GrantKey::claim("s-1")).unwrap();
+    assert_eq!(grant.family, Family::Sliced);
+    assert_eq!(grant.cores_percentage, Some(30));
+    assert_eq!(ledger.occupancy(0).unwrap().slices, 2);
+    assert_eq!(
+        ledger.occupancy(0).unwrap().mode,
+        Mode::Held(Family::Sliced)
+    );
+    // A claim that consumed all the memory is the whole card: refused while slices hold it.
+    let whole = handle
+        .grant_claim(&slice("w-1", 81_559, None))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        whole.to_string(),
+        format!(
+            "the ledger refused ResourceClaim w-1: accelerator 0 ({}) is held sliced; a exclusive grant cannot use it",
+            uuid(0)
+        )
+    );
+    assert_eq!(
+        rig.plugins().ledger().grant(&GrantKey::claim("w-1")),
+        None,
+        "nothing charged for a refusal"
+    );
+    // The card's device-plugin slice tokens are the claims' too.
+    let held = uuid(0);
+    rig.kubelet
+        .wait_devices(SLICED, |d| {
+            d.iter()
+                .filter(|t| t.id.starts_with(&held))
+                .all(|t| t.health == "Unhealthy")
+        })
+        .await;
+    assert!(handle.release_claim("s-1") && handle.release_claim("s-2"));
+    let exclusive = handle
+        .grant_claim(&slice("w-1", 81_559, None))
+        .await
+        .unwrap();
+    assert_eq!(exclusive.envs["NVIDIA_VISIBLE_DEVICES"], uuid(0));
+    assert_eq!(
+        rig.plugins()
+            .ledger()
+            .grant(&GrantKey::claim("w-1"))
+            .unwrap()
+            .family,
+        Family::Exclusive
+    );
 }

@@ -22,13 +22,13 @@ use accel_core::Manufacturer;
 use accel_core::inventory::ManufacturerInventory;
 use accel_core::labels::GroupNaming;
 use accel_dra::cdi::CdiSpecs;
-use accel_dra::claims::{ApiClaimResolver, ClaimLedger, ReservedPod};
+use accel_dra::claims::{ApiClaimResolver, ClaimLedger, ConsumedShare, ReservedPod};
 use accel_dra::plugin::{ClaimRef, DraService};
 use accel_dra::publish::SlicePublisher;
 use accel_dra::{DriverName, ServedDriver, slices};
 use accel_plugin::PluginHandle;
 use accel_plugin::pods::{Phase, Pod, PodSource};
-use accel_plugin::service::ClaimGrant;
+use accel_plugin::service::{ClaimGrant, ClaimSlice};
 use anyhow::Context;
 use tokio::sync::watch;
 
@@ -76,13 +76,28 @@ impl ClaimLedger for PluginLedger {
         pod: &ReservedPod,
         devices: &[String],
         indexes: &[u32],
+        share: Option<&ConsumedShare>,
     ) -> Result<Injection, String> {
+        let slice = share.map(|s| ClaimSlice {
+            // What the claim consumed, floored to whole MiB; none named: all of the card.
+            memory_mib: s.memory_bytes.map_or(u64::MAX, |b| b / (1024 * 1024)),
+            cores_percentage: s.cores_percentage,
+        });
+        // A share's id keeps two claims' shares of one device apart in the ledger's records.
+        let devices = devices
+            .iter()
+            .map(|d| match share.and_then(|s| s.share_id.as_deref()) {
+                Some(id) => format!("{d}/{id}"),
+                None => d.clone(),
+            })
+            .collect();
         let ask = ClaimGrant {
             claim_uid: claim.uid.clone(),
             pod: self.pod(pod),
             driver: self.driver.to_string(),
-            devices: devices.to_vec(),
+            devices,
             accelerators: indexes.to_vec(),
+            slice,
         };
         tracing::debug!(manufacturer = %self.manufacturer, claim = %claim.uid, "granting a claim");
         self.handle
@@ -100,6 +115,8 @@ impl ClaimLedger for PluginLedger {
 #[derive(Debug, Clone)]
 pub struct DraOptions {
     pub node: String,
+    /// Logical slices by consumable capacity where the device plugins serve `.sliced`.
+    pub sharing: slices::Sharing,
     pub manufacturer: Manufacturer,
     pub kubelet_dir: PathBuf,
     pub cdi_dir: PathBuf,
@@ -180,7 +197,8 @@ pub fn start(
         served.sockets.registration.display(),
         options.cdi_dir.display()
     );
-    let publisher = SlicePublisher::new(client, &options.node, options.naming);
+    let publisher =
+        SlicePublisher::new(client, &options.node, options.naming).with_sharing(options.sharing);
     let task = tokio::spawn(run(Loop {
         options,
         driver,
@@ -382,7 +400,7 @@ mod tests {
         };
         // The Pod is not in the watch: the responder is asked with the claim's names alone.
         let injection = ledger
-            .grant(&claim, &reserved, &["gpu-1".into()], &[1])
+            .grant(&claim, &reserved, &["gpu-1".into()], &[1], None)
             .await
             .expect("granted");
         assert_eq!(injection.envs["NVIDIA_VISIBLE_DEVICES"], gpu_uuid(1));
@@ -424,6 +442,7 @@ mod tests {
                 &reserved,
                 &[format!("gpu-{container}")],
                 &[container],
+                None,
             )
             .await
             .expect_err("a container's card");
@@ -433,6 +452,22 @@ mod tests {
         );
         assert!(ledger.release("claim-1"));
         assert!(!ledger.release("claim-1"));
+        // A share of card 1 by its consumed capacity: a slice, recorded under its share's id.
+        let share = ConsumedShare {
+            share_id: Some("share-9".into()),
+            memory_bytes: Some(20 << 30),
+            cores_percentage: Some(20),
+        };
+        let sliced = ledger
+            .grant(&claim, &reserved, &["gpu-1".into()], &[1], Some(&share))
+            .await
+            .expect("a slice");
+        assert_eq!(sliced.envs["CUDA_DEVICE_MEMORY_LIMIT_0"], "20480m");
+        let grant = handle.ledger().grant(&GrantKey::claim("claim-1")).cloned();
+        let grant = grant.expect("the slice's grant");
+        assert_eq!(grant.family, accel_core::ledger::Family::Sliced);
+        assert_eq!(grant.device_ids, ["gpu-1/share-9"]);
+        assert_eq!(grant.cores_percentage, Some(20));
         plugins.stop().await;
     }
 }

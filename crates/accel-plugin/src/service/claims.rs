@@ -1,5 +1,5 @@
 //! Grants made through DRA ResourceClaims (issue 46), on the device plugin's one ledger: a claim
-//! is charged, journalled and answered by the manufacturer's responder exactly as a container's
+//! (whole cards, or a logical slice of one by its consumed capacity) is charged, journalled and answered by the manufacturer's responder exactly as a container's
 //! grant is, under its own key ([`GrantKey::claim`]). The card is then nobody else's: the
 //! ledger refuses a container's grant on it, and its tokens read Unhealthy in ListAndWatch, so
 //! the kubelet stops counting it. A claim's grant ends when the DRA driver releases it
@@ -26,6 +26,17 @@ pub struct ClaimGrant {
     pub devices: Vec<String>,
     /// The accelerators, by index.
     pub accelerators: Vec<u32>,
+    /// The logical slice the claim consumes of its one accelerator; `None`: whole cards.
+    pub slice: Option<ClaimSlice>,
+}
+
+/// A logical slice asked through a claim's consumed capacity.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClaimSlice {
+    /// The memory it consumes, MiB.
+    pub memory_mib: u64,
+    /// Its compute cap; `None`: none.
+    pub cores_percentage: Option<u32>,
 }
 
 /// Why a claim was not granted.
@@ -57,16 +68,39 @@ impl PluginHandle {
             let mut accelerators = ask.accelerators.clone();
             accelerators.sort_unstable();
             accelerators.dedup();
+            // A slice of less than the card's memory is a sliced grant; one of all of it (a
+            // claim that asked none consumes all) is the whole card.
+            let vram = accelerators
+                .iter()
+                .filter_map(|i| state.ledger.seat(*i).and_then(|s| s.memory_mib))
+                .min();
+            let (family, slice_units, cores_percentage) = match (ask.slice, vram) {
+                (Some(slice), Some(vram))
+                    if slice.memory_mib < vram
+                        || slice.cores_percentage.is_some_and(|c| c < 100) =>
+                {
+                    let units = accel_core::units::fold(
+                        accel_core::units::MemoryBudget::Mib(slice.memory_mib),
+                        Some(vram),
+                    )
+                    .map_err(|e| ClaimRefusal::Ledger {
+                        claim: claim_uid(),
+                        reason: format!("its slice of {} MiB: {e}", slice.memory_mib),
+                    })?;
+                    (Family::Sliced, units, slice.cores_percentage)
+                }
+                _ => (Family::Exclusive, 0, None),
+            };
             let receipt = state
                 .ledger
                 .allocate(Claim {
                     key: key.clone(),
-                    family: Family::Exclusive,
+                    family,
                     resource: ask.driver.clone(),
                     device_ids,
                     accelerators,
-                    slice_units: 0,
-                    cores_percentage: None,
+                    slice_units,
+                    cores_percentage,
                     partition: None,
                 })
                 .map_err(|r| ClaimRefusal::Ledger {
@@ -85,10 +119,10 @@ impl PluginHandle {
                 .filter_map(|i| state.ledger.seat(*i))
                 .collect();
             let answered = self.shared.config.responder.respond(&Answer {
-                family: Some(Family::Exclusive),
+                family: Some(grant.family),
                 seats: &seats,
                 slice_units: grant.units,
-                cores_percentage: None,
+                cores_percentage: grant.cores_percentage,
                 partition: None,
                 pod: &ask.pod,
                 container: None,
@@ -131,10 +165,14 @@ impl PluginHandle {
             })?;
         if !fresh.is_empty() {
             tracing::info!(
-                "granted {:?} to ResourceClaim {} through {}",
+                "granted {:?} to ResourceClaim {} through {} ({})",
                 ask.accelerators,
                 ask.claim_uid,
-                ask.driver
+                ask.driver,
+                match ask.slice {
+                    Some(s) => format!("a slice of {} MiB", s.memory_mib),
+                    None => "whole".to_string(),
+                }
             );
             self.shared.notify();
         }

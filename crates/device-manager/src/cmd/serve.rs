@@ -570,8 +570,19 @@ pub fn run(args: Args, settings: &Settings) -> anyhow::Result<ExitCode> {
             if args.dra {
                 match &client {
                     Some(client) => {
+                        let sliced = plugins.resources().iter().any(|r| r.ends_with(".sliced"));
                         let options = crate::dra::DraOptions {
                             node: args.node_name.clone(),
+                            sharing: if sliced {
+                                accel_dra::slices::Sharing::Slices {
+                                    cores_overcommit: settings
+                                        .manufacturers
+                                        .get(args.manufacturer)
+                                        .cores_percentage_overcommit,
+                                }
+                            } else {
+                                accel_dra::slices::Sharing::Whole
+                            },
                             manufacturer: args.manufacturer,
                             kubelet_dir: kubelet_dir.clone(),
                             cdi_dir: args.cdi_dir.clone(),
