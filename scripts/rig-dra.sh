@@ -10,6 +10,7 @@
 #      NVIDIA card: the scheduler allocates it, the kubelet prepares it through our driver, the
 #      container sees NVIDIA_VISIBLE_DEVICES = the allocated card's UUID through the claim's CDI
 #      spec; the device plugin's allocatable nvidia.com/gpu drops to 7 (one ledger);
+#      the Pod's status shows the device Healthy (our DRAResourceHealth stream);
 #   3. a device-plugin Pod (nvidia.com/gpu: 1) runs on another card, which leaves the
 #      ResourceSlice; a second claim is allocated neither card;
 #   4. the nvidia daemon restarted while both claims' Pods run: the journal keeps the claims'
@@ -93,6 +94,7 @@ start_serve() {  # start_serve M: the daemon of M on its recorded host, --dra
     >>"/tmp/rig-dra-$m-serve.log" 2>&1 &
   SERVE[$m]=$!
 }
+T0=$(date +%s.%N)
 for m in "${MS[@]}"; do : >"/tmp/rig-dra-$m-serve.log"; start_serve "$m"; done
 
 slice_json() { $KC get resourceslice "rig-node-$1.gpustack.ai" -o json 2>/dev/null; }
@@ -105,10 +107,10 @@ a = d["attributes"]["gpustack.ai/" + sys.argv[2]]
 print(next(iter(a.values())))' "$2" "$3" 2>/dev/null
 }
 for m in "${MS[@]}"; do
-  for _ in $(seq 1 60); do [ -n "$(devices_of "$m")" ] && break; sleep 1; done
+  for _ in $(seq 1 300); do [ -n "$(devices_of "$m")" ] && break; sleep 0.2; done
   d=$(devices_of "$m")
   [ -n "$d" ] || { fail "$m: no ResourceSlice"; continue; }
-  echo "ResourceSlice rig-node-$m.gpustack.ai: $(echo "$d" | wc -w) devices ($d)"
+  echo "ResourceSlice rig-node-$m.gpustack.ai: $(echo "$d" | wc -w) devices ($d), seen $(echo "$(date +%s.%N) - $T0" | bc | cut -c1-4) s after the daemons started"
   dev=${d%% *}
   echo "  $dev: product=$(attr "$m" "$dev" product) uuid=$(attr "$m" "$dev" uuid) healthy=$(attr "$m" "$dev" healthy)"
 done
@@ -169,6 +171,15 @@ if saw dra-a; then
   echo "claim gpu-a (memory >= 40Gi, product == $PRODUCT): allocated $DEV_A ($UUID_A)"
   expect dra-a "the container sees the claim's card through CDI" "^NVIDIA_VISIBLE_DEVICES=$UUID_A\$"
   ls "$CDI"/gpustack-nvidia-*.json >/dev/null 2>&1 && echo "  ok: CDI spec $(ls "$CDI"/gpustack-nvidia-*.json)" || fail "no CDI spec"
+  # The device's health as our DRAResourceHealth stream told the kubelet.
+  st=""
+  for _ in $(seq 1 30); do
+    st=$($KC get pod dra-a -o jsonpath='{.status.containerStatuses[0].allocatedResourcesStatus}')
+    echo "$st" | grep -q Healthy && break
+    sleep 1
+  done
+  echo "dra-a allocatedResourcesStatus: $st"
+  echo "$st" | grep -q "\"health\":\"Healthy\"" && echo "  ok: the kubelet shows the device's health from our stream" || fail "no device health in the Pod's status"
 fi
 for _ in $(seq 1 30); do [ "$(allocatable nvidia.com/gpu)" = 7 ] && break; sleep 1; done
 a=$(allocatable nvidia.com/gpu)
@@ -250,6 +261,16 @@ echo "dra-s3 (20Gi more than the card has left): $phase: $why"
 $KC delete pod dra-s1 dra-s2 dra-s3 --wait=true --timeout=60s >/dev/null 2>&1
 for _ in $(seq 1 60); do [ "$(allocatable nvidia.com/gpu)" = 8 ] && break; sleep 1; done
 echo "after the slices' Pods were deleted: allocatable nvidia.com/gpu $(allocatable nvidia.com/gpu)"
+# What the kubelet measured of our driver, and what the daemons hold in memory.
+curl -sk --cert $K/pki/admin.crt --key $K/pki/admin.key https://127.0.0.1:10250/metrics 2>/dev/null |
+  awk '/^dra_grpc_operations_duration_seconds_(sum|count)\{/ && /gpustack/ {
+      match($0, /driver_name="[^"]*"/); d = substr($0, RSTART + 13, RLENGTH - 14)
+      match($0, /method_name="[^"]*"/); n = substr($0, RSTART + 13, RLENGTH - 14); sub(/.*\//, "", n)
+      k = d " " n; if ($0 ~ /_sum\{/) s[k] += $2; else c[k] += $2 }
+    END { for (k in c) if (c[k] > 0) printf "kubelet-measured %s: %d calls, mean %.2f ms\n", k, c[k], 1000 * s[k] / c[k] }' | sort
+for m in "${MS[@]}"; do
+  echo "daemon $m RSS: $(($(ps -o rss= -p "${SERVE[$m]}" 2>/dev/null || echo 0) / 1024)) MiB"
+done
 echo "ResourceSlice rig-node-nvidia.gpustack.ai generation: $($KC get resourceslice rig-node-nvidia.gpustack.ai -o jsonpath='{.spec.pool.generation}') ($(grep -c 'ResourceSlice: Updated' /tmp/rig-dra-nvidia-serve.log) updates: the device plugin's container card withdrawn and given back)"
 grep -h "prepared claim\|unprepared claim\|granted .* to ResourceClaim\|released ResourceClaim" /tmp/rig-dra-*-serve.log | sed 's/^/  log: /' | head -20
 verdict rig-dra

@@ -15,6 +15,7 @@ pub mod api;
 pub mod authority;
 pub mod cdi;
 pub mod claims;
+pub mod health;
 pub mod plugin;
 pub mod publish;
 pub mod registration;
@@ -41,8 +42,8 @@ pub struct ServedDriver {
     pub task: tokio::task::JoinHandle<Result<(), tonic::transport::Error>>,
 }
 
-/// Serves `driver`'s DRA service and its registration under `kubelet_dir` until `stop` turns
-/// true. The DRA socket listens before the registration socket appears, so the endpoint
+/// Serves `driver`'s DRA service (with its device health stream when given one) and its
+/// registration under `kubelet_dir` until `stop` turns true. The DRA socket listens before the registration socket appears, so the endpoint
 /// `GetInfo` names answers as soon as the kubelet's plugin watcher finds the driver; on stop the
 /// registration socket is removed, which is how the kubelet learns the driver is gone.
 /// Called inside the daemon's tokio runtime (it binds the sockets and spawns the servers there).
@@ -50,6 +51,7 @@ pub fn serve<R: ClaimResolver>(
     kubelet_dir: &Path,
     driver: DriverName,
     service: DraService<R>,
+    health: Option<health::HealthService>,
     stop: watch::Receiver<bool>,
 ) -> Result<ServedDriver, SocketError> {
     let sockets = PluginSockets::new(kubelet_dir, &driver);
@@ -61,6 +63,9 @@ pub fn serve<R: ClaimResolver>(
     };
     let dra_server = tonic::transport::Server::builder()
         .add_service(api::dra::dra_plugin_server::DraPluginServer::new(service))
+        .add_optional_service(
+            health.map(api::health::dra_resource_health_server::DraResourceHealthServer::new),
+        )
         .serve_with_incoming_shutdown(
             UnixListenerStream::new(dra_listener),
             until_stopped(stop.clone()),

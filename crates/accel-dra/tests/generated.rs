@@ -5,11 +5,19 @@ use std::path::Path;
 
 const PROTO_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/proto");
 const GEN_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/src/gen");
-const FILES: [&str; 2] = ["k8s.io.kubelet.pkg.apis.dra.v1.rs", "pluginregistration.rs"];
+const FILES: [&str; 3] = [
+    "k8s.io.kubelet.pkg.apis.dra.v1.rs",
+    "pluginregistration.rs",
+    "v1alpha1.rs",
+];
 
 fn generate(out: &Path) {
     let descriptors = protox::compile(
-        ["dra/v1/api.proto", "pluginregistration/v1/api.proto"],
+        [
+            "dra/v1/api.proto",
+            "pluginregistration/v1/api.proto",
+            "dra-health/v1alpha1/api.proto",
+        ],
         [PROTO_DIR],
     )
     .expect("the .proto files compile");

@@ -92,6 +92,7 @@ async fn within<T>(what: &str, future: impl std::future::Future<Output = T>) -> 
 
 struct Rig {
     kubelet_dir: PathBuf,
+    health: accel_dra::health::HealthFeed,
     released: Arc<std::sync::Mutex<Vec<String>>>,
     cdi_dir: PathBuf,
     stop: watch::Sender<bool>,
@@ -113,15 +114,18 @@ fn start() -> Rig {
         CdiSpecs::new(&cdi_dir, Manufacturer::Nvidia),
     );
     let (stop, stopped) = watch::channel(false);
+    let health = accel_dra::health::HealthFeed::new();
     let served = accel_dra::serve(
         &kubelet_dir,
         DriverName::parse(DRIVER).unwrap(),
         service,
+        Some(health.service("node-a")),
         stopped,
     )
     .unwrap();
     Rig {
         kubelet_dir,
+        health,
         released,
         cdi_dir,
         stop,
@@ -310,6 +314,7 @@ async fn a_refusal_by_the_kubelet_is_reported_and_a_stale_socket_is_replaced() {
         &rig.kubelet_dir,
         DriverName::parse(DRIVER).unwrap(),
         service,
+        None,
         stopped,
     )
     .unwrap();
@@ -477,4 +482,81 @@ async fn the_kubelets_plugin_watcher_gets_the_info_though_it_sends_the_socket_pa
         "{text:?}"
     );
     assert!(text.contains("v1.DRAPlugin"), "{text:?}");
+}
+
+#[tokio::test]
+async fn the_kubelet_watches_device_health_on_the_driver_socket() {
+    use accel_dra::api::health::{self as h, dra_resource_health_client::DraResourceHealthClient};
+    use accel_dra::health::DeviceState;
+    let rig = start();
+    let state = |healthy: bool, message: &str| DeviceState {
+        healthy,
+        message: message.into(),
+        updated: 1_764_900_000,
+    };
+    rig.health.set(
+        [
+            ("gpu-0".to_string(), state(true, "")),
+            ("gpu-1".to_string(), state(true, "")),
+        ]
+        .into(),
+    );
+    // The kubelet dials the DRA socket as `unix:<endpoint>` and opens the stream there.
+    let channel = within(
+        "the DRA socket",
+        accel_dra::socket::connect(rig.kubelet_dir.join(format!("plugins/{DRIVER}/dra.sock"))),
+    )
+    .await
+    .unwrap();
+    let mut stream = within(
+        "NodeWatchResources",
+        DraResourceHealthClient::new(channel).node_watch_resources(h::NodeWatchResourcesRequest {}),
+    )
+    .await
+    .unwrap()
+    .into_inner();
+    let first = within("the current health", stream.message())
+        .await
+        .unwrap()
+        .unwrap();
+    let seen = |r: &h::NodeWatchResourcesResponse| -> Vec<(String, String, i32, String)> {
+        r.devices
+            .iter()
+            .map(|d| {
+                let id = d.device.clone().unwrap();
+                (id.pool_name, id.device_name, d.health, d.message.clone())
+            })
+            .collect()
+    };
+    let healthy = h::HealthStatus::Healthy as i32;
+    assert_eq!(
+        seen(&first),
+        [
+            ("node-a".into(), "gpu-0".into(), healthy, String::new()),
+            ("node-a".into(), "gpu-1".into(), healthy, String::new())
+        ]
+    );
+    rig.health.set(
+        [
+            ("gpu-0".to_string(), state(true, "")),
+            (
+                "gpu-1".to_string(),
+                state(false, "Xid 79: fallen off the bus"),
+            ),
+        ]
+        .into(),
+    );
+    let change = within("the change", stream.message())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        seen(&change)[1],
+        (
+            "node-a".into(),
+            "gpu-1".into(),
+            h::HealthStatus::Unhealthy as i32,
+            "Xid 79: fallen off the bus".into()
+        )
+    );
 }

@@ -8,6 +8,8 @@
 //! - the node's ResourceSlice follows each detection the daemon publishes and the ledger: the
 //!   manufacturer's measured section, less the cards a container holds through the device
 //!   plugin (a failed pass carries the last measured inventory forward, so it changes nothing);
+//! - each device's health (the detection's verdict and reasons) streams to the kubelet
+//!   (`DRAResourceHealth`), which shows it in the status of the Pods holding it;
 //! - a sweep every [`SWEEP_EVERY`] releases the claims the ledger holds that the API server no
 //!   longer has allocated here and reserved (a claim deleted with its Pod while no unprepare
 //!   reached us), and removes CDI specs whose claim holds nothing.
@@ -23,6 +25,7 @@ use accel_core::inventory::ManufacturerInventory;
 use accel_core::labels::GroupNaming;
 use accel_dra::cdi::CdiSpecs;
 use accel_dra::claims::{ApiClaimResolver, ClaimLedger, ConsumedShare, ReservedPod};
+use accel_dra::health::{self, HealthFeed};
 use accel_dra::plugin::{ClaimRef, DraService};
 use accel_dra::publish::SlicePublisher;
 use accel_dra::{DriverName, ServedDriver, slices};
@@ -184,10 +187,12 @@ pub fn start(
     let specs = CdiSpecs::new(&options.cdi_dir, options.manufacturer);
     let service = DraService::new(resolver.clone(), specs.clone());
     let (stop, stopped) = watch::channel(false);
+    let health = HealthFeed::new();
     let served = accel_dra::serve(
         &options.kubelet_dir,
         driver.clone(),
         service,
+        Some(health.service(&options.node)),
         stopped.clone(),
     )
     .with_context(|| format!("serving the DRA driver {driver}"))?;
@@ -207,6 +212,7 @@ pub fn start(
         specs,
         publisher,
         published,
+        health,
         stop: stopped,
     }));
     Ok(RunningDra { served, stop, task })
@@ -220,6 +226,7 @@ struct Loop {
     specs: CdiSpecs,
     publisher: SlicePublisher,
     published: watch::Receiver<Option<Published>>,
+    health: HealthFeed,
     stop: watch::Receiver<bool>,
 }
 
@@ -241,9 +248,11 @@ async fn run(mut l: Loop) {
                 .manufacturers
                 .iter()
                 .find(|s| s.name == l.options.manufacturer)
-                .cloned()
+                .map(|s| (s.clone(), p.detected_at))
         });
-        if let Some(section) = section {
+        if let Some((section, detected_at)) = section {
+            // Every device's health, held or free, for the kubelet's Pod status.
+            l.health.set(health::device_health(&section, detected_at));
             let offered = offered_section(&section, &l.handle);
             if last.as_ref() != Some(&offered) {
                 match l.publisher.publish(&l.driver, &offered).await {

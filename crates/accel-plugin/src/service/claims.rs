@@ -60,7 +60,7 @@ impl PluginHandle {
     pub async fn grant_claim(&self, ask: &ClaimGrant) -> Result<Injection, ClaimRefusal> {
         let key = GrantKey::claim(&ask.claim_uid);
         let claim_uid = || ask.claim_uid.clone();
-        let (injection, ticket, fresh) = {
+        let (injection, ticket, fresh, granted) = {
             let mut guard = self.shared.lock();
             let state = &mut *guard;
             let mut device_ids = ask.devices.clone();
@@ -149,10 +149,19 @@ impl PluginHandle {
                     reason: e.to_string(),
                 });
             }
+            let granted = match family {
+                Family::Sliced => format!(
+                    "a slice of {} MiB, cores {}",
+                    accel_core::ledger::units::mib_for_units(slice_units, vram.unwrap_or(0)),
+                    cores_percentage.map_or("uncapped".to_string(), |c| format!("{c} %"))
+                ),
+                _ => "whole".to_string(),
+            };
             (
                 injection,
                 state.journal.ticket(),
                 receipt.fresh.then_some(receipt),
+                granted,
             )
         };
         let fresh: Vec<_> = fresh.into_iter().collect();
@@ -165,14 +174,10 @@ impl PluginHandle {
             })?;
         if !fresh.is_empty() {
             tracing::info!(
-                "granted {:?} to ResourceClaim {} through {} ({})",
+                "granted {:?} to ResourceClaim {} through {} ({granted})",
                 ask.accelerators,
                 ask.claim_uid,
                 ask.driver,
-                match ask.slice {
-                    Some(s) => format!("a slice of {} MiB", s.memory_mib),
-                    None => "whole".to_string(),
-                }
             );
             self.shared.notify();
         }
