@@ -22,6 +22,10 @@
 #   7. slices by consumable capacity: two claims of 40Gi/50 % and 30Gi/25 % on one H100 (CEL:
 #      index == 3), their containers told CUDA_DEVICE_MEMORY_LIMIT_0 and CUDA_DEVICE_SM_LIMIT;
 #      a third of 20Gi stays Pending (the scheduler's own accounting).
+#   8. churn: three rounds of four device-plugin Pods and four claim Pods at once on the eight
+#      cards; no card is held by two Running Pods;
+#   9. a claim deleted with its Pod while the daemon is down: its card is reclaimed when the
+#      daemon is back (the kubelet's unprepare, or our sweep of claims no longer reserved);
 #   Not built yet, so not checked: hardware partitions by counters (docs/ARCHITECTURE.md, "DRA").
 #
 #   scripts/rig-containerd.sh && scripts/build-release.sh && scripts/rig-dra.sh
@@ -74,6 +78,8 @@ PATH=$CTRD2:$PATH rig_up /tmp/rig-dra
 echo "containerd: $($K/bin/kubectl get node rig-node -o jsonpath='{.status.nodeInfo.containerRuntimeVersion}')"
 fresh_devices
 $KC delete resourceslices --all >/dev/null 2>&1
+# What an interrupted run left in the rig's etcd.
+$KC delete pod,resourceclaim -l app=rig-dra --wait=true --timeout=60s >/dev/null 2>&1
 "$HELM" template dm "$REPO/deploy/helm/device-manager" --api-versions resource.k8s.io/v1 \
   --set dra.enabled=true -s templates/deviceclasses.yaml | $KC apply -f - >/dev/null ||
   fail "the chart's DeviceClasses were not applied"
@@ -261,6 +267,58 @@ echo "dra-s3 (20Gi more than the card has left): $phase: $why"
 $KC delete pod dra-s1 dra-s2 dra-s3 --wait=true --timeout=60s >/dev/null 2>&1
 for _ in $(seq 1 60); do [ "$(allocatable nvidia.com/gpu)" = 8 ] && break; sleep 1; done
 echo "after the slices' Pods were deleted: allocatable nvidia.com/gpu $(allocatable nvidia.com/gpu)"
+# 8. churn across the two APIs: each round four device-plugin Pods and four claim Pods at once
+# on the eight cards; no card may ever be held by two Running Pods.
+uuid_of() { $KC logs "$1" 2>/dev/null | sed -n 's/^NVIDIA_VISIBLE_DEVICES=//p'; }
+for r in 1 2 3; do
+  jobs_=()
+  for i in 1 2 3 4; do
+    claim "churn-$r-$i" nvidia.gpustack.ai
+    claim_pod "cl-$r-$i" "churn-$r-$i" &
+    jobs_+=($!)
+    busybox_pod "dp-$r-$i" "env | grep VISIBLE_DEVICES; sleep 3600" '{nvidia.com/gpu: "1"}' &
+    jobs_+=($!)
+  done
+  wait "${jobs_[@]}"  # not the daemons, which are this script's children too
+  for i in 1 2 3 4; do $KC label pod "dp-$r-$i" app=rig-dra >/dev/null 2>&1; done
+  for _ in $(seq 1 45); do
+    n=$($KC get pods -l app=rig-dra --no-headers 2>/dev/null | grep -c Running)
+    [ "$n" = 8 ] && break
+    sleep 1
+  done
+  sleep 2
+  uuids=(); states=""
+  for p in $($KC get pods -l app=rig-dra -o jsonpath='{.items[*].metadata.name}'); do
+    ph=$($KC get pod "$p" -o jsonpath='{.status.phase}')
+    states="$states $p=$ph"
+    [ "$ph" = Running ] && uuids+=("$(uuid_of "$p")")
+  done
+  distinct=$(printf '%s\n' "${uuids[@]}" | sort -u | grep -c .)
+  echo "churn round $r: ${#uuids[@]} Running on $distinct distinct cards;$states"
+  [ "${#uuids[@]}" = "$distinct" ] || fail "churn round $r: a card held by two Running Pods"
+  $KC delete pod -l app=rig-dra --wait=true --timeout=90s >/dev/null 2>&1
+  for i in 1 2 3 4; do $KC delete resourceclaim "churn-$r-$i" --wait=false >/dev/null 2>&1; done
+  for _ in $(seq 1 60); do [ "$(allocatable nvidia.com/gpu)" = 8 ] && break; sleep 1; done
+done
+echo "after the churn: allocatable nvidia.com/gpu $(allocatable nvidia.com/gpu)"
+[ "$(allocatable nvidia.com/gpu)" = 8 ] || fail "cards not back after the churn"
+
+# 9. a claim whose Pod and claim go while the daemon is down: reclaimed when it is back.
+claim gone-1 nvidia.gpustack.ai
+claim_pod dra-gone gone-1
+if running dra-gone; then
+  kill "${SERVE[nvidia]}"; wait "${SERVE[nvidia]}" 2>/dev/null
+  $KC delete pod dra-gone --wait=false >/dev/null 2>&1
+  $KC delete resourceclaim gone-1 --wait=false >/dev/null 2>&1
+  sleep 5
+  start_serve nvidia
+  for _ in $(seq 1 90); do [ "$(allocatable nvidia.com/gpu)" = 8 ] && break; sleep 1; done
+  a=$(allocatable nvidia.com/gpu)
+  echo "a claim deleted with its Pod while the daemon was down: allocatable nvidia.com/gpu $a once it is back"
+  [ "$a" = 8 ] || fail "the gone claim's card was not reclaimed"
+  grep -h "released a claim no longer allocated\|unprepared claim.*gone-1" /tmp/rig-dra-nvidia-serve.log | tail -2 | sed 's/^/  log: /'
+fi
+
 # What the kubelet measured of our driver, and what the daemons hold in memory.
 curl -sk --cert $K/pki/admin.crt --key $K/pki/admin.key https://127.0.0.1:10250/metrics 2>/dev/null |
   awk '/^dra_grpc_operations_duration_seconds_(sum|count)\{/ && /gpustack/ {

@@ -237,7 +237,10 @@ pub fn slice_spec_shared(
             count: devices.len(),
         });
     }
-    devices.sort_by_key(|d| index_of(manufacturer, &d.name));
+    // Highest index first: the scheduler tries a slice's devices in order and the device
+    // plugin's preference starts from the lowest, so on a node serving both APIs they meet
+    // only when it is nearly full (where they do, the ledger refuses the later one).
+    devices.sort_by_key(|d| std::cmp::Reverse(index_of(manufacturer, &d.name)));
     Ok(ResourceSliceSpec {
         driver: driver.as_str().to_string(),
         pool: ResourcePool {
@@ -526,10 +529,11 @@ mod tests {
             .unwrap();
             serde_json::to_value(&spec.devices).unwrap()
         };
+        // Highest index first: the card whose memory is unknown (2), then card 0.
         let devices = shared(true);
-        assert_eq!(devices[0]["allowMultipleAllocations"], true);
+        assert_eq!(devices[1]["allowMultipleAllocations"], true);
         assert_eq!(
-            devices[0]["capacity"],
+            devices[1]["capacity"],
             serde_json::json!({
                 "gpustack.ai/memory": {"value": "15Gi", "requestPolicy":
                     {"default": "15Gi", "validRange": {"min": "1Mi"}}},
@@ -541,21 +545,21 @@ mod tests {
         );
         // Where slices may not over-commit compute, one that asks none takes all of it.
         assert_eq!(
-            shared(false)[0]["capacity"]["gpustack.ai/coresPercentage"]["requestPolicy"]["default"],
+            shared(false)[1]["capacity"]["gpustack.ai/coresPercentage"]["requestPolicy"]["default"],
             "100"
         );
         // A card whose memory is unknown is published whole.
-        assert!(devices[1].get("allowMultipleAllocations").is_none());
+        assert!(devices[0].get("allowMultipleAllocations").is_none());
         assert!(
-            devices[1]["capacity"]["gpustack.ai/cores"]
+            devices[0]["capacity"]["gpustack.ai/cores"]
                 .get("requestPolicy")
                 .is_none()
         );
         // Whole devices carry no request policy (the API refuses one on them).
         let whole = serde_json::to_value(&spec(&section).devices).unwrap();
-        assert!(whole[0].get("allowMultipleAllocations").is_none());
+        assert!(whole[1].get("allowMultipleAllocations").is_none());
         assert_eq!(
-            whole[0]["capacity"]["gpustack.ai/memory"],
+            whole[1]["capacity"]["gpustack.ai/memory"],
             serde_json::json!({"value": "15Gi"})
         );
     }
@@ -674,14 +678,15 @@ mod tests {
             Manufacturer::Nvidia,
             vec![mig, unidentified, passthrough, sick, accelerator(0)],
         ));
+        // Highest index first (the scheduler tries them in this order).
         let names: Vec<&str> = s.devices.iter().map(|d| d.name.as_str()).collect();
-        assert_eq!(names, ["gpu-0", "gpu-1"]);
+        assert_eq!(names, ["gpu-1", "gpu-0"]);
         assert_eq!(
-            s.devices[1].attributes["gpustack.ai/healthy"],
+            s.devices[0].attributes["gpustack.ai/healthy"],
             DeviceAttribute::Bool(false)
         );
         assert_eq!(
-            s.devices[0].attributes["gpustack.ai/healthy"],
+            s.devices[1].attributes["gpustack.ai/healthy"],
             DeviceAttribute::Bool(true)
         );
     }

@@ -256,8 +256,10 @@ async fn changed_devices_bump_the_pool_generation() {
         );
         assert_eq!(put.body["metadata"]["resourceVersion"], version);
         assert_eq!(put.body["spec"]["pool"]["generation"], 2);
+        // gpu-1 comes first (highest index first).
+        assert_eq!(put.body["spec"]["devices"][0]["name"], "gpu-1");
         assert_eq!(
-            put.body["spec"]["devices"][1]["attributes"]["gpustack.ai/healthy"],
+            put.body["spec"]["devices"][0]["attributes"]["gpustack.ai/healthy"],
             json!({"bool": false})
         );
         // The owner set at creation stays.

@@ -76,9 +76,10 @@ fn two_nvidia_cards_are_one_pool_of_two_devices() {
             "driver": "nvidia.gpustack.ai",
             "pool": {"name": "node-1", "generation": 1, "resourceSliceCount": 1},
             "nodeName": "node-1",
+            // Highest index first: the order the scheduler tries them in.
             "devices": [
-                gpu(0, "00000000:81:00.0", "GPU-12345678-aaaa-bbbb-cccc-0123456789ab"),
                 gpu(1, "00000000:C1:00.0", "GPU-12345678-aaaa-bbbb-cccc-0123456789cd"),
+                gpu(0, "00000000:81:00.0", "GPU-12345678-aaaa-bbbb-cccc-0123456789ab"),
             ],
         })
     );
@@ -96,11 +97,11 @@ fn amd_cards_carry_a_semver_driver_cores_and_numa() {
     assert_eq!(
         names,
         [
-            "gpu-0", "gpu-1", "gpu-2", "gpu-3", "gpu-4", "gpu-5", "gpu-6", "gpu-7"
+            "gpu-7", "gpu-6", "gpu-5", "gpu-4", "gpu-3", "gpu-2", "gpu-1", "gpu-0"
         ]
     );
     assert_eq!(
-        devices[7],
+        devices[0],
         json!({
             "name": "gpu-7",
             "attributes": {
