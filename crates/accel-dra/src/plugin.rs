@@ -191,9 +191,9 @@ fn claim_ref(claim: dra::Claim) -> ClaimRef {
     }
 }
 
-/// The per-claim error text: the error and each of its causes, the one place a claim's failure
-/// becomes the kubelet's words.
-fn error_text(error: &dyn std::error::Error) -> String {
+/// The per-claim error text: the error and each of its causes on one line, the one place a
+/// claim's failure becomes the kubelet's words (and the daemon's log's).
+pub fn error_text(error: &dyn std::error::Error) -> String {
     let mut text = error.to_string();
     let mut cause = error.source();
     while let Some(c) = cause {

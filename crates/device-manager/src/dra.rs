@@ -26,7 +26,7 @@ use accel_core::labels::GroupNaming;
 use accel_dra::cdi::CdiSpecs;
 use accel_dra::claims::{ApiClaimResolver, ClaimLedger, ConsumedShare, ReservedPod};
 use accel_dra::health::{self, HealthFeed};
-use accel_dra::plugin::{ClaimRef, DraService};
+use accel_dra::plugin::{ClaimRef, DraService, error_text};
 use accel_dra::publish::SlicePublisher;
 use accel_dra::{DriverName, ServedDriver, slices};
 use accel_plugin::PluginHandle;
@@ -272,7 +272,7 @@ async fn run(mut l: Loop) {
                     Err(e) => tracing::warn!(
                         driver = %l.driver,
                         "ResourceSlice not published: {}",
-                        crate::dra::chain(&e)
+                        error_text(&e)
                     ),
                 }
             }
@@ -281,18 +281,6 @@ async fn run(mut l: Loop) {
             sweep_claims(&l).await;
         }
     }
-}
-
-/// The error and each of its causes on one line.
-pub fn chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut cause = error.source();
-    while let Some(c) = cause {
-        text.push_str(": ");
-        text.push_str(&c.to_string());
-        cause = c.source();
-    }
-    text
 }
 
 /// Releases the claims held here that the API server no longer has allocated here and
@@ -308,7 +296,7 @@ async fn sweep_claims(l: &Loop) {
                         tracing::info!(claim = %uid, "released a claim no longer allocated here and reserved");
                     }
                     if let Err(e) = l.specs.remove(uid) {
-                        tracing::warn!("{}", chain(&e));
+                        tracing::warn!("{}", error_text(&e));
                     }
                 }
             }
@@ -324,7 +312,7 @@ async fn sweep_claims(l: &Loop) {
                     Ok(()) => {
                         tracing::info!(claim = %uid, "removed the CDI spec of a claim that holds nothing")
                     }
-                    Err(e) => tracing::warn!("{}", chain(&e)),
+                    Err(e) => tracing::warn!("{}", error_text(&e)),
                 }
             }
         }
