@@ -1245,7 +1245,11 @@ fn claim_grant(uid: &str, accelerators: &[u32]) -> Claim {
 
 #[test]
 fn a_claims_card_is_no_token_of_the_plugin_and_no_pod_holds_it() {
-    let mut l = ledger(3);
+    let mut l = ledger(4);
+    // A Pod whose UID sorts after the claims' keys is still no claim.
+    l.allocate(claim("zz-pod", Family::Exclusive, &[3], 0))
+        .unwrap();
+    assert!(!l.held_by_claim(3) && l.held_by_container(3));
     l.allocate(claim_grant("c-1", &[0])).unwrap();
     l.allocate(claim("pod-a", Family::Exclusive, &[1], 0))
         .unwrap();
@@ -1269,7 +1273,10 @@ fn a_claims_card_is_no_token_of_the_plugin_and_no_pod_holds_it() {
         Err(Refusal::ExclusivelyHeld { .. })
     ));
     // A claim is no Pod: the Pods' reconcile never sees it.
-    assert_eq!(l.pod_uids(), BTreeSet::from(["pod-a".to_string()]));
+    assert_eq!(
+        l.pod_uids(),
+        BTreeSet::from(["pod-a".to_string(), "zz-pod".to_string()])
+    );
     assert_eq!(l.claim_uids(), BTreeSet::from(["c-1".to_string()]));
     assert_eq!(GrantKey::claim("c-1").claim_uid(), Some("c-1"));
     assert_eq!(GrantKey::new("c-1", "dra").claim_uid(), None);
