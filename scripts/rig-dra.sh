@@ -10,7 +10,9 @@
 #      NVIDIA card: the scheduler allocates it, the kubelet prepares it through our driver, the
 #      container sees NVIDIA_VISIBLE_DEVICES = the allocated card's UUID through the claim's CDI
 #      spec; the device plugin's allocatable nvidia.com/gpu drops to 7 (one ledger);
-#      the Pod's status shows the device Healthy (our DRAResourceHealth stream);
+#      the Pod's status shows the device Healthy (our DRAResourceHealth stream); a Pod with a
+#      claim and a visibility sidecar (device.gpustack.ai/nvidia.visibility): the sidecar sees
+#      the claim's card;
 #   3. a device-plugin Pod (nvidia.com/gpu: 1) runs on another card, which leaves the
 #      ResourceSlice; a second claim is allocated neither card;
 #   4. the nvidia daemon restarted while both claims' Pods run: the journal keeps the claims'
@@ -191,6 +193,40 @@ for _ in $(seq 1 30); do [ "$(allocatable nvidia.com/gpu)" = 7 ] && break; sleep
 a=$(allocatable nvidia.com/gpu)
 echo "allocatable nvidia.com/gpu with the claim prepared: $a"
 [ "$a" = 7 ] || fail "the claim's card is still the device plugin's (allocatable $a)"
+
+# 2b. the visibility sidecar of a Pod whose card came through a claim sees that card
+claim gpu-v nvidia.gpustack.ai
+cat <<EOT | $KC apply -f - >/dev/null
+apiVersion: v1
+kind: Pod
+metadata: {name: dra-v, namespace: default, labels: {app: rig-dra}}
+spec:
+  hostNetwork: true
+  restartPolicy: Never
+  terminationGracePeriodSeconds: 0
+  resourceClaims:
+  - {name: acc, resourceClaimName: gpu-v}
+  containers:
+  - name: main
+    image: localhost/rig/busybox:1.0
+    imagePullPolicy: Never
+    command: ["sh", "-c", "env | grep VISIBLE_DEVICES; sleep 3600"]
+    resources: {claims: [{name: acc}]}
+  - name: sshd
+    image: localhost/rig/busybox:1.0
+    imagePullPolicy: Never
+    command: ["sh", "-c", "env | grep VISIBLE_DEVICES; sleep 3600"]
+    resources: {limits: {device.gpustack.ai/nvidia.visibility: "1"}}
+EOT
+if running dra-v; then
+  sleep 1
+  um=$($KC logs dra-v -c main | sed -n 's/^NVIDIA_VISIBLE_DEVICES=//p')
+  us=$($KC logs dra-v -c sshd | sed -n 's/^NVIDIA_VISIBLE_DEVICES=//p')
+  echo "dra-v: claim gpu-v allocated $(allocated gpu-v); main sees $um, its visibility sidecar sees $us"
+  [ -n "$um" ] && [ "$um" = "$us" ] && echo "  ok: the sidecar sees the claim's card" || fail "the sidecar does not see the claim's card"
+fi
+$KC delete pod dra-v --wait=true --timeout=60s >/dev/null 2>&1
+for _ in $(seq 1 30); do [ "$(allocatable nvidia.com/gpu)" = 7 ] && break; sleep 1; done
 
 # 3. a device-plugin Pod, then a second claim
 busybox_pod dra-dp "env | grep VISIBLE_DEVICES; sleep 3600" '{nvidia.com/gpu: "1"}'

@@ -874,7 +874,7 @@ async fn claims_slice_a_card_by_consumed_capacity_and_a_whole_claim_waits_for_it
         .await
         .unwrap();
     let ledger = rig.plugins().ledger();
-    let grant = ledger.grant(&GrantKey::claim("s-1")).unwrap();
+    let grant = ledger.grant(&GrantKey::claim("s-1", "claimer")).unwrap();
     assert_eq!(grant.family, Family::Sliced);
     assert_eq!(grant.cores_percentage, Some(30));
     assert_eq!(ledger.occupancy(0).unwrap().slices, 2);
@@ -895,7 +895,9 @@ async fn claims_slice_a_card_by_consumed_capacity_and_a_whole_claim_waits_for_it
         )
     );
     assert_eq!(
-        rig.plugins().ledger().grant(&GrantKey::claim("w-1")),
+        rig.plugins()
+            .ledger()
+            .grant(&GrantKey::claim("w-1", "claimer")),
         None,
         "nothing charged for a refusal"
     );
@@ -917,9 +919,50 @@ async fn claims_slice_a_card_by_consumed_capacity_and_a_whole_claim_waits_for_it
     assert_eq!(
         rig.plugins()
             .ledger()
-            .grant(&GrantKey::claim("w-1"))
+            .grant(&GrantKey::claim("w-1", "claimer"))
             .unwrap()
             .family,
         Family::Exclusive
+    );
+}
+
+#[tokio::test]
+async fn the_sidecar_of_a_pod_whose_card_came_through_a_claim_sees_that_card() {
+    let mut rig = Rig::new(seats(4), Settings::default()).await;
+    // The claim was prepared for Pod "a" (the card the scheduler allocated it: 2).
+    let ask = accel_plugin::service::ClaimGrant {
+        pod: pod("a", 1, &[("main", &[])]),
+        ..claim_on(2, "claim-a")
+    };
+    rig.plugins().handle().grant_claim(&ask).await.unwrap();
+    rig.kubelet.create(pod(
+        "a",
+        1,
+        &[("main", &[]), ("sshd", &[(VISIBILITY, "1")])],
+    ));
+    let admission = rig.kubelet.admit_only("a", &["sshd"]).await.unwrap();
+    assert_eq!(
+        env(&admission, "sshd", VISIBILITY, "NVIDIA_VISIBLE_DEVICES"),
+        uuid(2)
+    );
+    // And after a restart, from the journal's claim key.
+    rig.restart_plugins().await;
+    assert_eq!(
+        rig.plugins()
+            .ledger()
+            .claim_key("claim-a")
+            .and_then(GrantKey::claim_pod),
+        Some("a")
+    );
+    // Another Pod's sidecar is shown nothing of it.
+    rig.kubelet
+        .create(pod("b", 2, &[("sshd", &[(VISIBILITY, "1")])]));
+    let refused = rig.kubelet.admit_only("b", &["sshd"]).await.unwrap_err();
+    assert!(
+        refused
+            .message()
+            .contains("no other container of the Pod holds accelerators to make visible"),
+        "{}",
+        refused.message()
     );
 }

@@ -401,7 +401,10 @@ mod tests {
             .await
             .expect("granted");
         assert_eq!(injection.envs["NVIDIA_VISIBLE_DEVICES"], gpu_uuid(1));
-        let grant = handle.ledger().grant(&GrantKey::claim("claim-1")).cloned();
+        let grant = handle
+            .ledger()
+            .grant(&GrantKey::claim("claim-1", "pod-7"))
+            .cloned();
         let grant = grant.expect("the claim's grant");
         assert_eq!(grant.resource, "nvidia.gpustack.ai");
         assert_eq!(grant.device_ids, ["gpu-1"]);
@@ -460,7 +463,10 @@ mod tests {
             .await
             .expect("a slice");
         assert_eq!(sliced.envs["CUDA_DEVICE_MEMORY_LIMIT_0"], "20480m");
-        let grant = handle.ledger().grant(&GrantKey::claim("claim-1")).cloned();
+        let grant = handle
+            .ledger()
+            .grant(&GrantKey::claim("claim-1", "pod-7"))
+            .cloned();
         let grant = grant.expect("the slice's grant");
         assert_eq!(grant.family, accel_core::ledger::Family::Sliced);
         assert_eq!(grant.device_ids, ["gpu-1/share-9"]);

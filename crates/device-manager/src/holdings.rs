@@ -122,8 +122,8 @@ pub fn holdings(
                 manufacturer,
                 index: *index,
                 uuid: card.and_then(|c| c.uuid.clone()),
-                pod_uid: key.pod_uid.clone(),
-                container: (!key.is_unattributed()).then(|| key.container.clone()),
+                pod_uid: key.claim_pod().unwrap_or(&key.pod_uid).to_string(),
+                container: (!key.is_unattributed()).then(|| container_of(key)),
                 holder: holder.clone(),
                 family: grant.family,
                 resource: grant.resource.clone(),
@@ -141,6 +141,15 @@ pub fn holdings(
     rows
 }
 
+/// What a grant's holder is called in its Pod: its container, or for a DRA claim's grant
+/// (held by the claim, for the Pod it was prepared for) `resourceclaim:<uid>`.
+fn container_of(key: &GrantKey) -> String {
+    match key.claim_uid() {
+        Some(claim) => format!("resourceclaim:{claim}"),
+        None => key.container.clone(),
+    }
+}
+
 /// Names a grant's container by its Pod UID among `pods` (the daemon's Pod watch).
 pub fn name_by_uid<'a>(
     pods: impl IntoIterator<Item = &'a accel_plugin::pods::Pod>,
@@ -153,11 +162,13 @@ pub fn name_by_uid<'a>(
         if key.is_unattributed() {
             return None;
         }
-        names.get(&key.pod_uid).map(|(namespace, pod)| Holder {
-            namespace: namespace.clone(),
-            pod: pod.clone(),
-            container: key.container.clone(),
-        })
+        names
+            .get(key.claim_pod().unwrap_or(&key.pod_uid))
+            .map(|(namespace, pod)| Holder {
+                namespace: namespace.clone(),
+                pod: pod.clone(),
+                container: container_of(key),
+            })
     }
 }
 
@@ -291,6 +302,11 @@ mod tests {
             instance: None,
         });
         grants.insert(GrantKey::new("uid-c", "train"), part);
+        // A DRA claim's card, named by the Pod it was prepared for.
+        grants.insert(
+            GrantKey::claim("claim-9", "uid-a"),
+            grant(Family::Exclusive, "nvidia.gpustack.ai", &["gpu-1"], &[1], 0),
+        );
         let pods = [accel_plugin::testing::pod("uid-a", 1, &[])];
         let rows = holdings(Manufacturer::Nvidia, &grants, &cards(), name_by_uid(&pods));
         let who: Vec<(u32, String, Family)> =
@@ -298,6 +314,12 @@ mod tests {
         assert_eq!(
             who,
             [
+                // Claim keys sort first.
+                (
+                    1,
+                    "ns/pod-uid-a/resourceclaim:claim-9".to_string(),
+                    Family::Exclusive
+                ),
                 (0, "ns/pod-uid-a/main".to_string(), Family::Exclusive),
                 (1, "ns/pod-uid-a/main".to_string(), Family::Exclusive),
                 (1, "pod uid-b container infer".to_string(), Family::Sliced),
@@ -308,6 +330,8 @@ mod tests {
                 ),
             ]
         );
+        assert_eq!(rows[0].pod_uid, "uid-a");
+        let rows = &rows[1..];
         assert_eq!(rows[0].memory_mib, None, "an exclusive grant has no budget");
         assert_eq!(rows[0].uuid.as_deref(), Some("GPU-0"));
         // 25 % of 81,559 MiB, floored, as the preload library is told.

@@ -80,11 +80,12 @@ impl GrantKey {
     /// holds it (one claim may be shared by several Pods), so it lives as long as the claim is
     /// prepared on this node and is released when the claim is unprepared or gone, never on a
     /// Pod's word. Its "Pod UID" is [`CLAIM_PREFIX`] and the claim's UID, which no Pod UID
-    /// (a bare UUID) can be.
-    pub fn claim(claim_uid: &str) -> GrantKey {
+    /// (a bare UUID) can be; its "container" is the UID of the Pod the claim was prepared for
+    /// (what a visibility sidecar of that Pod is shown).
+    pub fn claim(claim_uid: &str, pod_uid: &str) -> GrantKey {
         GrantKey {
             pod_uid: format!("{CLAIM_PREFIX}{claim_uid}"),
-            container: CLAIM_CONTAINER.to_string(),
+            container: pod_uid.to_string(),
         }
     }
 
@@ -92,12 +93,15 @@ impl GrantKey {
     pub fn claim_uid(&self) -> Option<&str> {
         self.pod_uid.strip_prefix(CLAIM_PREFIX)
     }
+
+    /// The Pod a claim's grant was prepared for; `None` for a container's.
+    pub fn claim_pod(&self) -> Option<&str> {
+        self.claim_uid().map(|_| self.container.as_str())
+    }
 }
 
 /// What a claim key's Pod UID starts with.
 pub const CLAIM_PREFIX: &str = "resourceclaim:";
-/// The container part of a claim key.
-const CLAIM_CONTAINER: &str = "dra";
 
 impl fmt::Display for GrantKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -906,6 +910,19 @@ impl Ledger {
             .filter(|k| k.claim_uid().is_none())
             .map(|k| k.pod_uid.clone())
             .collect()
+    }
+
+    /// The key of the grant ResourceClaim `claim_uid` holds.
+    pub fn claim_key(&self, claim_uid: &str) -> Option<&GrantKey> {
+        let first = GrantKey {
+            pod_uid: format!("{CLAIM_PREFIX}{claim_uid}"),
+            container: String::new(),
+        };
+        self.grants
+            .range(first..)
+            .map(|(k, _)| k)
+            .take_while(|k| k.claim_uid() == Some(claim_uid))
+            .next()
     }
 
     /// The ResourceClaims that hold grants, by UID.

@@ -1232,7 +1232,7 @@ fn exactly_20000_candidate_sets_are_still_scored() {
 
 fn claim_grant(uid: &str, accelerators: &[u32]) -> Claim {
     Claim {
-        key: GrantKey::claim(uid),
+        key: GrantKey::claim(uid, "pod-c"),
         family: Family::Exclusive,
         resource: "nvidia.gpustack.ai".into(),
         device_ids: accelerators.iter().map(|i| format!("gpu-{i}")).collect(),
@@ -1278,12 +1278,20 @@ fn a_claims_card_is_no_token_of_the_plugin_and_no_pod_holds_it() {
         BTreeSet::from(["pod-a".to_string(), "zz-pod".to_string()])
     );
     assert_eq!(l.claim_uids(), BTreeSet::from(["c-1".to_string()]));
-    assert_eq!(GrantKey::claim("c-1").claim_uid(), Some("c-1"));
+    assert_eq!(GrantKey::claim("c-1", "pod-c").claim_uid(), Some("c-1"));
+    assert_eq!(GrantKey::claim("c-1", "pod-c").claim_pod(), Some("pod-c"));
     assert_eq!(GrantKey::new("c-1", "dra").claim_uid(), None);
-    assert_eq!(GrantKey::claim("c-1").to_string(), "ResourceClaim c-1");
+    assert_eq!(GrantKey::new("c-1", "dra").claim_pod(), None);
+    assert_eq!(
+        GrantKey::claim("c-1", "pod-c").to_string(),
+        "ResourceClaim c-1"
+    );
+    assert_eq!(l.claim_key("c-1"), Some(&GrantKey::claim("c-1", "pod-c")));
+    assert_eq!(l.claim_key("c-"), None);
+    assert_eq!(l.claim_key("c-2"), None);
     // A retried prepare is answered without charging again.
     assert!(!l.allocate(claim_grant("c-1", &[0])).unwrap().fresh);
-    l.release(&GrantKey::claim("c-1")).unwrap();
+    l.release(&GrantKey::claim("c-1", "pod-c")).unwrap();
     assert!(l.token_healthy(0, Family::Exclusive) && !l.held_by_claim(0));
     l.verify().unwrap();
 }

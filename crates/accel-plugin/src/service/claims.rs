@@ -58,11 +58,17 @@ impl PluginHandle {
     /// returns) and answers the responder's injection for them. A retried prepare of a granted
     /// claim is answered again without charging twice.
     pub async fn grant_claim(&self, ask: &ClaimGrant) -> Result<Injection, ClaimRefusal> {
-        let key = GrantKey::claim(&ask.claim_uid);
         let claim_uid = || ask.claim_uid.clone();
         let (injection, ticket, fresh, granted) = {
             let mut guard = self.shared.lock();
             let state = &mut *guard;
+            // A retried prepare keeps the key its claim was first granted under, whichever of
+            // the claim's Pods asks now.
+            let key = state
+                .ledger
+                .claim_key(&ask.claim_uid)
+                .cloned()
+                .unwrap_or_else(|| GrantKey::claim(&ask.claim_uid, &ask.pod.uid));
             let mut device_ids = ask.devices.clone();
             device_ids.sort();
             let mut accelerators = ask.accelerators.clone();
@@ -187,11 +193,11 @@ impl PluginHandle {
     /// Releases the claim's grant (journalled); `false` when it held none (unprepare is
     /// retried, and a claim refused at prepare holds nothing).
     pub fn release_claim(&self, claim_uid: &str) -> bool {
-        let key = GrantKey::claim(claim_uid);
         let released = {
             let mut state = self.shared.lock();
-            let released = state.ledger.release(&key);
-            if released.is_some()
+            let key = state.ledger.claim_key(claim_uid).cloned();
+            let released = key.and_then(|key| state.ledger.release(&key).map(|g| (key, g)));
+            if let Some((key, _)) = &released
                 && let Err(e) = state.journal.append(&Entry::Release { key: key.clone() })
             {
                 tracing::error!("ledger journal: {e}");
@@ -199,7 +205,7 @@ impl PluginHandle {
             released
         };
         match released {
-            Some(grant) => {
+            Some((key, grant)) => {
                 tracing::info!(
                     "released {key} ({:?} through {})",
                     grant.accelerators,
