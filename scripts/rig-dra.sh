@@ -10,9 +10,8 @@
 #      NVIDIA card: the scheduler allocates it, the kubelet prepares it through our driver, the
 #      container sees NVIDIA_VISIBLE_DEVICES = the allocated card's UUID through the claim's CDI
 #      spec; the device plugin's allocatable nvidia.com/gpu drops to 7 (one ledger);
-#      the Pod's status shows the device Healthy (our DRAResourceHealth stream); a Pod with a
-#      claim and a visibility sidecar (device.gpustack.ai/nvidia.visibility): the sidecar sees
-#      the claim's card;
+#      the Pod's status shows the device Healthy (our DRAResourceHealth stream); a Pod whose
+#      sidecar lists the same claim: both containers see the claim's card;
 #   3. a device-plugin Pod (nvidia.com/gpu: 1) runs on another card, which leaves the
 #      ResourceSlice; a second claim is allocated neither card;
 #   4. the nvidia daemon restarted while both claims' Pods run: the journal keeps the claims'
@@ -194,7 +193,9 @@ a=$(allocatable nvidia.com/gpu)
 echo "allocatable nvidia.com/gpu with the claim prepared: $a"
 [ "$a" = 7 ] || fail "the claim's card is still the device plugin's (allocatable $a)"
 
-# 2b. the visibility sidecar of a Pod whose card came through a claim sees that card
+# 2b. a Pod's sidecar (an SSH server, say) sees its claim's card by listing the same claim: the
+# kubelet allocates device-plugin resources at admission, before it prepares claims, so the
+# device plugin's visibility resource cannot show a claim's cards.
 claim gpu-v nvidia.gpustack.ai
 cat <<EOT | $KC apply -f - >/dev/null
 apiVersion: v1
@@ -216,13 +217,13 @@ spec:
     image: localhost/rig/busybox:1.0
     imagePullPolicy: Never
     command: ["sh", "-c", "env | grep VISIBLE_DEVICES; sleep 3600"]
-    resources: {limits: {device.gpustack.ai/nvidia.visibility: "1"}}
+    resources: {claims: [{name: acc}]}
 EOT
 if running dra-v; then
   sleep 1
   um=$($KC logs dra-v -c main | sed -n 's/^NVIDIA_VISIBLE_DEVICES=//p')
   us=$($KC logs dra-v -c sshd | sed -n 's/^NVIDIA_VISIBLE_DEVICES=//p')
-  echo "dra-v: claim gpu-v allocated $(allocated gpu-v); main sees $um, its visibility sidecar sees $us"
+  echo "dra-v: claim gpu-v allocated $(allocated gpu-v); main sees $um, the sidecar listing the same claim sees $us"
   [ -n "$um" ] && [ "$um" = "$us" ] && echo "  ok: the sidecar sees the claim's card" || fail "the sidecar does not see the claim's card"
 fi
 $KC delete pod dra-v --wait=true --timeout=60s >/dev/null 2>&1

@@ -1110,11 +1110,7 @@ impl Shared {
                 .ledger
                 .grants()
                 .iter()
-                // The Pod's other containers' grants, or a claim prepared for the Pod (DRA).
-                .filter(|(k, _)| {
-                    (k.pod_uid == key.pod_uid && k.container != key.container)
-                        || k.claim_pod() == Some(key.pod_uid.as_str())
-                })
+                .filter(|(k, _)| k.pod_uid == key.pod_uid && k.container != key.container)
                 .min_by_key(|(k, g)| (g.accelerators.len() != device_ids.len(), (*k).clone()))
                 .map(|(k, g)| (k.clone(), g.clone()));
             let (accelerators, partition) = match owner_grant
