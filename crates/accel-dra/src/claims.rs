@@ -194,13 +194,28 @@ impl<I: ClaimLedger> ApiClaimResolver<I> {
     /// Takes the devices of the slice this node published: a claim holding any other device
     /// (one gone since the scheduler allocated it) is refused.
     pub fn set_published(&self, spec: &ResourceSliceSpec) {
-        let indexes = spec
-            .devices
-            .iter()
-            .filter_map(|d| slices::index_of(self.manufacturer, &d.name))
-            .collect();
+        self.set_published_indexes(
+            spec.devices
+                .iter()
+                .filter_map(|d| slices::index_of(self.manufacturer, &d.name)),
+        );
+    }
+
+    /// The same, from the accelerators of the published section (those
+    /// [`slices::is_published`] keeps), without building the slice again.
+    pub fn set_published_section(&self, section: &accel_core::inventory::ManufacturerInventory) {
+        self.set_published_indexes(
+            section
+                .accelerators
+                .iter()
+                .filter(|a| slices::is_published(a))
+                .map(|a| a.index),
+        );
+    }
+
+    fn set_published_indexes(&self, indexes: impl IntoIterator<Item = u32>) {
         // A poisoned lock still holds a whole set (it is only ever replaced).
-        *self.published.write().unwrap_or_else(|e| e.into_inner()) = indexes;
+        *self.published.write().unwrap_or_else(|e| e.into_inner()) = indexes.into_iter().collect();
     }
 
     fn published(&self) -> BTreeSet<u32> {

@@ -190,6 +190,12 @@ fn device_kind(manufacturer: Manufacturer) -> &'static str {
     base.rsplit('/').next().unwrap_or(base)
 }
 
+/// Whether an accelerator becomes a device: only one that can be given whole (see the module
+/// documentation for why the others are left out).
+pub fn is_published(accelerator: &Accelerator) -> bool {
+    accelerator.grantable == Grantable::Whole
+}
+
 /// The ResourceSlice spec of one manufacturer's section on `node`, at pool `generation`, whole
 /// devices only.
 pub fn slice_spec(
@@ -227,7 +233,7 @@ pub fn slice_spec_shared(
                 index: accelerator.index,
             });
         }
-        if accelerator.grantable == Grantable::Whole {
+        if is_published(accelerator) {
             devices.push(device(section, accelerator, naming, sharing));
         }
     }

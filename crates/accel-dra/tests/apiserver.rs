@@ -629,3 +629,28 @@ async fn an_unallocated_or_missing_claim_is_refused() {
     assert_eq!(e.to_string(), "cannot read ResourceClaim ml/train");
     assert!(matches!(e, ResolveError::Read { .. }));
 }
+
+#[tokio::test]
+async fn the_published_section_names_the_devices_a_claim_may_hold() {
+    let server = cluster();
+    server.lock().unwrap().objects.insert(
+        CLAIM_PATH.into(),
+        claim_object(
+            "claim-uid-1",
+            json!([result("nvidia.gpustack.ai", "node-1", "gpu-1")]),
+        ),
+    );
+    let recording = Arc::new(Recording::default());
+    let resolver = resolver(&server, &recording);
+    // Card 1 went into MIG mode: it is no whole device, so the section publishes gpu-0 alone.
+    let mut section = two_gpus();
+    section.accelerators[1].grantable = accel_core::inventory::Grantable::PartitionsOnly;
+    resolver.set_published_section(&section);
+    assert_eq!(
+        resolver.resolve(&train()).await.unwrap_err().to_string(),
+        "claim ml/train holds device node-1/gpu-1 of this driver, which node node-1 does not publish"
+    );
+    resolver.set_published_section(&two_gpus());
+    resolver.resolve(&train()).await.unwrap();
+    assert_eq!(*recording.asked.lock().unwrap(), [vec![1]]);
+}

@@ -258,15 +258,7 @@ async fn run(mut l: Loop) {
                 match l.publisher.publish(&l.driver, &offered).await {
                     Ok(done) => {
                         tracing::info!(driver = %l.driver, "ResourceSlice: {done:?}");
-                        if let Ok(spec) = slices::slice_spec(
-                            &l.driver,
-                            &l.options.node,
-                            &offered,
-                            l.options.naming,
-                            1,
-                        ) {
-                            l.resolver.set_published(&spec);
-                        }
+                        l.resolver.set_published_section(&offered);
                         last = Some(offered);
                     }
                     Err(e) => tracing::warn!(
