@@ -27,7 +27,8 @@
 #      cards; no card is held by two Running Pods;
 #   9. a claim deleted with its Pod while the daemon is down: its card is reclaimed when the
 #      daemon is back (the kubelet's unprepare, or our sweep of claims no longer reserved);
-#   Not built yet, so not checked: hardware partitions by counters (docs/ARCHITECTURE.md, "DRA").
+#   Hardware partitions by counters: scripts/rig-dra-partitions.sh; a Pod's nvidia.com/gpu through
+#   the extended-resource mapping: scripts/rig-dra-extended.sh.
 #
 #   scripts/rig-containerd.sh && scripts/build-release.sh && scripts/rig-dra.sh
 #
@@ -124,49 +125,6 @@ done
 for _ in $(seq 1 60); do [ "$(allocatable nvidia.com/gpu)" = 8 ] && break; sleep 1; done
 echo "allocatable nvidia.com/gpu: $(allocatable nvidia.com/gpu)"
 
-claim() {  # claim NAME CLASS [CEL [MEMORY CORES%]]: MEMORY and CORES% as consumed capacity
-  local sel=""
-  [ -n "${3:-}" ] && sel="
-        selectors:
-        - cel:
-            expression: '$3'"
-  [ -n "${4:-}" ] && sel="$sel
-        capacity:
-          requests:
-            gpustack.ai/memory: $4
-            gpustack.ai/coresPercentage: \"$5\""
-  cat <<EOT | $KC apply -f - >/dev/null
-apiVersion: resource.k8s.io/v1
-kind: ResourceClaim
-metadata: {name: $1, namespace: default, labels: {app: rig-dra}}
-spec:
-  devices:
-    requests:
-    - name: acc
-      exactly:
-        deviceClassName: $2$sel
-EOT
-}
-claim_pod() {  # claim_pod NAME CLAIM
-  cat <<EOT | $KC apply -f - >/dev/null
-apiVersion: v1
-kind: Pod
-metadata: {name: $1, namespace: default, labels: {app: rig-dra}}
-spec:
-  hostNetwork: true
-  restartPolicy: Never
-  terminationGracePeriodSeconds: 0
-  resourceClaims:
-  - {name: acc, resourceClaimName: $2}
-  containers:
-  - name: c
-    image: localhost/rig/busybox:1.0
-    imagePullPolicy: Never
-    command: ["sh", "-c", "env | grep -E 'VISIBLE_DEVICES|CUDA_DEVICE' | sort; sleep 3600"]
-    resources: {claims: [{name: acc}]}
-EOT
-}
-allocated() { $KC get resourceclaim "$1" -o jsonpath='{.status.allocation.devices.results[*].device}' 2>/dev/null; }
 
 # 2. a claim by CEL selector
 PRODUCT=$(attr nvidia gpu-0 product)

@@ -156,6 +156,54 @@ hygon_machine() {
   done
 }
 
+# DRA (the rig-dra scripts): claim NAME CLASS [CEL [MEMORY CORES%]] applies a ResourceClaim of
+# one request (MEMORY and CORES% as consumed capacity); claim_pod NAME CLAIM a Pod whose one
+# container holds it and prints what it sees; allocated CLAIM the devices allocated to it. Both
+# objects are labelled app=$DRA_APP (rig-dra unless set).
+claim() {  # claim NAME CLASS [CEL [MEMORY CORES%]]: MEMORY and CORES% as consumed capacity
+  local sel=""
+  [ -n "${3:-}" ] && sel="
+        selectors:
+        - cel:
+            expression: '$3'"
+  [ -n "${4:-}" ] && sel="$sel
+        capacity:
+          requests:
+            gpustack.ai/memory: $4
+            gpustack.ai/coresPercentage: \"$5\""
+  cat <<EOT | $KC apply -f - >/dev/null
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaim
+metadata: {name: $1, namespace: default, labels: {app: ${DRA_APP:-rig-dra}}}
+spec:
+  devices:
+    requests:
+    - name: acc
+      exactly:
+        deviceClassName: $2$sel
+EOT
+}
+claim_pod() {  # claim_pod NAME CLAIM
+  cat <<EOT | $KC apply -f - >/dev/null
+apiVersion: v1
+kind: Pod
+metadata: {name: $1, namespace: default, labels: {app: ${DRA_APP:-rig-dra}}}
+spec:
+  hostNetwork: true
+  restartPolicy: Never
+  terminationGracePeriodSeconds: 0
+  resourceClaims:
+  - {name: acc, resourceClaimName: $2}
+  containers:
+  - name: c
+    image: localhost/rig/busybox:1.0
+    imagePullPolicy: Never
+    command: ["sh", "-c", "env | grep -E 'VISIBLE_DEVICES|CUDA_DEVICE' | sort; sleep 3600"]
+    resources: {claims: [{name: acc}]}
+EOT
+}
+allocated() { $KC get resourceclaim "$1" -o jsonpath='{.status.allocation.devices.results[*].device}' 2>/dev/null; }
+
 # verdict NAME: prints NAME: OK or NAME: FAILED and exits with `failed`.
 verdict() {
   if [ "$failed" = 0 ]; then echo "$1: OK"; else echo "$1: FAILED"; fi

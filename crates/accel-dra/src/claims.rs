@@ -1,7 +1,8 @@
 //! The [`ClaimResolver`] that reads a claim's allocation from the API server: the
 //! `resource.k8s.io/v1` ResourceClaim the kubelet names (namespace, name, and the uid it must
 //! still have), its `status.allocation.devices.results` of this driver, each result's device
-//! name mapped back to the accelerator index it was published for ([`crate::slices`]), and the
+//! name mapped back to the accelerator index (or the partition placement) it was published for
+//! ([`crate::slices`]), and the
 //! Pod it is reserved for (`status.reservedFor`). The grant itself is a [`ClaimLedger`]'s: the
 //! daemon's is the device plugin's one ledger, which charges and journals the claim and answers
 //! the manufacturer's responder's injection for it.
@@ -24,7 +25,7 @@ use serde::{Deserialize, Serialize};
 use crate::plugin::{AllocatedDevice, ClaimRef, ClaimResolver, ResolveError, ResolvedClaim};
 use crate::publish::{RESOURCE_GROUP, RESOURCE_VERSION};
 use crate::registration::DriverName;
-use crate::slices::{self, ResourceSliceSpec};
+use crate::slices::{self, DeviceRef, PartitionRef, ResourceSliceSpec};
 
 /// A ResourceClaim, the fields this module reads.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -138,6 +139,8 @@ pub trait ClaimLedger: Send + Sync + 'static {
     /// repeats) to `claim`, reserved for `pod`; a retried prepare is answered again without a
     /// second charge. The error is the refusal's one line.
     /// `share` is the slice a claim consumes of its one device; `None`: whole devices.
+    /// `partition` is the one partition placement the claim holds (made at this placement by
+    /// the grant); `None`: no partition.
     fn grant(
         &self,
         claim: &ClaimRef,
@@ -145,10 +148,12 @@ pub trait ClaimLedger: Send + Sync + 'static {
         devices: &[String],
         indexes: &[u32],
         share: Option<&ConsumedShare>,
+        partition: Option<&PartitionRef>,
     ) -> impl Future<Output = Result<Injection, String>> + Send;
 
-    /// Releases the claim's grant; whether it held one.
-    fn release(&self, claim_uid: &str) -> bool;
+    /// Releases the claim's grant (a partition's instance destroyed first); whether it held
+    /// one.
+    fn release(&self, claim_uid: &str) -> impl Future<Output = bool> + Send;
 }
 
 /// Resolves claims of one driver on one node from the API server.
@@ -157,8 +162,8 @@ pub struct ApiClaimResolver<I> {
     driver: DriverName,
     manufacturer: Manufacturer,
     node: String,
-    /// The accelerator indexes this node publishes as devices now.
-    published: RwLock<BTreeSet<u32>>,
+    /// The devices this node publishes now, by name.
+    published: RwLock<BTreeMap<String, DeviceRef>>,
     ledger: I,
 }
 
@@ -186,51 +191,50 @@ impl<I: ClaimLedger> ApiClaimResolver<I> {
             driver,
             manufacturer,
             node: node.to_string(),
-            published: RwLock::new(BTreeSet::new()),
+            published: RwLock::new(BTreeMap::new()),
             ledger,
         }
     }
 
-    /// Takes the devices of the slice this node published: a claim holding any other device
-    /// (one gone since the scheduler allocated it) is refused.
+    /// Takes the whole devices of a slice this node published: a claim holding any other
+    /// device (one gone since the scheduler allocated it) is refused.
     pub fn set_published(&self, spec: &ResourceSliceSpec) {
-        self.set_published_indexes(
+        self.replace_published(
             spec.devices
                 .iter()
-                .filter_map(|d| slices::index_of(self.manufacturer, &d.name)),
+                .filter_map(|d| {
+                    slices::index_of(self.manufacturer, &d.name)
+                        .map(|i| (d.name.clone(), DeviceRef::Whole(i)))
+                })
+                .collect(),
         );
     }
 
-    /// The same, from the accelerators of the published section (those
-    /// [`slices::is_published`] keeps), without building the slice again.
+    /// The devices of the published section, whole and partitions, by the one publication
+    /// rule ([`slices::published_devices`]), without building the slices again.
     pub fn set_published_section(&self, section: &accel_core::inventory::ManufacturerInventory) {
-        self.set_published_indexes(
-            section
-                .accelerators
-                .iter()
-                .filter(|a| slices::is_published(a))
-                .map(|a| a.index),
-        );
+        self.replace_published(slices::published_devices(section));
     }
 
-    fn set_published_indexes(&self, indexes: impl IntoIterator<Item = u32>) {
-        // A poisoned lock still holds a whole set (it is only ever replaced).
-        *self.published.write().unwrap_or_else(|e| e.into_inner()) = indexes.into_iter().collect();
+    fn replace_published(&self, devices: BTreeMap<String, DeviceRef>) {
+        // A poisoned lock still holds a whole map (it is only ever replaced).
+        *self.published.write().unwrap_or_else(|e| e.into_inner()) = devices;
     }
 
-    fn published(&self) -> BTreeSet<u32> {
+    fn published(&self) -> BTreeMap<String, DeviceRef> {
         self.published
             .read()
             .unwrap_or_else(|e| e.into_inner())
             .clone()
     }
 
-    /// The claim's results of this driver as accelerator indexes, or why there are none.
+    /// The claim's results of this driver as accelerator indexes (and the partition placement
+    /// of a partition claim), or why there are none.
     fn our_devices(
         &self,
         claim: &ClaimRef,
         results: &[DeviceResult],
-    ) -> Result<(Vec<AllocatedDevice>, Vec<u32>), ResolveError> {
+    ) -> Result<OurDevices, ResolveError> {
         let ours: Vec<&DeviceResult> = results
             .iter()
             .filter(|r| r.driver == self.driver.as_str())
@@ -254,9 +258,12 @@ impl<I: ClaimLedger> ApiClaimResolver<I> {
         let published = self.published();
         let mut indexes = BTreeSet::new();
         let mut devices = Vec::new();
+        let mut partition = None;
+        let count = ours.len();
         for result in ours {
-            let index = slices::index_of(self.manufacturer, &result.device)
-                .filter(|i| result.pool == self.node && published.contains(i))
+            let found = published
+                .get(&result.device)
+                .filter(|_| result.pool == self.node)
                 .ok_or_else(|| ResolveError::UnknownDevice {
                     namespace: claim.namespace.clone(),
                     name: claim.name.clone(),
@@ -264,15 +271,38 @@ impl<I: ClaimLedger> ApiClaimResolver<I> {
                     pool: result.pool.clone(),
                     device: result.device.clone(),
                 })?;
-            indexes.insert(index);
+            if let DeviceRef::Partition(p) = found {
+                if count > 1 {
+                    return Err(ResolveError::PartitionNotAlone {
+                        namespace: claim.namespace.clone(),
+                        name: claim.name.clone(),
+                        device: result.device.clone(),
+                    });
+                }
+                partition = Some(p.clone());
+            }
+            indexes.insert(found.index());
             devices.push(AllocatedDevice {
                 request_names: vec![result.request.clone()],
                 pool_name: result.pool.clone(),
                 device_name: result.device.clone(),
             });
         }
-        Ok((devices, indexes.into_iter().collect()))
+        Ok(OurDevices {
+            devices,
+            indexes: indexes.into_iter().collect(),
+            partition,
+        })
     }
+}
+
+/// A claim's results of this driver, read.
+struct OurDevices {
+    devices: Vec<AllocatedDevice>,
+    /// The accelerators, ascending.
+    indexes: Vec<u32>,
+    /// The partition placement of a partition claim.
+    partition: Option<PartitionRef>,
 }
 
 /// The slice a claim consumes: its one result of `driver` that consumed capacity, read; `None`
@@ -337,24 +367,32 @@ impl<I: ClaimLedger> ApiClaimResolver<I> {
         &self.ledger
     }
 
-    /// The UIDs of the claims that may be prepared here now: each allocated a device of this
-    /// driver on this node and reserved for some consumer. A claim the ledger holds that is
-    /// not among them (deleted with its Pod, or no longer reserved) is to be reclaimed.
+    /// The UIDs of the claims that may be prepared here now ([`live_claims`]).
     pub async fn live_claims(&self) -> Result<BTreeSet<String>, kube::Error> {
-        let claims: Api<ResourceClaim> = Api::all(self.client.clone());
-        let list = claims.list(&kube::api::ListParams::default()).await?;
-        Ok(list
-            .items
-            .into_iter()
-            .filter(|c| {
-                c.status.as_ref().is_some_and(|s| {
-                    !s.reserved_for.is_empty()
-                        && allocated_here(s, self.driver.as_str(), &self.node)
-                })
-            })
-            .filter_map(|c| c.metadata.uid)
-            .collect())
+        live_claims(&self.client, &self.driver, &self.node).await
     }
+}
+
+/// The UIDs of the claims that may be prepared on `node` now: each allocated a device of
+/// `driver` there and reserved for some consumer. A claim the ledger holds that is not among
+/// them (deleted with its Pod, or no longer reserved) is to be reclaimed.
+pub async fn live_claims(
+    client: &kube::Client,
+    driver: &DriverName,
+    node: &str,
+) -> Result<BTreeSet<String>, kube::Error> {
+    let claims: Api<ResourceClaim> = Api::all(client.clone());
+    let list = claims.list(&kube::api::ListParams::default()).await?;
+    Ok(list
+        .items
+        .into_iter()
+        .filter(|c| {
+            c.status.as_ref().is_some_and(|s| {
+                !s.reserved_for.is_empty() && allocated_here(s, driver.as_str(), node)
+            })
+        })
+        .filter_map(|c| c.metadata.uid)
+        .collect())
 }
 
 impl<I: ClaimLedger> ClaimResolver for ApiClaimResolver<I> {
@@ -383,7 +421,11 @@ impl<I: ClaimLedger> ClaimResolver for ApiClaimResolver<I> {
             .and_then(|a| a.devices)
             .map(|d| d.results)
             .unwrap_or_default();
-        let (devices, indexes) = self.our_devices(claim, &results)?;
+        let OurDevices {
+            devices,
+            indexes,
+            partition,
+        } = self.our_devices(claim, &results)?;
         let pod = status
             .reserved_for
             .iter()
@@ -401,13 +443,20 @@ impl<I: ClaimLedger> ClaimResolver for ApiClaimResolver<I> {
         let names: Vec<String> = devices.iter().map(|d| d.device_name.clone()).collect();
         let injection = self
             .ledger
-            .grant(claim, &pod, &names, &indexes, share.as_ref())
+            .grant(
+                claim,
+                &pod,
+                &names,
+                &indexes,
+                share.as_ref(),
+                partition.as_ref(),
+            )
             .await
             .map_err(ResolveError::Granted)?;
         Ok(ResolvedClaim { devices, injection })
     }
 
     async fn release(&self, claim: &ClaimRef) {
-        self.ledger.release(&claim.uid);
+        self.ledger.release(&claim.uid).await;
     }
 }

@@ -109,6 +109,16 @@ pub enum ResolveError {
         value: String,
         reason: String,
     },
+    /// A claim holds a partition and something else of this driver; a partition is granted
+    /// alone.
+    #[error(
+        "claim {namespace}/{name} holds partition {device} and other devices of this driver; a claim asks one partition alone"
+    )]
+    PartitionNotAlone {
+        namespace: String,
+        name: String,
+        device: String,
+    },
     /// The claim is reserved for no Pod yet (the kubelet prepares only reserved claims).
     #[error("claim {namespace}/{name} is reserved for no Pod")]
     NotReserved { namespace: String, name: String },

@@ -1,7 +1,10 @@
-//! Publishing a node's devices: one `resource.k8s.io/v1` ResourceSlice per node and
-//! manufacturer, written through the API server. The slice is created with the Node as its
-//! owner (so it goes when the Node goes), replaced with the pool generation bumped when its
-//! devices change, and left alone when nothing changed.
+//! Publishing a node's devices: one `resource.k8s.io/v1` pool per node and manufacturer,
+//! written through the API server as one ResourceSlice (`<node>-<driver>`) or, where the API's
+//! bounds need more (partitionable cards: their counter sets in slices of their own), that one
+//! and `<node>-<driver>-1`, `-2`, …. Each slice is created with the Node as its owner (so it
+//! goes when the Node goes); when anything in the pool changes every slice is written at the
+//! bumped pool generation and a slice the pool no longer needs is deleted; when nothing changed
+//! nothing is written.
 //!
 //! This module writes what [`crate::slices`] computes and decides nothing about which
 //! accelerators are devices. It takes a measured section, never a failed pass: a detection that
@@ -14,7 +17,7 @@ use accel_core::inventory::ManufacturerInventory;
 use accel_core::labels::GroupNaming;
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
-use kube::api::{Api, PostParams};
+use kube::api::{Api, DeleteParams, PostParams};
 use serde::{Deserialize, Serialize};
 
 use crate::registration::DriverName;
@@ -143,6 +146,14 @@ pub fn slice_name(node: &str, driver: &DriverName) -> String {
     format!("{node}-{driver}")
 }
 
+/// The `k`th slice of the pool: the first is [`slice_name`], the others `<node>-<driver>-<k>`.
+pub fn pool_slice_name(node: &str, driver: &DriverName, k: usize) -> String {
+    match k {
+        0 => slice_name(node, driver),
+        k => format!("{node}-{driver}-{k}"),
+    }
+}
+
 /// The longest object name (a DNS subdomain).
 const OBJECT_NAME_MAX: usize = 253;
 
@@ -163,64 +174,117 @@ impl SlicePublisher {
         self
     }
 
-    /// Makes `driver`'s slice on this node hold `section`'s devices.
+    /// Makes `driver`'s pool on this node hold `section`'s devices.
     pub async fn publish(
         &self,
         driver: &DriverName,
         section: &ManufacturerInventory,
     ) -> Result<Published, PublishError> {
-        let name = slice_name(&self.node, driver);
-        if name.len() > OBJECT_NAME_MAX {
-            return Err(PublishError::Name { name });
+        let mut specs =
+            slices::pool_specs(driver, &self.node, section, self.naming, 1, self.sharing)?;
+        let first = slice_name(&self.node, driver);
+        let longest = pool_slice_name(&self.node, driver, specs.len().saturating_sub(1));
+        if longest.len() > OBJECT_NAME_MAX {
+            return Err(PublishError::Name { name: longest });
         }
-        let current = self
-            .slices
-            .get_opt(&name)
-            .await
-            .map_err(|source| PublishError::Read {
-                name: name.clone(),
-                source,
-            })?;
-        let Some(mut current) = current else {
-            let spec = slices::slice_spec_shared(
-                driver,
-                &self.node,
-                section,
-                self.naming,
-                1,
-                self.sharing,
-            )?;
-            return self.create(name, spec).await;
+        let Some(head) = self.read(&first).await? else {
+            // A pool not published yet: its slices are created at generation 1 (a stray later
+            // slice of an earlier pool is replaced, not refused).
+            let owner = self.owner().await?;
+            for (k, spec) in specs.into_iter().enumerate() {
+                let name = pool_slice_name(&self.node, driver, k);
+                let stray = match k {
+                    0 => None,
+                    _ => self.read(&name).await?,
+                };
+                match stray {
+                    None => self.create(name, spec, &owner).await?,
+                    Some(mut stray) => {
+                        stray.spec = spec;
+                        self.replace(&name, &stray).await?;
+                    }
+                }
+            }
+            return Ok(Published::Created { generation: 1 });
         };
-        let generation = current.spec.pool.generation;
-        let mut spec = slices::slice_spec_shared(
-            driver,
-            &self.node,
-            section,
-            self.naming,
-            generation,
-            self.sharing,
-        )?;
-        if spec == current.spec {
+        let generation = head.spec.pool.generation;
+        let had = usize::try_from(head.spec.pool.resource_slice_count)
+            .unwrap_or(1)
+            .max(1);
+        let mut current = vec![Some(head)];
+        for k in 1..had.max(specs.len()) {
+            current.push(self.read(&pool_slice_name(&self.node, driver, k)).await?);
+        }
+        for spec in &mut specs {
+            spec.pool.generation = generation;
+        }
+        let same = current.len() == specs.len()
+            && current
+                .iter()
+                .zip(&specs)
+                .all(|(c, s)| c.as_ref().is_some_and(|c| c.spec == *s));
+        if same {
             return Ok(Published::Unchanged { generation });
         }
-        spec.pool.generation = generation.saturating_add(1);
-        let generation = spec.pool.generation;
-        current.spec = spec;
-        // The read's resourceVersion travels with the replacement: a slice changed in between
-        // is refused (409) rather than overwritten, and the next pass publishes again.
-        self.slices
-            .replace(&name, &PostParams::default(), &current)
-            .await
-            .map_err(|source| PublishError::Write { name, source })?;
+        let generation = generation.saturating_add(1);
+        let mut owner = None;
+        let wanted = specs.len();
+        for (k, mut spec) in specs.into_iter().enumerate() {
+            spec.pool.generation = generation;
+            let name = pool_slice_name(&self.node, driver, k);
+            match current.get_mut(k).and_then(Option::take) {
+                // The read's resourceVersion travels with the replacement: a slice changed in
+                // between is refused (409) rather than overwritten, and the next pass
+                // publishes again.
+                Some(mut slice) => {
+                    slice.spec = spec;
+                    self.replace(&name, &slice).await?;
+                }
+                None => {
+                    if owner.is_none() {
+                        owner = Some(self.owner().await?);
+                    }
+                    if let Some(owner) = &owner {
+                        self.create(name, spec, owner).await?;
+                    }
+                }
+            }
+        }
+        for (k, stray) in current.iter().enumerate().skip(wanted) {
+            if stray.is_some() {
+                let name = pool_slice_name(&self.node, driver, k);
+                self.slices
+                    .delete(&name, &DeleteParams::default())
+                    .await
+                    .map_err(|source| PublishError::Write { name, source })?;
+            }
+        }
         Ok(Published::Updated { generation })
     }
 
-    async fn create(
-        &self,
-        name: String,
-        spec: ResourceSliceSpec,
-    ) -> Result<Published, PublishError> {
+    async fn read(&self, name: &str) -> Result<Option<ResourceSlice>, PublishError> {
+        self.slices
+            .get_opt(name)
+            .await
+            .map_err(|source| PublishError::Read {
+                name: name.to_string(),
+                source,
+            })
+    }
+
+    async fn replace(&self, name: &str, slice: &ResourceSlice) -> Result<(), PublishError> {
+        self.slices
+            .replace(name, &PostParams::default(), slice)
+            .await
+            .map(|_| ())
+            .map_err(|source| PublishError::Write {
+                name: name.to_string(),
+                source,
+            })
+    }
+
+    /// The Node as the owner of its slices.
+    async fn owner(&self) -> Result<OwnerReference, PublishError> {
         let node = self
             .nodes
             .get(&self.node)
@@ -234,20 +298,27 @@ impl SlicePublisher {
                 node: self.node.clone(),
             });
         };
-        let owner = OwnerReference {
+        Ok(OwnerReference {
             api_version: "v1".into(),
             kind: "Node".into(),
             name: self.node.clone(),
             uid,
             ..OwnerReference::default()
-        };
-        let generation = spec.pool.generation;
+        })
+    }
+
+    async fn create(
+        &self,
+        name: String,
+        spec: ResourceSliceSpec,
+        owner: &OwnerReference,
+    ) -> Result<(), PublishError> {
         let slice = ResourceSlice {
             api_version: slice_api_version(),
             kind: slice_kind(),
             metadata: ObjectMeta {
                 name: Some(name.clone()),
-                owner_references: Some(vec![owner]),
+                owner_references: Some(vec![owner.clone()]),
                 ..ObjectMeta::default()
             },
             spec,
@@ -256,6 +327,6 @@ impl SlicePublisher {
             .create(&PostParams::default(), &slice)
             .await
             .map_err(|source| PublishError::Write { name, source })?;
-        Ok(Published::Created { generation })
+        Ok(())
     }
 }

@@ -12,8 +12,20 @@
 //! DeviceClass selects `healthy` ones only, so the scheduler skips it while an operator still
 //! sees it). An accelerator that cannot be given whole is left out: one passed through to a VM
 //! or one with no identity would be refused by every prepare (the responder has nothing to name
-//! it by), and one in MIG mode can only be given as partitions, which prepare does not create
-//! yet.
+//! it by).
+//!
+//! An accelerator in a hardware partitioning mode (MIG, Hygon's, T-Head's: grantable
+//! `PartitionsOnly`) is published as partitionable devices: one device per profile and legal
+//! placement (`gpu-3-3g-40gb-4`: card 3, profile `3g.40gb`, first memory slice 4), each consuming
+//! the memory slices `[start, start + size)` of its card's counter set (`gpu-3-slices`, one
+//! counter of 1 per memory slice), so the scheduler never allocates two overlapping placements;
+//! a profile the driver allows fewer instances of than it has placements (NVIDIA's `+me`
+//! profiles: one media engine) also consumes one of a counter of that many. The instance is made
+//! at prepare, at exactly the allocated placement, and destroyed at unprepare.
+//!
+//! The API bounds a slice (128 devices, 64 where any consumes counters; counter sets only in a
+//! slice without devices, at most 8), so a pool is one or more slices: the devices first, then
+//! the counter sets ([`pool_specs`]); every slice carries the pool's generation and count.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -35,6 +47,13 @@ pub const DRIVER_DOMAIN: &str = "gpustack.ai";
 /// The most devices one ResourceSlice may hold (`resource.k8s.io/v1`
 /// `ResourceSliceMaxDevices`).
 pub const MAX_DEVICES_PER_SLICE: usize = 128;
+/// The most devices one ResourceSlice may hold when any of them consumes counters
+/// (`ResourceSliceMaxDevicesWithAdvancedFeatures`).
+pub const MAX_COUNTER_DEVICES_PER_SLICE: usize = 64;
+/// The most counter sets one ResourceSlice may hold (`ResourceSliceMaxCounterSets`).
+pub const MAX_COUNTER_SETS_PER_SLICE: usize = 8;
+/// The most counters one counter set may hold (`ResourceSliceMaxCountersPerCounterSet`).
+pub const MAX_COUNTERS_PER_SET: usize = 32;
 
 /// The longest string or version attribute value the resource API accepts.
 const ATTRIBUTE_VALUE_MAX: usize = 64;
@@ -52,8 +71,34 @@ pub struct ResourceSliceSpec {
     pub driver: String,
     pub pool: ResourcePool,
     pub node_name: String,
-    #[serde(default)]
+    /// A slice holds devices or counter sets, never both.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub devices: Vec<Device>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub shared_counters: Vec<CounterSet>,
+}
+
+/// `sharedCounters[]`: one partitionable card's memory slices (and its limited profiles'
+/// instance counts), which its partition devices consume.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CounterSet {
+    pub name: String,
+    pub counters: BTreeMap<String, Counter>,
+}
+
+/// A counter's amount, a quantity.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Counter {
+    pub value: String,
+}
+
+/// `consumesCounters[]`: what a partition device takes of its card's counter set.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CounterConsumption {
+    pub counter_set: String,
+    pub counters: BTreeMap<String, Counter>,
 }
 
 /// The pool a slice belongs to: one pool per node and driver, in one slice.
@@ -79,6 +124,8 @@ pub struct Device {
     pub attributes: BTreeMap<String, DeviceAttribute>,
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub capacity: BTreeMap<String, DeviceCapacity>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub consumes_counters: Vec<CounterConsumption>,
 }
 
 /// A typed attribute value: exactly one of the API's four fields.
@@ -152,14 +199,59 @@ pub enum SliceError {
         manufacturer: Manufacturer,
         index: u32,
     },
-    /// More devices than one slice may hold.
+    /// A partition profile whose name gives no DNS-label device name.
     #[error(
-        "{manufacturer}: {count} devices, more than the {MAX_DEVICES_PER_SLICE} one ResourceSlice may hold"
+        "{manufacturer}: accelerator {index}'s partition profile {profile:?} gives no device name (a DNS label)"
     )]
-    TooManyDevices {
+    ProfileName {
         manufacturer: Manufacturer,
+        index: u32,
+        profile: String,
+    },
+    /// Two devices of one pool would share a name (two profiles spelled alike).
+    #[error("{manufacturer}: two devices would be named {name}")]
+    DuplicateDevice {
+        manufacturer: Manufacturer,
+        name: String,
+    },
+    /// More counters on one card than a counter set may hold.
+    #[error(
+        "{manufacturer}: accelerator {index} needs {count} counters, more than the {MAX_COUNTERS_PER_SET} a counter set may hold"
+    )]
+    TooManyCounters {
+        manufacturer: Manufacturer,
+        index: u32,
         count: usize,
     },
+}
+
+/// What a published device stands for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DeviceRef {
+    /// A whole accelerator, by index.
+    Whole(u32),
+    /// One placement of a partition profile on an accelerator.
+    Partition(PartitionRef),
+}
+
+/// One placement of a partition profile: made at prepare, exactly here.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PartitionRef {
+    pub index: u32,
+    /// The profile as the vendor spells it (`3g.40gb`).
+    pub profile: String,
+    pub start: u32,
+    pub size: u32,
+}
+
+impl DeviceRef {
+    /// The accelerator the device is, or is a part of.
+    pub fn index(&self) -> u32 {
+        match self {
+            DeviceRef::Whole(index) => *index,
+            DeviceRef::Partition(p) => p.index,
+        }
+    }
 }
 
 /// The driver a manufacturer's devices are published under: `<manufacturer>.gpustack.ai`.
@@ -196,8 +288,119 @@ pub fn is_published(accelerator: &Accelerator) -> bool {
     accelerator.grantable == Grantable::Whole
 }
 
-/// The ResourceSlice spec of one manufacturer's section on `node`, at pool `generation`, whole
-/// devices only.
+/// Whether an accelerator is published as partitionable devices: one in a partitioning mode.
+pub fn is_partitioned(accelerator: &Accelerator) -> bool {
+    accelerator.grantable == Grantable::PartitionsOnly
+}
+
+/// A profile name as a DNS label (`1g.10gb+me` → `1g-10gb-me`); `None` when nothing is left.
+fn profile_label(profile: &str) -> Option<String> {
+    let mut label = String::new();
+    for c in profile.chars() {
+        let c = c.to_ascii_lowercase();
+        if c.is_ascii_lowercase() || c.is_ascii_digit() {
+            label.push(c);
+        } else if !label.is_empty() && !label.ends_with('-') {
+            label.push('-');
+        }
+    }
+    while label.ends_with('-') {
+        label.pop();
+    }
+    (!label.is_empty()).then_some(label)
+}
+
+/// The counter set of a partitionable accelerator (`gpu-3-slices`).
+pub fn counter_set_name(manufacturer: Manufacturer, index: u32) -> String {
+    format!("{}-slices", device_name(manufacturer, index))
+}
+
+/// The counter of one memory slice.
+fn slice_counter(slice: u32) -> String {
+    format!("memory-slice-{slice}")
+}
+
+/// The partition placements an accelerator offers, with their device names, in publication
+/// order (profiles as the driver lists them, placements by start).
+fn partition_devices(
+    manufacturer: Manufacturer,
+    a: &Accelerator,
+) -> Result<
+    Vec<(
+        String,
+        PartitionRef,
+        &accel_core::inventory::PartitionProfile,
+    )>,
+    SliceError,
+> {
+    let mut out = Vec::new();
+    for profile in &a.partition_profiles {
+        let label = profile_label(&profile.name)
+            .map(|l| format!("{}-{l}", device_name(manufacturer, a.index)))
+            .ok_or_else(|| SliceError::ProfileName {
+                manufacturer,
+                index: a.index,
+                profile: profile.name.clone(),
+            })?;
+        for placement in &profile.placements {
+            let name = format!("{label}-{}", placement.start);
+            if !is_dns_label(&name) {
+                return Err(SliceError::ProfileName {
+                    manufacturer,
+                    index: a.index,
+                    profile: profile.name.clone(),
+                });
+            }
+            out.push((
+                name,
+                PartitionRef {
+                    index: a.index,
+                    profile: profile.name.clone(),
+                    start: placement.start,
+                    size: placement.size,
+                },
+                profile,
+            ));
+        }
+    }
+    Ok(out)
+}
+
+/// A limited profile's instance counter (`1g-10gb-me-instances`): one whose driver allows
+/// fewer instances than it has placements.
+fn instance_counter(profile: &accel_core::inventory::PartitionProfile) -> Option<(String, u32)> {
+    let total = profile.instances_total?;
+    let placements = u32::try_from(profile.placements.len()).unwrap_or(u32::MAX);
+    if total == 0 || total >= placements {
+        return None;
+    }
+    Some((
+        format!("{}-instances", profile_label(&profile.name)?),
+        total,
+    ))
+}
+
+/// Every device name a section publishes, with what it stands for: how a claim's allocation
+/// is read back.
+pub fn published_devices(section: &ManufacturerInventory) -> BTreeMap<String, DeviceRef> {
+    let m = section.name;
+    let mut out = BTreeMap::new();
+    for a in &section.accelerators {
+        if is_published(a) {
+            out.insert(device_name(m, a.index), DeviceRef::Whole(a.index));
+        } else if is_partitioned(a)
+            && let Ok(parts) = partition_devices(m, a)
+        {
+            for (name, part, _) in parts {
+                out.insert(name, DeviceRef::Partition(part));
+            }
+        }
+    }
+    out
+}
+
+/// The first ResourceSlice spec of one manufacturer's pool on `node`, at pool `generation`,
+/// whole devices only: the whole pool where no accelerator is partitioned ([`pool_specs`]).
 pub fn slice_spec(
     driver: &DriverName,
     node: &str,
@@ -208,8 +411,9 @@ pub fn slice_spec(
     slice_spec_shared(driver, node, section, naming, generation, Sharing::Whole)
 }
 
-/// The ResourceSlice spec of one manufacturer's section on `node`, at pool `generation`, its
-/// devices shared as `sharing` says.
+/// The first ResourceSlice spec of one manufacturer's pool on `node`, its devices shared as
+/// `sharing` says: the whole pool where no accelerator is partitioned and there are at most
+/// [`MAX_DEVICES_PER_SLICE`] devices ([`pool_specs`]).
 pub fn slice_spec_shared(
     driver: &DriverName,
     node: &str,
@@ -218,6 +422,24 @@ pub fn slice_spec_shared(
     generation: i64,
     sharing: Sharing,
 ) -> Result<ResourceSliceSpec, SliceError> {
+    let mut pool = pool_specs(driver, node, section, naming, generation, sharing)?;
+    // `pool_specs` always gives at least one slice.
+    Ok(pool.swap_remove(0))
+}
+
+/// The ResourceSlice specs of one manufacturer's pool on `node`, at pool `generation`: its
+/// devices (whole cards shared as `sharing` says, and the partition placements of cards in a
+/// partitioning mode), as many slices as the API's bounds need, then the partitionable cards'
+/// counter sets in slices of their own. Never empty: a section with no device is one slice
+/// with none.
+pub fn pool_specs(
+    driver: &DriverName,
+    node: &str,
+    section: &ManufacturerInventory,
+    naming: GroupNaming,
+    generation: i64,
+    sharing: Sharing,
+) -> Result<Vec<ResourceSliceSpec>, SliceError> {
     if !is_dns_subdomain(node) {
         return Err(SliceError::NodeName {
             node: node.to_string(),
@@ -225,7 +447,8 @@ pub fn slice_spec_shared(
     }
     let manufacturer = section.name;
     let mut seen = BTreeSet::new();
-    let mut devices = Vec::new();
+    let mut whole = Vec::new();
+    let mut partitioned: Vec<&Accelerator> = Vec::new();
     for accelerator in &section.accelerators {
         if !seen.insert(accelerator.index) {
             return Err(SliceError::DuplicateIndex {
@@ -234,29 +457,168 @@ pub fn slice_spec_shared(
             });
         }
         if is_published(accelerator) {
-            devices.push(device(section, accelerator, naming, sharing));
+            whole.push(device(section, accelerator, naming, sharing));
+        } else if is_partitioned(accelerator) && !accelerator.partition_profiles.is_empty() {
+            partitioned.push(accelerator);
         }
-    }
-    if devices.len() > MAX_DEVICES_PER_SLICE {
-        return Err(SliceError::TooManyDevices {
-            manufacturer,
-            count: devices.len(),
-        });
     }
     // Highest index first: the scheduler tries a slice's devices in order and the device
     // plugin's preference starts from the lowest, so on a node serving both APIs they meet
     // only when it is nearly full (where they do, the ledger refuses the later one).
-    devices.sort_by_key(|d| std::cmp::Reverse(index_of(manufacturer, &d.name)));
-    Ok(ResourceSliceSpec {
+    whole.sort_by_key(|d| std::cmp::Reverse(index_of(manufacturer, &d.name)));
+    partitioned.sort_by_key(|a| std::cmp::Reverse(a.index));
+    let mut parts = Vec::new();
+    let mut counter_sets = Vec::new();
+    let mut names: BTreeSet<String> = whole.iter().map(|d| d.name.clone()).collect();
+    for a in partitioned {
+        let (set, devices) = partition_pool(section, a, naming)?;
+        for d in &devices {
+            if !names.insert(d.name.clone()) {
+                return Err(SliceError::DuplicateDevice {
+                    manufacturer,
+                    name: d.name.clone(),
+                });
+            }
+        }
+        counter_sets.push(set);
+        parts.extend(devices);
+    }
+    // Whole cards first, then the partitions; a slice holding any device that consumes
+    // counters holds at most 64.
+    let per_slice = if parts.is_empty() {
+        MAX_DEVICES_PER_SLICE
+    } else {
+        MAX_COUNTER_DEVICES_PER_SLICE
+    };
+    whole.extend(parts);
+    let mut device_slices: Vec<Vec<Device>> =
+        whole.chunks(per_slice).map(<[Device]>::to_vec).collect();
+    let counter_slices: Vec<Vec<CounterSet>> = counter_sets
+        .chunks(MAX_COUNTER_SETS_PER_SLICE)
+        .map(<[CounterSet]>::to_vec)
+        .collect();
+    if device_slices.is_empty() && counter_slices.is_empty() {
+        device_slices.push(Vec::new());
+    }
+    let count = i64::try_from(device_slices.len() + counter_slices.len()).unwrap_or(i64::MAX);
+    let slice = |devices: Vec<Device>, shared_counters: Vec<CounterSet>| ResourceSliceSpec {
         driver: driver.as_str().to_string(),
         pool: ResourcePool {
             name: node.to_string(),
             generation,
-            resource_slice_count: 1,
+            resource_slice_count: count,
         },
         node_name: node.to_string(),
         devices,
-    })
+        shared_counters,
+    };
+    Ok(device_slices
+        .into_iter()
+        .map(|devices| slice(devices, Vec::new()))
+        .chain(
+            counter_slices
+                .into_iter()
+                .map(|sets| slice(Vec::new(), sets)),
+        )
+        .collect())
+}
+
+/// A partitionable card's counter set and its partition devices.
+fn partition_pool(
+    section: &ManufacturerInventory,
+    a: &Accelerator,
+    naming: GroupNaming,
+) -> Result<(CounterSet, Vec<Device>), SliceError> {
+    let m = section.name;
+    let set = counter_set_name(m, a.index);
+    let placements = partition_devices(m, a)?;
+    let slices = placements
+        .iter()
+        .map(|(_, p, _)| p.start.saturating_add(p.size))
+        .max()
+        .unwrap_or(0);
+    let one = || Counter { value: "1".into() };
+    let mut counters: BTreeMap<String, Counter> =
+        (0..slices).map(|k| (slice_counter(k), one())).collect();
+    for profile in &a.partition_profiles {
+        if let Some((name, total)) = instance_counter(profile) {
+            counters.insert(
+                name,
+                Counter {
+                    value: count_quantity(u64::from(total)),
+                },
+            );
+        }
+    }
+    if counters.len() > MAX_COUNTERS_PER_SET {
+        return Err(SliceError::TooManyCounters {
+            manufacturer: m,
+            index: a.index,
+            count: counters.len(),
+        });
+    }
+    let devices = placements
+        .into_iter()
+        .map(|(name, part, profile)| {
+            let mut device = device(section, a, naming, Sharing::Whole);
+            device.name = name;
+            let attributes = &mut device.attributes;
+            // The card's UUID is the parent's; the instance's is made at prepare.
+            if let Some(uuid) = attributes.remove(&qualified("uuid")) {
+                attributes.insert(qualified("parentUuid"), uuid);
+            }
+            attributes.insert(qualified("partition"), DeviceAttribute::Bool(true));
+            if let Some(value) = text_attribute(part.profile.clone()) {
+                attributes.insert(qualified("profile"), value);
+            }
+            attributes.insert(
+                qualified("placementStart"),
+                DeviceAttribute::Int(i64::from(part.start)),
+            );
+            attributes.insert(
+                qualified("placementSize"),
+                DeviceAttribute::Int(i64::from(part.size)),
+            );
+            device.capacity.clear();
+            if let Some(mib) = profile.memory_mib {
+                device.capacity.insert(
+                    qualified("memory"),
+                    DeviceCapacity {
+                        value: mebibytes_quantity(mib),
+                        request_policy: None,
+                    },
+                );
+            }
+            if let Some(sm) = profile.multiprocessors {
+                device.capacity.insert(
+                    qualified("multiprocessors"),
+                    DeviceCapacity {
+                        value: count_quantity(u64::from(sm)),
+                        request_policy: None,
+                    },
+                );
+            }
+            let mut consumed: BTreeMap<String, Counter> = (part.start
+                ..part.start.saturating_add(part.size))
+                .map(|k| (slice_counter(k), one()))
+                .collect();
+            if let Some((name, _)) = instance_counter(profile) {
+                consumed.insert(name, one());
+            }
+            device.consumes_counters = vec![CounterConsumption {
+                counter_set: set.clone(),
+                counters: consumed,
+            }];
+            device
+        })
+        .collect();
+    Ok((
+        CounterSet {
+            name: set,
+            counters,
+        },
+        devices,
+    ))
 }
 
 fn device(
@@ -276,6 +638,8 @@ fn device(
     );
     put("index", DeviceAttribute::Int(i64::from(a.index)));
     put("healthy", DeviceAttribute::Bool(a.healthy));
+    // Whole cards and partitions are told apart by one attribute the DeviceClasses select on.
+    put("partition", DeviceAttribute::Bool(false));
     let texts = [
         ("product", a.product.clone()),
         (
@@ -364,6 +728,7 @@ fn device(
         allow_multiple_allocations: sliced.map(|_| true),
         attributes,
         capacity,
+        consumes_counters: Vec::new(),
     }
 }
 
@@ -713,6 +1078,7 @@ mod tests {
                         "gpustack.ai/manufacturer": {"string": "amd"},
                         "gpustack.ai/index": {"int": 0},
                         "gpustack.ai/healthy": {"bool": true},
+                        "gpustack.ai/partition": {"bool": false},
                         "gpustack.ai/product": {"string": "Tesla T4"},
                         "gpustack.ai/groupId": {"string": "amd-tesla-t4"},
                         "gpustack.ai/uuid": {"string": "GPU-0"},
@@ -739,22 +1105,205 @@ mod tests {
         );
         let e = slice_spec(&driver, "Node_1", &s, GroupNaming::default(), 1).unwrap_err();
         assert!(matches!(e, SliceError::NodeName { .. }), "{e}");
+        // More devices than one slice holds: the pool is two slices, each counting both.
         let many = (0..=128).map(accelerator).collect();
-        let e = slice_spec(
+        let pool = pool_specs(
             &driver,
             "node-1",
             &section(Manufacturer::Nvidia, many),
             GroupNaming::default(),
             1,
+            Sharing::Whole,
+        )
+        .unwrap();
+        let sizes: Vec<usize> = pool.iter().map(|s| s.devices.len()).collect();
+        assert_eq!(sizes, [128, 1]);
+        assert!(pool.iter().all(|s| s.pool.resource_slice_count == 2));
+        // A profile that gives no device name is refused, naming it.
+        let mut odd = partitioned(0);
+        odd.partition_profiles[0].name = "+.+".into();
+        let e = slice_spec(
+            &driver,
+            "node-1",
+            &section(Manufacturer::Nvidia, vec![odd]),
+            GroupNaming::default(),
+            1,
         )
         .unwrap_err();
         assert_eq!(
-            e,
-            SliceError::TooManyDevices {
-                manufacturer: Manufacturer::Nvidia,
-                count: 129
-            }
+            e.to_string(),
+            "nvidia: accelerator 0's partition profile \"+.+\" gives no device name (a DNS label)"
         );
+    }
+
+    /// A card in MIG mode offering H100's 3g.40gb (two placements), 1g.10gb (seven) and a
+    /// media-engine 1g.10gb+me (seven placements, one instance).
+    fn partitioned(index: u32) -> Accelerator {
+        let mut a = accelerator(index);
+        a.grantable = Grantable::PartitionsOnly;
+        a.partition_profiles = serde_json::from_value(serde_json::json!([
+            {"name": "3g.40gb", "id": 9, "memoryMiB": 40448, "instancesTotal": 2,
+             "instancesFree": 2, "multiprocessors": 60,
+             "placements": [{"start": 0, "size": 4}, {"start": 4, "size": 4}]},
+            {"name": "1g.10gb", "id": 19, "memoryMiB": 9984, "instancesTotal": 7,
+             "instancesFree": 7, "multiprocessors": 16,
+             "placements": (0..7).map(|s| serde_json::json!({"start": s, "size": 1}))
+                .collect::<Vec<_>>()},
+            {"name": "1g.10gb+me", "id": 20, "memoryMiB": 9984, "instancesTotal": 1,
+             "instancesFree": 1, "multiprocessors": 16,
+             "placements": (0..7).map(|s| serde_json::json!({"start": s, "size": 1}))
+                .collect::<Vec<_>>()},
+        ]))
+        .unwrap();
+        a
+    }
+
+    #[test]
+    fn partitioned_cards_are_placements_consuming_their_cards_memory_slices() {
+        let driver = driver_for(Manufacturer::Nvidia).unwrap();
+        let s = section(Manufacturer::Nvidia, vec![accelerator(0), partitioned(1)]);
+        let pool = pool_specs(
+            &driver,
+            "node-1",
+            &s,
+            GroupNaming::default(),
+            3,
+            Sharing::Whole,
+        )
+        .unwrap();
+        // The devices, then the counter sets in a slice of their own; one generation and count.
+        assert_eq!(pool.len(), 2);
+        assert!(
+            pool.iter()
+                .all(|s| s.pool.resource_slice_count == 2 && s.pool.generation == 3)
+        );
+        let (devices, counters) = (&pool[0], &pool[1]);
+        assert!(devices.shared_counters.is_empty() && counters.devices.is_empty());
+        // The whole card, then 2 + 7 + 7 placements of card 1.
+        assert_eq!(devices.devices.len(), 17);
+        assert_eq!(devices.devices[0].name, "gpu-0");
+        assert_eq!(
+            devices.devices[0].attributes["gpustack.ai/partition"],
+            DeviceAttribute::Bool(false)
+        );
+        let by_name = |n: &str| {
+            devices
+                .devices
+                .iter()
+                .find(|d| d.name == n)
+                .unwrap_or_else(|| panic!("no device {n}"))
+        };
+        let json = serde_json::to_value(by_name("gpu-1-3g-40gb-4")).unwrap();
+        assert_eq!(
+            json["consumesCounters"],
+            serde_json::json!([{"counterSet": "gpu-1-slices", "counters": {
+                "memory-slice-4": {"value": "1"}, "memory-slice-5": {"value": "1"},
+                "memory-slice-6": {"value": "1"}, "memory-slice-7": {"value": "1"}}}])
+        );
+        assert_eq!(
+            json["capacity"],
+            serde_json::json!({"gpustack.ai/memory": {"value": "40448Mi"},
+                "gpustack.ai/multiprocessors": {"value": "60"}})
+        );
+        let attributes = &json["attributes"];
+        assert_eq!(
+            attributes["gpustack.ai/partition"],
+            serde_json::json!({"bool": true})
+        );
+        assert_eq!(
+            attributes["gpustack.ai/profile"],
+            serde_json::json!({"string": "3g.40gb"})
+        );
+        assert_eq!(
+            attributes["gpustack.ai/placementStart"],
+            serde_json::json!({"int": 4})
+        );
+        assert_eq!(
+            attributes["gpustack.ai/placementSize"],
+            serde_json::json!({"int": 4})
+        );
+        assert_eq!(
+            attributes["gpustack.ai/index"],
+            serde_json::json!({"int": 1})
+        );
+        // The card's UUID is the partition's parent; the instance has none until made.
+        assert_eq!(
+            attributes["gpustack.ai/parentUuid"],
+            serde_json::json!({"string": "GPU-1"})
+        );
+        assert!(attributes.get("gpustack.ai/uuid").is_none());
+        // A profile of fewer instances than placements also takes one of its instance counter.
+        let me = serde_json::to_value(by_name("gpu-1-1g-10gb-me-6")).unwrap();
+        assert_eq!(
+            me["consumesCounters"][0]["counters"],
+            serde_json::json!({"memory-slice-6": {"value": "1"},
+                "1g-10gb-me-instances": {"value": "1"}})
+        );
+        // The card's counter set: one counter per memory slice, and the instance counter.
+        assert_eq!(counters.shared_counters.len(), 1);
+        let set = &counters.shared_counters[0];
+        assert_eq!(set.name, "gpu-1-slices");
+        let names: Vec<&str> = set.counters.keys().map(String::as_str).collect();
+        assert_eq!(
+            names,
+            [
+                "1g-10gb-me-instances",
+                "memory-slice-0",
+                "memory-slice-1",
+                "memory-slice-2",
+                "memory-slice-3",
+                "memory-slice-4",
+                "memory-slice-5",
+                "memory-slice-6",
+                "memory-slice-7"
+            ]
+        );
+        // Every device name maps back to what it stands for.
+        let published = published_devices(&s);
+        assert_eq!(published.len(), 17);
+        assert_eq!(published["gpu-0"], DeviceRef::Whole(0));
+        assert_eq!(
+            published["gpu-1-3g-40gb-4"],
+            DeviceRef::Partition(PartitionRef {
+                index: 1,
+                profile: "3g.40gb".into(),
+                start: 4,
+                size: 4
+            })
+        );
+        for d in &devices.devices {
+            assert!(published.contains_key(&d.name), "{}", d.name);
+            assert!(is_dns_label(&d.name), "{}", d.name);
+        }
+    }
+
+    #[test]
+    fn a_pool_of_partitions_keeps_to_the_apis_bounds() {
+        let driver = driver_for(Manufacturer::Nvidia).unwrap();
+        // Nine cards of 16 placements: 144 devices (64 a slice where counters are consumed),
+        // nine counter sets (8 a slice).
+        let s = section(Manufacturer::Nvidia, (0..9).map(partitioned).collect());
+        let pool = pool_specs(
+            &driver,
+            "node-1",
+            &s,
+            GroupNaming::default(),
+            1,
+            Sharing::Whole,
+        )
+        .unwrap();
+        let shape: Vec<(usize, usize)> = pool
+            .iter()
+            .map(|s| (s.devices.len(), s.shared_counters.len()))
+            .collect();
+        assert_eq!(shape, [(64, 0), (64, 0), (16, 0), (0, 8), (0, 1)]);
+        assert!(pool.iter().all(|s| s.pool.resource_slice_count == 5));
+        // Highest card first, as whole cards are.
+        assert!(pool[0].devices[0].name.starts_with("gpu-8-"));
+        // A slice holds devices or counter sets: the empty one is left out of the JSON.
+        let json = serde_json::to_value(&pool[3]).unwrap();
+        assert!(json.get("devices").is_none());
+        assert_eq!(json["sharedCounters"].as_array().unwrap().len(), 8);
     }
 
     #[test]

@@ -116,6 +116,14 @@ impl Server {
                 self.objects.insert(path, object.clone());
                 (StatusCode::OK, object)
             }
+            "DELETE" => match self.objects.remove(&path) {
+                Some(object) => (StatusCode::OK, object),
+                None => status(
+                    StatusCode::NOT_FOUND,
+                    "NotFound",
+                    format!("{path} not found"),
+                ),
+            },
             _ => (StatusCode::METHOD_NOT_ALLOWED, json!({})),
         }
     }
@@ -329,6 +337,7 @@ struct Recording {
     granted: Mutex<Vec<(String, ReservedPod, Vec<String>)>>,
     released: Mutex<Vec<String>>,
     shares: Mutex<Vec<Option<ConsumedShare>>>,
+    partitions: Mutex<Vec<Option<slices::PartitionRef>>>,
 }
 
 /// The resolver owns its ledger; the test keeps a handle on what it recorded.
@@ -342,8 +351,10 @@ impl ClaimLedger for Ledger {
         devices: &[String],
         indexes: &[u32],
         share: Option<&ConsumedShare>,
+        partition: Option<&slices::PartitionRef>,
     ) -> Result<Injection, String> {
         self.0.shares.lock().unwrap().push(share.cloned());
+        self.0.partitions.lock().unwrap().push(partition.cloned());
         self.0.asked.lock().unwrap().push(indexes.to_vec());
         self.0
             .granted
@@ -357,7 +368,7 @@ impl ClaimLedger for Ledger {
         })
     }
 
-    fn release(&self, claim_uid: &str) -> bool {
+    async fn release(&self, claim_uid: &str) -> bool {
         self.0.released.lock().unwrap().push(claim_uid.to_string());
         true
     }
@@ -653,4 +664,155 @@ async fn the_published_section_names_the_devices_a_claim_may_hold() {
     resolver.set_published_section(&two_gpus());
     resolver.resolve(&train()).await.unwrap();
     assert_eq!(*recording.asked.lock().unwrap(), [vec![1]]);
+}
+
+/// Card 1 in MIG mode, offering 3g.40gb at memory slices 0 and 4.
+fn one_partitioned(cards: u32) -> ManufacturerInventory {
+    let mut section = two_gpus();
+    section.accelerators = (0..cards).map(accelerator).collect();
+    for a in section.accelerators.iter_mut().skip(1) {
+        a.grantable = accel_core::inventory::Grantable::PartitionsOnly;
+        a.partition_profiles = serde_json::from_value(json!([
+            {"name": "3g.40gb", "id": 9, "memoryMiB": 40448,
+             "placements": [{"start": 0, "size": 4}, {"start": 4, "size": 4}]},
+            {"name": "1g.10gb", "id": 19, "memoryMiB": 9984,
+             "placements": (0..7).map(|s| json!({"start": s, "size": 1})).collect::<Vec<_>>()},
+        ]))
+        .unwrap();
+    }
+    section
+}
+
+#[tokio::test]
+async fn a_pool_of_several_slices_is_written_together_and_shrinks_by_deleting() {
+    let server = cluster();
+    let publisher = publisher(&server);
+    // Card 0 whole, cards 1–9 partitioned (9 placements each): 82 devices (two slices: 64 a
+    // slice where counters are consumed), 9 counter sets (two slices: 8 a slice).
+    let big = one_partitioned(10);
+    let expected = slices::pool_specs(
+        &nvidia(),
+        "node-1",
+        &big,
+        GroupNaming::default(),
+        1,
+        slices::Sharing::Whole,
+    )
+    .unwrap();
+    assert_eq!(expected.len(), 4);
+    let published = publisher.publish(&nvidia(), &big).await.unwrap();
+    assert_eq!(published, Published::Created { generation: 1 });
+    let name = |k: usize| match k {
+        0 => SLICE_PATH.to_string(),
+        k => format!("{SLICE_PATH}-{k}"),
+    };
+    {
+        let s = server.lock().unwrap();
+        let posts: Vec<&str> = s
+            .seen
+            .iter()
+            .filter(|r| r.method == "POST")
+            .map(|r| r.body["metadata"]["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(
+            posts,
+            [
+                "node-1-nvidia.gpustack.ai",
+                "node-1-nvidia.gpustack.ai-1",
+                "node-1-nvidia.gpustack.ai-2",
+                "node-1-nvidia.gpustack.ai-3"
+            ]
+        );
+        for (k, spec) in expected.iter().enumerate() {
+            let stored = &s.objects[&name(k)];
+            assert_eq!(
+                stored["spec"],
+                serde_json::to_value(spec).unwrap(),
+                "slice {k}"
+            );
+            assert_eq!(
+                stored["metadata"]["ownerReferences"][0]["uid"],
+                "node-uid-1"
+            );
+        }
+        // The counter sets are in the last two slices, alone.
+        for (k, sets) in [(2, 8), (3, 1)] {
+            let spec = &s.objects[&name(k)]["spec"];
+            assert!(spec.get("devices").is_none());
+            assert_eq!(spec["sharedCounters"].as_array().unwrap().len(), sets);
+        }
+    }
+    let writes = server.lock().unwrap().writes().len();
+    let again = publisher.publish(&nvidia(), &big).await.unwrap();
+    assert_eq!(again, Published::Unchanged { generation: 1 });
+    assert_eq!(server.lock().unwrap().writes().len(), writes);
+
+    // Down to two cards: one slice of devices and one of counters, both at generation 2;
+    // the two slices the pool no longer needs are deleted.
+    let small = one_partitioned(2);
+    let published = publisher.publish(&nvidia(), &small).await.unwrap();
+    assert_eq!(published, Published::Updated { generation: 2 });
+    let s = server.lock().unwrap();
+    let deleted: Vec<&str> = s
+        .seen
+        .iter()
+        .filter(|r| r.method == "DELETE")
+        .map(|r| r.path.as_str())
+        .collect();
+    assert_eq!(deleted, [name(2), name(3)]);
+    for k in 0..2 {
+        let pool = &s.objects[&name(k)]["spec"]["pool"];
+        assert_eq!(
+            *pool,
+            json!({"name": "node-1", "generation": 2, "resourceSliceCount": 2})
+        );
+    }
+    assert!(s.objects[&name(1)]["spec"]["sharedCounters"].is_array());
+}
+
+#[tokio::test]
+async fn a_partition_device_resolves_to_its_placement_and_is_granted_alone() {
+    let server = cluster();
+    server.lock().unwrap().objects.insert(
+        CLAIM_PATH.into(),
+        claim_object(
+            "claim-uid-1",
+            json!([result("nvidia.gpustack.ai", "node-1", "gpu-1-3g-40gb-4")]),
+        ),
+    );
+    let recording = Arc::new(Recording::default());
+    let resolver = resolver(&server, &recording);
+    // Not published yet (the resolver was told the whole cards only): refused.
+    assert!(matches!(
+        resolver.resolve(&train()).await.unwrap_err(),
+        ResolveError::UnknownDevice { .. }
+    ));
+    resolver.set_published_section(&one_partitioned(2));
+    resolver.resolve(&train()).await.unwrap();
+    assert_eq!(*recording.asked.lock().unwrap(), [vec![1]]);
+    assert_eq!(
+        *recording.partitions.lock().unwrap(),
+        [Some(slices::PartitionRef {
+            index: 1,
+            profile: "3g.40gb".into(),
+            start: 4,
+            size: 4
+        })]
+    );
+    // A partition and anything else of this driver in one claim: refused before any grant.
+    server.lock().unwrap().objects.insert(
+        CLAIM_PATH.into(),
+        claim_object(
+            "claim-uid-1",
+            json!([
+                result("nvidia.gpustack.ai", "node-1", "gpu-1-3g-40gb-4"),
+                result("nvidia.gpustack.ai", "node-1", "gpu-0"),
+            ]),
+        ),
+    );
+    assert_eq!(
+        resolver.resolve(&train()).await.unwrap_err().to_string(),
+        "claim ml/train holds partition gpu-1-3g-40gb-4 and other devices of this driver; a claim asks one partition alone"
+    );
+    assert_eq!(recording.asked.lock().unwrap().len(), 1);
 }

@@ -63,6 +63,7 @@ fn two_nvidia_cards_are_one_pool_of_two_devices() {
                 "gpustack.ai/healthy": {"bool": true},
                 "gpustack.ai/index": {"int": index},
                 "gpustack.ai/manufacturer": {"string": "nvidia"},
+                "gpustack.ai/partition": {"bool": false},
                 "gpustack.ai/pciBusId": {"string": bus},
                 "gpustack.ai/product": {"string": "NVIDIA RTX A5000"},
                 "gpustack.ai/uuid": {"string": uuid},
@@ -111,6 +112,7 @@ fn amd_cards_carry_a_semver_driver_cores_and_numa() {
                 "gpustack.ai/index": {"int": 7},
                 "gpustack.ai/manufacturer": {"string": "amd"},
                 "gpustack.ai/numaNode": {"int": 1},
+                "gpustack.ai/partition": {"bool": false},
                 "gpustack.ai/pciBusId": {"string": "00000000:DD:00.0"},
                 "gpustack.ai/product": {"string": "AMD Instinct MI300X"},
                 "gpustack.ai/uuid": {"string": "GPU-3b933c598fc957e9"},
@@ -150,8 +152,81 @@ fn an_unhealthy_card_is_published_as_unhealthy() {
 }
 
 #[test]
-fn a_card_in_mig_mode_is_not_a_whole_device() {
-    let section = nvidia("h100-mig");
-    assert!(!section.accelerators.is_empty());
-    assert_eq!(json_of(&section)["devices"], json!([]));
+fn a_card_in_mig_mode_is_no_whole_device_but_its_partition_placements() {
+    let section = nvidia("hgx-h100-8gpu-mig");
+    assert_eq!(section.accelerators.len(), 8);
+    let driver = slices::driver_for(section.name).unwrap();
+    let pool = slices::pool_specs(
+        &driver,
+        "node-1",
+        &section,
+        GroupNaming::default(),
+        1,
+        slices::Sharing::Whole,
+    )
+    .unwrap();
+    // 8 H100s × 18 placements (7g.80gb 1, 4g.40gb 1, 3g.40gb 2, 2g.20gb 3, 1g.20gb 4,
+    // 1g.10gb 7): 144 devices in slices of 64, then the 8 counter sets in one slice.
+    let shape: Vec<(usize, usize)> = pool
+        .iter()
+        .map(|s| (s.devices.len(), s.shared_counters.len()))
+        .collect();
+    assert_eq!(shape, [(64, 0), (64, 0), (16, 0), (0, 8)]);
+    let devices: Vec<&slices::Device> = pool.iter().flat_map(|s| &s.devices).collect();
+    assert!(
+        devices.iter().all(|d| d.name.contains('g')),
+        "no whole card"
+    );
+    let d = devices
+        .iter()
+        .find(|d| d.name == "gpu-7-3g-40gb-4")
+        .expect("gpu-7-3g-40gb-4");
+    let json = serde_json::to_value(d).unwrap();
+    assert_eq!(
+        json["capacity"]["gpustack.ai/memory"],
+        json!({"value": "40448Mi"})
+    );
+    assert_eq!(
+        json["attributes"]["gpustack.ai/profile"],
+        json!({"string": "3g.40gb"})
+    );
+    assert_eq!(
+        json["attributes"]["gpustack.ai/parentUuid"],
+        json!({"string": section.accelerators[7].uuid.clone().unwrap()})
+    );
+    let consumed: Vec<&str> = json["consumesCounters"][0]["counters"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .collect();
+    assert_eq!(
+        consumed,
+        [
+            "memory-slice-4",
+            "memory-slice-5",
+            "memory-slice-6",
+            "memory-slice-7"
+        ]
+    );
+    assert_eq!(json["consumesCounters"][0]["counterSet"], "gpu-7-slices");
+    // The whole GPU's profile takes every slice, so nothing else fits beside it.
+    let whole = devices
+        .iter()
+        .find(|d| d.name == "gpu-0-7g-80gb-0")
+        .expect("gpu-0-7g-80gb-0");
+    assert_eq!(whole.consumes_counters[0].counters.len(), 8);
+    assert_eq!(pool[3].shared_counters[0].counters.len(), 8);
+    // Every name maps back to its placement.
+    let published = slices::published_devices(&section);
+    assert_eq!(published.len(), 144);
+    assert_eq!(
+        published["gpu-7-3g-40gb-4"],
+        slices::DeviceRef::Partition(slices::PartitionRef {
+            index: 7,
+            profile: "3g.40gb".into(),
+            start: 4,
+            size: 4
+        })
+    );
 }

@@ -2344,21 +2344,40 @@ fn device_classes_only_when_asked_and_served() {
             m.name()
         );
         let domain = accel_dra::slices::ATTRIBUTE_DOMAIN;
+        // Whole cards: healthy, and no partition.
         assert_eq!(
             class["spec"],
             json!({"selectors": [{"cel": {"expression": format!(
-                "device.driver == \"{driver}\" && device.attributes[\"{domain}\"].healthy"
+                "device.driver == \"{driver}\" && device.attributes[\"{domain}\"].healthy && !device.attributes[\"{domain}\"].partition"
             )}}]})
         );
+        // The partitioning manufacturers' hardware partitions, a class of their own.
+        if let Some(kind) = accel_core::resources::partition_kind(m) {
+            let name = format!("{kind}.{driver}");
+            let class = classes
+                .get(&name)
+                .unwrap_or_else(|| panic!("no DeviceClass {name}"));
+            assert_eq!(
+                class["spec"],
+                json!({"selectors": [{"cel": {"expression": format!(
+                    "device.driver == \"{driver}\" && device.attributes[\"{domain}\"].healthy && device.attributes[\"{domain}\"].partition"
+                )}}]})
+            );
+        }
     }
-    assert_eq!(classes.len(), Manufacturer::ALL.len());
+    let partitioning = Manufacturer::ALL
+        .iter()
+        .filter(|m| accel_core::resources::partition_kind(**m).is_some())
+        .count();
+    assert_eq!(partitioning, 3, "NVIDIA, Hygon and T-Head partition");
+    assert_eq!(classes.len(), Manufacturer::ALL.len() + partitioning);
     let without_ascend = with_api(&[
         "dra.enabled=true",
         "global.manufacturers.ascend.enabled=false",
     ]);
     let names: BTreeSet<String> = device_classes(&without_ascend).into_keys().collect();
     assert!(!names.contains("ascend.gpustack.ai"), "{names:?}");
-    assert_eq!(names.len(), Manufacturer::ALL.len() - 1);
+    assert_eq!(names.len(), Manufacturer::ALL.len() - 1 + partitioning);
 }
 
 #[test]
@@ -2422,6 +2441,57 @@ fn dra_runs_every_daemon_with_its_driver_sockets_cdi_directory_and_rbac() {
         let off_spec = pod_spec(&off, "DaemonSet", &daemonset_name(m));
         let off_env = self::env(container(off_spec, "containers", "device-manager"));
         assert!(!off_env.contains_key("DRA"), "{m}");
+    }
+}
+
+#[test]
+fn dra_extended_resources_map_each_rows_resource_to_its_class_and_drop_the_device_plugins() {
+    let Some(helm) = helm() else { return };
+    let render_dra = |sets: &[&str]| {
+        try_render_with(&helm, &[], &[DRA_API], sets)
+            .unwrap_or_else(|e| panic!("helm template {sets:?} failed: {e}"))
+    };
+    let plain = render_dra(&["dra.enabled=true"]);
+    let mapped = render_dra(&["dra.enabled=true", "dra.extendedResource=true"]);
+    let (plain_classes, mapped_classes) = (device_classes(&plain), device_classes(&mapped));
+    for m in Manufacturer::ALL {
+        let driver = accel_dra::slices::driver_for(m).expect("a driver name");
+        // Off unless asked: no class maps a resource, no daemon leaves one out.
+        assert!(
+            plain_classes[driver.as_str()]["spec"]
+                .get("extendedResourceName")
+                .is_none()
+        );
+        let daemon = |docs: &[Value]| {
+            env(container(
+                pod_spec(docs, "DaemonSet", &daemonset_name(m)),
+                "containers",
+                "device-manager",
+            ))
+        };
+        assert!(!daemon(&plain).contains_key("DRA_EXTENDED_RESOURCE"), "{m}");
+        // On: the whole-card class serves the row's device-plugin resource name, and the
+        // daemon registers no device plugin for it.
+        assert_eq!(
+            mapped_classes[driver.as_str()]["spec"]["extendedResourceName"],
+            m.default_resource_base(),
+            "{m}"
+        );
+        assert_eq!(
+            daemon(&mapped)["DRA_EXTENDED_RESOURCE"]["value"],
+            "true",
+            "{m}"
+        );
+        // A partition class maps none: its devices are no whole card.
+        if let Some(kind) = accel_core::resources::partition_kind(m) {
+            let name = format!("{kind}.{driver}");
+            assert!(
+                mapped_classes[name.as_str()]["spec"]
+                    .get("extendedResourceName")
+                    .is_none(),
+                "{name}"
+            );
+        }
     }
 }
 

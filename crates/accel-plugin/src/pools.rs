@@ -87,8 +87,9 @@ impl Pool {
         )
     }
 
-    /// The pools of what a backend offers: exclusive and visibility always, shared and sliced
-    /// when offered, in that order (the kubelet registers them one by one).
+    /// The pools of what a backend offers: exclusive (unless whole cards go through DRA only),
+    /// shared and sliced when offered, visibility always, in that order (the kubelet registers
+    /// them one by one).
     pub fn build_offer(offer: &Offer, seats: &[Seat]) -> Vec<Pool> {
         let base = offer.resource_base.as_str();
         let whole: Vec<&Seat> = seats
@@ -111,11 +112,13 @@ impl Pool {
             };
             build(resource, kind, seats().copied(), per_of)
         };
-        pools.push(pool(
-            base.to_string(),
-            PoolKind::Family(Family::Exclusive),
-            1,
-        ));
+        if offer.exclusive {
+            pools.push(pool(
+                base.to_string(),
+                PoolKind::Family(Family::Exclusive),
+                1,
+            ));
+        }
         if offer.shared {
             pools.push(pool(
                 format!("{base}.shared"),
@@ -459,6 +462,27 @@ mod tests {
         let ledger = Ledger::new(seats.to_vec(), Policy::default());
         let states = pool.partition_states(&ledger);
         assert!(states.iter().all(|t| t.healthy && t.numa_node.is_none()));
+    }
+
+    #[test]
+    fn whole_cards_through_dra_only_register_no_exclusive_pool() {
+        let seats = [seat(0, Grantable::Whole), seat(1, Grantable::Whole)];
+        let resources = |offer: &Offer| -> Vec<String> {
+            Pool::build_offer(offer, &seats)
+                .into_iter()
+                .map(|p| p.resource)
+                .collect()
+        };
+        let every = resources(&Offer::of(Manufacturer::Nvidia));
+        assert_eq!(every[0], "nvidia.com/gpu");
+        // `serve --dra --dra-extended-resource`: the kubelet advertises no nvidia.com/gpu, so
+        // the scheduler serves it through the DeviceClass; the other families stay.
+        let dra = resources(&Offer {
+            exclusive: false,
+            ..Offer::of(Manufacturer::Nvidia)
+        });
+        assert!(!dra.iter().any(|r| r == "nvidia.com/gpu"), "{dra:?}");
+        assert_eq!(dra, every[1..]);
     }
 
     #[test]

@@ -61,7 +61,7 @@ mod rebuild;
 mod reseat;
 mod verify;
 
-pub use claims::{ClaimGrant, ClaimRefusal, ClaimSlice};
+pub use claims::{ClaimGrant, ClaimPartition, ClaimRefusal, ClaimSlice};
 pub use identity::{DIRECT_GRACE, IDENTIFY_WAIT};
 pub use orphans::{DEFAULT_DEBOUNCE as DEFAULT_ORPHAN_DEBOUNCE, Orphans};
 pub use reseat::DroppedGrant;
@@ -157,6 +157,11 @@ pub struct Offer {
     pub resource_base: String,
     /// The SSH sidecar's resource (`device.gpustack.ai/<manufacturer>.visibility`).
     pub visibility_resource: String,
+    /// The `<base>` pool (whole cards) is served through the device plugin: off where whole
+    /// cards go through DRA only, as a DeviceClass's extended resource
+    /// (`serve --dra --dra-extended-resource`), so the kubelet advertises none and the
+    /// scheduler serves a Pod's `<base>` request by DRA.
+    pub exclusive: bool,
     /// The `<base>.shared` pool is served (`serve --no-shared` turns it off).
     pub shared: bool,
     /// The `<base>.sliced` pool is served: the backend slices, its library for the node's
@@ -190,6 +195,7 @@ impl Offer {
                 accel_core::resources::INTERNAL_DOMAIN,
                 manufacturer.name()
             ),
+            exclusive: true,
             shared: true,
             sliced: true,
             partitioned: true,

@@ -262,3 +262,85 @@ async fn an_unowned_instance_of_the_registry_is_claimed_by_a_request_of_its_prof
         (Some(3), Some("8g.63gb"))
     );
 }
+
+/// A ResourceClaim's Hygon partition (issue 46): the profile at the placement the scheduler
+/// allocated. Hygon's driver picks the placement itself (its create names none), so a claim is
+/// made where the driver agrees, and refused with nothing left where it does not.
+fn dcu_claim(
+    uid: &str,
+    index: u32,
+    profile: &str,
+    start: u32,
+) -> accel_plugin::service::ClaimGrant {
+    accel_plugin::service::ClaimGrant {
+        claim_uid: uid.into(),
+        pod: accel_plugin::testing::pod(&format!("pod-{uid}"), 1_700_000_000, &[("main", &[])]),
+        driver: "hygon.gpustack.ai".into(),
+        devices: vec![format!("dcu-{index}-{}-{start}", profile.replace('.', "-"))],
+        accelerators: vec![index],
+        slice: None,
+        partition: Some(accel_plugin::service::ClaimPartition {
+            profile: profile.into(),
+            start,
+        }),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claims_partition_is_made_where_the_driver_agrees_and_destroyed_at_release() {
+    let rig = rig().await;
+    let handle = rig.plugins().handle();
+    let placed = |rig: &Rig| -> Vec<(u32, u32, String)> {
+        let mut all: Vec<(u32, u32, String)> = rig
+            .state()
+            .instances
+            .iter()
+            .map(|i| (i.gpu, i.start, i.profile.clone()))
+            .collect();
+        all.sort();
+        all
+    };
+    // A 2g.15gb at the first slice of card 2, then a 4g.31gb at slice 2 beside it: where the
+    // driver places them too.
+    let small = handle
+        .grant_claim(&dcu_claim("c1", 2, "2g.15gb", 0))
+        .await
+        .unwrap();
+    assert!(
+        small.envs["DMI_MIG_VISIBLE_DEVICE"].starts_with("MIG-"),
+        "{small:?}"
+    );
+    let big = handle
+        .grant_claim(&dcu_claim("c2", 2, "4g.31gb", 2))
+        .await
+        .unwrap();
+    assert_ne!(
+        big.envs["DMI_MIG_VISIBLE_DEVICE"],
+        small.envs["DMI_MIG_VISIBLE_DEVICE"]
+    );
+    assert_eq!(
+        placed(&rig),
+        [(2, 0, "2g.15gb".to_string()), (2, 2, "4g.31gb".to_string())]
+    );
+    // The scheduler allocated slice 3 of an empty card, but the driver takes slice 0: refused,
+    // naming both, and nothing is left on the card or in the ledger.
+    let refused = handle
+        .grant_claim(&dcu_claim("c3", 5, "2g.15gb", 3))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        refused.contains("the driver placed GPU instance") && refused.contains("not at 3"),
+        "{refused}"
+    );
+    assert_eq!(placed(&rig).len(), 2);
+    assert_eq!(
+        handle.claim_uids(),
+        ["c1".to_string(), "c2".to_string()].into()
+    );
+    // Released: CI, then GI destroyed, each in turn.
+    assert!(handle.release_claim("c1").await);
+    assert!(handle.release_claim("c2").await);
+    assert!(placed(&rig).is_empty());
+    assert!(handle.claim_uids().is_empty());
+}

@@ -1380,3 +1380,107 @@ async fn a_busy_unowned_instance_is_never_handed_to_a_container() {
     rig.wait_healthy(49 + 2).await;
     assert_eq!(rig.admit("b", "3g.40gb").await.unwrap(), "MIG-hand-busy");
 }
+
+/// A ResourceClaim's partition as the DRA driver asks for it: the profile at the placement the
+/// scheduler allocated (the device `gpu-<index>-<profile>-<start>`).
+fn mig_claim(
+    uid: &str,
+    index: u32,
+    profile: &str,
+    start: u32,
+) -> accel_plugin::service::ClaimGrant {
+    accel_plugin::service::ClaimGrant {
+        claim_uid: uid.into(),
+        pod: pod(&format!("pod-{uid}"), 1_700_000_000, &[("main", &[])]),
+        driver: "nvidia.gpustack.ai".into(),
+        devices: vec![format!("gpu-{index}-{}-{start}", profile.replace('.', "-"))],
+        accelerators: vec![index],
+        slice: None,
+        partition: Some(accel_plugin::service::ClaimPartition {
+            profile: profile.into(),
+            start,
+        }),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claims_partition_is_made_where_allocated_shares_the_ledger_and_is_destroyed_at_release()
+{
+    let mut rig = Rig::new().await;
+    rig.wait_healthy(56).await;
+    let handle = rig.plugins().handle();
+    // The scheduler placed a 3g.40gb at memory slice 4 of GPU 2: it is made exactly there (the
+    // device plugin's own choice would have been GPU 0, slice 0).
+    let injection = handle
+        .grant_claim(&mig_claim("c1", 2, "3g.40gb", 4))
+        .await
+        .unwrap();
+    let uuid = injection.envs["NVIDIA_VISIBLE_DEVICES"].clone();
+    assert!(uuid.starts_with("MIG-"), "{uuid}");
+    let state = rig.state();
+    assert_eq!(placements(&state), [(2, 4, "3g.40gb".to_string())]);
+    assert_eq!(state.instances[0].compute_instances[0].uuid, uuid);
+    // Its slices are taken, and it is no token of the kubelet's: GPU 2 keeps room for four
+    // 1g.10gb (slices 0–3), so the pool has 49 + 4 Healthy tokens.
+    rig.wait_healthy(53).await;
+    let ledger = rig.plugins().ledger();
+    let (key, grant) = ledger
+        .grants()
+        .iter()
+        .find(|(k, _)| k.claim_uid() == Some("c1"))
+        .map(|(k, g)| (k.clone(), g.clone()))
+        .expect("the claim's grant");
+    assert_eq!(grant.family, Family::Partitioned);
+    assert_eq!(grant.resource, "nvidia.gpustack.ai");
+    let placement = grant.partition.clone().unwrap();
+    assert_eq!((placement.start, placement.size), (4, 4));
+    assert_eq!(placement.instance.unwrap().uuid, uuid);
+    // Durable as a container's partition: the ownership record under the claim's key.
+    let record = ownership::read(&rig.data(), &key.pod_uid, &key.container)
+        .unwrap()
+        .expect("the claim's ownership record");
+    assert_eq!((record.start, record.mig_uuid.as_str()), (4, uuid.as_str()));
+    // A retried prepare is answered with the same instance; nothing more is made.
+    let again = handle
+        .grant_claim(&mig_claim("c1", 2, "3g.40gb", 4))
+        .await
+        .unwrap();
+    assert_eq!(again.envs["NVIDIA_VISIBLE_DEVICES"], uuid);
+    assert_eq!(rig.state().instances.len(), 1);
+    // An overlapping placement is refused by the one ledger, and nothing is made.
+    let refused = handle
+        .grant_claim(&mig_claim("c2", 2, "1g.10gb", 5))
+        .await
+        .unwrap_err();
+    assert!(
+        refused
+            .to_string()
+            .starts_with("the ledger refused ResourceClaim c2:"),
+        "{refused}"
+    );
+    assert_eq!(rig.state().instances.len(), 1);
+    // A container's partition packs beside it (GPU 2 is the most occupied), never over it.
+    let container = rig.admit("a", "3g.40gb").await.unwrap();
+    assert_ne!(container, uuid);
+    assert_eq!(
+        placements(&rig.state()),
+        [(2, 0, "3g.40gb".to_string()), (2, 4, "3g.40gb".to_string())]
+    );
+    rig.wait_healthy(50).await;
+    // A restart finds the claim's partition in the journal.
+    rig.restart_plugins().await;
+    let handle = rig.plugins().handle();
+    assert_eq!(handle.claim_uids(), ["c1".to_string()].into());
+    rig.wait_healthy(50).await;
+    // Released (unprepare): the instance destroyed, then the grant and the record.
+    assert!(handle.release_claim("c1").await);
+    assert_eq!(placements(&rig.state()), [(2, 0, "3g.40gb".to_string())]);
+    assert!(handle.claim_uids().is_empty());
+    assert!(
+        ownership::read(&rig.data(), &key.pod_uid, &key.container)
+            .unwrap()
+            .is_none()
+    );
+    assert!(!handle.release_claim("c1").await);
+    rig.wait_healthy(53).await;
+}

@@ -782,6 +782,7 @@ fn claim_on(index: u32, uid: &str) -> accel_plugin::service::ClaimGrant {
         devices: vec![format!("gpu-{index}")],
         accelerators: vec![index],
         slice: None,
+        partition: None,
     }
 }
 
@@ -841,8 +842,8 @@ async fn a_claims_card_is_never_granted_to_a_container_and_the_reverse_across_a_
     handle.grant_claim(&claim_on(0, "claim-1")).await.unwrap();
     assert_eq!(rig.plugins().ledger().occupancy(0).unwrap().holders, 1);
     // Released (unprepare): the card is the kubelet's again.
-    assert!(handle.release_claim("claim-1"));
-    assert!(!handle.release_claim("claim-1"));
+    assert!(handle.release_claim("claim-1").await);
+    assert!(!handle.release_claim("claim-1").await);
     rig.kubelet
         .wait_devices(GPU, |d| d.iter().all(|t| t.health == "Healthy"))
         .await;
@@ -910,7 +911,7 @@ async fn claims_slice_a_card_by_consumed_capacity_and_a_whole_claim_waits_for_it
                 .all(|t| t.health == "Unhealthy")
         })
         .await;
-    assert!(handle.release_claim("s-1") && handle.release_claim("s-2"));
+    assert!(handle.release_claim("s-1").await && handle.release_claim("s-2").await);
     let exclusive = handle
         .grant_claim(&slice("w-1", 81_559, None))
         .await

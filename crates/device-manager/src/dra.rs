@@ -28,10 +28,11 @@ use accel_dra::claims::{ApiClaimResolver, ClaimLedger, ConsumedShare, ReservedPo
 use accel_dra::health::{self, HealthFeed};
 use accel_dra::plugin::{ClaimRef, DraService, error_text};
 use accel_dra::publish::SlicePublisher;
+use accel_dra::slices::PartitionRef;
 use accel_dra::{DriverName, ServedDriver, slices};
 use accel_plugin::PluginHandle;
 use accel_plugin::pods::{Phase, Pod, PodSource};
-use accel_plugin::service::{ClaimGrant, ClaimSlice};
+use accel_plugin::service::{ClaimGrant, ClaimPartition, ClaimRefusal, ClaimSlice};
 use anyhow::Context;
 use tokio::sync::watch;
 
@@ -40,12 +41,27 @@ use crate::daemon::Published;
 /// How often the claims the ledger holds are checked against the API server.
 pub const SWEEP_EVERY: Duration = Duration::from_secs(30);
 
+/// The claims the API server has allocated on this node and reserved now, by UID (or why they
+/// could not be listed).
+pub type LiveClaims = Arc<
+    dyn Fn() -> std::pin::Pin<
+            Box<dyn std::future::Future<Output = Result<BTreeSet<String>, String>> + Send>,
+        > + Send
+        + Sync,
+>;
+
 /// The device plugins' ledger as the DRA driver's.
 pub struct PluginLedger {
     handle: PluginHandle,
     pods: Arc<dyn PodSource>,
     driver: DriverName,
     manufacturer: Manufacturer,
+    /// Asked when the ledger refuses a claim: the scheduler may have reallocated what a claim
+    /// it no longer has allocated still holds here, because the kubelet's unprepare of that
+    /// claim has not reached us yet (the rig showed it: a partition's slices given to the next
+    /// claim before the last one's instance was destroyed; the kubelet then never retried the
+    /// refused prepare). `None`: no such check.
+    live: Option<LiveClaims>,
 }
 
 impl PluginLedger {
@@ -72,6 +88,37 @@ impl PluginLedger {
     }
 }
 
+impl PluginLedger {
+    /// Releases the claims the ledger holds (other than `asking`) that the API server no longer
+    /// has allocated here and reserved: what the scheduler already counts free. Whether any was
+    /// released.
+    async fn release_stale(&self, asking: &str) -> bool {
+        let Some(live) = &self.live else {
+            return false;
+        };
+        let mut held = self.handle.claim_uids();
+        held.remove(asking);
+        if held.is_empty() {
+            return false;
+        }
+        let live = match live().await {
+            Ok(live) => live,
+            Err(e) => {
+                tracing::warn!("cannot list ResourceClaims to find stale ones: {e}");
+                return false;
+            }
+        };
+        let mut released = false;
+        for uid in held.difference(&live) {
+            if self.handle.release_claim(uid).await {
+                tracing::info!(claim = %uid, for_claim = %asking, "released a claim no longer allocated here: the scheduler gave its devices to another");
+                released = true;
+            }
+        }
+        released
+    }
+}
+
 impl ClaimLedger for PluginLedger {
     async fn grant(
         &self,
@@ -80,6 +127,7 @@ impl ClaimLedger for PluginLedger {
         devices: &[String],
         indexes: &[u32],
         share: Option<&ConsumedShare>,
+        partition: Option<&PartitionRef>,
     ) -> Result<Injection, String> {
         let slice = share.map(|s| ClaimSlice {
             // What the claim consumed, floored to whole MiB; none named: all of the card.
@@ -101,16 +149,29 @@ impl ClaimLedger for PluginLedger {
             devices,
             accelerators: indexes.to_vec(),
             slice,
+            partition: partition.map(|p| ClaimPartition {
+                profile: p.profile.clone(),
+                start: p.start,
+            }),
         };
         tracing::debug!(manufacturer = %self.manufacturer, claim = %claim.uid, "granting a claim");
-        self.handle
-            .grant_claim(&ask)
-            .await
-            .map_err(|e| e.to_string())
+        let refusal = match self.handle.grant_claim(&ask).await {
+            Ok(injection) => return Ok(injection),
+            Err(refusal @ ClaimRefusal::Ledger { .. }) => refusal,
+            Err(other) => return Err(other.to_string()),
+        };
+        if self.release_stale(&claim.uid).await {
+            return self
+                .handle
+                .grant_claim(&ask)
+                .await
+                .map_err(|e| e.to_string());
+        }
+        Err(refusal.to_string())
     }
 
-    fn release(&self, claim_uid: &str) -> bool {
-        self.handle.release_claim(claim_uid)
+    async fn release(&self, claim_uid: &str) -> bool {
+        self.handle.release_claim(claim_uid).await
     }
 }
 
@@ -147,16 +208,41 @@ impl RunningDra {
 }
 
 /// The section the driver offers: the measured one less the cards a container holds through
-/// the device plugin.
+/// the device plugin, and, on a card in a partitioning mode, less the placements that overlap
+/// a container's partition or a live instance no grant holds (a claim's partitions stay: the
+/// scheduler counts them itself).
 pub fn offered_section(
     section: &ManufacturerInventory,
     handle: &PluginHandle,
 ) -> ManufacturerInventory {
+    use accel_core::ledger::partitions;
     let mut offered = section.clone();
     handle.with_ledger(|ledger| {
         offered
             .accelerators
-            .retain(|a| !ledger.held_by_container(a.index));
+            .retain(|a| slices::is_partitioned(a) || !ledger.held_by_container(a.index));
+        for a in offered
+            .accelerators
+            .iter_mut()
+            .filter(|a| slices::is_partitioned(a))
+        {
+            let mut taken: Vec<(u32, u32)> = partitions::placed_by_containers(ledger, a.index)
+                .into_iter()
+                .map(|p| (p.start, p.size))
+                .collect();
+            taken.extend(
+                partitions::outside(ledger, a.index)
+                    .into_iter()
+                    .map(|o| (o.start, o.size)),
+            );
+            for profile in &mut a.partition_profiles {
+                profile.placements.retain(|p| {
+                    !taken
+                        .iter()
+                        .any(|t| partitions::overlaps(*t, (p.start, p.size)))
+                });
+            }
+        }
     });
     offered
 }
@@ -171,11 +257,23 @@ pub fn start(
 ) -> anyhow::Result<RunningDra> {
     let driver = slices::driver_for(options.manufacturer)
         .map_err(|e| anyhow::anyhow!("{}: {e}", options.manufacturer))?;
+    let live: LiveClaims = {
+        let (client, driver, node) = (client.clone(), driver.clone(), options.node.clone());
+        Arc::new(move || {
+            let (client, driver, node) = (client.clone(), driver.clone(), node.clone());
+            Box::pin(async move {
+                accel_dra::claims::live_claims(&client, &driver, &node)
+                    .await
+                    .map_err(|e| e.to_string())
+            })
+        })
+    };
     let ledger = PluginLedger {
         handle: handle.clone(),
         pods,
         driver: driver.clone(),
         manufacturer: options.manufacturer,
+        live: Some(live),
     };
     let resolver = Arc::new(ApiClaimResolver::new(
         client.clone(),
@@ -284,7 +382,7 @@ async fn sweep_claims(l: &Loop) {
         match l.resolver.live_claims().await {
             Ok(live) => {
                 for uid in held.difference(&live) {
-                    if l.handle.release_claim(uid) {
+                    if l.handle.release_claim(uid).await {
                         tracing::info!(claim = %uid, "released a claim no longer allocated here and reserved");
                     }
                     if let Err(e) = l.specs.remove(uid) {
@@ -376,6 +474,7 @@ mod tests {
             pods,
             driver: slices::driver_for(Manufacturer::Nvidia).expect("a driver"),
             manufacturer: Manufacturer::Nvidia,
+            live: None,
         };
         let claim = ClaimRef {
             namespace: "ml".into(),
@@ -389,7 +488,7 @@ mod tests {
         };
         // The Pod is not in the watch: the responder is asked with the claim's names alone.
         let injection = ledger
-            .grant(&claim, &reserved, &["gpu-1".into()], &[1], None)
+            .grant(&claim, &reserved, &["gpu-1".into()], &[1], None, None)
             .await
             .expect("granted");
         assert_eq!(injection.envs["NVIDIA_VISIBLE_DEVICES"], gpu_uuid(1));
@@ -435,6 +534,7 @@ mod tests {
                 &[format!("gpu-{container}")],
                 &[container],
                 None,
+                None,
             )
             .await
             .expect_err("a container's card");
@@ -442,8 +542,8 @@ mod tests {
             refused.starts_with("the ledger refused ResourceClaim claim-2: accelerator"),
             "{refused}"
         );
-        assert!(ledger.release("claim-1"));
-        assert!(!ledger.release("claim-1"));
+        assert!(ledger.release("claim-1").await);
+        assert!(!ledger.release("claim-1").await);
         // A share of card 1 by its consumed capacity: a slice, recorded under its share's id.
         let share = ConsumedShare {
             share_id: Some("share-9".into()),
@@ -451,7 +551,14 @@ mod tests {
             cores_percentage: Some(20),
         };
         let sliced = ledger
-            .grant(&claim, &reserved, &["gpu-1".into()], &[1], Some(&share))
+            .grant(
+                &claim,
+                &reserved,
+                &["gpu-1".into()],
+                &[1],
+                Some(&share),
+                None,
+            )
             .await
             .expect("a slice");
         assert_eq!(sliced.envs["CUDA_DEVICE_MEMORY_LIMIT_0"], "20480m");
@@ -463,6 +570,220 @@ mod tests {
         assert_eq!(grant.family, accel_core::ledger::Family::Sliced);
         assert_eq!(grant.device_ids, ["gpu-1/share-9"]);
         assert_eq!(grant.cores_percentage, Some(20));
+        plugins.stop().await;
+    }
+
+    /// On the recorded 8×H100 MIG host (its MIG state following the commands): a claim's
+    /// partition is made at its allocated placement through the DRA ledger, a container's
+    /// partition takes the placements it overlaps out of what DRA offers while the claim's stay
+    /// published; a claim the scheduler no longer has allocated is released when another claim
+    /// is given its slices, and a release destroys the claim's instance.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_claims_partition_and_a_containers_share_one_mig_card() {
+        use accel_host::{FsHost, RecordedCommands};
+        use accel_nvidia::mig_replay::{self, MigState};
+        use accel_plugin::Partitions;
+        use accel_plugin::service::Orphans;
+
+        let dir = tempfile::tempdir().expect("a temp dir");
+        let host = dir.path().join("host");
+        accel_testkit::copy_tree(&accel_testkit::recorded_host("hgx-h100-8gpu-mig"), &host)
+            .expect("the recorded host copied");
+        let commands: Arc<dyn accel_host::Commands> = Arc::from(mig_replay::wrap(
+            &host,
+            Box::new(RecordedCommands::load(&host).expect("its commands")),
+        ));
+        let section = accel_nvidia::detector::detect(
+            &FsHost::new(host.join("root")),
+            commands.as_ref(),
+            accel_nvidia::detector::DetectOptions::default(),
+        )
+        .detection
+        .expect("detected");
+        let kubelet = Kubelet::start(&dir.path().join("kubelet"), MemoryPods::new()).await;
+        let config = Config {
+            kubelet_dir: dir.path().join("kubelet"),
+            data_dir: dir.path().join("data"),
+            settings: Settings::default(),
+            offer: Offer::of(Manufacturer::Nvidia),
+            seats: section
+                .accelerators
+                .iter()
+                .map(|a| accel_core::ledger::Seat::from_accelerator(a, 0))
+                .collect(),
+            responder: Arc::new(NvidiaResponder {
+                strategy: InjectionStrategy::Envvar,
+                cuda_major: Some(13),
+                pod_dir_root: dir.path().join("data/pods"),
+                preload_dir: dir.path().join("data/preload"),
+                library_dir: accel_nvidia::responder::HOST_LIBRARY_DIR.into(),
+                engine: Arc::new(EngineFacts::default()),
+            }),
+            poll_interval: Duration::from_millis(20),
+            partitions: Some(Partitions {
+                partitioner: Arc::new(accel_nvidia::partitioner::SmiPartitioner::default()),
+                commands,
+                orphans: Orphans::default(),
+            }),
+            metrics: Default::default(),
+        };
+        let pods: Arc<dyn PodSource> = Arc::new(kubelet.pods().clone());
+        let plugins = DevicePlugins::start(config, pods.clone())
+            .await
+            .expect("the plugins start");
+        kubelet.wait_for(&["nvidia.com/gpu.partitioned"]).await;
+        let handle = plugins.handle();
+        let live: Arc<std::sync::Mutex<BTreeSet<String>>> = Arc::default();
+        let ledger = PluginLedger {
+            handle: handle.clone(),
+            pods,
+            driver: slices::driver_for(Manufacturer::Nvidia).expect("a driver"),
+            manufacturer: Manufacturer::Nvidia,
+            // What the API server has allocated here and reserved: set by the test below.
+            live: Some({
+                let live = live.clone();
+                Arc::new(move || {
+                    let now = live.lock().map(|l| l.clone()).unwrap_or_default();
+                    Box::pin(async move { Ok(now) })
+                })
+            }),
+        };
+        let published = slices::published_devices(&offered_section(&section, &handle));
+        assert_eq!(published.len(), 8 * 18, "every placement of every GPU");
+        // The scheduler allocated gpu-0-3g-40gb-4: the DRA ledger makes it there.
+        let Some(slices::DeviceRef::Partition(part)) = published.get("gpu-0-3g-40gb-4") else {
+            panic!("gpu-0-3g-40gb-4 is not published");
+        };
+        let claim = ClaimRef {
+            namespace: "ml".into(),
+            name: "infer".into(),
+            uid: "claim-1".into(),
+        };
+        let reserved = ReservedPod {
+            namespace: "ml".into(),
+            name: "server".into(),
+            uid: "pod-7".into(),
+        };
+        let injection = ledger
+            .grant(
+                &claim,
+                &reserved,
+                &["gpu-0-3g-40gb-4".into()],
+                &[0],
+                None,
+                Some(part),
+            )
+            .await
+            .expect("the partition granted");
+        let uuid = injection.envs["NVIDIA_VISIBLE_DEVICES"].clone();
+        assert!(uuid.starts_with("MIG-"), "{uuid}");
+        let live_instances = |gpu: u32| -> Vec<(u32, String)> {
+            let state = MigState::load(&host.join(mig_replay::STATE_FILE)).expect("MIG state");
+            state
+                .instances
+                .iter()
+                .filter(|i| i.gpu == gpu)
+                .map(|i| (i.start, i.profile.clone()))
+                .collect()
+        };
+        assert_eq!(live_instances(0), [(4, "3g.40gb".to_string())]);
+        // The claim's placement stays offered (the scheduler counts it); a container's 4g.40gb
+        // packs onto GPU 0 at slices 0–3, and every placement it overlaps leaves the offer.
+        let profile = "nvidia.com/gpu.partitioned.mig-4g.40gb";
+        kubelet.create(pod(
+            "a",
+            1,
+            &[(
+                "main",
+                &[("nvidia.com/gpu.partitioned", "1"), (profile, "1")],
+            )],
+        ));
+        kubelet.admit("a").await.expect("admitted");
+        let mut now = live_instances(0);
+        now.sort();
+        assert_eq!(
+            now,
+            [(0, "4g.40gb".to_string()), (4, "3g.40gb".to_string())]
+        );
+        let offered = offered_section(&section, &handle);
+        let gpu0: Vec<String> = slices::published_devices(&offered)
+            .into_iter()
+            .filter(|(_, d)| d.index() == 0)
+            .map(|(name, _)| name)
+            .collect();
+        // Slices 0–3 are the container's: only placements within slices 4–7 remain.
+        assert_eq!(
+            gpu0,
+            [
+                "gpu-0-1g-10gb-4",
+                "gpu-0-1g-10gb-5",
+                "gpu-0-1g-10gb-6",
+                "gpu-0-1g-20gb-4",
+                "gpu-0-1g-20gb-6",
+                "gpu-0-2g-20gb-4",
+                "gpu-0-3g-40gb-4"
+            ]
+        );
+        assert!(
+            offered
+                .accelerators
+                .iter()
+                .all(|a| a.index != 0 || !a.partition_profiles.is_empty())
+        );
+        // The scheduler gives the claim's slices to claim-2 while claim-1 is still allocated
+        // here: refused, and claim-1 keeps its instance.
+        let second = |uid: &str| ClaimRef {
+            uid: uid.into(),
+            ..claim.clone()
+        };
+        let Some(slices::DeviceRef::Partition(small)) = published.get("gpu-0-1g-10gb-5") else {
+            panic!("gpu-0-1g-10gb-5 is not published");
+        };
+        let names = ["gpu-0-1g-10gb-5".to_string()];
+        *live.lock().expect("live") = ["claim-1".to_string(), "claim-2".to_string()].into();
+        let refused = ledger
+            .grant(
+                &second("claim-2"),
+                &reserved,
+                &names,
+                &[0],
+                None,
+                Some(small),
+            )
+            .await
+            .expect_err("claim-1 still holds slices 4-7");
+        assert!(
+            refused.starts_with("the ledger refused ResourceClaim claim-2"),
+            "{refused}"
+        );
+        assert_eq!(handle.claim_uids(), ["claim-1".to_string()].into());
+        // claim-1 is no longer allocated (its Pod went; the kubelet's unprepare has not come):
+        // what the scheduler counts free is freed, and claim-2 is made where it was allocated.
+        *live.lock().expect("live") = ["claim-2".to_string()].into();
+        let injection = ledger
+            .grant(
+                &second("claim-2"),
+                &reserved,
+                &names,
+                &[0],
+                None,
+                Some(small),
+            )
+            .await
+            .expect("claim-1's stale hold released first");
+        assert!(injection.envs["NVIDIA_VISIBLE_DEVICES"].starts_with("MIG-"));
+        let mut now = live_instances(0);
+        now.sort();
+        assert_eq!(
+            now,
+            [(0, "4g.40gb".to_string()), (5, "1g.10gb".to_string())]
+        );
+        assert_eq!(handle.claim_uids(), ["claim-2".to_string()].into());
+        // The kubelet's late unprepare of claim-1 finds nothing; claim-2's destroys its instance.
+        assert!(!ledger.release("claim-1").await);
+        assert!(ledger.release("claim-2").await);
+        assert_eq!(live_instances(0), [(0, "4g.40gb".to_string())]);
+        assert!(handle.claim_uids().is_empty());
         plugins.stop().await;
     }
 }

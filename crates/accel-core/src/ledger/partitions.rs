@@ -195,6 +195,22 @@ pub fn placed(ledger: &Ledger, index: u32) -> Vec<&PartitionPlacement> {
         .collect()
 }
 
+/// The partition grants of containers (not of ResourceClaims) charging accelerator `index`:
+/// what the partitioned pool's tokens and its profiles' node capacity count as allocated. A
+/// claim's partition occupies its slices all the same ([`occupied`]), but the kubelet never
+/// granted it, so it is no token of the device plugin's.
+pub fn placed_by_containers(ledger: &Ledger, index: u32) -> Vec<&PartitionPlacement> {
+    ledger
+        .grants()
+        .iter()
+        .filter(|(key, g)| {
+            key.claim_uid().is_none() && g.family == Family::Partitioned && ledger.charges(g)
+        })
+        .filter(|(_, g)| g.accelerators.contains(&index))
+        .filter_map(|(_, g)| g.partition.as_ref())
+        .collect()
+}
+
 /// The intervals accelerator `index`'s charging partition grants occupy.
 pub fn occupied(ledger: &Ledger, index: u32) -> Vec<(u32, u32)> {
     placed(ledger, index)
@@ -231,7 +247,7 @@ pub fn occupancy(seat: &Seat, ledger: &Ledger) -> PartitionOccupancy {
         .iter()
         .map(|p| (p.name.clone(), 0))
         .collect();
-    for p in placed(ledger, seat.index) {
+    for p in placed_by_containers(ledger, seat.index) {
         *allocated.entry(p.profile.clone()).or_default() += 1;
     }
     let mut placeable = free;
@@ -257,7 +273,8 @@ fn free_counts(seat: &Seat, ledger: &Ledger) -> BTreeMap<String, u32> {
         .collect()
 }
 
-/// The healthy partition tokens of one accelerator: its allocated instances, plus its
+/// The healthy partition tokens of one accelerator: its containers' allocated instances (a
+/// ResourceClaim's is no token, though its slices are taken), plus its
 /// claimable outside instances (each can be handed to a container), plus its largest
 /// per-profile count of instances that fit in the slices nothing takes; only the allocated
 /// ones when it is unhealthy, 0 when it is not in a partitioning mode.
@@ -265,7 +282,8 @@ pub fn room(seat: &Seat, ledger: &Ledger) -> u32 {
     if seat.grantable != Grantable::PartitionsOnly {
         return 0;
     }
-    let allocated = u32::try_from(placed(ledger, seat.index).len()).unwrap_or(u32::MAX);
+    let allocated =
+        u32::try_from(placed_by_containers(ledger, seat.index).len()).unwrap_or(u32::MAX);
     if !seat.healthy {
         return allocated;
     }

@@ -1,9 +1,14 @@
 //! Grants made through DRA ResourceClaims (issue 46), on the device plugin's one ledger: a claim
-//! (whole cards, or a logical slice of one by its consumed capacity) is charged, journalled and answered by the manufacturer's responder exactly as a container's
-//! grant is, under its own key ([`GrantKey::claim`]). The card is then nobody else's: the
-//! ledger refuses a container's grant on it, and its tokens read Unhealthy in ListAndWatch, so
-//! the kubelet stops counting it. A claim's grant ends when the DRA driver releases it
-//! (unprepare, or its claim gone from the API server), never on a Pod's word.
+//! (whole cards, a logical slice of one by its consumed capacity, or one hardware partition at
+//! the placement the scheduler allocated) is charged, journalled and answered by the
+//! manufacturer's responder exactly as a container's grant is, under its own key
+//! ([`GrantKey::claim`]). A claim's card is then nobody else's: the ledger refuses a
+//! container's grant on it, and its tokens read Unhealthy in ListAndWatch, so the kubelet stops
+//! counting it; a claim's partition occupies its memory slices as a container's does, and is
+//! not counted among the partitioned pool's tokens. A partition's instance is made at prepare
+//! by the node's partitioner ([`super::partition`]) and destroyed at release. A claim's grant
+//! ends when the DRA driver releases it (unprepare, or its claim gone from the API server),
+//! never on a Pod's word.
 
 use accel_backend::respond::{Answer, Injection};
 use accel_core::ledger::{Claim, Family, GrantKey, Seat};
@@ -28,6 +33,18 @@ pub struct ClaimGrant {
     pub accelerators: Vec<u32>,
     /// The logical slice the claim consumes of its one accelerator; `None`: whole cards.
     pub slice: Option<ClaimSlice>,
+    /// The hardware partition the claim holds on its one accelerator; `None`: none.
+    pub partition: Option<ClaimPartition>,
+}
+
+/// A hardware partition asked through a claim: a profile at the placement the scheduler
+/// allocated.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClaimPartition {
+    /// The profile as the vendor spells it (`3g.40gb`).
+    pub profile: String,
+    /// Its first memory slice.
+    pub start: u32,
 }
 
 /// A logical slice asked through a claim's consumed capacity.
@@ -58,6 +75,9 @@ impl PluginHandle {
     /// returns) and answers the responder's injection for them. A retried prepare of a granted
     /// claim is answered again without charging twice.
     pub async fn grant_claim(&self, ask: &ClaimGrant) -> Result<Injection, ClaimRefusal> {
+        if let Some(part) = &ask.partition {
+            return self.shared.grant_claim_partition(ask, part).await;
+        }
         let claim_uid = || ask.claim_uid.clone();
         let (injection, ticket, fresh, granted) = {
             let mut guard = self.shared.lock();
@@ -190,9 +210,22 @@ impl PluginHandle {
         Ok(injection)
     }
 
-    /// Releases the claim's grant (journalled); `false` when it held none (unprepare is
-    /// retried, and a claim refused at prepare holds nothing).
-    pub fn release_claim(&self, claim_uid: &str) -> bool {
+    /// Releases the claim's grant (journalled; a partition's instance destroyed first, see
+    /// [`super::partition`]); `false` when it held none (unprepare is retried, and a claim
+    /// refused at prepare holds nothing).
+    pub async fn release_claim(&self, claim_uid: &str) -> bool {
+        let partition = {
+            let state = self.shared.lock();
+            state.ledger.claim_key(claim_uid).cloned().filter(|key| {
+                state
+                    .ledger
+                    .grant(key)
+                    .is_some_and(|g| g.family == Family::Partitioned)
+            })
+        };
+        if let Some(key) = partition {
+            return self.shared.release_claim_partition(key).await;
+        }
         let released = {
             let mut state = self.shared.lock();
             let key = state.ledger.claim_key(claim_uid).cloned();

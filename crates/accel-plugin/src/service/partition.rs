@@ -52,7 +52,9 @@ use crate::metrics::{Attribution, RefusalReason, Refuse};
 use crate::ownership::{self, OwnershipRecord};
 use crate::pods::Pod;
 use crate::pools::Pool;
-use accel_backend::respond::Answer;
+use accel_backend::respond::{Answer, Injection};
+
+use super::claims::{ClaimGrant, ClaimPartition, ClaimRefusal};
 
 /// How many times a reclaim tries a destroy refused `In use` before leaving it for later.
 pub const RECLAIM_ATTEMPTS: u32 = 5;
@@ -238,7 +240,7 @@ impl Shared {
         }
         let claimed = match reserved.placement.instance {
             Some(_) => None,
-            None => self.claim_unowned(&parts, &gpu, &mut reserved).await,
+            None => self.claim_unowned(&parts, &gpu, &mut reserved, false).await,
         };
         // Made by this call (neither the container's own, nor an unowned one it adopted): a
         // refused answer destroys it again (spec §6.3's rollback).
@@ -295,6 +297,279 @@ impl Shared {
                 Err(refused(&pool.resource, &reserved.who, status))
             }
         }
+    }
+
+    /// A ResourceClaim's partition (issue 46): the placement the scheduler allocated (profile
+    /// and start, from the device's name) is reserved in the ledger under the claim's key, its
+    /// instance made there (or an unowned instance exactly there adopted), made durable (the
+    /// ownership record and the journal) and answered by the responder as a container's
+    /// partition is. A retried prepare of a made partition is answered again; nothing is ever
+    /// placed elsewhere than allocated.
+    pub(super) async fn grant_claim_partition(
+        &self,
+        ask: &ClaimGrant,
+        part: &ClaimPartition,
+    ) -> Result<Injection, ClaimRefusal> {
+        let claim = || ask.claim_uid.clone();
+        let refuse = |reason: String| ClaimRefusal::Ledger {
+            claim: claim(),
+            reason,
+        };
+        let Some(parts) = self.config.partitions.clone() else {
+            return Err(refuse(
+                "this device manager makes no partitions (no partitioner)".into(),
+            ));
+        };
+        let [index] = ask.accelerators.as_slice() else {
+            return Err(refuse(format!(
+                "a partition is on one accelerator, not {:?}",
+                ask.accelerators
+            )));
+        };
+        let mut reserved = self.reserve_claim_partition(ask, part, *index)?;
+        let gpu = PartitionGpu {
+            index: reserved.seat.index,
+            uuid: reserved.seat.uuid.clone(),
+        };
+        let fresh = reserved.receipt.as_ref().is_some_and(|r| r.fresh);
+        let (instance, made_here) = match reserved.placement.instance.clone() {
+            Some(instance) => (instance, false),
+            None => match self.claim_unowned(&parts, &gpu, &mut reserved, true).await {
+                Some(instance) => (instance, false),
+                None => match self.materialise(&parts, &gpu, &reserved).await {
+                    Ok(instance) => (instance, true),
+                    Err(status) => {
+                        self.give_back(&reserved);
+                        return Err(refuse(status.message().to_string()));
+                    }
+                },
+            },
+        };
+        if fresh && let Err(status) = self.make_durable(&parts, &gpu, &reserved, &instance).await {
+            self.give_back(&reserved);
+            return Err(ClaimRefusal::Journal {
+                claim: claim(),
+                reason: status.message().to_string(),
+            });
+        }
+        let answered = self.config.responder.respond(&Answer {
+            family: Some(Family::Partitioned),
+            seats: &[&reserved.seat],
+            slice_units: 0,
+            cores_percentage: None,
+            partition: Some(&instance),
+            pod: &reserved.pod,
+            container: None,
+        });
+        match answered {
+            Ok(injection) => {
+                if fresh {
+                    self.config.metrics.granted(Some(Family::Partitioned));
+                    tracing::info!(
+                        "granted a {} partition ({}, GPU instance {}) at memory slice {} of {gpu} to ResourceClaim {} through {}",
+                        reserved.placement.profile,
+                        instance.uuid,
+                        instance.gpu_instance,
+                        reserved.placement.start,
+                        ask.claim_uid,
+                        ask.driver
+                    );
+                    self.notify();
+                }
+                Ok(injection)
+            }
+            Err(e) => {
+                if fresh {
+                    let undone = self
+                        .undo(&parts, &gpu, &reserved, &instance, made_here)
+                        .await;
+                    tracing::warn!("{}: responder refused; {undone}", reserved.who);
+                }
+                Err(ClaimRefusal::Responder {
+                    claim: claim(),
+                    reason: e.to_string(),
+                })
+            }
+        }
+    }
+
+    /// Under the ledger lock: the claim's partition as it stands (a retried prepare), or a new
+    /// reservation at exactly the allocated placement.
+    fn reserve_claim_partition(
+        &self,
+        ask: &ClaimGrant,
+        part: &ClaimPartition,
+        index: u32,
+    ) -> Result<Reserved, ClaimRefusal> {
+        let refuse = |reason: String| ClaimRefusal::Ledger {
+            claim: ask.claim_uid.clone(),
+            reason,
+        };
+        let mut state = self.lock();
+        let key = state
+            .ledger
+            .claim_key(&ask.claim_uid)
+            .cloned()
+            .unwrap_or_else(|| GrantKey::claim(&ask.claim_uid, &ask.pod.uid));
+        let who = format!("ResourceClaim {}", ask.claim_uid);
+        if let Some(why) = state.stale.get(&key) {
+            return Err(refuse(format!(
+                "its partition is not live any more ({why}); it is not re-created"
+            )));
+        }
+        let seat = state
+            .ledger
+            .seat(index)
+            .cloned()
+            .ok_or_else(|| refuse(format!("accelerator {index} is not served here")))?;
+        let pod = Arc::new(ask.pod.clone());
+        if let Some(grant) = state.ledger.grant(&key) {
+            return match grant.partition.clone() {
+                Some(placement)
+                    if placement.instance.is_some()
+                        && placement.profile == part.profile
+                        && placement.start == part.start
+                        && grant.accelerators == [index] =>
+                {
+                    Ok(Reserved {
+                        key,
+                        who,
+                        pod,
+                        profile_id: profile_id(&seat, &placement.profile),
+                        seat,
+                        placement,
+                        receipt: None,
+                        recovered: None,
+                    })
+                }
+                Some(placement) if placement.instance.is_none() => Err(refuse(
+                    "its partition is still being made; retry".to_string(),
+                )),
+                _ => Err(refuse(format!(
+                    "it already holds {:?} on {:?}, not the {} at memory slice {} of accelerator {index} asked now",
+                    grant.partition.as_ref().map(|p| &p.profile),
+                    grant.accelerators,
+                    part.profile,
+                    part.start
+                ))),
+            };
+        }
+        let describe = state.ledger.describe(index);
+        let shape = seat
+            .partitions
+            .iter()
+            .find(|p| p.name == part.profile)
+            .cloned()
+            .ok_or_else(|| refuse(format!("GPU {describe} does not offer {}", part.profile)))?;
+        if !shape.starts.contains(&part.start) {
+            return Err(refuse(format!(
+                "GPU {describe}: {} cannot start at memory slice {} (starts {:?})",
+                part.profile, part.start, shape.starts
+            )));
+        }
+        // A live instance no grant holds that overlaps the placement is somebody's: only one of
+        // exactly this profile and start, free to hand over, is adopted.
+        let blocking = partitions::outside(&state.ledger, index)
+            .into_iter()
+            .find(|o| {
+                partitions::overlaps((o.start, o.size), (part.start, shape.size))
+                    && !(o.claimable && o.profile == part.profile && o.start == part.start)
+            })
+            .map(|o| format!("a live {} instance at memory slice {}", o.profile, o.start));
+        if let Some(blocking) = blocking {
+            return Err(refuse(format!(
+                "GPU {describe}: the {} at memory slice {} overlaps {blocking} that no grant holds",
+                part.profile, part.start
+            )));
+        }
+        let units = shape
+            .memory_mib
+            .ok_or_else(|| format!("the driver reports no memory for {}", part.profile))
+            .and_then(|mib| {
+                fold(MemoryBudget::Profile(mib), seat.memory_mib).map_err(|e| e.to_string())
+            })
+            .map_err(|e| {
+                refuse(format!(
+                    "GPU {describe}: {} cannot be charged: {e}",
+                    part.profile
+                ))
+            })?;
+        let placement = PartitionPlacement {
+            profile: part.profile.clone(),
+            start: part.start,
+            size: shape.size,
+            instance: None,
+        };
+        let mut device_ids = ask.devices.clone();
+        device_ids.sort();
+        let receipt = state
+            .ledger
+            .allocate(Claim {
+                key: key.clone(),
+                family: Family::Partitioned,
+                resource: ask.driver.clone(),
+                device_ids,
+                accelerators: vec![index],
+                slice_units: units,
+                cores_percentage: None,
+                partition: Some(placement.clone()),
+            })
+            .map_err(|r| refuse(r.to_string()))?;
+        Ok(Reserved {
+            key,
+            who,
+            pod,
+            seat,
+            profile_id: shape.id,
+            placement,
+            receipt: Some(receipt),
+            recovered: None,
+        })
+    }
+
+    /// Releases a ResourceClaim's partition: its instance destroyed (as a gone Pod's is, see
+    /// "Reclaim"), then its grant and record; a stale record's grant goes with no destroy. When
+    /// the destroy is blocked (in use, a compute process on it) the grant stays, occupying its
+    /// placement, and a task tries again every [`RECLAIM_REPASS`] until it is done. Whether
+    /// the claim held a partition.
+    pub(super) async fn release_claim_partition(self: &Arc<Self>, key: GrantKey) -> bool {
+        let grant = {
+            let mut state = self.lock();
+            let Some(grant) = state.ledger.grant(&key).cloned() else {
+                return false;
+            };
+            if state.stale.remove(&key).is_some() || !has_instance(&grant) {
+                state.reclaim_blocked.remove(&key);
+                let _ = self.records().remove(&key.pod_uid, &key.container);
+                release_journalled(&mut state, key.clone());
+                drop(state);
+                tracing::info!("released {key} (its partition was not live)");
+                self.notify();
+                return true;
+            }
+            if !state.reclaiming.insert(key.clone()) {
+                // Already being reclaimed (a repeated unprepare).
+                return true;
+            }
+            grant
+        };
+        if self.reclaim_once(key.clone(), grant.clone()).await {
+            return true;
+        }
+        let shared = self.clone();
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(RECLAIM_REPASS).await;
+                let still = shared.lock().ledger.grant(&key).is_some();
+                if !still || !shared.lock().reclaiming.insert(key.clone()) {
+                    return;
+                }
+                if shared.reclaim_once(key.clone(), grant.clone()).await {
+                    return;
+                }
+            }
+        });
+        true
     }
 
     /// Takes back a fresh partition whose answer was refused: its journal entry is released,
@@ -473,12 +748,14 @@ impl Shared {
     /// An instance of the reserved profile already live on the chosen GPU that no grant owns
     /// (carved by hand) is claimed before a new one is made: the reservation moves to its start
     /// (refused, and nothing claimed, when that overlaps another grant). Only the chosen GPU is
-    /// looked at, so a claim costs no more vendor calls than a create.
+    /// looked at, so a claim costs no more vendor calls than a create. `exact`: only one at the
+    /// reserved start (a ResourceClaim's placement is the scheduler's, never moved).
     async fn claim_unowned(
         &self,
         parts: &crate::service::Partitions,
         gpu: &PartitionGpu,
         reserved: &mut Reserved,
+        exact: bool,
     ) -> Option<PartitionInstance> {
         let live = parts.live(gpu).await.ok()?.ok()?;
         let mut state = self.lock();
@@ -511,6 +788,7 @@ impl Shared {
                     && i.uuid.as_ref().is_some_and(|u| !owned.contains(u))
                     && !destroying.contains(&(gpu.index, i.gpu_instance))
                     && !busy(i.gpu_instance)
+                    && (!exact || i.start == reserved.placement.start)
             })
             .collect();
         // The one the reservation was placed on first (an instance the passes found).
@@ -696,15 +974,27 @@ impl Shared {
     }
 
     /// Destroys the instance of a partition whose Pod is gone, then releases its grant and
-    /// record (see the module's "Reclaim").
+    /// record (see the module's "Reclaim"); one that is blocked is tried again by the Pods'
+    /// reconcile after [`RECLAIM_REPASS`].
     pub(super) async fn reclaim_partition(self: Arc<Self>, key: GrantKey, grant: Grant) {
+        if !self.reclaim_once(key, grant).await {
+            tokio::time::sleep(RECLAIM_REPASS).await;
+            self.reconcile_pods();
+        }
+    }
+
+    /// One reclaim pass of a partition grant (`key` is in `reclaiming` on entry and not on
+    /// return): whether the grant is gone (its instance destroyed, or found gone).
+    async fn reclaim_once(&self, key: GrantKey, grant: Grant) -> bool {
         let (Some(placement), Some(&index)) =
             (grant.partition.as_ref(), grant.accelerators.first())
         else {
-            return;
+            self.lock().reclaiming.remove(&key);
+            return false;
         };
         let Some(instance) = placement.instance.clone() else {
-            return;
+            self.lock().reclaiming.remove(&key);
+            return false;
         };
         let gpu = PartitionGpu {
             index,
@@ -716,7 +1006,7 @@ impl Shared {
                 instance.uuid
             );
             self.lock().reclaiming.remove(&key);
-            return;
+            return false;
         };
         let mut pause = RECLAIM_FIRST_RETRY;
         let mut blocked = None;
@@ -787,7 +1077,12 @@ impl Shared {
                         String::new()
                     };
                     tracing::info!(
-                        "released {key}: its Pod is gone; MIG instance {} (GPU instance {}) on {gpu} {}{after}",
+                        "released {key}: {}; MIG instance {} (GPU instance {}) on {gpu} {}{after}",
+                        if key.claim_uid().is_some() {
+                            "its claim is unprepared"
+                        } else {
+                            "its Pod is gone"
+                        },
                         instance.uuid,
                         instance.gpu_instance,
                         if matches!(done, Reclaim::Destroyed) {
@@ -797,7 +1092,7 @@ impl Shared {
                         }
                     );
                     self.notify();
-                    return;
+                    return true;
                 }
                 Ok(Err(e)) if e.kind == PartitionErrorKind::InUse && attempt < RECLAIM_ATTEMPTS => {
                     tokio::time::sleep(pause).await;
@@ -832,8 +1127,7 @@ impl Shared {
                 instance.uuid
             );
         }
-        tokio::time::sleep(RECLAIM_REPASS).await;
-        self.reconcile_pods();
+        false
     }
 
     /// After a restart (and after grants are adopted from the Pods' annotations: `only`): every

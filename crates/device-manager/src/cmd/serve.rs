@@ -126,6 +126,12 @@ pub struct Args {
     /// CDI directory as the daemon sees it.
     #[arg(long, env = "CDI_DIR", default_value = accel_dra::cdi::DEFAULT_CDI_DIR)]
     pub cdi_dir: PathBuf,
+    /// With --dra: whole cards are served through DRA only, as the extended resource of the
+    /// manufacturer's DeviceClass (the chart's `dra.extendedResource`): the device plugin does
+    /// not register `<base>`, so a Pod asking `<base>: N` is given N devices by the scheduler
+    /// through a claim it makes (Kubernetes 1.36, DRAExtendedResource).
+    #[arg(long, env = "DRA_EXTENDED_RESOURCE", requires = "dra")]
+    pub dra_extended_resource: bool,
 }
 
 /// Samples the accelerators' live usage every `period` on the blocking pool (the vendor's tool
@@ -693,6 +699,7 @@ fn plugin_config(
         data_dir: paths.data_dir.clone(),
         settings: settings.plugin,
         offer: Offer {
+            exclusive: !args.dra_extended_resource,
             shared: !args.no_shared,
             sliced: slicing.offered && !args.no_sliced && row.slice_count.is_some(),
             partitioned: backend.partitioner.is_some()

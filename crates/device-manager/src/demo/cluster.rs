@@ -222,6 +222,7 @@ impl Node {
             partition_orphan_debounce: Duration::from_secs(300),
             dra: false,
             cdi_dir: work.join(name).join("cdi"),
+            dra_extended_resource: false,
         };
         let mut node = Node {
             name: name.to_string(),
