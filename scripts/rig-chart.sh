@@ -10,9 +10,15 @@
 #      env entries), and the worker's Lease is handed over;
 #   5. `helm uninstall` (its post-delete hook) leaves nothing of ours behind: no NodeFeature,
 #      NodeFeatureRule, Lease, Devices, nor accelerator budget keys on the Node.
+# With DRA=1 (issue 46) the node runs the CDI-capable containerd (scripts/rig-containerd.sh) and
+# the release has dra.enabled=true: after step 2, the daemon Pod's driver publishes the node's
+# ResourceSlice through the chart's RBAC (7 devices: gpu-pod's card withdrawn), the chart's
+# DeviceClass nvidia.gpustack.ai serves a claim whose Pod sees another card through the CDI spec
+# the daemon wrote into the chart's CDI mount; after the uninstall the kubelet wipes the slice
+# of the driver gone.
 #
 #   scripts/build-release.sh
-#   HELM=/path/to/helm scripts/rig-chart.sh
+#   HELM=/path/to/helm scripts/rig-chart.sh          (DRA=1 scripts/rig-chart.sh for DRA)
 #
 # Needs root, the rig built (../shared/rig/build.sh), helm (HELM or PATH) and openssl. CI cannot
 # run it: a person runs it and keeps what it printed. Leaves the rig stopped.
@@ -46,9 +52,17 @@ python3 "$RIGSRC/mkimage.py" --name "$IMAGE:$TAG" --out "$WORK/image.tar" "${fil
   --dir /tmp --entrypoint /usr/local/bin/device-manager >/dev/null || { echo "mkimage failed"; exit 2; }
 
 # --- the rig, the stand-in CRDs NFD and Kueue would bring, the node's PCI label NFD would set.
-rig_up "$WORK/rig"
+DRA=${DRA:-0}
+if [ "$DRA" = 1 ]; then
+  [ -x "$K/containerd2/bin/containerd" ] || { echo "no CDI-capable containerd (scripts/rig-containerd.sh)"; exit 2; }
+  PATH=$K/containerd2/bin:$PATH rig_up "$WORK/rig"
+else
+  rig_up "$WORK/rig"
+fi
 teardown() {
+  $KC delete pod,resourceclaim -l app=rig-chart-dra --wait=true --timeout=60s >/dev/null 2>&1
   "$HELM" uninstall $REL -n $NS --wait --timeout 2m >/dev/null 2>&1
+  [ "$DRA" = 1 ] && { $KC delete resourceslices --all >/dev/null 2>&1; rm -f /var/run/cdi/gpustack-*.json; }
   rm -rf /var/lib/gpustack/operator/device-manager /var/lib/gpustack/operator/lib/cuda-13/libvgpu.so
   $KC delete namespace $NS --ignore-not-found --wait=false >/dev/null 2>&1
   rig_down
@@ -91,6 +105,7 @@ values=(--set image.repository=$IMAGE --set image.tag=$TAG --set image.pullPolic
   --set deviceManager.hostRoot="$HOST" --set deviceManager.kubeletDir=$K/kubelet
   --set webhook.certManager.enabled=false --set webhook.caBundle="$(base64 -w0 "$WORK/ca.crt")"
   --set cleanup.waitSeconds=60)
+[ "$DRA" = 1 ] && values+=(--set dra.enabled=true)
 
 echo "=== helm install (hostRoot=$HOST)"
 "$HELM" install $REL "$CHART" -n $NS "${values[@]}" 2>&1 | sed -n '1,4p'
@@ -112,6 +127,24 @@ if running gpu-pod; then
   $KC logs gpu-pod 2>&1 | grep -q '^NVIDIA_VISIBLE_DEVICES=GPU-' || fail "gpu-pod has no GPU in NVIDIA_VISIBLE_DEVICES"
 fi
 held=$($KC logs gpu-pod 2>/dev/null | sed -n 's/^NVIDIA_VISIBLE_DEVICES=//p')
+if [ "$DRA" = 1 ]; then
+  echo "=== DRA through the chart"
+  DRA_APP=rig-chart-dra
+  slice_devices() { $KC get resourceslice rig-node-nvidia.gpustack.ai -o jsonpath='{.spec.devices[*].name}' 2>/dev/null; }
+  for _ in $(seq 1 60); do [ "$(slice_devices | wc -w)" = 7 ] && break; sleep 1; done
+  echo "DeviceClasses: $($KC get deviceclass -o jsonpath='{.items[*].metadata.name}')"
+  echo "ResourceSlice rig-node-nvidia.gpustack.ai (written by the daemon Pod): $(slice_devices)"
+  [ "$(slice_devices | wc -w)" = 7 ] || fail "the daemon Pod did not publish 7 devices (gpu-pod's card withdrawn)"
+  claim chart-gpu nvidia.gpustack.ai
+  claim_pod chart-dra chart-gpu
+  if saw chart-dra; then
+    got=$($KC logs chart-dra | sed -n 's/^NVIDIA_VISIBLE_DEVICES=//p')
+    echo "claim chart-gpu: allocated $(allocated chart-gpu) ($got); CDI specs: $(ls /var/run/cdi/gpustack-*.json 2>/dev/null | wc -l)"
+    [ -n "$got" ] && [ "$got" != "$held" ] && echo "  ok: another card than gpu-pod's" || fail "the claim's Pod sees '$got' (gpu-pod holds $held)"
+  fi
+  $KC delete pod chart-dra --wait=true --timeout=60s >/dev/null 2>&1
+  $KC delete resourceclaim chart-gpu --wait=true --timeout=60s >/dev/null 2>&1
+fi
 mode_of() { # the Devices status mode of accelerator $1 (by UUID)
   $KC get devices.gpustack.ai rig-node -o jsonpath="{.status.accelerators[?(@.uuid==\"$1\")].mode}" 2>/dev/null
 }
@@ -216,6 +249,17 @@ done
 "$HELM" uninstall $REL -n $NS --wait --timeout 3m 2>&1 | sed 's/^/  /'
 for _ in $(seq 1 30); do [ -z "$(left)" ] && break; sleep 2; done
 rest=$(left)
+if [ "$DRA" = 1 ]; then
+  # The kubelet wipes the slices of a driver that unregistered, 30 s after it went.
+  for _ in $(seq 1 45); do $KC get resourceslice rig-node-nvidia.gpustack.ai >/dev/null 2>&1 || break; sleep 1; done
+  if $KC get resourceslice rig-node-nvidia.gpustack.ai >/dev/null 2>&1; then
+    rest="$rest
+ResourceSlice rig-node-nvidia.gpustack.ai"
+  else
+    echo "the kubelet wiped the gone driver's ResourceSlice"
+  fi
+  rest=$(echo "$rest" | grep .)
+fi
 if [ -z "$rest" ]; then
   echo "nothing of ours is left (NodeFeatures, NodeFeatureRule, Lease, Devices, Node budget keys, Pods)"
 else
