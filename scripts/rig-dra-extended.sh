@@ -19,11 +19,7 @@
 # /tmp/rig-dra-extended-serve.log.
 set -u
 . "$(dirname "$0")/rig-lib.sh"
-CTRD2=$K/containerd2/bin
-[ -x "$CTRD2/containerd" ] || { echo "no CDI-capable containerd in $CTRD2 (scripts/rig-containerd.sh)"; exit 2; }
-HELM=${HELM:-$(ls "$REPO"/target/ci-helm-*/bin/helm 2>/dev/null | head -1)}
-[ -x "$HELM" ] || { echo "no helm (HELM=...; the deploy tests install one under target/)"; exit 2; }
-CDI=/var/run/cdi
+dra_rig
 LOG=/tmp/rig-dra-extended-serve.log
 
 WORK=$(mktemp -d /tmp/rig-dra-extended.XXXXXX)
@@ -47,9 +43,7 @@ PATH=$CTRD2:$PATH rig_up /tmp/rig-dra-extended
 fresh_devices
 $KC delete resourceslices --all >/dev/null 2>&1
 $KC delete pod ext-a ext-shared --wait=true --timeout=60s >/dev/null 2>&1
-"$HELM" template dm "$REPO/deploy/helm/device-manager" --api-versions resource.k8s.io/v1 \
-  --set dra.enabled=true --set dra.extendedResource=true -s templates/deviceclasses.yaml |
-  $KC apply -f - >/dev/null || fail "the chart's DeviceClasses were not applied"
+dra_classes dra.extendedResource=true
 echo "DeviceClass nvidia.gpustack.ai extendedResourceName: $($KC get deviceclass nvidia.gpustack.ai -o jsonpath='{.spec.extendedResourceName}')"
 
 : >"$LOG"

@@ -29,11 +29,7 @@
 # /tmp/rig-dra-partitions-serve.log.
 set -u
 . "$(dirname "$0")/rig-lib.sh"
-CTRD2=$K/containerd2/bin
-[ -x "$CTRD2/containerd" ] || { echo "no CDI-capable containerd in $CTRD2 (scripts/rig-containerd.sh)"; exit 2; }
-HELM=${HELM:-$(ls "$REPO"/target/ci-helm-*/bin/helm 2>/dev/null | head -1)}
-[ -x "$HELM" ] || { echo "no helm (HELM=...; the deploy tests install one under target/)"; exit 2; }
-CDI=/var/run/cdi
+dra_rig
 DRA_APP=rig-dra-partitions
 LOG=/tmp/rig-dra-partitions-serve.log
 PART=nvidia.com/gpu.partitioned
@@ -61,9 +57,7 @@ PATH=$CTRD2:$PATH rig_up /tmp/rig-dra-partitions
 fresh_devices
 $KC delete resourceslices --all >/dev/null 2>&1
 $KC delete pod,resourceclaim -l app=$DRA_APP --wait=true --timeout=60s >/dev/null 2>&1
-"$HELM" template dm "$REPO/deploy/helm/device-manager" --api-versions resource.k8s.io/v1 \
-  --set dra.enabled=true -s templates/deviceclasses.yaml | $KC apply -f - >/dev/null ||
-  fail "the chart's DeviceClasses were not applied"
+dra_classes
 echo "DeviceClasses: $($KC get deviceclass -o jsonpath='{.items[*].metadata.name}')"
 
 start_serve() {

@@ -36,11 +36,7 @@
 # /tmp/rig-dra-<manufacturer>-serve.log.
 set -u
 . "$(dirname "$0")/rig-lib.sh"
-CTRD2=$K/containerd2/bin
-[ -x "$CTRD2/containerd" ] || { echo "no CDI-capable containerd in $CTRD2 (scripts/rig-containerd.sh)"; exit 2; }
-HELM=${HELM:-$(ls "$REPO"/target/ci-helm-*/bin/helm 2>/dev/null | head -1)}
-[ -x "$HELM" ] || { echo "no helm (HELM=...; the deploy tests install one under target/)"; exit 2; }
-CDI=/var/run/cdi
+dra_rig
 
 WORK=$(mktemp -d /tmp/rig-dra.XXXXXX)
 chmod 755 "$WORK"
@@ -82,9 +78,7 @@ fresh_devices
 $KC delete resourceslices --all >/dev/null 2>&1
 # What an interrupted run left in the rig's etcd.
 $KC delete pod,resourceclaim -l app=rig-dra --wait=true --timeout=60s >/dev/null 2>&1
-"$HELM" template dm "$REPO/deploy/helm/device-manager" --api-versions resource.k8s.io/v1 \
-  --set dra.enabled=true -s templates/deviceclasses.yaml | $KC apply -f - >/dev/null ||
-  fail "the chart's DeviceClasses were not applied"
+dra_classes
 echo "DeviceClasses: $($KC get deviceclass -o jsonpath='{.items[*].metadata.name}')"
 
 start_serve() {  # start_serve M: the daemon of M on its recorded host, --dra

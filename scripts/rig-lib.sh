@@ -156,6 +156,27 @@ hygon_machine() {
   done
 }
 
+# dra_rig: what the DRA scripts need besides the rig: the CDI-capable containerd built by
+# scripts/rig-containerd.sh (CTRD2) and helm (HELM, else the one the deploy tests install under
+# target/); exits 2 without either. Sets CDI, the runtime's CDI directory.
+dra_rig() {
+  CTRD2=$K/containerd2/bin
+  [ -x "$CTRD2/containerd" ] || { echo "no CDI-capable containerd in $CTRD2 (scripts/rig-containerd.sh)"; exit 2; }
+  HELM=${HELM:-$(ls "$REPO"/target/ci-helm-*/bin/helm 2>/dev/null | head -1)}
+  [ -x "$HELM" ] || { echo "no helm (HELM=...; the deploy tests install one under target/)"; exit 2; }
+  CDI=/var/run/cdi
+}
+
+# dra_classes [KEY=VALUE...]: the chart's DeviceClasses applied, rendered with dra.enabled and
+# the values given.
+dra_classes() {
+  local sets=(--set dra.enabled=true) s
+  for s in "$@"; do sets+=(--set "$s"); done
+  "$HELM" template dm "$REPO/deploy/helm/device-manager" --api-versions resource.k8s.io/v1 \
+    "${sets[@]}" -s templates/deviceclasses.yaml | $KC apply -f - >/dev/null ||
+    fail "the chart's DeviceClasses were not applied"
+}
+
 # DRA (the rig-dra scripts): claim NAME CLASS [CEL [MEMORY CORES%]] applies a ResourceClaim of
 # one request (MEMORY and CORES% as consumed capacity); claim_pod NAME CLAIM a Pod whose one
 # container holds it and prints what it sees; allocated CLAIM the devices allocated to it. Both

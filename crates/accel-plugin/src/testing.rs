@@ -150,6 +150,34 @@ pub fn seat(i: u32) -> Seat {
     }
 }
 
+/// A ResourceClaim's hardware partition as the DRA driver asks for it: `profile` at memory
+/// slice `start` of accelerator `index`, the device `<kind>-<index>-<profile>-<start>` of
+/// `driver` (`nvidia.gpustack.ai`, `gpu`), for the Pod `pod-<uid>`.
+pub fn partition_claim(
+    driver: &str,
+    kind: &str,
+    uid: &str,
+    index: u32,
+    profile: &str,
+    start: u32,
+) -> crate::service::ClaimGrant {
+    crate::service::ClaimGrant {
+        claim_uid: uid.into(),
+        pod: pod(&format!("pod-{uid}"), 1_700_000_000, &[("main", &[])]),
+        driver: driver.into(),
+        devices: vec![format!(
+            "{kind}-{index}-{}-{start}",
+            profile.replace(['.', '+'], "-")
+        )],
+        accelerators: vec![index],
+        slice: None,
+        partition: Some(crate::service::ClaimPartition {
+            profile: profile.into(),
+            start,
+        }),
+    }
+}
+
 /// A Pending Pod for the emulator to admit, as the scenario tests and benchmarks write one: in
 /// namespace `ns`, named `pod-<uid>`, created at `created` (seconds), each container a name and
 /// its limits (`&[("main", &[("nvidia.com/gpu", "1")])]`). Anything else is set with struct

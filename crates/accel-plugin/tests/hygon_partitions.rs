@@ -272,18 +272,7 @@ fn dcu_claim(
     profile: &str,
     start: u32,
 ) -> accel_plugin::service::ClaimGrant {
-    accel_plugin::service::ClaimGrant {
-        claim_uid: uid.into(),
-        pod: accel_plugin::testing::pod(&format!("pod-{uid}"), 1_700_000_000, &[("main", &[])]),
-        driver: "hygon.gpustack.ai".into(),
-        devices: vec![format!("dcu-{index}-{}-{start}", profile.replace('.', "-"))],
-        accelerators: vec![index],
-        slice: None,
-        partition: Some(accel_plugin::service::ClaimPartition {
-            profile: profile.into(),
-            start,
-        }),
-    }
+    accel_plugin::testing::partition_claim("hygon.gpustack.ai", "dcu", uid, index, profile, start)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

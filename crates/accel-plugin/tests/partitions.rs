@@ -1381,26 +1381,14 @@ async fn a_busy_unowned_instance_is_never_handed_to_a_container() {
     assert_eq!(rig.admit("b", "3g.40gb").await.unwrap(), "MIG-hand-busy");
 }
 
-/// A ResourceClaim's partition as the DRA driver asks for it: the profile at the placement the
-/// scheduler allocated (the device `gpu-<index>-<profile>-<start>`).
+/// A ResourceClaim's MIG partition: the profile at the placement the scheduler allocated.
 fn mig_claim(
     uid: &str,
     index: u32,
     profile: &str,
     start: u32,
 ) -> accel_plugin::service::ClaimGrant {
-    accel_plugin::service::ClaimGrant {
-        claim_uid: uid.into(),
-        pod: pod(&format!("pod-{uid}"), 1_700_000_000, &[("main", &[])]),
-        driver: "nvidia.gpustack.ai".into(),
-        devices: vec![format!("gpu-{index}-{}-{start}", profile.replace('.', "-"))],
-        accelerators: vec![index],
-        slice: None,
-        partition: Some(accel_plugin::service::ClaimPartition {
-            profile: profile.into(),
-            start,
-        }),
-    }
+    testing::partition_claim("nvidia.gpustack.ai", "gpu", uid, index, profile, start)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -441,51 +441,76 @@ mod tests {
         .expect("an accelerator")
     }
 
-    #[tokio::test]
-    async fn a_claim_is_granted_on_the_plugins_ledger_and_a_containers_card_leaves_the_slice() {
-        let dir = tempfile::tempdir().expect("a temp dir");
-        let kubelet = Kubelet::start(&dir.path().join("kubelet"), MemoryPods::new()).await;
-        let config = Config {
-            kubelet_dir: dir.path().join("kubelet"),
-            data_dir: dir.path().join("data"),
+    /// Claim `claim-1` (`ml/<name>`) as the kubelet names it, reserved for Pod `ml/<pod>`
+    /// (`pod-7`).
+    fn claim_of(name: &str, pod: &str) -> (ClaimRef, ReservedPod) {
+        let claim = ClaimRef {
+            namespace: "ml".into(),
+            name: name.into(),
+            uid: "claim-1".into(),
+        };
+        let reserved = ReservedPod {
+            namespace: "ml".into(),
+            name: pod.into(),
+            uid: "pod-7".into(),
+        };
+        (claim, reserved)
+    }
+
+    /// The NVIDIA device plugins' configuration under `dir` (the environment strategy).
+    fn nvidia_config(
+        dir: &std::path::Path,
+        seats: Vec<accel_core::ledger::Seat>,
+        partitions: Option<accel_plugin::Partitions>,
+    ) -> Config {
+        Config {
+            kubelet_dir: dir.join("kubelet"),
+            data_dir: dir.join("data"),
             settings: Settings::default(),
             offer: Offer::of(Manufacturer::Nvidia),
-            seats: (0..3).map(seat).collect(),
+            seats,
             responder: Arc::new(NvidiaResponder {
                 strategy: InjectionStrategy::Envvar,
                 cuda_major: Some(13),
-                pod_dir_root: dir.path().join("data/pods"),
-                preload_dir: dir.path().join("data/preload"),
+                pod_dir_root: dir.join("data/pods"),
+                preload_dir: dir.join("data/preload"),
                 library_dir: accel_nvidia::responder::HOST_LIBRARY_DIR.into(),
                 engine: Arc::new(EngineFacts::default()),
             }),
             poll_interval: Duration::from_millis(20),
-            partitions: None,
+            partitions,
             metrics: Default::default(),
-        };
+        }
+    }
+
+    /// The NVIDIA driver's ledger over the plugins' handle.
+    fn nvidia_ledger(
+        handle: &PluginHandle,
+        pods: Arc<dyn PodSource>,
+        live: Option<LiveClaims>,
+    ) -> PluginLedger {
+        PluginLedger {
+            handle: handle.clone(),
+            pods,
+            driver: slices::driver_for(Manufacturer::Nvidia).expect("a driver"),
+            manufacturer: Manufacturer::Nvidia,
+            live,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_claim_is_granted_on_the_plugins_ledger_and_a_containers_card_leaves_the_slice() {
+        let dir = tempfile::tempdir().expect("a temp dir");
+        let kubelet = Kubelet::start(&dir.path().join("kubelet"), MemoryPods::new()).await;
+        let config = nvidia_config(dir.path(), (0..3).map(seat).collect(), None);
         let pods: Arc<dyn PodSource> = Arc::new(kubelet.pods().clone());
         let plugins = DevicePlugins::start(config, pods.clone())
             .await
             .expect("the plugins start");
         kubelet.wait_for(&["nvidia.com/gpu"]).await;
         let handle = plugins.handle();
-        let ledger = PluginLedger {
-            handle: handle.clone(),
-            pods,
-            driver: slices::driver_for(Manufacturer::Nvidia).expect("a driver"),
-            manufacturer: Manufacturer::Nvidia,
-            live: None,
-        };
-        let claim = ClaimRef {
-            namespace: "ml".into(),
-            name: "train".into(),
-            uid: "claim-1".into(),
-        };
-        let reserved = ReservedPod {
-            namespace: "ml".into(),
-            name: "trainer".into(),
-            uid: "pod-7".into(),
-        };
+        let ledger = nvidia_ledger(&handle, pods, None);
+        let (claim, reserved) = claim_of("train", "trainer");
         // The Pod is not in the watch: the responder is asked with the claim's names alone.
         let injection = ledger
             .grant(&claim, &reserved, &["gpu-1".into()], &[1], None, None)
@@ -601,32 +626,17 @@ mod tests {
         .detection
         .expect("detected");
         let kubelet = Kubelet::start(&dir.path().join("kubelet"), MemoryPods::new()).await;
-        let config = Config {
-            kubelet_dir: dir.path().join("kubelet"),
-            data_dir: dir.path().join("data"),
-            settings: Settings::default(),
-            offer: Offer::of(Manufacturer::Nvidia),
-            seats: section
-                .accelerators
-                .iter()
-                .map(|a| accel_core::ledger::Seat::from_accelerator(a, 0))
-                .collect(),
-            responder: Arc::new(NvidiaResponder {
-                strategy: InjectionStrategy::Envvar,
-                cuda_major: Some(13),
-                pod_dir_root: dir.path().join("data/pods"),
-                preload_dir: dir.path().join("data/preload"),
-                library_dir: accel_nvidia::responder::HOST_LIBRARY_DIR.into(),
-                engine: Arc::new(EngineFacts::default()),
-            }),
-            poll_interval: Duration::from_millis(20),
-            partitions: Some(Partitions {
-                partitioner: Arc::new(accel_nvidia::partitioner::SmiPartitioner::default()),
-                commands,
-                orphans: Orphans::default(),
-            }),
-            metrics: Default::default(),
+        let seats = section
+            .accelerators
+            .iter()
+            .map(|a| accel_core::ledger::Seat::from_accelerator(a, 0))
+            .collect();
+        let partitions = Partitions {
+            partitioner: Arc::new(accel_nvidia::partitioner::SmiPartitioner::default()),
+            commands,
+            orphans: Orphans::default(),
         };
+        let config = nvidia_config(dir.path(), seats, Some(partitions));
         let pods: Arc<dyn PodSource> = Arc::new(kubelet.pods().clone());
         let plugins = DevicePlugins::start(config, pods.clone())
             .await
@@ -634,36 +644,22 @@ mod tests {
         kubelet.wait_for(&["nvidia.com/gpu.partitioned"]).await;
         let handle = plugins.handle();
         let live: Arc<std::sync::Mutex<BTreeSet<String>>> = Arc::default();
-        let ledger = PluginLedger {
-            handle: handle.clone(),
-            pods,
-            driver: slices::driver_for(Manufacturer::Nvidia).expect("a driver"),
-            manufacturer: Manufacturer::Nvidia,
-            // What the API server has allocated here and reserved: set by the test below.
-            live: Some({
-                let live = live.clone();
-                Arc::new(move || {
-                    let now = live.lock().map(|l| l.clone()).unwrap_or_default();
-                    Box::pin(async move { Ok(now) })
-                })
-            }),
+        // What the API server has allocated here and reserved: set by the test below.
+        let listed: LiveClaims = {
+            let live = live.clone();
+            Arc::new(move || {
+                let now = live.lock().map(|l| l.clone()).unwrap_or_default();
+                Box::pin(async move { Ok(now) })
+            })
         };
+        let ledger = nvidia_ledger(&handle, pods, Some(listed));
         let published = slices::published_devices(&offered_section(&section, &handle));
         assert_eq!(published.len(), 8 * 18, "every placement of every GPU");
         // The scheduler allocated gpu-0-3g-40gb-4: the DRA ledger makes it there.
         let Some(slices::DeviceRef::Partition(part)) = published.get("gpu-0-3g-40gb-4") else {
             panic!("gpu-0-3g-40gb-4 is not published");
         };
-        let claim = ClaimRef {
-            namespace: "ml".into(),
-            name: "infer".into(),
-            uid: "claim-1".into(),
-        };
-        let reserved = ReservedPod {
-            namespace: "ml".into(),
-            name: "server".into(),
-            uid: "pod-7".into(),
-        };
+        let (claim, reserved) = claim_of("infer", "server");
         let injection = ledger
             .grant(
                 &claim,
