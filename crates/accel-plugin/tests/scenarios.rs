@@ -911,7 +911,18 @@ async fn claims_slice_a_card_by_consumed_capacity_and_a_whole_claim_waits_for_it
                 .all(|t| t.health == "Unhealthy")
         })
         .await;
-    assert!(handle.release_claim("s-1").await && handle.release_claim("s-2").await);
+    // The slices' working directory for their Pod (the shared cache) goes with the last of
+    // them.
+    let pod_dir = rig.dir.path().join("data/pods/claimer");
+    assert!(pod_dir.is_dir(), "{}", pod_dir.display());
+    assert!(handle.release_claim("s-1").await);
+    assert!(pod_dir.is_dir(), "s-2 still names the Pod");
+    assert!(handle.release_claim("s-2").await);
+    assert!(
+        !pod_dir.exists(),
+        "{} outlived its claims",
+        pod_dir.display()
+    );
     let exclusive = handle
         .grant_claim(&slice("w-1", 81_559, None))
         .await

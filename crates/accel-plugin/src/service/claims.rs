@@ -235,10 +235,24 @@ impl PluginHandle {
             {
                 tracing::error!("ledger journal: {e}");
             }
-            released
+            // The working directory the responder made for the claim's Pod (a slice's shared
+            // cache) goes with the last grant that names that Pod, a container's or a claim's.
+            let pod = released.as_ref().and_then(|(key, _)| {
+                let pod = key.claim_pod()?;
+                let named = state
+                    .ledger
+                    .grants()
+                    .keys()
+                    .any(|k| k.pod_uid == pod || k.claim_pod() == Some(pod));
+                (!named).then(|| pod.to_string())
+            });
+            released.map(|released| (released, pod))
         };
         match released {
-            Some((key, grant)) => {
+            Some(((key, grant), pod)) => {
+                if let Some(pod) = pod {
+                    self.shared.config.responder.reclaim(&pod);
+                }
                 tracing::info!(
                     "released {key} ({:?} through {})",
                     grant.accelerators,
