@@ -178,12 +178,20 @@ pub enum Sharing {
     /// device may be allocated to several claims (`allowMultipleAllocations`), each consuming
     /// `memory` (a claim that asks none takes all of it: the whole card) and `coresPercentage`
     /// (one that asks none takes 100 where the manufacturer's slices may not over-commit
-    /// compute, else 0, no cap); `cores`, the core count, is consumed only when asked.
-    Slices { cores_overcommit: bool },
+    /// compute, else 0, no cap); `cores`, the core count, is consumed only when asked; and one
+    /// of `slices`, the `per_card` slices the ledger allows an accelerator, so the scheduler
+    /// never allocates more shares of a card than the ledger would grant.
+    Slices {
+        cores_overcommit: bool,
+        per_card: u32,
+    },
 }
 
 /// The consumable cores percentage of a sliceable device.
 pub const CORES_PERCENTAGE: &str = "coresPercentage";
+
+/// The slices of a sliceable device: each share consumes one.
+pub const SLICES: &str = "slices";
 
 /// Why a manufacturer's section cannot be a ResourceSlice.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -669,7 +677,10 @@ fn device(
     let sliced = match sharing {
         Sharing::Whole => None,
         // A card whose memory is unknown cannot be sliced by it.
-        Sharing::Slices { cores_overcommit } => a.memory_mib.map(|_| cores_overcommit),
+        Sharing::Slices {
+            cores_overcommit,
+            per_card,
+        } => a.memory_mib.map(|_| (cores_overcommit, per_card)),
     };
     let mut capacity = BTreeMap::new();
     if let Some(mib) = a.memory_mib {
@@ -707,7 +718,21 @@ fn device(
             },
         );
     }
-    if let Some(cores_overcommit) = sliced {
+    if let Some((cores_overcommit, per_card)) = sliced {
+        capacity.insert(
+            qualified(SLICES),
+            DeviceCapacity {
+                value: count_quantity(u64::from(per_card)),
+                request_policy: Some(RequestPolicy {
+                    default: "1".into(),
+                    valid_range: ValidRange {
+                        min: "1".into(),
+                        max: Some("1".into()),
+                        step: None,
+                    },
+                }),
+            },
+        );
         capacity.insert(
             qualified(CORES_PERCENTAGE),
             DeviceCapacity {
@@ -895,7 +920,10 @@ mod tests {
                 &section,
                 GroupNaming::default(),
                 1,
-                Sharing::Slices { cores_overcommit },
+                Sharing::Slices {
+                    cores_overcommit,
+                    per_card: 128,
+                },
             )
             .unwrap();
             serde_json::to_value(&spec.devices).unwrap()
@@ -912,6 +940,9 @@ mod tests {
                     {"default": "0", "validRange": {"min": "0"}}},
                 "gpustack.ai/coresPercentage": {"value": "100", "requestPolicy":
                     {"default": "0", "validRange": {"min": "0", "max": "100", "step": "1"}}},
+                // One of the card's 128 slices a share: no more shares than the ledger grants.
+                "gpustack.ai/slices": {"value": "128", "requestPolicy":
+                    {"default": "1", "validRange": {"min": "1", "max": "1"}}},
             })
         );
         // Where slices may not over-commit compute, one that asks none takes all of it.

@@ -585,6 +585,11 @@ pub fn run(args: Args, settings: &Settings) -> anyhow::Result<ExitCode> {
                                         .manufacturers
                                         .get(args.manufacturer)
                                         .cores_percentage_overcommit,
+                                    // The ledger's seats' slice capacity (`daemon::seats_of`).
+                                    per_card: accel_core::ledger::units::slices_per_accelerator(
+                                        args.manufacturer,
+                                    )
+                                    .unwrap_or(0),
                                 }
                             } else {
                                 accel_dra::slices::Sharing::Whole
