@@ -677,10 +677,14 @@ fn device(
     let sliced = match sharing {
         Sharing::Whole => None,
         // A card whose memory is unknown cannot be sliced by it.
+        // Nor one the ledger allows no slice of.
         Sharing::Slices {
             cores_overcommit,
             per_card,
-        } => a.memory_mib.map(|_| (cores_overcommit, per_card)),
+        } => a
+            .memory_mib
+            .filter(|_| per_card > 0)
+            .map(|_| (cores_overcommit, per_card)),
     };
     let mut capacity = BTreeMap::new();
     if let Some(mib) = a.memory_mib {
@@ -956,6 +960,25 @@ mod tests {
             devices[0]["capacity"]["gpustack.ai/cores"]
                 .get("requestPolicy")
                 .is_none()
+        );
+        // A manufacturer the ledger allows no slice of publishes its cards whole (a `slices`
+        // capacity of 0 would be refused by the API: its minimum of 1 above the capacity).
+        let none = slice_spec_shared(
+            &driver,
+            "node-1",
+            &section,
+            GroupNaming::default(),
+            1,
+            Sharing::Slices {
+                cores_overcommit: false,
+                per_card: 0,
+            },
+        )
+        .unwrap();
+        assert!(
+            none.devices
+                .iter()
+                .all(|d| d.allow_multiple_allocations.is_none())
         );
         // Whole devices carry no request policy (the API refuses one on them).
         let whole = serde_json::to_value(&spec(&section).devices).unwrap();
