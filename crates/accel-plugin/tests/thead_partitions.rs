@@ -184,3 +184,35 @@ async fn a_gone_pods_partition_is_kept_while_a_process_runs_on_it() {
     .await;
     testing::wait_released(plugins, "c").await;
 }
+
+/// A ResourceClaim's T-Head partition (issue 46): made at the placement the scheduler allocated
+/// (T-Head's create names it, `<profile id>:<start>`), not the lowest free one, and destroyed at
+/// release.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claims_partition_is_made_at_its_placement_and_destroyed_at_release() {
+    let rig = rig().await;
+    let handle = rig.plugins().handle();
+    let ask = testing::partition_claim("thead.gpustack.ai", "ppu", "t1", 15, "4g.48gb", 4);
+    handle.grant_claim(&ask).await.unwrap();
+    let state = rig.state();
+    let made: Vec<(u32, &str, u32)> = state
+        .instances
+        .iter()
+        .map(|i| (i.start, i.profile.as_str(), i.size))
+        .collect();
+    assert_eq!(made, [(4, "4g48gb", 4)], "{state:?}");
+    let create = rig.runs(|r| r.has("-cgi") && r.argv.contains(":4") && r.success);
+    assert_eq!(create, 1, "the create named the claim's placement");
+    // The claim's instance is no device-plugin token: of the four, the other card's two and
+    // the one 4g.48gb still free beside the claim's stay Healthy.
+    let healthy = |n: usize| {
+        move |d: &[accel_plugin::api::deviceplugin::Device]| {
+            d.iter().filter(|t| t.health == "Healthy").count() == n
+        }
+    };
+    rig.kubelet.wait_devices(PARTITIONED, healthy(3)).await;
+    assert!(handle.release_claim("t1").await);
+    assert!(rig.state().instances.is_empty());
+    assert!(handle.claim_uids().is_empty());
+    rig.kubelet.wait_devices(PARTITIONED, healthy(4)).await;
+}
