@@ -26,15 +26,7 @@ HOST=$WORK/hgx-h100-8gpu
 cp -a "$REPO/testdata/hosts/hgx-h100-8gpu" "$HOST"
 SERVE=""
 stop_serve() { [ -n "$SERVE" ] && { kill "$SERVE" 2>/dev/null; wait "$SERVE" 2>/dev/null; }; SERVE=""; }
-cleanup() {
-  $KC delete pod,resourceclaim -l app=$DRA_APP --wait=true --timeout=60s >/dev/null 2>&1
-  stop_serve
-  $KC delete resourceslices --all >/dev/null 2>&1
-  $KC delete deviceclass -l app.kubernetes.io/name=device-manager >/dev/null 2>&1
-  rig_down
-  rm -f "$CDI"/gpustack-*.json
-  rm -rf "$WORK"
-}
+cleanup() { dra_down; }
 trap cleanup EXIT
 trap 'exit 143' INT TERM HUP  # a signal ends the script through its EXIT clean-up
 

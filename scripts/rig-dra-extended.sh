@@ -20,6 +20,7 @@
 set -u
 . "$(dirname "$0")/rig-lib.sh"
 dra_rig
+DRA_APP=rig-dra-extended
 LOG=/tmp/rig-dra-extended-serve.log
 
 WORK=$(mktemp -d /tmp/rig-dra-extended.XXXXXX)
@@ -27,15 +28,7 @@ chmod 755 "$WORK"
 HOST=$WORK/hgx-h100-8gpu
 cp -a "$REPO/testdata/hosts/hgx-h100-8gpu" "$HOST"
 SERVE=""
-cleanup() {
-  $KC delete pod ext-a ext-shared --wait=true --timeout=60s >/dev/null 2>&1
-  [ -n "$SERVE" ] && { kill "$SERVE" 2>/dev/null; wait "$SERVE" 2>/dev/null; }
-  $KC delete resourceslices --all >/dev/null 2>&1
-  $KC delete deviceclass -l app.kubernetes.io/name=device-manager >/dev/null 2>&1
-  rig_down
-  rm -f "$CDI"/gpustack-*.json
-  rm -rf "$WORK"
-}
+cleanup() { dra_down ext-a ext-shared; }
 trap cleanup EXIT
 trap 'exit 143' INT TERM HUP  # a signal ends the script through its EXIT clean-up
 

@@ -39,17 +39,7 @@ chmod 755 "$WORK"
 HOST=$WORK/hgx-h100-8gpu-mig
 cp -a "$REPO/testdata/hosts/hgx-h100-8gpu-mig" "$HOST"
 SERVE=""
-cleanup() {
-  $KC delete pod -l app=$DRA_APP --wait=true --timeout=60s >/dev/null 2>&1
-  $KC delete pod mig-dp --wait=true --timeout=60s >/dev/null 2>&1
-  $KC delete resourceclaim -l app=$DRA_APP --wait=true --timeout=60s >/dev/null 2>&1
-  [ -n "$SERVE" ] && { kill "$SERVE" 2>/dev/null; wait "$SERVE" 2>/dev/null; }
-  $KC delete resourceslices --all >/dev/null 2>&1
-  $KC delete deviceclass -l app.kubernetes.io/name=device-manager >/dev/null 2>&1
-  rig_down
-  rm -f "$CDI"/gpustack-*.json
-  rm -rf "$WORK"
-}
+cleanup() { dra_down mig-dp; }
 trap cleanup EXIT
 trap 'exit 143' INT TERM HUP  # a signal ends the script through its EXIT clean-up
 

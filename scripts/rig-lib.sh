@@ -167,6 +167,22 @@ dra_rig() {
   CDI=/var/run/cdi
 }
 
+# dra_down [POD...]: the one-daemon DRA scripts' clean-up: the Pods labelled app=$DRA_APP and
+# the POD names given (device-plugin Pods carry no label), then the claims, the daemon $SERVE,
+# the ResourceSlices and the chart's DeviceClasses, the rig, our CDI specs and $WORK.
+dra_down() {
+  $KC delete pod -l app=$DRA_APP --wait=true --timeout=60s >/dev/null 2>&1
+  [ $# -gt 0 ] && $KC delete pod "$@" --ignore-not-found --wait=true --timeout=60s >/dev/null 2>&1
+  $KC delete resourceclaim -l app=$DRA_APP --wait=true --timeout=60s >/dev/null 2>&1
+  [ -n "${SERVE:-}" ] && { kill "$SERVE" 2>/dev/null; wait "$SERVE" 2>/dev/null; }
+  SERVE=""
+  $KC delete resourceslices --all >/dev/null 2>&1
+  $KC delete deviceclass -l app.kubernetes.io/name=device-manager >/dev/null 2>&1
+  rig_down
+  rm -f "$CDI"/gpustack-*.json
+  rm -rf "$WORK"
+}
+
 # dra_classes [KEY=VALUE...]: the chart's DeviceClasses applied, rendered with dra.enabled and
 # the values given.
 dra_classes() {
