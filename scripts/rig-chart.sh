@@ -64,6 +64,8 @@ teardown() {
   "$HELM" uninstall $REL -n $NS --wait --timeout 2m >/dev/null 2>&1
   [ "$DRA" = 1 ] && { $KC delete resourceslices --all >/dev/null 2>&1; rm -f /var/run/cdi/gpustack-*.json; }
   rm -rf /var/lib/gpustack/operator/device-manager /var/lib/gpustack/operator/lib/cuda-13/libvgpu.so
+  # The directories the chart's init container made for them, when nothing else is in them.
+  rmdir -p /var/lib/gpustack/operator/lib/cuda-13 2>/dev/null
   $KC delete namespace $NS --ignore-not-found --wait=false >/dev/null 2>&1
   rig_down
   rm -rf "$WORK"
