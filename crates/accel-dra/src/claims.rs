@@ -8,7 +8,7 @@
 //! the manufacturer's responder's injection for it.
 //!
 //! This module decides no allocation (the scheduler's is read, never changed) and writes
-//! nothing to the API server. [`ApiClaimResolver::live_claims`] lists which claims are still
+//! nothing to the API server. [`live_claims`] lists which claims are still
 //! prepared-worthy here, so a claim gone while no unprepare reached us is reclaimed.
 
 use std::borrow::Cow;
@@ -17,7 +17,6 @@ use std::future::Future;
 use std::sync::RwLock;
 
 use accel_backend::respond::Injection;
-use accel_core::manufacturer::Manufacturer;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::Api;
 use serde::{Deserialize, Serialize};
@@ -25,7 +24,7 @@ use serde::{Deserialize, Serialize};
 use crate::plugin::{AllocatedDevice, ClaimRef, ClaimResolver, ResolveError, ResolvedClaim};
 use crate::publish::{RESOURCE_GROUP, RESOURCE_VERSION};
 use crate::registration::DriverName;
-use crate::slices::{self, DeviceRef, PartitionRef, ResourceSliceSpec};
+use crate::slices::{self, DeviceRef, PartitionRef};
 
 /// A ResourceClaim, the fields this module reads.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -160,7 +159,6 @@ pub trait ClaimLedger: Send + Sync + 'static {
 pub struct ApiClaimResolver<I> {
     client: kube::Client,
     driver: DriverName,
-    manufacturer: Manufacturer,
     node: String,
     /// The devices this node publishes now, by name.
     published: RwLock<BTreeMap<String, DeviceRef>>,
@@ -177,37 +175,22 @@ impl<I> std::fmt::Debug for ApiClaimResolver<I> {
 }
 
 impl<I: ClaimLedger> ApiClaimResolver<I> {
-    /// A resolver for `manufacturer`'s claims under `driver` on `node`, which knows no device
-    /// until [`ApiClaimResolver::set_published`] is told the node's slice.
+    /// A resolver for the claims of `driver` (one manufacturer's) on `node`, which knows no
+    /// device until [`ApiClaimResolver::set_published_section`] is told the node's published
+    /// section.
     pub fn new(
         client: kube::Client,
         driver: DriverName,
-        manufacturer: Manufacturer,
         node: &str,
         ledger: I,
     ) -> ApiClaimResolver<I> {
         ApiClaimResolver {
             client,
             driver,
-            manufacturer,
             node: node.to_string(),
             published: RwLock::new(BTreeMap::new()),
             ledger,
         }
-    }
-
-    /// Takes the whole devices of a slice this node published: a claim holding any other
-    /// device (one gone since the scheduler allocated it) is refused.
-    pub fn set_published(&self, spec: &ResourceSliceSpec) {
-        self.replace_published(
-            spec.devices
-                .iter()
-                .filter_map(|d| {
-                    slices::index_of(self.manufacturer, &d.name)
-                        .map(|i| (d.name.clone(), DeviceRef::Whole(i)))
-                })
-                .collect(),
-        );
     }
 
     /// The devices of the published section, whole and partitions, by the one publication
@@ -219,13 +202,6 @@ impl<I: ClaimLedger> ApiClaimResolver<I> {
     fn replace_published(&self, devices: BTreeMap<String, DeviceRef>) {
         // A poisoned lock still holds a whole map (it is only ever replaced).
         *self.published.write().unwrap_or_else(|e| e.into_inner()) = devices;
-    }
-
-    fn published(&self) -> BTreeMap<String, DeviceRef> {
-        self.published
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
     }
 
     /// The claim's results of this driver as accelerator indexes (and the partition placement
@@ -255,7 +231,8 @@ impl<I: ClaimLedger> ApiClaimResolver<I> {
                 drivers: drivers.into_iter().collect::<Vec<_>>().join(", "),
             });
         }
-        let published = self.published();
+        // Read under the lock, not copied: a MIG node publishes a device per placement.
+        let published = self.published.read().unwrap_or_else(|e| e.into_inner());
         let mut indexes = BTreeSet::new();
         let mut devices = Vec::new();
         let mut partition = None;
@@ -365,11 +342,6 @@ impl<I: ClaimLedger> ApiClaimResolver<I> {
     /// The ledger the claims are granted in.
     pub fn ledger(&self) -> &I {
         &self.ledger
-    }
-
-    /// The UIDs of the claims that may be prepared here now ([`live_claims`]).
-    pub async fn live_claims(&self) -> Result<BTreeSet<String>, kube::Error> {
-        live_claims(&self.client, &self.driver, &self.node).await
     }
 }
 

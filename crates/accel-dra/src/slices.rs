@@ -565,17 +565,21 @@ fn partition_pool(
             count: counters.len(),
         });
     }
+    // The card's attributes, once: every placement carries them. Its UUID is the parent's;
+    // the instance's is made at prepare.
+    let mut card = device(section, a, naming, Sharing::Whole);
+    if let Some(uuid) = card.attributes.remove(&qualified("uuid")) {
+        card.attributes.insert(qualified("parentUuid"), uuid);
+    }
+    card.attributes
+        .insert(qualified("partition"), DeviceAttribute::Bool(true));
+    card.capacity.clear();
     let devices = placements
         .into_iter()
         .map(|(name, part, profile)| {
-            let mut device = device(section, a, naming, Sharing::Whole);
+            let mut device = card.clone();
             device.name = name;
             let attributes = &mut device.attributes;
-            // The card's UUID is the parent's; the instance's is made at prepare.
-            if let Some(uuid) = attributes.remove(&qualified("uuid")) {
-                attributes.insert(qualified("parentUuid"), uuid);
-            }
-            attributes.insert(qualified("partition"), DeviceAttribute::Bool(true));
             if let Some(value) = text_attribute(part.profile.clone()) {
                 attributes.insert(qualified("profile"), value);
             }
@@ -587,7 +591,6 @@ fn partition_pool(
                 qualified("placementSize"),
                 DeviceAttribute::Int(i64::from(part.size)),
             );
-            device.capacity.clear();
             if let Some(mib) = profile.memory_mib {
                 device.capacity.insert(
                     qualified("memory"),

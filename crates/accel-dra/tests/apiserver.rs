@@ -398,13 +398,10 @@ fn resolver(server: &Arc<Mutex<Server>>, recording: &Arc<Recording>) -> ApiClaim
     let resolver = ApiClaimResolver::new(
         client(server.clone()),
         nvidia(),
-        Manufacturer::Nvidia,
         "node-1",
         Ledger(recording.clone()),
     );
-    let spec =
-        slices::slice_spec(&nvidia(), "node-1", &two_gpus(), GroupNaming::default(), 1).unwrap();
-    resolver.set_published(&spec);
+    resolver.set_published_section(&two_gpus());
     resolver
 }
 
@@ -578,8 +575,9 @@ async fn live_claims_are_those_allocated_here_and_reserved() {
             object,
         );
     }
-    let recording = Arc::new(Recording::default());
-    let live = resolver(&server, &recording).live_claims().await.unwrap();
+    let live = accel_dra::claims::live_claims(&client(server.clone()), &nvidia(), "node-1")
+        .await
+        .unwrap();
     assert_eq!(live, ["live".to_string()].into());
 }
 

@@ -86,36 +86,36 @@ impl PluginLedger {
                 allocated: None,
             })
     }
-}
 
-impl PluginLedger {
     /// Releases the claims the ledger holds (other than `asking`) that the API server no longer
-    /// has allocated here and reserved: what the scheduler already counts free. Whether any was
-    /// released.
-    async fn release_stale(&self, asking: &str) -> bool {
+    /// has allocated here and reserved, logging each with `why`: what the scheduler already
+    /// counts free. The UIDs found so, or why the claims could not be listed; none without a
+    /// lister.
+    async fn release_not_live(
+        &self,
+        asking: Option<&str>,
+        why: &str,
+    ) -> Result<Vec<String>, String> {
         let Some(live) = &self.live else {
-            return false;
+            return Ok(Vec::new());
         };
+        // Read before the list: a claim granted after it is not judged by a list that
+        // predates it.
         let mut held = self.handle.claim_uids();
-        held.remove(asking);
+        if let Some(asking) = asking {
+            held.remove(asking);
+        }
         if held.is_empty() {
-            return false;
+            return Ok(Vec::new());
         }
-        let live = match live().await {
-            Ok(live) => live,
-            Err(e) => {
-                tracing::warn!("cannot list ResourceClaims to find stale ones: {e}");
-                return false;
-            }
-        };
-        let mut released = false;
-        for uid in held.difference(&live) {
+        let live = live().await?;
+        let gone: Vec<String> = held.difference(&live).cloned().collect();
+        for uid in &gone {
             if self.handle.release_claim(uid).await {
-                tracing::info!(claim = %uid, for_claim = %asking, "released a claim no longer allocated here: the scheduler gave its devices to another");
-                released = true;
+                tracing::info!(claim = %uid, "released a claim {why}");
             }
         }
-        released
+        Ok(gone)
     }
 }
 
@@ -160,7 +160,15 @@ impl ClaimLedger for PluginLedger {
             Err(refusal @ ClaimRefusal::Ledger { .. }) => refusal,
             Err(other) => return Err(other.to_string()),
         };
-        if self.release_stale(&claim.uid).await {
+        let why = "no longer allocated here: the scheduler gave its devices to another";
+        let released = match self.release_not_live(Some(&claim.uid), why).await {
+            Ok(gone) => !gone.is_empty(),
+            Err(e) => {
+                tracing::warn!("cannot list ResourceClaims to find stale ones: {e}");
+                false
+            }
+        };
+        if released {
             return self
                 .handle
                 .grant_claim(&ask)
@@ -278,7 +286,6 @@ pub fn start(
     let resolver = Arc::new(ApiClaimResolver::new(
         client.clone(),
         driver.clone(),
-        options.manufacturer,
         &options.node,
         ledger,
     ));
@@ -376,22 +383,19 @@ async fn run(mut l: Loop) {
 /// Releases the claims held here that the API server no longer has allocated here and
 /// reserved, then removes the specs of claims that hold nothing.
 async fn sweep_claims(l: &Loop) {
-    // Read before the list: a claim granted after it is not judged by a list that predates it.
-    let held = l.handle.claim_uids();
-    if !held.is_empty() {
-        match l.resolver.live_claims().await {
-            Ok(live) => {
-                for uid in held.difference(&live) {
-                    if l.handle.release_claim(uid).await {
-                        tracing::info!(claim = %uid, "released a claim no longer allocated here and reserved");
-                    }
-                    if let Err(e) = l.specs.remove(uid) {
-                        tracing::warn!("{}", error_text(&e));
-                    }
+    let ledger = l.resolver.ledger();
+    match ledger
+        .release_not_live(None, "no longer allocated here and reserved")
+        .await
+    {
+        Ok(gone) => {
+            for uid in &gone {
+                if let Err(e) = l.specs.remove(uid) {
+                    tracing::warn!("{}", error_text(&e));
                 }
             }
-            Err(e) => tracing::warn!("cannot list ResourceClaims to reclaim gone ones: {e}"),
         }
+        Err(e) => tracing::warn!("cannot list ResourceClaims to reclaim gone ones: {e}"),
     }
     // Specs listed before the grants are read: prepare grants before it writes a spec.
     match l.specs.claim_uids() {
@@ -736,18 +740,10 @@ mod tests {
             panic!("gpu-0-1g-10gb-5 is not published");
         };
         let names = ["gpu-0-1g-10gb-5".to_string()];
+        let claim_2 = second("claim-2");
+        let grant_2 = || ledger.grant(&claim_2, &reserved, &names, &[0], None, Some(small));
         *live.lock().expect("live") = ["claim-1".to_string(), "claim-2".to_string()].into();
-        let refused = ledger
-            .grant(
-                &second("claim-2"),
-                &reserved,
-                &names,
-                &[0],
-                None,
-                Some(small),
-            )
-            .await
-            .expect_err("claim-1 still holds slices 4-7");
+        let refused = grant_2().await.expect_err("claim-1 still holds slices 4-7");
         assert!(
             refused.starts_with("the ledger refused ResourceClaim claim-2"),
             "{refused}"
@@ -756,15 +752,7 @@ mod tests {
         // claim-1 is no longer allocated (its Pod went; the kubelet's unprepare has not come):
         // what the scheduler counts free is freed, and claim-2 is made where it was allocated.
         *live.lock().expect("live") = ["claim-2".to_string()].into();
-        let injection = ledger
-            .grant(
-                &second("claim-2"),
-                &reserved,
-                &names,
-                &[0],
-                None,
-                Some(small),
-            )
+        let injection = grant_2()
             .await
             .expect("claim-1's stale hold released first");
         assert!(injection.envs["NVIDIA_VISIBLE_DEVICES"].starts_with("MIG-"));

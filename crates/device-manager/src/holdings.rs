@@ -142,10 +142,11 @@ pub fn holdings(
 }
 
 /// What a grant's holder is called in its Pod: its container, or for a DRA claim's grant
-/// (held by the claim, for the Pod it was prepared for) `resourceclaim:<uid>`.
+/// (held by the claim, for the Pod it was prepared for) the claim key's own first part,
+/// `resourceclaim:<uid>`.
 fn container_of(key: &GrantKey) -> String {
-    match key.claim_uid() {
-        Some(claim) => format!("resourceclaim:{claim}"),
+    match key.claim_pod() {
+        Some(_) => key.pod_uid.clone(),
         None => key.container.clone(),
     }
 }

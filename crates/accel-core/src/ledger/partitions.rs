@@ -24,7 +24,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use super::{Family, Ledger, Seat};
+use super::{Family, GrantKey, Ledger, Seat};
 use crate::devices::PartitionOccupancy;
 use crate::inventory::{Accelerator, Grantable};
 
@@ -186,13 +186,7 @@ pub fn token_ceiling(seat: &Seat) -> u32 {
 
 /// The partition grants charging accelerator `index`, with their placements.
 pub fn placed(ledger: &Ledger, index: u32) -> Vec<&PartitionPlacement> {
-    ledger
-        .grants()
-        .values()
-        .filter(|g| g.family == Family::Partitioned && ledger.charges(g))
-        .filter(|g| g.accelerators.contains(&index))
-        .filter_map(|g| g.partition.as_ref())
-        .collect()
+    placed_where(ledger, index, |_| true)
 }
 
 /// The partition grants of containers (not of ResourceClaims) charging accelerator `index`:
@@ -200,12 +194,19 @@ pub fn placed(ledger: &Ledger, index: u32) -> Vec<&PartitionPlacement> {
 /// claim's partition occupies its slices all the same ([`occupied`]), but the kubelet never
 /// granted it, so it is no token of the device plugin's.
 pub fn placed_by_containers(ledger: &Ledger, index: u32) -> Vec<&PartitionPlacement> {
+    placed_where(ledger, index, |key| key.claim_uid().is_none())
+}
+
+/// The placements of the charging partition grants on `index` whose key `keep` takes.
+fn placed_where(
+    ledger: &Ledger,
+    index: u32,
+    keep: impl Fn(&GrantKey) -> bool,
+) -> Vec<&PartitionPlacement> {
     ledger
         .grants()
         .iter()
-        .filter(|(key, g)| {
-            key.claim_uid().is_none() && g.family == Family::Partitioned && ledger.charges(g)
-        })
+        .filter(|(key, g)| keep(key) && g.family == Family::Partitioned && ledger.charges(g))
         .filter(|(_, g)| g.accelerators.contains(&index))
         .filter_map(|(_, g)| g.partition.as_ref())
         .collect()

@@ -67,6 +67,14 @@ pub const RECLAIM_REPASS: Duration = Duration::from_secs(5);
 /// `reclaimMaxDestroyMisses` (spec/thead.md §6.5).
 pub const RECLAIM_LOG_AFTER: u32 = 8;
 
+/// Why a reservation got no instance ([`Shared::instance_for`]); the reservation is given back.
+enum InstanceError {
+    /// None could be adopted or made.
+    Made(Status),
+    /// The one made could not be made durable (and was destroyed).
+    Durable(Status),
+}
+
 /// What one reclaim attempt found.
 enum Reclaim {
     /// A GPU instance on the accelerator is subdivided: nothing on it is destroyed.
@@ -238,28 +246,14 @@ impl Shared {
             self.give_back(&reserved);
             return Err(refused(&pool.resource, &reserved.who, status));
         }
-        let claimed = match reserved.placement.instance {
-            Some(_) => None,
-            None => self.claim_unowned(&parts, &gpu, &mut reserved, false).await,
-        };
-        // Made by this call (neither the container's own, nor an unowned one it adopted): a
-        // refused answer destroys it again (spec §6.3's rollback).
-        let made_here = reserved.placement.instance.is_none() && claimed.is_none();
-        let instance = match reserved.placement.instance.clone().or(claimed) {
-            Some(instance) => instance,
-            None => match self.materialise(&parts, &gpu, &reserved).await {
-                Ok(instance) => instance,
-                Err(status) => {
-                    self.give_back(&reserved);
+        let (instance, made_here) =
+            match self.instance_for(&parts, &gpu, &mut reserved, false).await {
+                Ok(got) => got,
+                Err(InstanceError::Made(status) | InstanceError::Durable(status)) => {
                     return Err(refused(&pool.resource, &reserved.who, status));
                 }
-            },
-        };
+            };
         let fresh = reserved.receipt.as_ref().is_some_and(|r| r.fresh);
-        if fresh && let Err(status) = self.make_durable(&parts, &gpu, &reserved, &instance).await {
-            self.give_back(&reserved);
-            return Err(refused(&pool.resource, &reserved.who, status));
-        }
         let container = reserved.pod.container(&reserved.key.container);
         let answer = self
             .config
@@ -331,27 +325,18 @@ impl Shared {
             index: reserved.seat.index,
             uuid: reserved.seat.uuid.clone(),
         };
-        let fresh = reserved.receipt.as_ref().is_some_and(|r| r.fresh);
-        let (instance, made_here) = match reserved.placement.instance.clone() {
-            Some(instance) => (instance, false),
-            None => match self.claim_unowned(&parts, &gpu, &mut reserved, true).await {
-                Some(instance) => (instance, false),
-                None => match self.materialise(&parts, &gpu, &reserved).await {
-                    Ok(instance) => (instance, true),
-                    Err(status) => {
-                        self.give_back(&reserved);
-                        return Err(refuse(status.message().to_string()));
-                    }
-                },
-            },
+        let (instance, made_here) = match self.instance_for(&parts, &gpu, &mut reserved, true).await
+        {
+            Ok(got) => got,
+            Err(InstanceError::Made(status)) => return Err(refuse(status.message().to_string())),
+            Err(InstanceError::Durable(status)) => {
+                return Err(ClaimRefusal::Journal {
+                    claim: claim(),
+                    reason: status.message().to_string(),
+                });
+            }
         };
-        if fresh && let Err(status) = self.make_durable(&parts, &gpu, &reserved, &instance).await {
-            self.give_back(&reserved);
-            return Err(ClaimRefusal::Journal {
-                claim: claim(),
-                reason: status.message().to_string(),
-            });
-        }
+        let fresh = reserved.receipt.as_ref().is_some_and(|r| r.fresh);
         let answered = self.config.responder.respond(&Answer {
             family: Some(Family::Partitioned),
             seats: &[&reserved.seat],
@@ -570,6 +555,41 @@ impl Shared {
             }
         });
         true
+    }
+
+    /// The reserved partition's instance: its own (a retry), an unowned one adopted (`exact`:
+    /// only one at the reserved start), or one made now; a fresh reservation's is then made
+    /// durable. On a failure the reservation is given back. Also whether this call made it
+    /// (neither the grant's own nor an adopted one): a refused answer destroys it again (spec
+    /// §6.3's rollback).
+    async fn instance_for(
+        &self,
+        parts: &crate::service::Partitions,
+        gpu: &PartitionGpu,
+        reserved: &mut Reserved,
+        exact: bool,
+    ) -> Result<(PartitionInstance, bool), InstanceError> {
+        let claimed = match reserved.placement.instance {
+            Some(_) => None,
+            None => self.claim_unowned(parts, gpu, reserved, exact).await,
+        };
+        let made_here = reserved.placement.instance.is_none() && claimed.is_none();
+        let instance = match reserved.placement.instance.clone().or(claimed) {
+            Some(instance) => instance,
+            None => match self.materialise(parts, gpu, reserved).await {
+                Ok(instance) => instance,
+                Err(status) => {
+                    self.give_back(reserved);
+                    return Err(InstanceError::Made(status));
+                }
+            },
+        };
+        let fresh = reserved.receipt.as_ref().is_some_and(|r| r.fresh);
+        if fresh && let Err(status) = self.make_durable(parts, gpu, reserved, &instance).await {
+            self.give_back(reserved);
+            return Err(InstanceError::Durable(status));
+        }
+        Ok((instance, made_here))
     }
 
     /// Takes back a fresh partition whose answer was refused: its journal entry is released,
