@@ -7,10 +7,10 @@
 //! server or waited for, bounded: [`identity`]), let the ledger decide, answer with the
 //! responder, give the grant back if the responder refuses, journal it, answer once the entry is
 //! durable (the lock released meanwhile: [`Shared::durable`]), and tell every ListAndWatch
-//! stream. Every refusal is logged at warn naming the Pod, the container
-//! and the reason ([`refused`]). Errors become `tonic::Status` here and nowhere else; each
-//! refusal's `Status` is marked with its reason, and the handlers time every call and count the
-//! refusals ([`crate::metrics`]).
+//! stream once the kubelet's calls go quiet ([`announce`]). Every refusal is logged at warn
+//! naming the Pod, the container and the reason ([`refused`]). Errors become `tonic::Status`
+//! here and nowhere else; each refusal's `Status` is marked with its reason, and the handlers
+//! time every call and count the refusals ([`crate::metrics`]).
 //!
 //! GetPreferredAllocation for a slice identifies its container the same way and offers only
 //! accelerators its own budget fits ([`Shared::preferred_slice`]); other families' hints read
@@ -24,7 +24,6 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
 use std::time::Duration;
 
@@ -53,6 +52,7 @@ use crate::settings::Settings;
 use crate::socket;
 use accel_backend::respond::{Answer, Injection, Responder};
 
+mod announce;
 mod claims;
 mod identity;
 mod orphans;
@@ -70,14 +70,6 @@ pub use reseat::DroppedGrant;
 pub const API_VERSION: &str = "v1beta1";
 /// How long the pod-resources lookup may take before identification falls back.
 const KUBELET_LOOKUP_TIMEOUT: Duration = Duration::from_millis(500);
-
-/// How long after a grant's answer the ListAndWatch streams and the publisher hear of it. On a
-/// real kubelet, health updates sent with the answer cost each Allocate about 1.4 ms (the
-/// kubelet takes each stream update, rewrites and fsyncs its checkpoint file while the answer is
-/// in flight: issue 10's rig runs). A few milliseconds later the kubelet has the answer; the
-/// update still precedes any next admission, and the allocation check refuses a cross-mode
-/// token regardless.
-const NOTIFY_AFTER_ANSWER: Duration = Duration::from_millis(2);
 
 /// What the plugin serves and where.
 #[derive(Debug, Clone)]
@@ -275,8 +267,8 @@ struct Shared {
     pools: RwLock<Arc<[Pool]>>,
     state: Mutex<State>,
     changed: watch::Sender<u64>,
-    /// A notification after an answer is scheduled ([`Shared::notify_after_answer`]).
-    notify_pending: Arc<AtomicBool>,
+    /// When a grant is announced: once the kubelet's calls go quiet ([`announce`]).
+    announce: Arc<announce::Announce>,
     /// Wakes the verifier after a grant made from the watch ([`verify`]).
     verify_wake: tokio::sync::Notify,
     pods: Arc<dyn PodSource>,
@@ -331,7 +323,7 @@ impl DevicePlugins {
                 orphans: orphans::OrphanBook::default(),
             }),
             changed: watch::channel(0).0,
-            notify_pending: Arc::new(AtomicBool::new(false)),
+            announce: Arc::new(announce::Announce::new()),
             verify_wake: tokio::sync::Notify::new(),
             pools: RwLock::new(pools),
             pods,
@@ -562,17 +554,17 @@ impl Shared {
         self.changed.send_modify(|n| *n = n.wrapping_add(1));
     }
 
-    /// Tells the ListAndWatch streams and the publisher about a grant once its answer is on its
-    /// way ([`NOTIFY_AFTER_ANSWER`]), every grant of that moment in one wake-up.
+    /// Tells the ListAndWatch streams and the publisher about a grant once the kubelet's calls
+    /// have gone quiet ([`announce`]), every grant of that burst in one wake-up.
     fn notify_after_answer(&self) {
-        if self.notify_pending.swap(true, Ordering::AcqRel) {
+        if !self.announce.claim() {
             return;
         }
+        let granted = Instant::now();
         let changed = self.changed.clone();
-        let pending = self.notify_pending.clone();
+        let announce = self.announce.clone();
         tokio::spawn(async move {
-            tokio::time::sleep(NOTIFY_AFTER_ANSWER).await;
-            pending.store(false, Ordering::Release);
+            announce.until_due(granted).await;
             changed.send_modify(|n| *n = n.wrapping_add(1));
         });
     }
@@ -1433,6 +1425,7 @@ impl DevicePlugin for PoolService {
         let answer = dp::PreferredAllocationResponse {
             container_responses,
         };
+        self.shared.announce.answered();
         self.metrics().preferred(received.elapsed());
         Ok(tonic::Response::new(answer))
     }
@@ -1444,6 +1437,7 @@ impl DevicePlugin for PoolService {
         let received = Instant::now();
         let mut times = StageTimes::default();
         let answer = self.answer_allocate(request.into_inner(), &mut times).await;
+        self.shared.announce.answered();
         let metrics = self.metrics();
         metrics.allocated(received.elapsed(), answer.as_ref().err());
         metrics.staged(&times);

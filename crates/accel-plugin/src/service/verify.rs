@@ -385,8 +385,9 @@ impl Shared {
     }
 
     /// The verifier task: after each grant made from the watch, asks the kubelet
-    /// ([`VERIFY_AFTER`]), again every [`VERIFY_RETRY`] while some grant waits; what it settles
-    /// is then reconciled with the Pods (a grant whose Pod left meanwhile is released).
+    /// ([`VERIFY_AFTER`]), again every [`VERIFY_RETRY`] while some grant waits, each time once
+    /// the kubelet's calls have gone quiet ([`super::announce`]); what it settles is then
+    /// reconciled with the Pods (a grant whose Pod left meanwhile is released).
     pub(super) async fn verify_loop(self: Arc<Self>, mut stop: tokio::sync::watch::Receiver<bool>) {
         loop {
             tokio::select! {
@@ -397,7 +398,10 @@ impl Shared {
             loop {
                 tokio::select! {
                     _ = stop.changed() => return,
-                    () = tokio::time::sleep(pause) => {}
+                    () = async {
+                        tokio::time::sleep(pause).await;
+                        self.announce.until_quiet(Instant::now()).await;
+                    } => {}
                 }
                 let more = self.verify_once().await;
                 self.reconcile_pods();
