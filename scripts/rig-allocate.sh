@@ -32,7 +32,12 @@ if [ ! -e "$LIB" ]; then
   staged_here=1
 fi
 cleanup() {
-  [ "$staged_here" = 1 ] && rm -f "$LIB"
+  if [ "$staged_here" = 1 ]; then
+    rm -f "$LIB"
+    # and the directories staging made, once empty, up to /var/lib/gpustack
+    d=$(dirname "$LIB")
+    while [ "$d" != /var/lib ] && rmdir "$d" 2>/dev/null; do d=$(dirname "$d"); done
+  fi
   rm -rf "$WORK"
 }
 trap cleanup EXIT
