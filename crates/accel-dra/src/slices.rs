@@ -408,7 +408,8 @@ pub fn published_devices(section: &ManufacturerInventory) -> BTreeMap<String, De
 }
 
 /// The first ResourceSlice spec of one manufacturer's pool on `node`, at pool `generation`,
-/// whole devices only: the whole pool where no accelerator is partitioned ([`pool_specs`]).
+/// whole devices only: the whole pool where no accelerator is partitioned and there are at most
+/// [`MAX_DEVICES_PER_SLICE`] devices ([`pool_specs`]).
 pub fn slice_spec(
     driver: &DriverName,
     node: &str,
@@ -416,21 +417,7 @@ pub fn slice_spec(
     naming: GroupNaming,
     generation: i64,
 ) -> Result<ResourceSliceSpec, SliceError> {
-    slice_spec_shared(driver, node, section, naming, generation, Sharing::Whole)
-}
-
-/// The first ResourceSlice spec of one manufacturer's pool on `node`, its devices shared as
-/// `sharing` says: the whole pool where no accelerator is partitioned and there are at most
-/// [`MAX_DEVICES_PER_SLICE`] devices ([`pool_specs`]).
-pub fn slice_spec_shared(
-    driver: &DriverName,
-    node: &str,
-    section: &ManufacturerInventory,
-    naming: GroupNaming,
-    generation: i64,
-    sharing: Sharing,
-) -> Result<ResourceSliceSpec, SliceError> {
-    let mut pool = pool_specs(driver, node, section, naming, generation, sharing)?;
+    let mut pool = pool_specs(driver, node, section, naming, generation, Sharing::Whole)?;
     // `pool_specs` always gives at least one slice.
     Ok(pool.swap_remove(0))
 }
@@ -920,19 +907,23 @@ mod tests {
         no_memory.memory_mib = None;
         let section = section(Manufacturer::Nvidia, vec![accelerator(0), no_memory]);
         let driver = driver_for(Manufacturer::Nvidia).unwrap();
-        let shared = |cores_overcommit| {
-            let spec = slice_spec_shared(
+        let first = |sharing| {
+            pool_specs(
                 &driver,
                 "node-1",
                 &section,
                 GroupNaming::default(),
                 1,
-                Sharing::Slices {
-                    cores_overcommit,
-                    per_card: 128,
-                },
+                sharing,
             )
-            .unwrap();
+            .unwrap()
+            .swap_remove(0)
+        };
+        let shared = |cores_overcommit| {
+            let spec = first(Sharing::Slices {
+                cores_overcommit,
+                per_card: 128,
+            });
             serde_json::to_value(&spec.devices).unwrap()
         };
         // Highest index first: the card whose memory is unknown (2), then card 0.
@@ -966,18 +957,10 @@ mod tests {
         );
         // A manufacturer the ledger allows no slice of publishes its cards whole (a `slices`
         // capacity of 0 would be refused by the API: its minimum of 1 above the capacity).
-        let none = slice_spec_shared(
-            &driver,
-            "node-1",
-            &section,
-            GroupNaming::default(),
-            1,
-            Sharing::Slices {
-                cores_overcommit: false,
-                per_card: 0,
-            },
-        )
-        .unwrap();
+        let none = first(Sharing::Slices {
+            cores_overcommit: false,
+            per_card: 0,
+        });
         assert!(
             none.devices
                 .iter()
@@ -1164,15 +1147,7 @@ mod tests {
         assert!(matches!(e, SliceError::NodeName { .. }), "{e}");
         // More devices than one slice holds: the pool is two slices, each counting both.
         let many = (0..=128).map(accelerator).collect();
-        let pool = pool_specs(
-            &driver,
-            "node-1",
-            &section(Manufacturer::Nvidia, many),
-            GroupNaming::default(),
-            1,
-            Sharing::Whole,
-        )
-        .unwrap();
+        let pool = whole_pool(&section(Manufacturer::Nvidia, many), 1);
         let sizes: Vec<usize> = pool.iter().map(|s| s.devices.len()).collect();
         assert_eq!(sizes, [128, 1]);
         assert!(pool.iter().all(|s| s.pool.resource_slice_count == 2));
@@ -1215,19 +1190,24 @@ mod tests {
         a
     }
 
-    #[test]
-    fn partitioned_cards_are_placements_consuming_their_cards_memory_slices() {
+    /// NVIDIA's pool of `section`, cards published whole, at `generation`.
+    fn whole_pool(section: &ManufacturerInventory, generation: i64) -> Vec<ResourceSliceSpec> {
         let driver = driver_for(Manufacturer::Nvidia).unwrap();
-        let s = section(Manufacturer::Nvidia, vec![accelerator(0), partitioned(1)]);
-        let pool = pool_specs(
+        pool_specs(
             &driver,
             "node-1",
-            &s,
+            section,
             GroupNaming::default(),
-            3,
+            generation,
             Sharing::Whole,
         )
-        .unwrap();
+        .unwrap()
+    }
+
+    #[test]
+    fn partitioned_cards_are_placements_consuming_their_cards_memory_slices() {
+        let s = section(Manufacturer::Nvidia, vec![accelerator(0), partitioned(1)]);
+        let pool = whole_pool(&s, 3);
         // The devices, then the counter sets in a slice of their own; one generation and count.
         assert_eq!(pool.len(), 2);
         assert!(
@@ -1336,19 +1316,10 @@ mod tests {
 
     #[test]
     fn a_pool_of_partitions_keeps_to_the_apis_bounds() {
-        let driver = driver_for(Manufacturer::Nvidia).unwrap();
         // Nine cards of 16 placements: 144 devices (64 a slice where counters are consumed),
         // nine counter sets (8 a slice).
         let s = section(Manufacturer::Nvidia, (0..9).map(partitioned).collect());
-        let pool = pool_specs(
-            &driver,
-            "node-1",
-            &s,
-            GroupNaming::default(),
-            1,
-            Sharing::Whole,
-        )
-        .unwrap();
+        let pool = whole_pool(&s, 1);
         let shape: Vec<(usize, usize)> = pool
             .iter()
             .map(|s| (s.devices.len(), s.shared_counters.len()))

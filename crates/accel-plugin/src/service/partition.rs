@@ -50,9 +50,9 @@ use crate::identify::IdentifyError;
 use crate::journal::Entry;
 use crate::metrics::{Attribution, RefusalReason, Refuse};
 use crate::ownership::{self, OwnershipRecord};
-use crate::pods::Pod;
+use crate::pods::{Container, Pod};
 use crate::pools::Pool;
-use accel_backend::respond::{Answer, Injection};
+use accel_backend::respond::{Answer, Injection, ResponderError};
 
 use super::claims::{ClaimGrant, ClaimPartition, ClaimRefusal};
 
@@ -256,17 +256,7 @@ impl Shared {
         let fresh = reserved.receipt.as_ref().is_some_and(|r| r.fresh);
         let container = reserved.pod.container(&reserved.key.container);
         let answer = self
-            .config
-            .responder
-            .respond(&Answer {
-                family: Some(Family::Partitioned),
-                seats: &[&reserved.seat],
-                slice_units: 0,
-                cores_percentage: None,
-                partition: Some(&instance),
-                pod: &reserved.pod,
-                container,
-            })
+            .respond_partition(&reserved, &instance, container)
             .map(container_response)
             .map_err(|e| {
                 Status::failed_precondition(format!("{}: {e}", reserved.who))
@@ -337,15 +327,7 @@ impl Shared {
             }
         };
         let fresh = reserved.receipt.as_ref().is_some_and(|r| r.fresh);
-        let answered = self.config.responder.respond(&Answer {
-            family: Some(Family::Partitioned),
-            seats: &[&reserved.seat],
-            slice_units: 0,
-            cores_percentage: None,
-            partition: Some(&instance),
-            pod: &reserved.pod,
-            container: None,
-        });
+        let answered = self.respond_partition(&reserved, &instance, None);
         match answered {
             Ok(injection) => {
                 if fresh {
@@ -555,6 +537,25 @@ impl Shared {
             }
         });
         true
+    }
+
+    /// The responder's answer for a partition's instance, to a container or (`None`) a
+    /// ResourceClaim.
+    fn respond_partition(
+        &self,
+        reserved: &Reserved,
+        instance: &PartitionInstance,
+        container: Option<&Container>,
+    ) -> Result<Injection, ResponderError> {
+        self.config.responder.respond(&Answer {
+            family: Some(Family::Partitioned),
+            seats: &[&reserved.seat],
+            slice_units: 0,
+            cores_percentage: None,
+            partition: Some(instance),
+            pod: &reserved.pod,
+            container,
+        })
     }
 
     /// The reserved partition's instance: its own (a retry), an unowned one adopted (`exact`:
